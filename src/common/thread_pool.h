@@ -1,0 +1,65 @@
+// ThreadPool — a fixed set of worker threads created once, for kernels.
+//
+// Contract: one owner thread (the thread that calls run()) hands out a job of
+// n_tasks independent tasks; the owner thread takes part as worker 0, so a
+// pool of N threads starts N-1 OS threads. run() returns when every task is
+// done. run() is not reentrant and must be called from one thread at a time
+// (the engine thread). A job allocates nothing: tasks are claimed through an
+// atomic counter, and workers spin briefly before sleeping on a futex-style
+// wait so a step of many small kernels does not pay a wake-up per kernel.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace pagoda {
+
+class ThreadPool {
+ public:
+  // fn(task_idx, thread_idx): task_idx in [0, n_tasks), thread_idx in [0, num_threads()).
+  using TaskFn = void (*)(void* ctx, int64_t task_idx, int thread_idx);
+
+  // Requires: num_threads >= 1.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return num_threads_; }
+
+  // Runs fn(ctx, i, thread) for i in [0, n_tasks) across all threads; blocks until done.
+  void run(int64_t n_tasks, TaskFn fn, void* ctx);
+
+  // Convenience wrapper for lambdas: f(task_idx, thread_idx).
+  template <class F>
+  void parallel_for(int64_t n_tasks, F&& f) {
+    auto tramp = [](void* ctx, int64_t i, int t) { (*static_cast<F*>(ctx))(i, t); };
+    run(n_tasks, tramp, &f);
+  }
+
+  // The number of hardware threads this process may use (sched affinity).
+  static int default_num_threads();
+
+ private:
+  void worker_loop(int thread_idx);
+  void work(int thread_idx);
+
+  int num_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> active_{0};
+  std::atomic<int64_t> next_task_{0};
+  int64_t n_tasks_ = 0;
+  TaskFn fn_ = nullptr;
+  void* ctx_ = nullptr;
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace pagoda

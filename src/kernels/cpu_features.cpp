@@ -1,0 +1,108 @@
+#include "kernels/cpu_features.h"
+
+#include <cpuid.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace pagoda {
+
+namespace {
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return f;
+  unsigned max_leaf = eax;
+  __get_cpuid(1, &eax, &ebx, &ecx, &edx);
+  bool osxsave = ecx & (1u << 27);
+  f.fma = ecx & (1u << 12);
+  f.f16c = ecx & (1u << 29);
+  bool avx = ecx & (1u << 28);
+  uint64_t xcr0 = 0;
+  if (osxsave) {
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    xcr0 = (static_cast<uint64_t>(hi) << 32) | lo;
+  }
+  bool ymm_ok = (xcr0 & 0x6) == 0x6;
+  bool zmm_ok = (xcr0 & 0xe6) == 0xe6;
+  if (max_leaf >= 7) {
+    __cpuid_count(7, 0, eax, ebx, ecx, edx);
+    f.avx2 = avx && ymm_ok && (ebx & (1u << 5));
+    f.bmi2 = ebx & (1u << 8);
+    f.avx512f = zmm_ok && (ebx & (1u << 16));
+    f.avx512dq = zmm_ok && (ebx & (1u << 17));
+    f.avx512bw = zmm_ok && (ebx & (1u << 30));
+    f.avx512vl = zmm_ok && (ebx & (1u << 31));
+    f.avx512vnni = zmm_ok && (ecx & (1u << 11));
+    __cpuid_count(7, 1, eax, ebx, ecx, edx);
+    f.avxvnni = ymm_ok && (eax & (1u << 4));
+    f.avx512bf16 = zmm_ok && (eax & (1u << 5));
+  }
+  f.fma = f.fma && ymm_ok;
+  f.f16c = f.f16c && ymm_ok;
+  return f;
+}
+
+Isa hardware_isa(const CpuFeatures& f) {
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.fma && f.f16c)
+    return Isa::Avx512;
+  if (f.avx2 && f.fma && f.f16c) return Isa::Avx2;
+  return Isa::Scalar;
+}
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = detect();
+  return f;
+}
+
+Isa best_isa() {
+  static const Isa isa = [] {
+    Isa hw = hardware_isa(cpu_features());
+    const char* env = std::getenv("PAGODA_ISA");
+    if (!env) return hw;
+    Isa want = hw;
+    if (std::strcmp(env, "scalar") == 0) want = Isa::Scalar;
+    else if (std::strcmp(env, "avx2") == 0) want = Isa::Avx2;
+    else if (std::strcmp(env, "avx512") == 0) want = Isa::Avx512;
+    return static_cast<int>(want) < static_cast<int>(hw) ? want : hw;
+  }();
+  return isa;
+}
+
+bool isa_supported(Isa isa) {
+  return static_cast<int>(isa) <= static_cast<int>(hardware_isa(cpu_features()));
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+std::string cpu_features_string() {
+  const CpuFeatures& f = cpu_features();
+  std::string s = isa_name(best_isa());
+  s += " (";
+  const std::pair<bool, const char*> flags[] = {
+      {f.avx2, "avx2"},         {f.fma, "fma"},           {f.f16c, "f16c"},
+      {f.avx512f, "avx512f"},   {f.avx512bw, "avx512bw"}, {f.avx512vnni, "avx512vnni"},
+      {f.avx512bf16, "avx512bf16"}, {f.avxvnni, "avxvnni"}};
+  bool first = true;
+  for (auto& [on, name] : flags) {
+    if (!on) continue;
+    if (!first) s += ' ';
+    s += name;
+    first = false;
+  }
+  s += ")";
+  return s;
+}
+
+}  // namespace pagoda

@@ -1,0 +1,75 @@
+// Matrix products of GGUF weights with f32 activations.
+//
+// Contract:
+// - A WeightMatrix views (and, for some types/ISAs, repacks into memory it
+//   owns) one weight tensor of n_rows rows by n_cols columns in GGUF layout:
+//   row r is row_bytes(type, n_cols) bytes at data + r * row_bytes. The GGUF
+//   mapping must outlive it. Non-copyable, movable; immutable after prepare(),
+//   so any number of threads may read it.
+// - matmul() computes y[t][r] = sum_k W[r][k] * x[t][k] for t < n_tokens
+//   (x: [n_tokens, n_cols] f32 row-major, y: [n_tokens, n_rows] f32 row-major).
+//   Quantized weights are never dequantized as a whole: activations are
+//   quantized once per call to 8-bit blocks (Q8_0 for the 32-wide formats,
+//   Q8_K for the K-quants) and integer dot products run on whole blocks.
+//   n_tokens == 1 is the decode (matrix-vector) case; larger n_tokens tile so
+//   each weight block loaded is reused across tokens.
+// - Work is split over `pool`; call from the pool's owner thread only. The
+//   hot path allocates nothing once its scratch has grown to the largest size
+//   seen.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "kernels/cpu_features.h"
+#include "tensor/types.h"
+
+namespace pagoda {
+
+class WeightMatrix {
+ public:
+  WeightMatrix() = default;
+  // Requires: type is a weight type, n_cols % block_size(type) == 0, data valid for
+  // n_rows * row_bytes(type, n_cols) bytes.
+  static WeightMatrix prepare(GgmlType type, int64_t n_rows, int64_t n_cols, const uint8_t* data,
+                              Isa isa = best_isa());
+
+  WeightMatrix(WeightMatrix&&) noexcept = default;
+  WeightMatrix& operator=(WeightMatrix&&) noexcept = default;
+  WeightMatrix(const WeightMatrix&) = delete;
+  WeightMatrix& operator=(const WeightMatrix&) = delete;
+
+  GgmlType type() const { return type_; }
+  int64_t n_rows() const { return n_rows_; }
+  int64_t n_cols() const { return n_cols_; }
+  Isa isa() const { return isa_; }
+  const uint8_t* data() const { return data_; }      // GGUF layout
+  size_t row_bytes() const { return row_bytes_; }
+  // Bytes a matmul streams from memory (the GGUF bytes, or the repacked copy).
+  size_t stream_bytes() const;
+  // Bytes this object itself owns (repacked copies), 0 when it only views the file.
+  size_t owned_bytes() const { return owned_.size(); }
+  const uint8_t* packed() const { return owned_.empty() ? nullptr : owned_.data(); }
+
+ private:
+  GgmlType type_ = GgmlType::F32;
+  int64_t n_rows_ = 0;
+  int64_t n_cols_ = 0;
+  size_t row_bytes_ = 0;
+  const uint8_t* data_ = nullptr;
+  Isa isa_ = Isa::Scalar;
+  std::vector<uint8_t> owned_;
+};
+
+// y[n_tokens, n_rows] = x[n_tokens, n_cols] · Wᵀ. Requires: x and y do not alias.
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
+
+// Plain reference: dequantize_row each row, dot in double. Independent of every
+// fast path; tests compare against it.
+void matmul_reference(GgmlType type, int64_t n_rows, int64_t n_cols, const uint8_t* data,
+                      const float* x, int64_t n_tokens, float* y);
+
+}  // namespace pagoda
