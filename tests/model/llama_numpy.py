@@ -1,0 +1,253 @@
+"""Llama-family forward pass in plain numpy (float64): the reference pagoda's
+C++ forward pass is checked against (tests/model/numpy_reference_test.py).
+
+Architectures: `llama`, `qwen2`, `qwen3`, read from GGUF metadata. Written from
+the model definitions (llama.cpp's llama/qwen2/qwen3 graphs, Meta's and
+Qwen's reference models), sharing no code with pagoda.
+
+Contract:
+- LlamaModel(gguf_file) reads the hyperparameters and dequantizes every weight
+  up front into float64 (8 bytes per parameter: meant for small test models).
+  It raises ValueError for metadata it does not support (other architectures,
+  YaRN/longrope scaling, key_length != value_length) rather than computing
+  something subtly different.
+- forward(tokens) -> logits, float64 array (n_tokens, n_vocab): causal
+  attention over the whole token list from position 0, logits for every
+  position. Stateless, no KV cache: each call recomputes everything.
+
+Conventions (each is a place where an implementation can silently go wrong):
+- GGUF stores a weight as dims [cols, rows] (ggml order), numpy shape (rows,
+  cols): y = W @ x, i.e. Y = X @ W.T for row-vector activations X.
+- RoPE pairs: `llama` rotates adjacent pairs (2i, 2i+1) ("normal" ggml rope),
+  because the HF->GGUF converter permutes the Q/K rows of Llama checkpoints
+  into that order; `qwen2`/`qwen3` are converted unpermuted and rotate the
+  halves (i, i + n_rot/2) ("NeoX" rope). Only the first n_rot = rope.dimension_count
+  dims of each head rotate; any rest passes through unchanged.
+- Pair i (0 <= i < n_rot/2) at position p turns by
+      p * base^(-2i/n_rot) / freq_factor[i] / linear_factor
+  where freq_factor comes from the `rope_freqs.weight` tensor (Llama 3.1
+  style frequency factors; 1 when absent) and linear_factor from
+  `rope.scaling.factor` when the scaling type is linear (1 otherwise).
+- Optional tensors are used when present: attn_q/k/v biases (qwen2),
+  attn_q_norm/attn_k_norm (qwen3: RMSNorm over head_dim of every head of q and
+  k, before RoPE), output.weight (absent: tied to token_embd.weight),
+  rope_freqs.weight.
+- GQA: query head h reads kv head h // (n_head / n_head_kv). Scores are scaled
+  by 1/sqrt(head_dim). FFN is SwiGLU: down(silu(gate(x)) * up(x)).
+"""
+
+import numpy as np
+
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3")
+NEOX_ROPE_ARCHS = ("qwen2", "qwen3")
+
+
+class LlamaConfig:
+    """Hyperparameters, from `{arch}.*` GGUF metadata keys."""
+
+    def __init__(self, gguf):
+        arch = gguf.get("general.architecture")
+        if arch not in SUPPORTED_ARCHS:
+            raise ValueError("unsupported architecture %r (want one of %s)" % (arch, ", ".join(SUPPORTED_ARCHS)))
+
+        def key(name, default=None, required=False):
+            full = "%s.%s" % (arch, name)
+            if full not in gguf.metadata:
+                if required:
+                    raise ValueError("missing metadata key %s" % full)
+                return default
+            return gguf.metadata[full]
+
+        self.arch = arch
+        self.n_embd = int(key("embedding_length", required=True))
+        self.n_layer = int(key("block_count", required=True))
+        self.n_head = int(key("attention.head_count", required=True))
+        self.n_head_kv = int(key("attention.head_count_kv", self.n_head))
+        self.head_dim = int(key("attention.key_length", self.n_embd // self.n_head))
+        value_length = int(key("attention.value_length", self.head_dim))
+        if value_length != self.head_dim:
+            raise ValueError("attention.value_length %d != key_length %d is not supported"
+                             % (value_length, self.head_dim))
+        self.n_ff = int(key("feed_forward_length", required=True))
+        self.rms_eps = float(key("attention.layer_norm_rms_epsilon", required=True))
+        self.rope_base = float(key("rope.freq_base", 10000.0))
+        self.n_rot = int(key("rope.dimension_count", self.head_dim))
+        self.n_ctx = int(key("context_length", 0))
+        self.rope_neox = arch in NEOX_ROPE_ARCHS
+
+        # RoPE scaling. `linear` divides every angle by the factor. `none`
+        # never scales. Llama-3.1 style scaling has no linear factor: it lives in
+        # the rope_freqs.weight tensor (some writers also label it "llama3").
+        # Anything else (yarn, longrope) changes the formula: refuse it.
+        scaling_type = key("rope.scaling.type", None)
+        factor = key("rope.scaling.factor", None)
+        if factor is None:
+            factor = key("rope.scale_linear", None)  # older GGUF key
+        factor = float(factor) if factor else 1.0
+        if scaling_type in (None, "linear"):
+            self.rope_linear_factor = factor
+        elif scaling_type in ("none", "llama3"):
+            self.rope_linear_factor = 1.0
+        else:
+            raise ValueError("unsupported rope.scaling.type %r" % scaling_type)
+
+        if self.n_head % self.n_head_kv:
+            raise ValueError("head_count %d is not a multiple of head_count_kv %d" % (self.n_head, self.n_head_kv))
+        if self.n_rot % 2 or self.n_rot > self.head_dim:
+            raise ValueError("rope.dimension_count %d invalid for head_dim %d" % (self.n_rot, self.head_dim))
+
+    def __repr__(self):
+        return ("LlamaConfig(arch=%s, n_embd=%d, n_layer=%d, n_head=%d, n_head_kv=%d, head_dim=%d, n_ff=%d, "
+                "eps=%g, rope_base=%g, n_rot=%d, neox=%s, linear_factor=%g)"
+                % (self.arch, self.n_embd, self.n_layer, self.n_head, self.n_head_kv, self.head_dim, self.n_ff,
+                   self.rms_eps, self.rope_base, self.n_rot, self.rope_neox, self.rope_linear_factor))
+
+
+def rms_norm(x, weight, eps):
+    """x: (..., n), weight: (n,) -> x / sqrt(mean(x^2) + eps) * weight."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def rope_angles(cfg, n_tokens, freq_factors):
+    """(n_tokens, n_rot/2) angles: position p, pair i -> p * base^(-2i/n_rot) / ff[i] / linear."""
+    i = np.arange(cfg.n_rot // 2, dtype=np.float64)
+    inv_freq = cfg.rope_base ** (-2.0 * i / cfg.n_rot)
+    if freq_factors is not None:
+        inv_freq = inv_freq / freq_factors
+    inv_freq = inv_freq / cfg.rope_linear_factor
+    pos = np.arange(n_tokens, dtype=np.float64)
+    return pos[:, None] * inv_freq[None, :]
+
+
+def apply_rope(x, angles, n_rot, neox):
+    """x: (n_tokens, n_heads, head_dim); angles: (n_tokens, n_rot/2). Returns a rotated copy."""
+    out = x.copy()
+    cos = np.cos(angles)[:, None, :]  # broadcast over heads
+    sin = np.sin(angles)[:, None, :]
+    if neox:
+        a, b = x[..., 0:n_rot // 2], x[..., n_rot // 2:n_rot]
+        out[..., 0:n_rot // 2] = a * cos - b * sin
+        out[..., n_rot // 2:n_rot] = a * sin + b * cos
+    else:
+        a, b = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+        out[..., 0:n_rot:2] = a * cos - b * sin
+        out[..., 1:n_rot:2] = a * sin + b * cos
+    return out
+
+
+def causal_attention(q, k, v, n_head_kv):
+    """q: (T, n_head, hd), k/v: (T, n_head_kv, hd) -> (T, n_head, hd).
+    Query head h attends with kv head h // (n_head / n_head_kv); position t sees 0..t."""
+    n_tokens, n_head, head_dim = q.shape
+    group = n_head // n_head_kv
+    kv_of_head = np.arange(n_head) // group
+    k = k[:, kv_of_head, :]            # (T, n_head, hd): kv heads repeated per group
+    v = v[:, kv_of_head, :]
+    scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(head_dim)   # (n_head, T, T)
+    future = np.triu(np.ones((n_tokens, n_tokens), dtype=bool), k=1)
+    scores = np.where(future[None, :, :], -np.inf, scores)
+    scores = scores - scores.max(axis=-1, keepdims=True)
+    probs = np.exp(scores)
+    probs = probs / probs.sum(axis=-1, keepdims=True)
+    return np.einsum("hqk,khd->qhd", probs, v)
+
+
+class LlamaModel:
+    def __init__(self, gguf):
+        self.cfg = cfg = LlamaConfig(gguf)
+
+        def weight(name, shape=None, optional=False):
+            if not gguf.has_tensor(name):
+                if optional:
+                    return None
+                raise ValueError("missing tensor %s" % name)
+            w = gguf.tensor(name).astype(np.float64)
+            if shape is not None and w.shape != tuple(shape):
+                raise ValueError("tensor %s has numpy shape %s, want %s" % (name, w.shape, tuple(shape)))
+            return w
+
+        E, H, KV, D, F = cfg.n_embd, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_ff
+        self.token_embd = weight("token_embd.weight")                  # (n_vocab, E)
+        self.n_vocab = self.token_embd.shape[0]
+        if self.token_embd.shape != (self.n_vocab, E):
+            raise ValueError("token_embd.weight shape %s" % (self.token_embd.shape,))
+        self.output_norm = weight("output_norm.weight", (E,))
+        self.output = weight("output.weight", (self.n_vocab, E), optional=True)
+        self.tied_output = self.output is None
+        if self.tied_output:
+            self.output = self.token_embd
+        self.rope_freqs = weight("rope_freqs.weight", (cfg.n_rot // 2,), optional=True)
+
+        self.layers = []
+        for il in range(cfg.n_layer):
+            p = "blk.%d." % il
+            self.layers.append({
+                "attn_norm": weight(p + "attn_norm.weight", (E,)),
+                "wq": weight(p + "attn_q.weight", (H * D, E)),
+                "wk": weight(p + "attn_k.weight", (KV * D, E)),
+                "wv": weight(p + "attn_v.weight", (KV * D, E)),
+                "bq": weight(p + "attn_q.bias", (H * D,), optional=True),
+                "bk": weight(p + "attn_k.bias", (KV * D,), optional=True),
+                "bv": weight(p + "attn_v.bias", (KV * D,), optional=True),
+                "q_norm": weight(p + "attn_q_norm.weight", (D,), optional=True),
+                "k_norm": weight(p + "attn_k_norm.weight", (D,), optional=True),
+                "wo": weight(p + "attn_output.weight", (E, H * D)),
+                "ffn_norm": weight(p + "ffn_norm.weight", (E,)),
+                "w_gate": weight(p + "ffn_gate.weight", (F, E)),
+                "w_up": weight(p + "ffn_up.weight", (F, E)),
+                "w_down": weight(p + "ffn_down.weight", (E, F)),
+            })
+        if cfg.arch == "qwen3" and self.layers and self.layers[0]["q_norm"] is None:
+            raise ValueError("qwen3 model without attn_q_norm.weight")
+
+    def forward(self, tokens):
+        """tokens: list of ids -> logits (n_tokens, n_vocab) float64, every position."""
+        cfg = self.cfg
+        tokens = np.asarray(tokens, dtype=np.int64)
+        if tokens.ndim != 1 or tokens.size == 0:
+            raise ValueError("need a non-empty 1-D token list")
+        if tokens.min() < 0 or tokens.max() >= self.n_vocab:
+            raise ValueError("token id out of range [0, %d)" % self.n_vocab)
+        T, H, KV, D = tokens.size, cfg.n_head, cfg.n_head_kv, cfg.head_dim
+        angles = rope_angles(cfg, T, self.rope_freqs)                  # (T, n_rot/2)
+
+        x = self.token_embd[tokens]                                    # (T, E) residual stream
+        for L in self.layers:
+            h = rms_norm(x, L["attn_norm"], cfg.rms_eps)
+            q = h @ L["wq"].T                                          # (T, H*D)
+            k = h @ L["wk"].T                                          # (T, KV*D)
+            v = h @ L["wv"].T
+            if L["bq"] is not None:
+                q = q + L["bq"]
+            if L["bk"] is not None:
+                k = k + L["bk"]
+            if L["bv"] is not None:
+                v = v + L["bv"]
+            q = q.reshape(T, H, D)
+            k = k.reshape(T, KV, D)
+            v = v.reshape(T, KV, D)
+            if L["q_norm"] is not None:
+                q = rms_norm(q, L["q_norm"], cfg.rms_eps)
+            if L["k_norm"] is not None:
+                k = rms_norm(k, L["k_norm"], cfg.rms_eps)
+            q = apply_rope(q, angles, cfg.n_rot, cfg.rope_neox)
+            k = apply_rope(k, angles, cfg.n_rot, cfg.rope_neox)
+            attn = causal_attention(q, k, v, KV).reshape(T, H * D)
+            x = x + attn @ L["wo"].T
+
+            h = rms_norm(x, L["ffn_norm"], cfg.rms_eps)
+            ff = silu(h @ L["w_gate"].T) * (h @ L["w_up"].T)           # (T, F)
+            x = x + ff @ L["w_down"].T
+
+        return rms_norm(x, self.output_norm, cfg.rms_eps) @ self.output.T   # (T, n_vocab)
+
+    def greedy(self, prompt, n_new):
+        """Greedy decoding: the n_new ids after prompt (recomputes the full sequence per step)."""
+        tokens = list(prompt)
+        for _ in range(n_new):
+            tokens.append(int(np.argmax(self.forward(tokens)[-1])))
+        return tokens[len(prompt):]

@@ -1,0 +1,445 @@
+#!/usr/bin/python3
+"""Checks pagoda's forward pass against an independent numpy reference.
+
+For each case: `pagoda synth` writes a small random-weight GGUF, `pagoda
+logits` writes its float32 logits for every position of a fixed token list,
+and the numpy reference (llama_numpy.py over gguf_numpy.py, which share no code
+with pagoda) computes the same logits in float64 from the same file. Cases
+cover llama (GQA, tied embeddings, llama3 and linear RoPE scaling, head_dim !=
+dim/heads), qwen2 (q/k/v biases), qwen3 (q/k norm), every supported weight
+type, the one-token-at-a-time decode path, and the real stories260K model.
+
+Before any pagoda case it checks the reference itself: the dequantizer
+self-test (gguf_numpy.self_test) and greedy decoding of stories260K from BOS,
+which must give the 32 ids recorded in shared/models/stories260K/README.md.
+
+Usage (Debian's interpreter, which has numpy):
+    /usr/bin/python3 tests/model/numpy_reference_test.py --pagoda build/release/pagoda --workdir /tmp/npref
+    [--models DIR] [--threads N] [-k SUBSTRING]
+Without --pagoda only the reference self-checks run. Exit status 0 when every
+case passes, 1 otherwise.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf_numpy  # noqa: E402
+import llama_numpy  # noqa: E402
+
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+DEFAULT_MODELS = os.path.join(REPO_ROOT, "..", "shared", "models")
+
+# stories260K greedy continuation of BOS (shared/models/stories260K/README.md).
+STORIES_GREEDY = [403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338,
+                  401, 396, 267, 337, 410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385]
+
+# 16 tokens: BOS first, ids spread over the 320-token synthetic vocabulary,
+# including 0 and the last id (an off-by-one in the embedding/output row shows).
+TOKENS = [1, 5, 9, 42, 77, 100, 3, 250, 17, 64, 128, 199, 0, 31, 319, 8]
+# 96 tokens (positions 0..95) for the RoPE-scaling and decode cases: Llama-3
+# frequency factors only touch the slowest-turning pairs, which at 16 positions
+# move < 0.01 rad (a missing rope_freqs then shows as only 1e-3 relative);
+# at 96 positions the difference is several times larger. Also exercises a
+# longer KV cache in the one-token-at-a-time path.
+LONG_TOKENS = [1] + [(37 * i + 11) % 320 for i in range(95)]
+
+# ---------------------------------------------------------------------------
+# Tolerances.
+#
+# The reference decodes weights exactly as stored, so the only legitimate
+# differences come from pagoda's arithmetic: float32 instead of float64, other
+# summation orders, and the activation rounding its matmul kernels do (inputs
+# rounded to f16 / bf16 for half-precision weights, quantized to Q8_0 blocks of
+# 32 or Q8_K blocks of 256 for quantized weights, as ggml does).
+#
+# The bounds were set by simulating exactly that in numpy: the reference
+# forward with every matmul input rounded that way and computed in float32,
+# on 20 seeds of synth's weight distribution (uniform, std 1/sqrt(fan_in),
+# embeddings std 1), dim 256, ffn 768, 2 layers, the 16 TOKENS. Worst case
+# over the seeds, max|diff| / max|ref|:
+#     f32 9.5e-7   f16 5.1e-4   bf16 3.8e-3   Q8_0 1.3e-2   Q8_K 1.9e-2
+# and 1 - correlation: f32 ~1e-12, f16 1e-7, bf16 6e-6, Q8_0 6e-5, Q8_K 1.3e-4.
+# A layout bug (nibble order, scale packing, RoPE pairing, GQA mapping) gives
+# errors of the order of the logits themselves and correlation far below 0.99,
+# so each bound leaves ~2x (or more) margin over the legitimate error while
+# staying well below a real bug. (First run against pagoda: f32/f16/bf16
+# ~3e-7 -- its f16/bf16 kernels keep activations in f32 -- and quantized types
+# 1.0e-2..1.8e-2, as simulated.) Bugs checked to fail: NeoX vs normal RoPE
+# (0.36), missing qwen2 biases (0.19), missing qwen3 q/k norm (0.11), ignored
+# linear RoPE factor (0.31), missing llama3 rope_freqs (3.8e-3 at 96 tokens),
+# wrong attention scale for head_dim != dim/heads (0.18), swapped Q4_K nibble
+# halves (1.4, correlation 0.39). Not detectable at these scales: RMS eps
+# 1e-6 vs 1e-5 (6e-6).
+#   f32:   1e-4 relative (100x the measured 1e-6 float32 noise; catches e.g. a
+#          RoPE angle computed in float16 or a misplaced norm weight).
+#   f16:   1e-3 relative (2x the f16-activation error).
+#   bf16:  1e-2 relative — not 1e-3: bf16 keeps 8 mantissa bits, so rounding
+#          activations to bf16 costs 3.8e-3 by itself (2.6x margin).
+#   quant: 3e-2 relative (1.6x over Q8_K's 1.9e-2; Q8_0 types have 2.3x).
+#          Correlation must exceed 0.999 (7x margin in 1 - corr).
+# Argmax: must agree at >= 90% of positions, not counting positions where the
+# reference's top two logits are within 2 * (allowed abs error) of each other:
+# there either choice is within tolerance (plain argmax agreement dropped to
+# 88% for Q8_K on one seed in the simulation, all from such near-ties).
+# ---------------------------------------------------------------------------
+class Tolerance:
+    def __init__(self, max_rel, min_corr, min_argmax=0.9):
+        self.max_rel = max_rel
+        self.min_corr = min_corr
+        self.min_argmax = min_argmax
+
+
+TOL_F32 = Tolerance(max_rel=1e-4, min_corr=0.99999)
+TOL_F16 = Tolerance(max_rel=1e-3, min_corr=0.99999)
+TOL_BF16 = Tolerance(max_rel=1e-2, min_corr=0.9999)
+TOL_QUANT = Tolerance(max_rel=3e-2, min_corr=0.999)
+TOLERANCES = {"f32": TOL_F32, "f16": TOL_F16, "bf16": TOL_BF16}
+
+
+def tolerance_for(weight_type):
+    return TOLERANCES.get(weight_type, TOL_QUANT)
+
+
+# ---------------------------------------------------------------------------
+# Cases
+# ---------------------------------------------------------------------------
+SHAPE = ["--dim", "256", "--layers", "2", "--heads", "4", "--kv-heads", "2",
+         "--ffn", "512", "--vocab", "320", "--ctx", "128"]
+# K-quants have 256-value super-blocks: ffn_down's width (ffn) must be a multiple of 256.
+SHAPE_K = ["--dim", "256", "--layers", "2", "--heads", "4", "--kv-heads", "2",
+           "--ffn", "768", "--vocab", "320", "--ctx", "128"]
+SHAPE_HEAD_DIM = ["--dim", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--head-dim", "32",
+                  "--ffn", "128", "--vocab", "320", "--ctx", "128"]
+K_QUANTS = ("q4_k", "q5_k", "q6_k")
+SEED = "7"
+
+
+class Case:
+    """A synth model compared on a token list (TOKENS unless given). `expect(gguf)`
+    returns a list of problems with the written file, so a case fails if the file
+    does not contain what the case's name says it tests."""
+
+    def __init__(self, name, arch, weight_type, shape, extra=(), logits_extra=(), expect=None, tokens=TOKENS):
+        self.name = name
+        self.tokens = tokens
+        self.arch = arch
+        self.weight_type = weight_type
+        self.shape = shape
+        self.extra = list(extra)
+        self.logits_extra = list(logits_extra)
+        self.expect = expect
+
+
+def expect_arch_and_type(arch, weight_type):
+    ggml_type = {"f32": gguf_numpy.F32, "f16": gguf_numpy.F16, "bf16": gguf_numpy.BF16,
+                 "q8_0": gguf_numpy.Q8_0, "q4_0": gguf_numpy.Q4_0, "q4_1": gguf_numpy.Q4_1,
+                 "q5_0": gguf_numpy.Q5_0, "q5_1": gguf_numpy.Q5_1, "q4_k": gguf_numpy.Q4_K,
+                 "q5_k": gguf_numpy.Q5_K, "q6_k": gguf_numpy.Q6_K}[weight_type]
+
+    def check(g):
+        problems = []
+        if g.get("general.architecture") != arch:
+            problems.append("architecture is %r, want %r" % (g.get("general.architecture"), arch))
+        for name in ("blk.0.attn_q.weight", "blk.0.ffn_down.weight", "blk.1.attn_output.weight"):
+            t = g.tensors.get(name)
+            if t is None:
+                problems.append("no tensor " + name)
+            elif t.ggml_type != ggml_type:
+                problems.append("%s is %s, want %s" % (name, gguf_numpy.type_name(t.ggml_type),
+                                                       gguf_numpy.type_name(ggml_type)))
+        return problems
+    return check
+
+
+def with_checks(base, *more):
+    """Combine expect functions; each extra one is (description, predicate(gguf))."""
+    def check(g):
+        problems = base(g)
+        problems += [desc for desc, ok in more if not ok(g)]
+        return problems
+    return check
+
+
+def build_cases():
+    llama_f32 = expect_arch_and_type("llama", "f32")
+    cases = [
+        Case("llama-f32-gqa", "llama", "f32", SHAPE, expect=with_checks(
+            llama_f32, ("has output.weight", lambda g: g.has_tensor("output.weight")))),
+        Case("llama-f32-tied", "llama", "f32", SHAPE, extra=["--tied"], expect=with_checks(
+            llama_f32, ("no output.weight (tied)", lambda g: not g.has_tensor("output.weight")))),
+        Case("llama-f32-rope-llama3", "llama", "f32", SHAPE, extra=["--rope-scaling", "llama3"], tokens=LONG_TOKENS,
+             expect=with_checks(llama_f32, ("has rope_freqs.weight", lambda g: g.has_tensor("rope_freqs.weight")))),
+        Case("llama-f32-rope-linear", "llama", "f32", SHAPE, extra=["--rope-scaling", "linear"], tokens=LONG_TOKENS,
+             expect=with_checks(llama_f32, ("rope.scaling.type is linear with a factor",
+                                            lambda g: g.get("llama.rope.scaling.type") == "linear"
+                                            and g.get("llama.rope.scaling.factor", 1.0) != 1.0))),
+        Case("llama-f32-head-dim-32", "llama", "f32", SHAPE_HEAD_DIM, expect=with_checks(
+            llama_f32, ("attention.key_length is 32", lambda g: g.get("llama.attention.key_length") == 32))),
+        Case("qwen2-f32-bias", "qwen2", "f32", SHAPE, expect=with_checks(
+            expect_arch_and_type("qwen2", "f32"),
+            ("has attn_q/k/v biases", lambda g: all(g.has_tensor("blk.0.attn_%s.bias" % x) for x in "qkv")))),
+        Case("qwen3-f32-qk-norm", "qwen3", "f32", SHAPE, expect=with_checks(
+            expect_arch_and_type("qwen3", "f32"),
+            ("has attn_q_norm/attn_k_norm", lambda g: g.has_tensor("blk.0.attn_q_norm.weight")
+             and g.has_tensor("blk.0.attn_k_norm.weight")))),
+    ]
+    for t in ("f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"):
+        cases.append(Case("llama-" + t, "llama", t, SHAPE_K if t in K_QUANTS else SHAPE,
+                          expect=expect_arch_and_type("llama", t)))
+    # Quantized weights together with the qwen-specific parts.
+    cases.append(Case("qwen2-q8_0-bias", "qwen2", "q8_0", SHAPE, expect=expect_arch_and_type("qwen2", "q8_0")))
+    cases.append(Case("qwen3-q4_k-qk-norm", "qwen3", "q4_k", SHAPE_K, expect=expect_arch_and_type("qwen3", "q4_k")))
+    # The decode path: one token per forward call, through the KV cache.
+    cases.append(Case("llama-f32-decode", "llama", "f32", SHAPE, logits_extra=["--one-by-one"], expect=llama_f32,
+                      tokens=LONG_TOKENS))
+    cases.append(Case("llama-q4_k-decode", "llama", "q4_k", SHAPE_K, logits_extra=["--one-by-one"],
+                      expect=expect_arch_and_type("llama", "q4_k"), tokens=LONG_TOKENS))
+    return cases
+
+
+# ---------------------------------------------------------------------------
+# Comparison
+# ---------------------------------------------------------------------------
+class Result:
+    def __init__(self, name, weight_type):
+        self.name = name
+        self.weight_type = weight_type
+        self.ok = False
+        self.max_abs = None
+        self.rel = None
+        self.corr = None
+        self.argmax = ""
+        self.tol = None
+        self.error = ""
+        self.seconds = 0.0
+
+
+def compare(result, ref, got, tol):
+    """Fill result's metrics; result.ok = every criterion holds. ref float64, got float32, same shape."""
+    result.tol = tol
+    if not np.all(np.isfinite(got)):
+        bad = np.argwhere(~np.isfinite(got))[0]
+        result.error = "pagoda logits not finite at position %d, token %d" % (bad[0], bad[1])
+        return
+    diff = np.abs(got.astype(np.float64) - ref)
+    scale = np.abs(ref).max()
+    result.max_abs = float(diff.max())
+    result.rel = result.max_abs / scale if scale > 0 else float("inf")
+    result.corr = float(np.corrcoef(ref.ravel(), got.ravel().astype(np.float64))[0, 1])
+
+    # Argmax agreement, not counting near-ties (see the tolerance notes).
+    allowed_abs = tol.max_rel * scale
+    ref_top2 = np.sort(ref, axis=1)[:, -2:]
+    clear = (ref_top2[:, 1] - ref_top2[:, 0]) > 2 * allowed_abs
+    same = ref.argmax(axis=1) == got.argmax(axis=1)
+    n_clear = int(clear.sum())
+    n_agree = int((same & clear).sum())
+    result.argmax = "%d/%d" % (int(same.sum()), len(same))
+    argmax_ok = n_clear == 0 or n_agree >= tol.min_argmax * n_clear
+
+    problems = []
+    if not result.rel <= tol.max_rel:
+        worst = np.unravel_index(np.argmax(diff), diff.shape)
+        problems.append("max|diff| %.3g at position %d token %d (ref %.6g, pagoda %.6g) > %.0e * max|ref| %.4g"
+                        % (result.max_abs, worst[0], worst[1], ref[worst], got[worst], tol.max_rel, scale))
+    if not result.corr > tol.min_corr:
+        problems.append("correlation %.6f <= %s" % (result.corr, tol.min_corr))
+    if not argmax_ok:
+        problems.append("argmax agrees at %d of %d clear positions (< %d%%)" % (n_agree, n_clear, 100 * tol.min_argmax))
+    result.error = "; ".join(problems)
+    result.ok = not problems
+
+
+def run(cmd, timeout=300):
+    """Runs cmd; returns None on success, else a one-line reason (last stderr line)."""
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    except FileNotFoundError:
+        return "cannot execute %s" % cmd[0]
+    except subprocess.TimeoutExpired:
+        return "timed out after %ds: %s" % (timeout, " ".join(cmd))
+    if proc.returncode != 0:
+        lines = [l for l in proc.stderr.decode("utf-8", "replace").splitlines() if l.strip()]
+        last = lines[-1].strip() if lines else "(no stderr)"
+        return "`%s %s` exited %d: %s" % (os.path.basename(cmd[0]), cmd[1], proc.returncode, last)
+    return None
+
+
+def read_logits(path, n_tokens, n_vocab):
+    got = np.fromfile(path, dtype="<f4")
+    if got.size != n_tokens * n_vocab:
+        raise ValueError("%s holds %d floats, want %d tokens x %d vocab = %d"
+                         % (path, got.size, n_tokens, n_vocab, n_tokens * n_vocab))
+    return got.reshape(n_tokens, n_vocab)
+
+
+def pagoda_logits(args, model_path, tokens, out_path, extra=()):
+    cmd = [args.pagoda, "logits", "-m", model_path, "--tokens", ",".join(map(str, tokens)), "--out", out_path]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    return run(cmd + list(extra))
+
+
+def run_case(args, case):
+    result = Result(case.name, case.weight_type)
+    model_path = os.path.join(args.workdir, case.name + ".gguf")
+    logits_path = os.path.join(args.workdir, case.name + ".f32")
+    for p in (model_path, logits_path):
+        if os.path.exists(p):
+            os.unlink(p)
+    err = run([args.pagoda, "synth", "--arch", case.arch, "--type", case.weight_type, "--seed", SEED]
+              + case.shape + case.extra + ["-o", model_path])
+    if err:
+        result.error = err
+        return result
+    try:
+        g = gguf_numpy.GgufFile(model_path)
+        problems = case.expect(g) if case.expect else []
+        if problems:
+            result.error = "synth file does not fit the case: " + "; ".join(problems)
+            return result
+        model = llama_numpy.LlamaModel(g)
+        ref = model.forward(case.tokens)
+    except (gguf_numpy.GgufError, ValueError) as e:
+        result.error = "reference: %s" % e
+        return result
+    err = pagoda_logits(args, model_path, case.tokens, logits_path, case.logits_extra)
+    if err:
+        result.error = err
+        return result
+    try:
+        got = read_logits(logits_path, len(case.tokens), model.n_vocab)
+    except ValueError as e:
+        result.error = str(e)
+        return result
+    compare(result, ref, got, tolerance_for(case.weight_type))
+    return result
+
+
+# ---------------------------------------------------------------------------
+# Reference self-checks and the real-model case
+# ---------------------------------------------------------------------------
+def stories_path(args):
+    return os.path.join(args.models, "stories260K", "stories260K.gguf")
+
+
+def check_reference_dequant():
+    result = Result("reference: dequant self-test", "-")
+    try:
+        gguf_numpy.self_test(verbose=False)
+        result.ok = True
+    except AssertionError as e:
+        result.error = str(e)
+    return result
+
+
+def check_reference_stories(args):
+    """The reference must reproduce stories260K's known greedy continuation of BOS."""
+    result = Result("reference: stories260K greedy", "f32")
+    path = stories_path(args)
+    if not os.path.exists(path):
+        result.error = "missing %s (pass --models)" % path
+        return result
+    model = llama_numpy.LlamaModel(gguf_numpy.GgufFile(path))
+    ids = model.greedy([1], len(STORIES_GREEDY))
+    n_same = 0
+    while n_same < len(ids) and ids[n_same] == STORIES_GREEDY[n_same]:
+        n_same += 1
+    result.argmax = "%d/%d" % (n_same, len(STORIES_GREEDY))
+    if n_same == len(STORIES_GREEDY):
+        result.ok = True
+    else:
+        result.error = "greedy ids differ from README at step %d: got %d, want %d" % (
+            n_same, ids[n_same], STORIES_GREEDY[n_same])
+    return result
+
+
+def check_pagoda_stories(args):
+    """pagoda vs reference on the real stories260K model (F32, tied in training,
+    separate output.weight in the GGUF), over BOS + its greedy continuation."""
+    result = Result("stories260K-f32-real", "f32")
+    path = stories_path(args)
+    if not os.path.exists(path):
+        result.error = "missing %s (pass --models)" % path
+        return result
+    tokens = [1] + STORIES_GREEDY[:15]
+    model = llama_numpy.LlamaModel(gguf_numpy.GgufFile(path))
+    ref = model.forward(tokens)
+    out = os.path.join(args.workdir, "stories260K.f32")
+    if os.path.exists(out):
+        os.unlink(out)
+    err = pagoda_logits(args, path, tokens, out)
+    if err:
+        result.error = err
+        return result
+    try:
+        got = read_logits(out, len(tokens), model.n_vocab)
+    except ValueError as e:
+        result.error = str(e)
+        return result
+    compare(result, ref, got, TOL_F32)
+    return result
+
+
+# ---------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------
+def fmt(x, spec):
+    return "-" if x is None else spec % x
+
+
+def print_table(results):
+    header = "%-30s %-5s %10s %9s %7s %12s %7s  %s" % (
+        "case", "type", "max|diff|", "relative", "tol", "correlation", "argmax", "result")
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        print("%-30s %-5s %10s %9s %7s %12s %7s  %s" % (
+            r.name, r.weight_type, fmt(r.max_abs, "%.3g"), fmt(r.rel, "%.2e"),
+            fmt(r.tol.max_rel if r.tol else None, "%.0e"), fmt(r.corr, "%.8f"), r.argmax or "-",
+            "PASS" if r.ok else "FAIL"))
+    failed = [r for r in results if not r.ok]
+    if failed:
+        print()
+        for r in failed:
+            print("FAIL %s: %s" % (r.name, r.error))
+    print()
+    print("%d passed, %d failed" % (len(results) - len(failed), len(failed)))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pagoda", help="path to the pagoda binary (omit to run only the reference self-checks)")
+    parser.add_argument("--workdir", default="numpy_ref_work", help="where GGUF and logits files are written")
+    parser.add_argument("--models", default=DEFAULT_MODELS, help="shared models directory (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=0, help="passed to `pagoda logits --threads`")
+    parser.add_argument("-k", dest="filter", default="", help="run only cases whose name contains this")
+    args = parser.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+
+    results = [check_reference_dequant(), check_reference_stories(args)]
+    if args.pagoda:
+        if not os.path.isfile(args.pagoda) or not os.access(args.pagoda, os.X_OK):
+            print("warning: pagoda binary not found or not executable: %s" % args.pagoda)
+        jobs = [lambda: check_pagoda_stories(args)] if args.filter in "stories260K-f32-real" else []
+        jobs += [(lambda c=c: run_case(args, c)) for c in build_cases() if args.filter in c.name]
+        for job in jobs:
+            start = time.time()
+            r = job()
+            r.seconds = time.time() - start
+            results.append(r)
+    else:
+        print("(no --pagoda given: reference self-checks only)")
+    print_table(results)
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
