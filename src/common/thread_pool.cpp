@@ -2,6 +2,8 @@
 
 #include <sched.h>
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace pagoda {
@@ -11,11 +13,26 @@ namespace {
 // step launches a few hundred kernels back to back, and a futex wake costs
 // several microseconds each time.
 constexpr int kSpinIterations = 20000;
+// Of those, the first kPureSpinIterations only pause; later ones yield the core
+// instead. When runnable threads outnumber free cores (a loaded machine, or
+// --threads above the core count), a waiter that never yields holds the core
+// that the thread it waits for needs. On an idle machine sched_yield returns at
+// once, so yielding costs nothing there.
+constexpr int kPureSpinIterations = 2000;
 
 inline void cpu_relax() {
 #if defined(__x86_64__)
   __builtin_ia32_pause();
 #endif
+}
+
+// One step of a spin-wait that has already waited `spins` steps.
+inline void spin_step(int spins) {
+  if (spins < kPureSpinIterations) {
+    cpu_relax();
+  } else {
+    std::this_thread::yield();
+  }
 }
 }  // namespace
 
@@ -38,8 +55,9 @@ ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-    generation_.fetch_add(1, std::memory_order_release);
+    stop_.store(true, std::memory_order_relaxed);
+    // A new seq wakes every worker; closed, so none joins it.
+    state_.store(((job_seq_ + 1) << 32) | kClosedBit, std::memory_order_release);
   }
   cv_.notify_all();
   for (auto& w : workers_) w.join();
@@ -59,38 +77,57 @@ void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
     for (int64_t i = 0; i < n_tasks; ++i) fn(ctx, i, 0);
     return;
   }
+  // The previous job is closed with nobody inside (invariant 2), so the job
+  // fields are ours to write; the release store of the new seq publishes them.
   n_tasks_ = n_tasks;
   fn_ = fn;
   ctx_ = ctx;
   next_task_.store(0, std::memory_order_relaxed);
-  active_.store(num_threads_ - 1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
+    ++job_seq_;
+    state_.store(job_seq_ << 32, std::memory_order_release);  // open, nobody joined
   }
   cv_.notify_all();
   work(0);
-  while (active_.load(std::memory_order_acquire) != 0) cpu_relax();
+  // Every task is claimed: let no one else in, then wait for those inside to
+  // finish their tasks (their release decrements make the results visible).
+  state_.fetch_or(kClosedBit, std::memory_order_acq_rel);
+  for (int spins = 0; (state_.load(std::memory_order_acquire) & kJoinedMask) != 0; ++spins)
+    spin_step(std::min(spins, kPureSpinIterations));
 }
 
 void ThreadPool::worker_loop(int thread_idx) {
-  uint64_t seen = 0;
+  uint64_t seen_seq = 0;
   for (;;) {
-    int spins = 0;
-    uint64_t gen;
-    while ((gen = generation_.load(std::memory_order_acquire)) == seen && spins < kSpinIterations) {
-      cpu_relax();
-      ++spins;
+    // Wait for a job newer than the last one this worker saw.
+    uint64_t s = state_.load(std::memory_order_acquire);
+    for (int spins = 0; seq_of(s) == seen_seq && spins < kSpinIterations; ++spins) {
+      spin_step(spins);
+      s = state_.load(std::memory_order_acquire);
     }
-    if (gen == seen) {
+    if (seq_of(s) == seen_seq) {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-      gen = generation_.load(std::memory_order_acquire);
+      cv_.wait(lock, [&] {
+        s = state_.load(std::memory_order_acquire);
+        return seq_of(s) != seen_seq;
+      });
     }
-    seen = gen;
-    if (stop_) return;
+    if (stop_.load(std::memory_order_acquire)) return;
+    seen_seq = seq_of(s);
+    // Join it unless it is already closed (then skip it; a failed CAS that shows
+    // a newer seq is picked up by the wait above).
+    bool joined = false;
+    while (seq_of(s) == seen_seq && (s & kClosedBit) == 0) {
+      if (state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
+                                       std::memory_order_acquire)) {
+        joined = true;
+        break;
+      }
+    }
+    if (!joined) continue;
     work(thread_idx);
-    active_.fetch_sub(1, std::memory_order_acq_rel);
+    state_.fetch_sub(1, std::memory_order_release);
   }
 }
 

@@ -1,0 +1,53 @@
+// Internal to kernels/: the per-ISA tables behind the dispatching functions of ops.h,
+// so tests and benchmarks can run every path the CPU supports side by side (best_isa()
+// is fixed once per process).
+//
+// Contract: ops_kernels(isa) returns the table of one instruction-set level; calling a
+// table whose isa is not isa_supported() is undefined (SIGILL). The Scalar table is the
+// *_ref functions. The tables are constant-initialized, so they are usable from static
+// initializers and from any thread.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu_features.h"
+#include "kernels/ops.h"
+
+namespace pagoda::ops_internal {
+
+struct OpsKernels {
+  Isa isa;
+  void (*rms_norm)(const float* x, const float* w, float* y, int64_t n, float eps);
+  void (*softmax)(float* x, int64_t n);
+  void (*swiglu)(const float* gate, const float* up, float* out, int64_t n);
+  void (*add_inplace)(float* y, const float* x, int64_t n);
+  void (*rope)(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
+               const float* inv_freq, bool neox, float attn_factor);
+  void (*rope_apply)(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
+                     const float* cos, const float* sin, bool neox);
+  float (*dot_f32)(const float* a, const float* b, int64_t n);
+  void (*axpy_f32)(float a, const float* x, float* y, int64_t n);
+  void (*scale_f32)(float* y, float a, int64_t n);
+  void (*exp_f32)(const float* x, float* y, int64_t n);
+};
+
+extern const OpsKernels kOpsScalar;  // ops.cpp
+extern const OpsKernels kOpsAvx2;    // ops_avx2.cpp
+extern const OpsKernels kOpsAvx512;  // ops_avx512.cpp
+
+const OpsKernels& ops_kernels(Isa isa);
+
+// RoPE works on chunks of at most this many pairs, so the cos/sin table lives on the
+// stack (3 KiB) and covers head_dim 256 in one chunk.
+constexpr int64_t kRopeChunkPairs = 128;
+
+// cos_out[j] = attn_factor * cos(pos * inv_freq[pair_begin + j]), sin_out likewise, for
+// j < pair_end - pair_begin, evaluated in double and rounded once. Shared by every ISA so
+// their rope() results differ only in the final multiply-adds.
+void rope_cos_sin(float* cos_out, float* sin_out, int64_t pair_begin, int64_t pair_end,
+                  int64_t pos, const float* inv_freq, float attn_factor);
+
+// Argument checks shared by every rope() path (aborts on misuse).
+void rope_check_args(int64_t n_heads, int64_t head_dim, int64_t n_rot);
+
+}  // namespace pagoda::ops_internal
