@@ -1,7 +1,48 @@
-// pagoda — command-line entry point (subcommands are added as modules land).
+// pagoda — command-line entry point: dispatches to the subcommands in commands.h.
 #include <cstdio>
+#include <map>
+
+#include "cli/commands.h"
+#include "common/error.h"
 
 int main(int argc, char** argv) {
-  std::fprintf(stderr, "usage: pagoda <command> [options]\n");
+  CLI::App app{"pagoda: a paged-KV LLM inference server for GGUF Llama-family models"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Show help for all subcommands");
+  std::map<CLI::App*, pagoda::cli::Runner> runners;
+  auto add = [&](const char* name, const char* desc, pagoda::cli::Runner (*fn)(CLI::App&)) {
+    CLI::App* sub = app.add_subcommand(name, desc);
+    runners[sub] = fn(*sub);
+  };
+  add("generate", "Generate text from a prompt, streaming it to stdout", pagoda::cli::add_generate);
+  add("bench-model", "Measure prompt-processing and generation speed, with the decode roofline",
+      pagoda::cli::add_bench_model);
+  add("inspect", "Print a GGUF file's metadata and tensor table", pagoda::cli::add_inspect);
+  add("tokenize", "Print the token ids (and pieces) of a text", pagoda::cli::add_tokenize);
+  add("synth", "Write a random-weight model of a real shape as GGUF", pagoda::cli::add_synth);
+  add("logits", "Write the raw logits of a token sequence (for reference checks)", pagoda::cli::add_logits);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "pagoda: %s\n", e.what());
+    CLI::App* failing = &app;
+    for (CLI::App* sub : app.get_subcommands()) failing = sub;
+    std::fprintf(stderr, "%s", failing->help().c_str());
+    return 2;
+  }
+  try {
+    for (CLI::App* sub : app.get_subcommands()) return runners.at(sub)();
+  } catch (const pagoda::Error& e) {
+    std::fprintf(stderr, "pagoda: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pagoda: internal error: %s\n", e.what());
+    return 1;
+  }
   return 2;
 }

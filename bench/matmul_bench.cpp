@@ -1,0 +1,200 @@
+// Matmul throughput at TinyLlama-1.1B shapes (dim 2048, FFN 5632, vocab 32000),
+// per weight type and ISA: matvec (decode, 1 token) reports bytes/s of weights
+// streamed (compare with MemoryReadBandwidth, the roofline), and the 512-token
+// matmul (prefill) reports ops/s (2 x rows x cols x tokens).
+//
+//   matmul_bench [--benchmark_filter=Matvec/q4_0] ; PAGODA_THREADS=n (default:
+//   all CPUs this process may use); PAGODA_BENCH_HOT=1 (see cold_bytes). Random weights: speed does not depend on
+//   the values, only on the scales being finite normal numbers (denormals or
+//   NaNs could slow the float parts), so the f16 scale fields are set to 0.01.
+#include <benchmark/benchmark.h>
+#include <emmintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
+#include "kernels/membw.h"
+#include "tensor/types.h"
+
+namespace pagoda {
+namespace {
+
+ThreadPool& bench_pool() {
+  static ThreadPool pool([] {
+    const char* env = std::getenv("PAGODA_THREADS");
+    return env ? std::max(1, std::atoi(env)) : ThreadPool::default_num_threads();
+  }());
+  return pool;
+}
+
+std::vector<uint8_t> random_weights(GgmlType type, int64_t n_rows, int64_t n_cols) {
+  const TypeTraits& tt = traits(type);
+  std::vector<uint8_t> w(row_bytes(type, n_cols) * n_rows);
+  std::mt19937_64 rng(1);
+  for (size_t i = 0; i + 8 <= w.size(); i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(&w[i], &v, 8);
+  }
+  if (type == GgmlType::F32) {
+    for (size_t i = 0; i < w.size(); i += 4) {
+      const float f = static_cast<float>(w[i] % 200) / 100.0f - 1.0f;
+      std::memcpy(&w[i], &f, 4);
+    }
+    return w;
+  }
+  if (!tt.is_quantized) {
+    for (size_t i = 0; i < w.size(); i += 2) {
+      const uint16_t h = type == GgmlType::F16 ? f32_to_f16(static_cast<float>(w[i] % 200) / 100.0f - 1.0f)
+                                               : f32_to_bf16(static_cast<float>(w[i] % 200) / 100.0f - 1.0f);
+      std::memcpy(&w[i], &h, 2);
+    }
+    return w;
+  }
+  const f16_t s = f32_to_f16(0.01f);
+  for (size_t off = 0; off < w.size(); off += tt.type_size) {
+    if (type == GgmlType::Q6_K) {
+      std::memcpy(&w[off + 208], &s, 2);
+    } else {
+      std::memcpy(&w[off], &s, 2);
+      if (type != GgmlType::Q8_0 && type != GgmlType::Q4_0 && type != GgmlType::Q5_0) std::memcpy(&w[off + 2], &s, 2);
+    }
+  }
+  return w;
+}
+
+struct Shape {
+  const char* name;
+  int64_t n_rows, n_cols;
+};
+constexpr Shape kShapes[] = {
+    {"2048x2048", 2048, 2048},    // wq, wo (wk/wv are 256x2048 with 4 KV heads)
+    {"5632x2048", 5632, 2048},    // w1, w3 (gate, up)
+    {"2048x5632", 2048, 5632},    // w2 (down)
+    {"32000x2048", 32000, 2048},  // output
+};
+
+// Decode streams each weight from DRAM once per token; a matrix smaller than
+// the L3 (32 MiB) would be served from cache when benchmarked alone, so
+// matvec cycles through copies totalling >= cold_bytes(). PAGODA_BENCH_HOT=1
+// benchmarks one copy instead (cache-resident for the smaller shapes), which
+// shows how far a kernel is from being compute-bound at decode.
+size_t cold_bytes() { return std::getenv("PAGODA_BENCH_HOT") ? 0 : size_t{256} << 20; }
+
+void run_matmul(benchmark::State& state, GgmlType type, Isa isa, Shape shape, int64_t n_tokens) {
+  const size_t gguf_bytes = row_bytes(type, shape.n_cols) * shape.n_rows;
+  const size_t n_copies = n_tokens == 1 ? std::max<size_t>(1, (cold_bytes() + gguf_bytes - 1) / gguf_bytes) : 1;
+  std::vector<std::vector<uint8_t>> sources;
+  std::vector<WeightMatrix> mats;
+  for (size_t c = 0; c < n_copies; ++c) {
+    sources.push_back(random_weights(type, shape.n_rows, shape.n_cols));
+    mats.push_back(WeightMatrix::prepare(type, shape.n_rows, shape.n_cols, sources.back().data(), isa));
+  }
+  std::vector<float> x(static_cast<size_t>(n_tokens * shape.n_cols)), y(static_cast<size_t>(n_tokens * shape.n_rows));
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist;
+  for (float& v : x) v = dist(rng);
+  ThreadPool& pool = bench_pool();
+  for (const WeightMatrix& m : mats) matmul(m, x.data(), n_tokens, y.data(), pool);  // warm: scratch, pages
+  size_t next = 0;
+  for (auto _ : state) {
+    matmul(mats[next], x.data(), n_tokens, y.data(), pool);
+    next = next + 1 == mats.size() ? 0 : next + 1;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["bytes/s"] = benchmark::Counter(static_cast<double>(mats[0].stream_bytes()) * iters,
+                                                 benchmark::Counter::kIsRate);
+  state.counters["ops/s"] = benchmark::Counter(2.0 * shape.n_rows * shape.n_cols * n_tokens * iters,
+                                               benchmark::Counter::kIsRate);
+  state.counters["threads"] = pool.num_threads();
+}
+
+void BM_MemoryReadBandwidth(benchmark::State& state) {
+  double bw = 0;
+  for (auto _ : state) bw = measure_read_bandwidth(bench_pool(), size_t{1} << 30, 5);
+  state.counters["bytes/s"] = bw;
+  state.counters["threads"] = bench_pool().num_threads();
+}
+
+// The same with 16-byte loads and 8 independent accumulators per thread: the
+// scalar 8-byte loop of measure_read_bandwidth issues 2x the loads and can
+// read low on a busy core. The roofline is the better of the two.
+void BM_MemoryReadBandwidthSse(benchmark::State& state) {
+  const size_t bytes = size_t{1} << 30, n = bytes / 16;
+  ThreadPool& pool = bench_pool();
+  auto* buf = static_cast<__m128i*>(std::aligned_alloc(64, bytes));
+  pool.parallel_for(pool.num_threads(), [&](int64_t t, int) {
+    auto* b = reinterpret_cast<uint64_t*>(buf);
+    for (size_t i = bytes / 8 * t / pool.num_threads(); i < bytes / 8 * (t + 1) / pool.num_threads(); ++i)
+      b[i] = i * 0x9E3779B97F4A7C15ull;
+  });
+  const int64_t chunks = pool.num_threads() * 16;
+  std::vector<uint64_t> sinks(2 * pool.num_threads());
+  for (auto _ : state) {
+    pool.parallel_for(chunks, [&](int64_t c, int thread) {
+      const size_t lo = n * c / chunks, hi = n * (c + 1) / chunks;
+      __m128i a[8];
+      for (__m128i& v : a) v = _mm_setzero_si128();
+      size_t i = lo;
+      for (; i + 8 <= hi; i += 8)
+        for (int j = 0; j < 8; ++j) a[j] = _mm_or_si128(a[j], _mm_load_si128(buf + i + j));
+      for (int j = 1; j < 8; ++j) a[0] = _mm_or_si128(a[0], a[j]);
+      uint64_t out[2];
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), a[0]);
+      sinks[2 * thread] ^= out[0] ^ out[1];
+    });
+    benchmark::DoNotOptimize(sinks.data());
+  }
+  std::free(buf);
+  state.counters["bytes/s"] = benchmark::Counter(static_cast<double>(bytes) * state.iterations(),
+                                                 benchmark::Counter::kIsRate);
+  state.counters["threads"] = pool.num_threads();
+}
+
+void register_all() {
+  benchmark::RegisterBenchmark("MemoryReadBandwidth", BM_MemoryReadBandwidth)
+      ->Iterations(1)
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("MemoryReadBandwidthSse", BM_MemoryReadBandwidthSse)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F16,  GgmlType::Q4_K,
+                            GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q4_1, GgmlType::Q5_0,
+                            GgmlType::Q5_1, GgmlType::BF16, GgmlType::F32};
+  for (const char* kind : {"Matvec", "Matmul512"}) {
+    const int64_t n_tokens = std::strcmp(kind, "Matvec") == 0 ? 1 : 512;
+    for (GgmlType type : types)
+      for (Isa isa : {Isa::Avx512, Isa::Avx2, Isa::Scalar}) {
+        if (!isa_supported(isa)) continue;
+        // The scalar kernels are references; 512 tokens would take minutes.
+        if (isa == Isa::Scalar && n_tokens > 1) continue;
+        for (const Shape& s : kShapes) {
+          const std::string name =
+              std::string(kind) + "/" + type_name(type) + "/" + isa_name(isa) + "/" + s.name;
+          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+            run_matmul(st, type, isa, s, n_tokens);
+          })->Unit(n_tokens > 1 ? benchmark::kMillisecond : benchmark::kMicrosecond)->UseRealTime();
+        }
+      }
+  }
+}
+
+}  // namespace
+}  // namespace pagoda
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  pagoda::register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

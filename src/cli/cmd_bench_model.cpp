@@ -1,0 +1,105 @@
+// `pagoda bench-model`: prompt-processing and generation speed (median of
+// repeats) and the decode roofline (measured read bandwidth / bytes a decode
+// step streams).
+#include <algorithm>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/model_loading.h"
+#include "common/error.h"
+#include "kernels/membw.h"
+
+namespace pagoda::cli {
+
+namespace {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+}  // namespace
+
+Runner add_bench_model(CLI::App& app) {
+  struct Opts {
+    std::string model;
+    int n_prompt = 512, n_gen = 128, threads = 0, repeats = 3;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  app.add_option("-m,--model", o->model, "GGUF model")->required();
+  app.add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens (0 skips)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  app.add_option("-n,--n-gen", o->n_gen, "Generated tokens (0 skips)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  app.add_option("-t,--threads", o->threads, "Worker threads (default: all cores)");
+  app.add_option("-r,--repeats", o->repeats, "Repeats (median reported)")->capture_default_str()->check(CLI::Range(1, 1000));
+  app.add_flag("--json", o->json, "Print one JSON object");
+  return [o] {
+    LoadedModel lm = load_model(o->model, false);
+    const ModelConfig& c = lm.model->config();
+    const int threads = o->threads > 0 ? o->threads : ThreadPool::default_num_threads();
+    ThreadPool pool(threads);
+    const int64_t ctx = std::max<int64_t>(o->n_prompt + o->n_gen, 1);
+    ContiguousKvCache kv(c.n_layers, c.n_kv_heads, c.head_dim, ctx, 1);
+    std::vector<float> logits;
+    Batch batch;
+    // Token ids spread over the vocabulary; speed does not depend on them.
+    auto token_at = [&](int64_t i) { return static_cast<int32_t>((i * 7919 + 13) % c.n_vocab); };
+
+    std::vector<double> pp_rates, tg_rates;
+    // One untimed warm-up of each phase: page in the weights, grow scratch.
+    for (int r = -1; r < o->repeats; ++r) {
+      if (o->n_prompt > 0) {
+        batch.clear();
+        for (int64_t i = 0; i < o->n_prompt; ++i) batch.add(token_at(i), i, 0, i + 1 == o->n_prompt);
+        double t0 = now_seconds();
+        lm.model->forward(batch, kv, pool, logits);
+        double dt = now_seconds() - t0;
+        if (r >= 0) pp_rates.push_back(o->n_prompt / dt);
+      }
+      if (o->n_gen > 0) {
+        double t0 = now_seconds();
+        for (int64_t i = 0; i < o->n_gen; ++i) {
+          batch.clear();
+          batch.add(token_at(i), i, 0, true);
+          lm.model->forward(batch, kv, pool, logits);
+        }
+        double dt = now_seconds() - t0;
+        if (r >= 0) tg_rates.push_back(o->n_gen / dt);
+      }
+    }
+    const double bw = measure_read_bandwidth(pool);
+    const size_t step_bytes = lm.model->weight_bytes();
+    const double roofline = bw / static_cast<double>(step_bytes);
+    const double pp = median(pp_rates), tg = median(tg_rates);
+    if (o->json) {
+      nlohmann::json j = {{"model", o->model},
+                          {"arch", c.arch_name},
+                          {"threads", threads},
+                          {"isa", isa_name(best_isa())},
+                          {"n_prompt", o->n_prompt},
+                          {"n_gen", o->n_gen},
+                          {"repeats", o->repeats},
+                          {"prompt_tokens_per_s", pp},
+                          {"gen_tokens_per_s", tg},
+                          {"model_bytes", lm.model->file_tensor_bytes()},
+                          {"decode_step_bytes", step_bytes},
+                          {"read_bandwidth_bytes_per_s", bw},
+                          {"decode_roofline_tokens_per_s", roofline},
+                          {"decode_roofline_fraction", roofline > 0 ? tg / roofline : 0.0},
+                          {"load_seconds", lm.load_seconds}};
+      std::printf("%s\n", j.dump(2).c_str());
+      return 0;
+    }
+    std::printf("model: %s\n  %s\n  tensor bytes %.1f MiB, decode step streams %.1f MiB, %d threads, %s\n",
+                o->model.c_str(), c.summary().c_str(), lm.model->file_tensor_bytes() / 1048576.0,
+                step_bytes / 1048576.0, threads, cpu_features_string().c_str());
+    if (o->n_prompt > 0) std::printf("  prompt processing (pp%d): %8.1f tok/s (median of %d)\n", o->n_prompt, pp, o->repeats);
+    if (o->n_gen > 0) std::printf("  generation        (tg%d): %8.1f tok/s (median of %d)\n", o->n_gen, tg, o->repeats);
+    std::printf("  read bandwidth %.1f GB/s -> decode roofline %.1f tok/s", bw / 1e9, roofline);
+    if (o->n_gen > 0) std::printf(" (generation at %.0f%% of it)", 100.0 * tg / roofline);
+    std::printf("\n");
+    return 0;
+  };
+}
+
+}  // namespace pagoda::cli

@@ -1,0 +1,53 @@
+// `pagoda logits`: raw float32 logits [n_tokens, n_vocab] of a token sequence,
+// for reference checks against an independent implementation.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "cli/model_loading.h"
+#include "common/error.h"
+
+namespace pagoda::cli {
+
+Runner add_logits(CLI::App& app) {
+  struct Opts {
+    std::string model, tokens, out;
+    int threads = 0;
+    bool one_by_one = false;
+  };
+  auto o = std::make_shared<Opts>();
+  app.add_option("-m,--model", o->model, "GGUF model")->required();
+  app.add_option("--tokens", o->tokens, "Token ids, e.g. 1,5,9")->required();
+  app.add_option("--out", o->out, "Output file (raw little-endian float32)")->required();
+  app.add_option("-t,--threads", o->threads, "Worker threads (default: all cores)");
+  app.add_flag("--one-by-one", o->one_by_one, "Feed tokens one per forward (decode path) instead of one batch");
+  return [o] {
+    std::vector<int32_t> ids = parse_token_list(o->tokens);
+    if (ids.empty()) throw Error("--tokens is empty");
+    LoadedModel lm = load_model(o->model, false);
+    const ModelConfig& c = lm.model->config();
+    ThreadPool pool(o->threads > 0 ? o->threads : ThreadPool::default_num_threads());
+    ContiguousKvCache kv(c.n_layers, c.n_kv_heads, c.head_dim,
+                         std::min<int64_t>(c.ctx_len, static_cast<int64_t>(ids.size())), 1);
+    std::vector<float> all, logits;
+    Batch b;
+    if (o->one_by_one) {
+      for (size_t i = 0; i < ids.size(); ++i) {
+        b.clear();
+        b.add(ids[i], static_cast<int64_t>(i), 0, true);
+        lm.model->forward(b, kv, pool, logits);
+        all.insert(all.end(), logits.begin(), logits.end());
+      }
+    } else {
+      for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], static_cast<int64_t>(i), 0, true);
+      lm.model->forward(b, kv, pool, all);
+    }
+    FILE* f = std::fopen(o->out.c_str(), "wb");
+    if (!f) throw Error(o->out + ": cannot open for writing");
+    size_t n = std::fwrite(all.data(), sizeof(float), all.size(), f);
+    bool ok = std::fclose(f) == 0 && n == all.size();
+    if (!ok) throw Error(o->out + ": write failed");
+    return 0;
+  };
+}
+
+}  // namespace pagoda::cli

@@ -1,0 +1,67 @@
+// `pagoda synth`: write a random-weight model of a real shape.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "common/error.h"
+#include "model/synth.h"
+
+namespace pagoda::cli {
+
+Runner add_synth(CLI::App& app) {
+  struct Opts {
+    std::string arch = "llama", shape, type = "f32", out, rope_scaling = "none", vocab_from;
+    int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, head_dim = 0;
+    bool tied = false;
+    uint64_t seed = 1;
+  };
+  auto o = std::make_shared<Opts>();
+  std::string shapes;
+  for (const auto& s : synth_shape_names()) shapes += (shapes.empty() ? "" : "|") + s;
+  app.add_option("--arch", o->arch, "llama|qwen2|qwen3")->capture_default_str();
+  app.add_option("--shape", o->shape, "Named shape: " + shapes + " (other flags override it)");
+  app.add_option("--type", o->type, "Weight type: f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k")
+      ->capture_default_str();
+  app.add_option("-o,--output", o->out, "Output GGUF path")->required();
+  app.add_option("--dim", o->dim, "Embedding width");
+  app.add_option("--layers", o->layers, "Layers");
+  app.add_option("--heads", o->heads, "Attention heads");
+  app.add_option("--kv-heads", o->kv_heads, "KV heads");
+  app.add_option("--head-dim", o->head_dim, "Head dim (default dim/heads)");
+  app.add_option("--ffn", o->ffn, "Feed-forward width");
+  app.add_option("--vocab", o->vocab, "Vocabulary size");
+  app.add_option("--ctx", o->ctx, "Context length");
+  app.add_flag("--tied", o->tied, "Tie output to token embeddings (no output.weight)");
+  app.add_option("--rope-scaling", o->rope_scaling, "none|linear|llama3|yarn")->capture_default_str();
+  app.add_option("--seed", o->seed, "Weight seed")->capture_default_str();
+  app.add_option("--vocab-from", o->vocab_from, "Copy the tokenizer from this GGUF");
+  return [o] {
+    SynthSpec s;
+    if (!o->shape.empty()) {
+      auto named = synth_shape(o->shape);
+      if (!named) throw Error("synth: unknown shape '" + o->shape + "'");
+      s = *named;
+    }
+    if (!o->shape.empty() && o->arch != "llama") s.arch = o->arch;
+    if (o->shape.empty()) s.arch = o->arch;
+    auto t = parse_type_name(o->type);
+    if (!t) throw Error("synth: unknown type '" + o->type + "' (supported: " + supported_weight_types() + ")");
+    s.type = *t;
+    if (o->dim) s.dim = o->dim;
+    if (o->layers) s.n_layers = o->layers;
+    if (o->heads) s.n_heads = o->heads;
+    if (o->kv_heads) s.n_kv_heads = o->kv_heads;
+    if (o->head_dim) s.head_dim = o->head_dim;
+    if (o->ffn) s.ffn_dim = o->ffn;
+    if (o->vocab) s.n_vocab = o->vocab;
+    if (o->ctx) s.ctx_len = o->ctx;
+    if (o->tied) s.tied_embeddings = true;
+    if (o->rope_scaling != "none") s.rope_scaling = o->rope_scaling;
+    s.seed = o->seed;
+    s.vocab_from = o->vocab_from;
+    write_synthetic_model(s, o->out);
+    std::fprintf(stderr, "wrote %s (%s, %s)\n", o->out.c_str(), s.arch.c_str(), type_name(s.type));
+    return 0;
+  };
+}
+
+}  // namespace pagoda::cli

@@ -1,0 +1,247 @@
+// AVX2 + FMA + F16C matmul kernels: the packed quantized micro-kernels of
+// matmul_simd.h with pmaddubsw/pmaddwd (no VNNI), the activation quantizer,
+// and the row-major float kernels.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/matmul_simd.h"
+
+namespace pagoda::matmul_detail {
+
+namespace {
+
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+inline float hsum_ps(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+struct V256 {
+  static constexpr int L = 8;
+  // 16 ymm registers: 4 float + 4 int accumulators + weights and temporaries.
+  static constexpr int kMaxN = 4;
+  // pmaddubsw saturates at 32767, so Q8_0 codes (q + 128 up to 255) cannot
+  // go in as unsigned; the kernel uses |q| x sign(x, q) (max 2 x 128 x 127 =
+  // 32512) and needs no offset correction.
+  static constexpr int kQ8Offset = 0;
+  using I = __m256i;
+  using F = __m256;
+  static I load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+  static I zero() { return _mm256_setzero_si256(); }
+  static I set1(int32_t v) { return _mm256_set1_epi32(v); }
+  static I and_(I a, I b) { return _mm256_and_si256(a, b); }
+  static I or_and(I a, I b, I c) { return _mm256_or_si256(a, _mm256_and_si256(b, c)); }
+  template <int n> static I srli16(I a) { return _mm256_srli_epi16(a, n); }
+  template <int n> static I slli16(I a) {
+    if constexpr (n == 0) return a;
+    else return _mm256_slli_epi16(a, n);
+  }
+  static I bcast4(const int8_t* x4) {
+    int32_t v;
+    __builtin_memcpy(&v, x4, 4);
+    return _mm256_set1_epi32(v);
+  }
+  // No VNNI: pmaddubsw gives int16 sums of 2 products, summed over several
+  // steps (pair_steps in matmul_simd.h) before pmaddwd widens them.
+  static constexpr bool kPairSums = true;
+  static I mul16(I w, const int8_t* x4) { return _mm256_maddubs_epi16(w, bcast4(x4)); }
+  static I q8_prep(I codes) { return _mm256_xor_si256(codes, _mm256_set1_epi8(static_cast<char>(0x80))); }
+  static I mul16_q8(I w, const int8_t* x4) {
+    return _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(bcast4(x4), w));
+  }
+  // The empty asm pins each partial sum in a register: without it GCC
+  // reassociates the 8-step add chains of all N tokens into trees, computes
+  // all 32 products first and spills half of them (2.3x slower on Zen 3).
+  static I add16(I a, I b) {
+    I r = _mm256_add_epi16(a, b);
+    __asm__("" : "+x"(r));
+    return r;
+  }
+  static I widen(I p16) { return _mm256_madd_epi16(p16, _mm256_set1_epi16(1)); }
+  static I mullo(I a, I b) { return _mm256_mullo_epi32(a, b); }
+  static I add(I a, I b) {  // pinned like add16
+    I r = _mm256_add_epi32(a, b);
+    __asm__("" : "+x"(r));
+    return r;
+  }
+  static I load_u8_i32(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+  static I load_s8_i32(const uint8_t* p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+  static F load_f16(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static F cvt(I a) { return _mm256_cvtepi32_ps(a); }
+  static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static F fnmadd(F a, F b, F c) { return _mm256_fnmadd_ps(a, b, c); }
+  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F set1f(float f) { return _mm256_set1_ps(f); }
+  static F fzero() { return _mm256_setzero_ps(); }
+  static void store(float* y, F v, int n_valid) {
+    if (n_valid == L) {
+      _mm256_storeu_ps(y, v);
+      return;
+    }
+    alignas(32) float tmp[L];
+    _mm256_store_ps(tmp, v);
+    for (int i = 0; i < n_valid; ++i) y[i] = tmp[i];
+  }
+};
+
+// ---- float weights, row-major: 4 rows x 2 tokens (8 accumulators) ----
+
+template <GgmlType T>
+inline __m256 load_w8(const uint8_t* row, int64_t k) {
+  if constexpr (T == GgmlType::F32) return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k);
+  else if constexpr (T == GgmlType::F16)
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k)));
+  else
+    return _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k))), 16));
+}
+
+template <GgmlType T>
+inline float load_w1(const uint8_t* row, int64_t k) {
+  uint16_t h;
+  if constexpr (T == GgmlType::F32) {
+    float f;
+    __builtin_memcpy(&f, row + 4 * k, 4);
+    return f;
+  }
+  __builtin_memcpy(&h, row + 2 * k, 2);
+  if constexpr (T == GgmlType::F16) return f16_to_f32(h);
+  else return bf16_to_f32(h);
+}
+
+// Columns [k0, k1) of RM rows x RN tokens; adds into y when k0 > 0 (see
+// float_tile). k1 - k0 is a multiple of 8 except in the last chunk, whose
+// tail goes through scalar FMAs.
+template <GgmlType T, int RM, int RN>
+void float_micro(const WeightMatrix& w, const float* x, int64_t r0, int64_t t0, int64_t k0, int64_t k1,
+                 float* y) {
+  const int64_t n_cols = w.n_cols(), k_main = k0 + ((k1 - k0) & ~int64_t{7});
+  const uint8_t* rows[RM];
+  for (int i = 0; i < RM; ++i) rows[i] = w.data() + (r0 + i) * w.row_bytes();
+  __m256 acc[RM][RN];
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) acc[i][j] = _mm256_setzero_ps();
+  for (int64_t k = k0; k < k_main; k += 8) {
+    __m256 xv[RN];
+    for (int j = 0; j < RN; ++j) xv[j] = _mm256_loadu_ps(x + (t0 + j) * n_cols + k);
+    for (int i = 0; i < RM; ++i) {
+      const __m256 wv = load_w8<T>(rows[i], k);
+      for (int j = 0; j < RN; ++j) acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) {
+      float s = hsum_ps(acc[i][j]);
+      for (int64_t k = k_main; k < k1; ++k) s = std::fma(load_w1<T>(rows[i], k), x[(t0 + j) * n_cols + k], s);
+      float& out = y[(t0 + j) * w.n_rows() + r0 + i];
+      out = k0 == 0 ? s : out + s;
+    }
+}
+
+// Columns in chunks of kFloatKc: a 4-row x 2-token micro-tile then reads 4
+// KiB of f16 weights and 4 KiB of activations per chunk, all from L1, where
+// whole 2048-column rows (16 + 16 KiB per micro-tile) streamed from L2 at
+// 32 B/cycle and held the FMAs to ~45% of peak. Chunk boundaries depend only
+// on n_cols, so the summation order is the same for every tiling.
+constexpr int64_t kFloatKc = 512;
+
+// Calls pass(k0, k1, r0, r1) over the tile. With more tokens than one
+// micro-tile holds, chunks are the outer loop (the chunk's weights are reused
+// from L1/L2 by every token micro-tile); with few (decode), each group of 4
+// rows runs through all its chunks before the next, so weights stream
+// sequentially from DRAM. Both orders add the same chunk sums in the same
+// order into y, so a token's result does not depend on the batch around it.
+template <class Pass>
+void walk_chunks(int64_t n_cols, const Tile& tile, int64_t micro_tokens, Pass&& pass) {
+  if (tile.tok_end - tile.tok_begin > micro_tokens) {
+    for (int64_t k0 = 0; k0 < n_cols; k0 += kFloatKc)
+      pass(k0, std::min(n_cols, k0 + kFloatKc), tile.row_begin, tile.row_end);
+    return;
+  }
+  for (int64_t r = tile.row_begin; r < tile.row_end; r += 4)
+    for (int64_t k0 = 0; k0 < n_cols; k0 += kFloatKc)
+      pass(k0, std::min(n_cols, k0 + kFloatKc), r, std::min(tile.row_end, r + 4));
+}
+
+template <GgmlType T>
+void float_tile(const WeightMatrix& w, const float* x, const Tile& tile, float* y) {
+  // Columns [k0, k1) of rows [r0, r1) for all the tile's tokens.
+  auto pass = [&](int64_t k0, int64_t k1, int64_t r0, int64_t r1) {
+    auto rows = [&]<int RN>(int64_t t0) {
+      int64_t r = r0;
+      for (; r + 4 <= r1; r += 4) float_micro<T, 4, RN>(w, x, r, t0, k0, k1, y);
+      for (; r < r1; ++r) float_micro<T, 1, RN>(w, x, r, t0, k0, k1, y);
+    };
+    int64_t t = tile.tok_begin;
+    for (; t + 2 <= tile.tok_end; t += 2) rows.template operator()<2>(t);
+    for (; t < tile.tok_end; ++t) rows.template operator()<1>(t);
+  };
+  walk_chunks(w.n_cols(), tile, 2, pass);
+}
+
+// ---- activation quantizer (bit-identical to quantize_act_row_scalar) ----
+
+// Quantizes 16 values with inverse scale id into q[16]; returns their sum.
+inline int32_t quant16(const float* x, __m256 id, int8_t* q) {
+  const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), id));
+  const __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8), id));
+  // packs works per 128-bit lane: [a0-3 b0-3 | a4-7 b4-7] -> fix the order.
+  __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8);
+  __m128i p8 = _mm_packs_epi16(_mm256_castsi256_si128(p16), _mm256_extracti128_si256(p16, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), p8);
+  return hsum_epi32(_mm256_add_epi32(a, b));
+}
+
+}  // namespace
+
+void quantize_act_row_avx2(ActKind kind, const float* x, int64_t n_cols, const ActRowOut& out) {
+  const int per = kind == ActKind::Block32 ? 32 : 256;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  for (int64_t b = 0; b < n_cols / per; ++b) {
+    const float* xb = x + b * per;
+    __m256 mx = _mm256_setzero_ps();
+    for (int i = 0; i < per; i += 8) mx = _mm256_max_ps(mx, _mm256_and_ps(_mm256_loadu_ps(xb + i), abs_mask));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m256 idv = _mm256_set1_ps(id);
+    int8_t* q = out.q + b * per;
+    out.d[b] = d;
+    if (kind == ActKind::Block32) {
+      const int32_t s = quant16(xb, idv, q) + quant16(xb + 16, idv, q + 16);
+      out.sum32[b] = s;
+      out.dsum32[b] = d * static_cast<float>(s);
+    } else {
+      for (int i = 0; i < 16; ++i) out.sum16[b * 16 + i] = quant16(xb + 16 * i, idv, q + 16 * i);
+      for (int j = 0; j < 8; ++j) out.sum32[b * 8 + j] = out.sum16[b * 16 + 2 * j] + out.sum16[b * 16 + 2 * j + 1];
+    }
+  }
+}
+
+void matmul_packed_avx2(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y) {
+  packed_dispatch<V256>(w, a, tile, y);
+}
+
+void matmul_float_avx2(const WeightMatrix& w, const float* x, const Tile& tile, float* y) {
+  switch (w.type()) {
+    case GgmlType::F32: return float_tile<GgmlType::F32>(w, x, tile, y);
+    case GgmlType::F16: return float_tile<GgmlType::F16>(w, x, tile, y);
+    case GgmlType::BF16: return float_tile<GgmlType::BF16>(w, x, tile, y);
+    default: return;
+  }
+}
+
+}  // namespace pagoda::matmul_detail

@@ -1,0 +1,248 @@
+// AVX-512 (F/BW/VL/DQ + VNNI, BF16 where present) matmul kernels: the packed
+// quantized micro-kernels of matmul_simd.h with vpdpbusd, the activation
+// quantizer, and the row-major float kernels (F32, F16 via vcvtph2ps + FMA,
+// BF16 via vdpbf16ps).
+
+#ifdef PAGODA_AVX512_EMULATION
+// Test-only build (not in CMake): SIMDe's portable AVX-512 lets this file's
+// logic be checked on a CPU without AVX-512.
+#include "kernels/matmul_avx512_emu.h"
+#else
+// GCC 12 flags its own _mm512_undefined_*() (`__m512 __Y = __Y;`) as uninitialized once
+// inlined (GCC bug 105593, fixed in 13); the suppression covers the header's lines only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+
+#include <algorithm>
+
+#include "kernels/matmul_simd.h"
+
+namespace pagoda::matmul_detail {
+
+namespace {
+
+struct V512 {
+  static constexpr int L = 16;
+  // Tokens per micro-tile: 8 float + 8 int accumulators + ~6 temporaries of
+  // the 32 zmm registers. 12 would also fit for the 32-wide formats but not
+  // with the K-quants' extra per-sub-block accumulators.
+  static constexpr int kMaxN = 8;
+  // Q8_0 codes are q + 128 (u8 for vpdpbusd); subtract 128 x sum(x) per block.
+  static constexpr int kQ8Offset = 128;
+  using I = __m512i;
+  using F = __m512;
+  static I load(const void* p) { return _mm512_loadu_si512(p); }
+  static I zero() { return _mm512_setzero_si512(); }
+  static I set1(int32_t v) { return _mm512_set1_epi32(v); }
+  static I and_(I a, I b) { return _mm512_and_si512(a, b); }
+  static I or_and(I a, I b, I c) { return _mm512_ternarylogic_epi32(a, b, c, 0xF8); }
+  template <int n> static I srli16(I a) { return _mm512_srli_epi16(a, n); }
+  template <int n> static I slli16(I a) {
+    if constexpr (n == 0) return a;
+    else return _mm512_slli_epi16(a, n);
+  }
+  static I bcast4(const int8_t* x4) {
+    int32_t v;
+    __builtin_memcpy(&v, x4, 4);
+    return _mm512_set1_epi32(v);
+  }
+  static constexpr bool kPairSums = false;
+  static I dot4(I acc, I w, const int8_t* x4) { return _mm512_dpbusd_epi32(acc, w, bcast4(x4)); }
+  static I q8_prep(I codes) { return codes; }
+  static I dot4_q8(I acc, I w, const int8_t* x4) { return dot4(acc, w, x4); }
+  static I mullo(I a, I b) { return _mm512_mullo_epi32(a, b); }
+  static I add(I a, I b) { return _mm512_add_epi32(a, b); }
+  static I load_u8_i32(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static I load_s8_i32(const uint8_t* p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static F load_f16(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static F cvt(I a) { return _mm512_cvtepi32_ps(a); }
+  static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static F fnmadd(F a, F b, F c) { return _mm512_fnmadd_ps(a, b, c); }
+  static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F set1f(float f) { return _mm512_set1_ps(f); }
+  static F fzero() { return _mm512_setzero_ps(); }
+  static void store(float* y, F v, int n_valid) {
+    if (n_valid == L) _mm512_storeu_ps(y, v);
+    else _mm512_mask_storeu_ps(y, static_cast<__mmask16>((1u << n_valid) - 1), v);
+  }
+};
+
+// ---- float weights, row-major: RM rows x RN tokens per micro-tile ----
+
+// Loads 16 weights at column k (masked to `m`) as f32.
+template <GgmlType T>
+inline __m512 load_w16(const uint8_t* row, int64_t k, __mmask16 m) {
+  if constexpr (T == GgmlType::F32) return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + k);
+  else if constexpr (T == GgmlType::F16)
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + k));
+  else  // BF16 without avx512bf16: widen to f32 by shifting into the high half
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + k)), 16));
+}
+
+// Columns [k0, k1) of RM rows x RN tokens (4 x 4 = 16 accumulators; per 16
+// columns 4 weight loads (+4 conversions), 4 activation loads, 16 FMAs); adds
+// into y when k0 > 0 (see float_tile). Tails through masks.
+template <GgmlType T, int RM, int RN>
+void float_micro(const WeightMatrix& w, const float* x, int64_t r0, int64_t t0, int64_t k0, int64_t k1,
+                 float* y) {
+  const int64_t n_cols = w.n_cols();
+  const uint8_t* rows[RM];
+  for (int i = 0; i < RM; ++i) rows[i] = w.data() + (r0 + i) * w.row_bytes();
+  __m512 acc[RM][RN];
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_setzero_ps();
+  for (int64_t k = k0; k < k1; k += 16) {
+    const __mmask16 m = k1 - k >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (k1 - k)) - 1);
+    __m512 xv[RN];
+    for (int j = 0; j < RN; ++j) xv[j] = _mm512_maskz_loadu_ps(m, x + (t0 + j) * n_cols + k);
+    for (int i = 0; i < RM; ++i) {
+      const __m512 wv = load_w16<T>(rows[i], k, m);
+      for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) {
+      float& out = y[(t0 + j) * w.n_rows() + r0 + i];
+      const float s = _mm512_reduce_add_ps(acc[i][j]);
+      out = k0 == 0 ? s : out + s;
+    }
+}
+
+// BF16 weights x bf16-rounded activations with vdpbf16ps (32 products per
+// instruction, twice the FMA rate; the activation rounding, <= 2^-8 relative, is
+// what ggml also does for bf16 weights).
+template <int RM, int RN>
+void bf16_micro(const WeightMatrix& w, const uint16_t* xbf, int64_t r0, int64_t t0, int64_t k0, int64_t k1,
+                float* y) {
+  const int64_t n_cols = w.n_cols();
+  const uint16_t* rows[RM];
+  for (int i = 0; i < RM; ++i) rows[i] = reinterpret_cast<const uint16_t*>(w.data() + (r0 + i) * w.row_bytes());
+  __m512 acc[RM][RN];
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_setzero_ps();
+  for (int64_t k = k0; k < k1; k += 32) {
+    const __mmask32 m = k1 - k >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << (k1 - k)) - 1);
+    __m512bh xv[RN];
+    for (int j = 0; j < RN; ++j) xv[j] = __builtin_bit_cast(__m512bh, _mm512_maskz_loadu_epi16(m, xbf + (t0 + j) * n_cols + k));
+    for (int i = 0; i < RM; ++i) {
+      const __m512bh wv = __builtin_bit_cast(__m512bh, _mm512_maskz_loadu_epi16(m, rows[i] + k));
+      for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], wv, xv[j]);
+    }
+  }
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) {
+      float& out = y[(t0 + j) * w.n_rows() + r0 + i];
+      const float s = _mm512_reduce_add_ps(acc[i][j]);
+      out = k0 == 0 ? s : out + s;
+    }
+}
+
+// Columns in chunks of kFloatKc so a micro-tile's weights and activations
+// (4 x 512 x 2 B + 4 x 512 x 4 B = 12 KiB for f16) come from L1 rather than
+// streaming whole rows from L2 per micro-tile (see matmul_avx2.cpp). Chunk
+// boundaries depend only on n_cols: the summation order is tiling-independent.
+constexpr int64_t kFloatKc = 512;
+
+// Calls pass(k0, k1, r0, r1) over the tile. With more tokens than one
+// micro-tile holds, chunks are the outer loop (the chunk's weights are reused
+// from L1/L2 by every token micro-tile); with few (decode), each group of 4
+// rows runs through all its chunks before the next, so weights stream
+// sequentially from DRAM. Both orders add the same chunk sums in the same
+// order into y, so a token's result does not depend on the batch around it.
+template <class Pass>
+void walk_chunks(int64_t n_cols, const Tile& tile, int64_t micro_tokens, Pass&& pass) {
+  if (tile.tok_end - tile.tok_begin > micro_tokens) {
+    for (int64_t k0 = 0; k0 < n_cols; k0 += kFloatKc)
+      pass(k0, std::min(n_cols, k0 + kFloatKc), tile.row_begin, tile.row_end);
+    return;
+  }
+  for (int64_t r = tile.row_begin; r < tile.row_end; r += 4)
+    for (int64_t k0 = 0; k0 < n_cols; k0 += kFloatKc)
+      pass(k0, std::min(n_cols, k0 + kFloatKc), r, std::min(tile.row_end, r + 4));
+}
+
+template <GgmlType T>
+void float_tile(const WeightMatrix& w, const float* x, const uint16_t* xbf, const Tile& tile, float* y) {
+  // Columns [k0, k1) of rows [r0, r1) for all the tile's tokens.
+  auto pass = [&](int64_t k0, int64_t k1, int64_t r0, int64_t r1) {
+    auto rows = [&]<int RN>(int64_t t0) {
+      int64_t r = r0;
+      if (xbf) {
+        for (; r + 4 <= r1; r += 4) bf16_micro<4, RN>(w, xbf, r, t0, k0, k1, y);
+        for (; r < r1; ++r) bf16_micro<1, RN>(w, xbf, r, t0, k0, k1, y);
+      } else {
+        for (; r + 4 <= r1; r += 4) float_micro<T, 4, RN>(w, x, r, t0, k0, k1, y);
+        for (; r < r1; ++r) float_micro<T, 1, RN>(w, x, r, t0, k0, k1, y);
+      }
+    };
+    int64_t t = tile.tok_begin;
+    for (; t + 4 <= tile.tok_end; t += 4) rows.template operator()<4>(t);
+    for (; t + 2 <= tile.tok_end; t += 2) rows.template operator()<2>(t);
+    for (; t < tile.tok_end; ++t) rows.template operator()<1>(t);
+  };
+  walk_chunks(w.n_cols(), tile, 4, pass);
+}
+
+// ---- activation quantizer (bit-identical to quantize_act_row_scalar) ----
+
+inline __m512 abs_ps(__m512 v) { return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7FFFFFFF))); }
+
+// Quantizes 16 values with inverse scale id into q[16]; returns their sum.
+inline int32_t quant16(const float* x, __m512 id, int8_t* q) {
+  const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x), id));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(qi));
+  return _mm512_reduce_add_epi32(qi);
+}
+
+}  // namespace
+
+void quantize_act_row_avx512(ActKind kind, const float* x, int64_t n_cols, const ActRowOut& out) {
+  const int per = kind == ActKind::Block32 ? 32 : 256;
+  for (int64_t b = 0; b < n_cols / per; ++b) {
+    const float* xb = x + b * per;
+    __m512 mx = _mm512_setzero_ps();
+    for (int i = 0; i < per; i += 16) mx = _mm512_max_ps(mx, abs_ps(_mm512_loadu_ps(xb + i)));
+    const float amax = _mm512_reduce_max_ps(mx);
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m512 idv = _mm512_set1_ps(id);
+    int8_t* q = out.q + b * per;
+    out.d[b] = d;
+    if (kind == ActKind::Block32) {
+      const int32_t s = quant16(xb, idv, q) + quant16(xb + 16, idv, q + 16);
+      out.sum32[b] = s;
+      out.dsum32[b] = d * static_cast<float>(s);
+    } else {
+      for (int i = 0; i < 16; ++i) out.sum16[b * 16 + i] = quant16(xb + 16 * i, idv, q + 16 * i);
+      for (int j = 0; j < 8; ++j) out.sum32[b * 8 + j] = out.sum16[b * 16 + 2 * j] + out.sum16[b * 16 + 2 * j + 1];
+    }
+  }
+}
+
+void convert_to_bf16_avx512(const float* x, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), __builtin_bit_cast(__m256i, _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i))));
+  for (; i < n; ++i) out[i] = f32_to_bf16(x[i]);
+}
+
+void matmul_packed_avx512(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y) {
+  packed_dispatch<V512>(w, a, tile, y);
+}
+
+void matmul_float_avx512(const WeightMatrix& w, const float* x, const uint16_t* xbf, const Tile& tile,
+                         float* y) {
+  switch (w.type()) {
+    case GgmlType::F32: return float_tile<GgmlType::F32>(w, x, nullptr, tile, y);
+    case GgmlType::F16: return float_tile<GgmlType::F16>(w, x, nullptr, tile, y);
+    case GgmlType::BF16: return float_tile<GgmlType::BF16>(w, x, xbf, tile, y);
+    default: return;
+  }
+}
+
+}  // namespace pagoda::matmul_detail

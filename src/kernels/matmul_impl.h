@@ -1,0 +1,126 @@
+// Private to the matmul kernels (matmul.cpp, matmul_avx2.cpp, matmul_avx512.cpp):
+// the repacked weight layout, the quantized-activation buffers, and the per-ISA
+// entry points the dispatcher in matmul.cpp calls. Nothing outside kernels/
+// includes this.
+//
+// Packed layout of a quantized WeightMatrix (owned_ bytes), for SIMD width
+// L int32 lanes (L = 16 for AVX-512, 8 for AVX2; VB = 4 * L bytes = one vector):
+//   rows are cut into groups of L rows (the last one zero-padded); group g is
+//   n_units consecutive units of unit_bytes, a unit covering the same column
+//   range (32 columns for the 32-wide formats, 256 for the K-quants) of all L
+//   rows. Within a unit every value is a small unsigned code c; lane r of a
+//   vector holds 4 consecutive codes of row g*L + r, so one vpdpbusd with the
+//   4 matching activation bytes broadcast to every lane advances all L rows by
+//   4 columns ("step"). A 32-column chunk has 8 steps; step s covers columns
+//   4s..4s+3 of the chunk.
+//   - nibble vectors (4 per chunk): vector s&3, low nibble for s < 4, high
+//     nibble for s >= 4 (Q4_0's own layout: low = j, high = j + 16).
+//   - Q5 high-bit vector (1 per chunk): byte i of a lane, bit s = bit 4 of
+//     the code of column 4s+i.
+//   - Q6 2-bit vectors (2 per chunk): vector s/4, byte i, bits 2(s&3)..+1 =
+//     bits 4..5 of the code of column 4s+i.
+//   - Q8_0 byte vectors (8 per chunk): code = q + 128 (u8).
+// Unit layouts (scales after the codes, f16 as in GGUF, u8/s8 per lane):
+//   Q8_0  [8 VB codes][d: L f16]                                   (= GGUF bytes)
+//   Q4_0  [4 VB nibbles][d]                                         (= GGUF)
+//   Q4_1  [4 VB nibbles][d][m: L f16]                               (= GGUF)
+//   Q5_0  [4 VB nibbles][1 VB high bits][d]                         (= GGUF)
+//   Q5_1  [4 VB nibbles][1 VB high bits][d][m]                      (= GGUF)
+//   Q4_K  8 x [4 VB nibbles], [d][dmin][sc: 8 x L u8][m: 8 x L u8]  (148 vs 144 B/row)
+//   Q5_K  8 x [4 VB nibbles][1 VB high bits], [d][dmin][sc][m]      (180 vs 176 B/row)
+//   Q6_K  8 x [4 VB nibbles][2 VB 2-bit], [d][sc: 16 x L s8]        (= GGUF, 210)
+// Value of a code: Q8_0/Q4_0/Q5_0: d*(c - 128/8/16); Q4_1/Q5_1: d*c + m;
+// Q4_K/Q5_K: d*sc[j]*c - dmin*m[j] (j = 32-column sub-block); Q6_K: d*sc[i]*(c - 32)
+// (i = 16-column sub-block). The K-quants' 6-bit scales are unpacked to one byte
+// each so a lane loads them with one vpmovzxbd instead of the 12-byte bit puzzle.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/matmul.h"
+
+namespace pagoda::matmul_detail {
+
+enum class ActKind {
+  Block32,  // Q8_0-style: one f32 scale per 32 values, + int sum and d*sum per block
+  Super256  // Q8_K-style: one f32 scale per 256 values, + int sums per 16 and 32
+};
+
+inline bool is_k_quant(GgmlType t) {
+  return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
+}
+inline bool is_float_type(GgmlType t) {
+  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
+}
+inline ActKind act_kind(GgmlType t) { return is_k_quant(t) ? ActKind::Super256 : ActKind::Block32; }
+inline int64_t unit_cols(GgmlType t) { return is_k_quant(t) ? 256 : 32; }
+
+// Bytes of one packed unit for `lanes` rows.
+inline size_t packed_unit_bytes(GgmlType t, int lanes) {
+  const size_t vb = 4 * static_cast<size_t>(lanes), l = static_cast<size_t>(lanes);
+  switch (t) {
+    case GgmlType::Q8_0: return 8 * vb + 2 * l;
+    case GgmlType::Q4_0: return 4 * vb + 2 * l;
+    case GgmlType::Q4_1: return 4 * vb + 4 * l;
+    case GgmlType::Q5_0: return 5 * vb + 2 * l;
+    case GgmlType::Q5_1: return 5 * vb + 4 * l;
+    case GgmlType::Q4_K: return 32 * vb + 20 * l;
+    case GgmlType::Q5_K: return 40 * vb + 20 * l;
+    case GgmlType::Q6_K: return 48 * vb + 18 * l;
+    default: return 0;
+  }
+}
+
+// Activations quantized for one matmul call. All arrays are token-major with
+// the strides below; the quantizer fills the arrays its kind needs.
+struct QuantizedActs {
+  int64_t n_tokens = 0;
+  int64_t n_cols = 0;
+  const int8_t* q = nullptr;       // [n_tokens, n_cols] codes in [-127, 127]
+  const float* d = nullptr;        // [n_tokens, n_scales]: per 32 (Block32) or 256 (Super256)
+  const int32_t* sum32 = nullptr;  // [n_tokens, n_cols / 32] sum of q over each 32
+  const float* dsum32 = nullptr;   // Block32: [n_tokens, n_cols / 32] d * sum32
+  const int32_t* sum16 = nullptr;  // Super256: [n_tokens, n_cols / 16] sum of q over each 16
+  int64_t d_per = 32;              // values per scale: 32 (Block32) or 256 (Super256)
+  int64_t n_scales() const { return n_cols / d_per; }
+};
+
+// Quantizes one token row x[n_cols] into the rows `token` of the arrays of a
+// (cast away const: the buffers belong to the caller's scratch). Every ISA
+// produces bit-identical codes and scales: d = amax / 127, q = round-to-nearest-
+// even(x * (1/d)), the same float operations in the same order.
+struct ActRowOut {
+  int8_t* q;
+  float* d;
+  int32_t* sum32;
+  float* dsum32;   // Block32 only
+  int32_t* sum16;  // Super256 only
+};
+void quantize_act_row_scalar(ActKind kind, const float* x, int64_t n_cols, const ActRowOut& out);
+void quantize_act_row_avx2(ActKind kind, const float* x, int64_t n_cols, const ActRowOut& out);
+void quantize_act_row_avx512(ActKind kind, const float* x, int64_t n_cols, const ActRowOut& out);
+
+// One tile of work: rows [row_begin, row_end) (row_begin a multiple of the
+// group size for packed kernels), tokens [tok_begin, tok_end). y is the whole
+// output [n_tokens, n_rows].
+struct Tile {
+  int64_t row_begin, row_end, tok_begin, tok_end;
+};
+
+// Quantized weights, packed layout, quantized activations.
+void matmul_packed_avx512(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y);
+void matmul_packed_avx2(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y);
+// Float weights (F32/F16/BF16) in GGUF layout, f32 activations x [n_tokens, n_cols].
+// xbf: the activations rounded to bf16 ([n_tokens, n_cols]) for BF16 weights on
+// CPUs with avx512bf16, else nullptr.
+void matmul_float_avx512(const WeightMatrix& w, const float* x, const uint16_t* xbf,
+                         const Tile& tile, float* y);
+void matmul_float_avx2(const WeightMatrix& w, const float* x, const Tile& tile, float* y);
+// f32 -> bf16 (round to nearest even) of n values, AVX-512 BF16.
+void convert_to_bf16_avx512(const float* x, uint16_t* out, int64_t n);
+
+// The rows of a group of the packed layout, per ISA.
+inline int packed_lanes(Isa isa) { return isa == Isa::Avx512 ? 16 : 8; }
+
+}  // namespace pagoda::matmul_detail

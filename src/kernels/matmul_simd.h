@@ -1,0 +1,281 @@
+// The packed-weight micro-kernels, written once over a vector abstraction V
+// and instantiated by matmul_avx2.cpp (V = 8 int32 lanes, maddubs) and
+// matmul_avx512.cpp (V = 16 lanes, vpdpbusd). Private to those two files; every
+// name here is a template on V, so the two instantiations never collide.
+//
+// A micro-kernel computes one row group (V::L rows) x N tokens over all
+// columns: per 32-column chunk it unpacks 8 "step" vectors (4 codes of each
+// row) and feeds each to N dot4 instructions whose activation operand is the
+// 4 matching bytes of one token broadcast to every lane. Unpacking is paid
+// once per N tokens; with N = 8 on AVX-512 a Q4_0 chunk is 64 vpdpbusd, 12
+// unpack ops and 24 float ops (convert + scale + accumulate per token).
+//
+// V must provide (I: int vector of L int32, F: float vector of L floats):
+//   L, load(p), zero(), set1(i), and_(a,b), or_and(a,b,c) = a | (b & c),
+//   srli16<n>(a), slli16<n>(a), q8_prep(codes) (Q8_0 codes are q + 128;
+//   kQ8Offset says what to subtract per activation sum), and either
+//   (kPairSums = false) dot4(acc, w_u8, x4) / dot4_q8(acc, w_q8, x4): acc +=
+//   sum of 4 w*x per lane, x4 = 4 int8 broadcast; or (kPairSums = true)
+//   mul16(w, x4) / mul16_q8(w, x4): int16 pair sums, add16, widen (pair sums
+//   -> int32 lane sums); then mullo, add, load_u8_i32(p), load_s8_i32(p),
+//   load_f16(p), cvt(I), fmadd(a,b,c), mul(a,b), set1f(f), fzero(),
+//   store(y, F, n_valid).
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+#include "kernels/matmul_impl.h"
+
+namespace pagoda::matmul_detail {
+
+template <int Begin, int End, class Fn>
+inline __attribute__((always_inline)) void static_for(Fn&& fn) {
+  if constexpr (Begin < End) {
+    fn(std::integral_constant<int, Begin>{});
+    static_for<Begin + 1, End>(fn);
+  }
+}
+
+// Calls step(s, w) for the 8 steps of the 32-column chunk at cp, w the codes
+// of columns 4s..4s+3 of every lane's row as bytes.
+template <class V, GgmlType T, class Step>
+inline __attribute__((always_inline)) void chunk_steps(const uint8_t* cp, Step&& step) {
+  using I = typename V::I;
+  constexpr int VB = 4 * V::L;
+  const I m0f = V::set1(0x0F0F0F0F);
+  if constexpr (T == GgmlType::Q8_0) {
+    static_for<0, 8>([&](auto s) { step(s, V::q8_prep(V::load(cp + s * VB))); });
+  } else if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q4_1 || T == GgmlType::Q4_K) {
+    static_for<0, 4>([&](auto s) {
+      const I v = V::load(cp + s * VB);
+      step(s, V::and_(v, m0f));
+      step(std::integral_constant<int, s + 4>{}, V::and_(V::template srli16<4>(v), m0f));
+    });
+  } else if constexpr (T == GgmlType::Q5_0 || T == GgmlType::Q5_1 || T == GgmlType::Q5_K) {
+    const I hv = V::load(cp + 4 * VB);
+    const I m10 = V::set1(0x10101010);
+    // Bit s of each byte -> bit 4.
+    auto high = [&](auto s) {
+      if constexpr (s <= 4) return V::template slli16<4 - s>(hv);
+      else return V::template srli16<s - 4>(hv);
+    };
+    static_for<0, 4>([&](auto s) {
+      const I v = V::load(cp + s * VB);
+      step(s, V::or_and(V::and_(v, m0f), high(s), m10));
+      constexpr int s4 = s + 4;
+      step(std::integral_constant<int, s4>{},
+           V::or_and(V::and_(V::template srli16<4>(v), m0f), high(std::integral_constant<int, s4>{}), m10));
+    });
+  } else if constexpr (T == GgmlType::Q6_K) {
+    const I h0 = V::load(cp + 4 * VB), h1 = V::load(cp + 5 * VB);
+    const I m30 = V::set1(0x30303030);
+    // Bits 2p..2p+1 of each byte -> bits 4..5.
+    auto high = [&](auto s) {
+      constexpr int p = s & 3;
+      const I h = s < 4 ? h0 : h1;
+      if constexpr (p < 3) return V::template slli16<4 - 2 * p>(h);
+      else return V::template srli16<2>(h);
+    };
+    static_for<0, 4>([&](auto s) {
+      const I v = V::load(cp + s * VB);
+      step(s, V::or_and(V::and_(v, m0f), high(s), m30));
+      constexpr int s4 = s + 4;
+      step(std::integral_constant<int, s4>{},
+           V::or_and(V::and_(V::template srli16<4>(v), m0f), high(std::integral_constant<int, s4>{}), m30));
+    });
+  }
+}
+
+// Calls into one int16 pair-sum accumulator that cannot overflow (AVX2:
+// pmaddubsw pair sums are <= 2 x max_code x 127, and int16 holds 32767):
+// Q4 codes < 16 -> 3810 per step, 8 steps; Q5 < 32 -> 7874, 4 steps;
+// Q6 < 64 -> 16002, 2 steps; Q8 (|q| x sign) -> 32512, 1 step.
+constexpr int pair_steps(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q4_K: return 8;
+    case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q5_K: return 4;
+    case GgmlType::Q6_K: return 2;
+    default: return 1;
+  }
+}
+
+// The order chunk_steps visits step s in: Q8_0 in order; nibble formats by
+// pairs (0, 4, 1, 5, 2, 6, 3, 7).
+constexpr int call_index(GgmlType t, int s) { return t == GgmlType::Q8_0 ? s : s < 4 ? 2 * s : 2 * (s - 4) + 1; }
+
+// acc32 += the products of one step for one token. C: the index of this call
+// among the calls into acc32 since it was zeroed. AVX-512: one vpdpbusd.
+// AVX2: pmaddubsw into the int16 pair sums p16, widened into acc32 with one
+// pmaddwd every pair_steps(T) calls (8 for Q4: 9 multiplies per 32 columns
+// instead of 16).
+template <class V, GgmlType T, int C>
+inline __attribute__((always_inline)) void step_acc(typename V::I& acc32, typename V::I& p16,
+                                                    typename V::I w, const int8_t* x4) {
+  if constexpr (!V::kPairSums) {
+    if constexpr (T == GgmlType::Q8_0) acc32 = V::dot4_q8(acc32, w, x4);
+    else acc32 = V::dot4(acc32, w, x4);
+  } else {
+    constexpr int K = pair_steps(T);
+    const typename V::I prod = T == GgmlType::Q8_0 ? V::mul16_q8(w, x4) : V::mul16(w, x4);
+    if constexpr (C % K == 0) p16 = prod;
+    else p16 = V::add16(p16, prod);
+    if constexpr (C % K == K - 1) {
+      if constexpr (C == K - 1) acc32 = V::widen(p16);  // first flush: acc32 was zero
+      else acc32 = V::add(acc32, V::widen(p16));
+    }
+  }
+}
+
+// Row group at gp (n_units units) x tokens [t0, t0 + N): y[t][row0 + r] for r < n_valid.
+template <class V, GgmlType T, int N>
+void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* y, int64_t n_rows,
+                  int64_t row0, int n_valid) {
+  using I = typename V::I;
+  using F = typename V::F;
+  constexpr int L = V::L;
+  constexpr size_t VB = 4 * L;
+  const size_t unit_bytes = packed_unit_bytes(T, L);
+  const int64_t n_cols = a.n_cols;
+  const int8_t* xq[N];
+  for (int t = 0; t < N; ++t) xq[t] = a.q + (t0 + t) * n_cols;
+  F accf[N];
+  for (int t = 0; t < N; ++t) accf[t] = V::fzero();
+
+  if constexpr (T == GgmlType::Q8_0 || T == GgmlType::Q4_0 || T == GgmlType::Q5_0 ||
+                T == GgmlType::Q4_1 || T == GgmlType::Q5_1) {
+    // Per block: sum_k d (c_k - offset) dx q_k = d dx dot(c, q) + (-offset d) (dx sum q),
+    // or with a min m: d dx dot(c, q) + m (dx sum q). The second term is one FMA
+    // with the activation's precomputed dx * sum q, cheaper than folding the
+    // offset into the integer sum.
+    constexpr bool has_min = T == GgmlType::Q4_1 || T == GgmlType::Q5_1;
+    constexpr int offset = T == GgmlType::Q8_0 ? V::kQ8Offset : T == GgmlType::Q4_0 ? 8 : 16;
+    constexpr size_t scale_off = (T == GgmlType::Q8_0 ? 8 : T == GgmlType::Q5_0 || T == GgmlType::Q5_1 ? 5 : 4) * VB;
+    const int64_t nb = n_cols / 32;
+    const float* dx[N];
+    const float* dsx[N];
+    for (int t = 0; t < N; ++t) {
+      dx[t] = a.d + (t0 + t) * nb;
+      dsx[t] = a.dsum32 + (t0 + t) * nb;
+    }
+    for (int64_t u = 0; u < nb; ++u) {
+      const uint8_t* p = gp + u * unit_bytes;
+      I acc[N], p16[N];
+      for (int t = 0; t < N; ++t) acc[t] = V::zero();
+      chunk_steps<V, T>(p, [&](auto s, I w) {
+        for (int t = 0; t < N; ++t)
+          step_acc<V, T, call_index(T, s)>(acc[t], p16[t], w, xq[t] + u * 32 + 4 * s);
+      });
+      const F dw = V::load_f16(p + scale_off);
+      F mw;
+      if constexpr (has_min) mw = V::load_f16(p + scale_off + 2 * L);
+      else mw = V::mul(dw, V::set1f(static_cast<float>(-offset)));
+      for (int t = 0; t < N; ++t) {
+        accf[t] = V::fmadd(V::cvt(acc[t]), V::mul(dw, V::set1f(dx[t][u])), accf[t]);
+        if (has_min || offset != 0) accf[t] = V::fmadd(mw, V::set1f(dsx[t][u]), accf[t]);
+      }
+    }
+  } else if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
+    constexpr size_t chunk = (T == GgmlType::Q5_K ? 5 : 4) * VB;
+    const int64_t nsb = n_cols / 256;
+    for (int64_t u = 0; u < nsb; ++u) {
+      const uint8_t* p = gp + u * unit_bytes;
+      const uint8_t* sp = p + 8 * chunk;
+      I isum[N], imin[N];
+      for (int t = 0; t < N; ++t) isum[t] = imin[t] = V::zero();
+      for (int j = 0; j < 8; ++j) {
+        I dot[N], p16[N];
+        for (int t = 0; t < N; ++t) dot[t] = V::zero();
+        chunk_steps<V, T>(p + j * chunk, [&](auto s, I w) {
+          for (int t = 0; t < N; ++t)
+            step_acc<V, T, call_index(T, s)>(dot[t], p16[t], w, xq[t] + u * 256 + j * 32 + 4 * s);
+        });
+        const I sc = V::load_u8_i32(sp + 4 * L + j * L);
+        const I mn = V::load_u8_i32(sp + 12 * L + j * L);
+        for (int t = 0; t < N; ++t) {
+          isum[t] = V::add(isum[t], V::mullo(dot[t], sc));
+          imin[t] = V::add(imin[t], V::mullo(mn, V::set1(a.sum32[(t0 + t) * (n_cols / 32) + u * 8 + j])));
+        }
+      }
+      const F dd = V::load_f16(sp), dm = V::load_f16(sp + 2 * L);
+      for (int t = 0; t < N; ++t) {
+        const F dxt = V::set1f(a.d[(t0 + t) * nsb + u]);
+        accf[t] = V::fmadd(V::cvt(isum[t]), V::mul(dd, dxt), accf[t]);
+        accf[t] = V::fnmadd(V::cvt(imin[t]), V::mul(dm, dxt), accf[t]);
+      }
+    }
+  } else if constexpr (T == GgmlType::Q6_K) {
+    constexpr size_t chunk = 6 * VB;
+    const int64_t nsb = n_cols / 256;
+    for (int64_t u = 0; u < nsb; ++u) {
+      const uint8_t* p = gp + u * unit_bytes;
+      const uint8_t* sp = p + 8 * chunk;
+      I isum[N];
+      for (int t = 0; t < N; ++t) isum[t] = V::zero();
+      for (int j = 0; j < 8; ++j) {
+        // Two 16-column sub-blocks (steps 0-3 and 4-7), each with its own scale;
+        // the -32 offset is folded in as -32 x (sum of the 16 activations).
+        I dot0[N], dot1[N], p0[N], p1[N];
+        for (int t = 0; t < N; ++t) dot0[t] = dot1[t] = V::zero();
+        chunk_steps<V, T>(p + j * chunk, [&](auto s, I w) {
+          for (int t = 0; t < N; ++t) {
+            if constexpr (s < 4) step_acc<V, T, s>(dot0[t], p0[t], w, xq[t] + u * 256 + j * 32 + 4 * s);
+            else step_acc<V, T, s - 4>(dot1[t], p1[t], w, xq[t] + u * 256 + j * 32 + 4 * s);
+          }
+        });
+        const I sc0 = V::load_s8_i32(sp + 2 * L + (2 * j) * L);
+        const I sc1 = V::load_s8_i32(sp + 2 * L + (2 * j + 1) * L);
+        for (int t = 0; t < N; ++t) {
+          const int32_t* s16 = a.sum16 + (t0 + t) * (n_cols / 16) + u * 16 + 2 * j;
+          const I d0 = V::add(dot0[t], V::set1(-32 * s16[0]));
+          const I d1 = V::add(dot1[t], V::set1(-32 * s16[1]));
+          isum[t] = V::add(isum[t], V::add(V::mullo(d0, sc0), V::mullo(d1, sc1)));
+        }
+      }
+      const F dd = V::load_f16(sp);
+      for (int t = 0; t < N; ++t)
+        accf[t] = V::fmadd(V::cvt(isum[t]), V::mul(dd, V::set1f(a.d[(t0 + t) * nsb + u])), accf[t]);
+    }
+  }
+  for (int t = 0; t < N; ++t) V::store(y + (t0 + t) * n_rows + row0, accf[t], n_valid);
+}
+
+// Runs a tile: token micro-tiles of V::kMaxN (then 4, 2, 1 for the rest), each
+// over all row groups of the tile, so the micro-tile's activations stay in L1
+// while the tile's weights come from L2.
+template <class V, GgmlType T>
+void packed_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y) {
+  constexpr int L = V::L;
+  const int64_t n_units = w.n_cols() / unit_cols(T);
+  const size_t group_bytes = n_units * packed_unit_bytes(T, L);
+  const int64_t g0 = tile.row_begin / L, g1 = (tile.row_end + L - 1) / L;
+  auto run = [&]<int N>(int64_t t0) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const int n_valid = static_cast<int>(std::min<int64_t>(L, w.n_rows() - g * L));
+      group_kernel<V, T, N>(w.packed() + g * group_bytes, a, t0, y, w.n_rows(), g * L, n_valid);
+    }
+  };
+  int64_t t = tile.tok_begin;
+  for (; t + V::kMaxN <= tile.tok_end; t += V::kMaxN) run.template operator()<V::kMaxN>(t);
+  if constexpr (V::kMaxN > 4)
+    for (; t + 4 <= tile.tok_end; t += 4) run.template operator()<4>(t);
+  for (; t + 2 <= tile.tok_end; t += 2) run.template operator()<2>(t);
+  for (; t < tile.tok_end; ++t) run.template operator()<1>(t);
+}
+
+template <class V>
+void packed_dispatch(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y) {
+  switch (w.type()) {
+    case GgmlType::Q8_0: return packed_tile<V, GgmlType::Q8_0>(w, a, tile, y);
+    case GgmlType::Q4_0: return packed_tile<V, GgmlType::Q4_0>(w, a, tile, y);
+    case GgmlType::Q4_1: return packed_tile<V, GgmlType::Q4_1>(w, a, tile, y);
+    case GgmlType::Q5_0: return packed_tile<V, GgmlType::Q5_0>(w, a, tile, y);
+    case GgmlType::Q5_1: return packed_tile<V, GgmlType::Q5_1>(w, a, tile, y);
+    case GgmlType::Q4_K: return packed_tile<V, GgmlType::Q4_K>(w, a, tile, y);
+    case GgmlType::Q5_K: return packed_tile<V, GgmlType::Q5_K>(w, a, tile, y);
+    case GgmlType::Q6_K: return packed_tile<V, GgmlType::Q6_K>(w, a, tile, y);
+    default: return;
+  }
+}
+
+}  // namespace pagoda::matmul_detail

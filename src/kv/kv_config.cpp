@@ -1,0 +1,111 @@
+#include "kv/kv_config.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace pagoda {
+
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
+
+uint64_t parse_byte_size(std::string_view text, std::string_view flag) {
+  const std::string bad = std::string(flag) + ": '" + std::string(text) +
+                          "' is not a byte size (expected a number with an optional suffix: "
+                          "B, K/KiB, M/MiB, G/GiB, T/TiB, KB, MB, GB, TB; e.g. 512MiB, 4GiB)";
+  size_t i = 0;
+  bool seen_digit = false, seen_dot = false;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
+    if (text[i] == '.') {
+      if (seen_dot) throw Error(bad);
+      seen_dot = true;
+    } else {
+      seen_digit = true;
+    }
+    ++i;
+  }
+  if (!seen_digit) throw Error(bad);
+  const std::string number(text.substr(0, i));
+  const std::string suffix = lower(text.substr(i));
+  long double mult = 0;
+  struct Unit {
+    const char* name;
+    long double mult;
+  };
+  static const Unit kUnits[] = {
+      {"", 1},           {"b", 1},
+      {"k", 1024.0L},    {"kib", 1024.0L},    {"kb", 1e3L},
+      {"m", 1048576.0L}, {"mib", 1048576.0L}, {"mb", 1e6L},
+      {"g", 1073741824.0L}, {"gib", 1073741824.0L}, {"gb", 1e9L},
+      {"t", 1099511627776.0L}, {"tib", 1099511627776.0L}, {"tb", 1e12L},
+  };
+  for (const Unit& u : kUnits)
+    if (suffix == u.name) mult = u.mult;
+  if (mult == 0) throw Error(bad);
+  const long double value = std::strtold(number.c_str(), nullptr) * mult;
+  if (!(value < 9.2e18L))
+    throw Error(std::string(flag) + ": '" + std::string(text) + "' is too large");
+  return static_cast<uint64_t>(std::floor(value));
+}
+
+std::string format_bytes(uint64_t bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[64];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, kUnits[u]);
+  return buf;
+}
+
+KvType parse_kv_type_flag(std::string_view text, std::string_view flag) {
+  if (auto t = parse_kv_type(text)) return *t;
+  throw Error(std::string(flag) + ": unknown KV type '" + std::string(text) + "' (expected one of " +
+              kv_type_names() + ")");
+}
+
+void validate_kv_block_size(int64_t block_size, std::string_view flag) {
+  if (block_size < 8 || block_size > 256 || (block_size & (block_size - 1)) != 0)
+    throw Error(std::string(flag) + ": " + std::to_string(block_size) +
+                " is not a power of two between 8 and 256");
+}
+
+uint64_t mem_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream ss(line.substr(13));
+    uint64_t kib = 0;
+    ss >> kib;
+    return kib * 1024;
+  }
+  return 0;
+}
+
+uint64_t resolve_kv_budget(const KvConfig& config) {
+  if (config.budget_bytes != 0) return config.budget_bytes;
+  const uint64_t avail = mem_available_bytes();
+  if (avail == 0)
+    throw Error("--kv-cache-bytes: cannot read MemAvailable from /proc/meminfo; give the KV budget explicitly");
+  return static_cast<uint64_t>(static_cast<double>(avail) * kDefaultKvMemoryFraction);
+}
+
+}  // namespace pagoda

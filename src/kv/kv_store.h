@@ -1,0 +1,82 @@
+// KvStore — where a model's attention keys and values live, and attention over them.
+//
+// Contract: the forward pass calls store() for every token of a batch before it
+// calls attend() for any token of that batch in the same layer, so a token sees
+// its own K/V and those of earlier positions of its sequence (causal). attend()
+// reads positions [0, pos] of `seq` for one query token. Implementations own
+// their memory; they are used by one thread at a time (the engine thread) but
+// attend() may be called concurrently from kernel workers for different
+// (token, head group) pairs, so it must not mutate shared state.
+// attend_batch() is the whole batch's attention of one layer, called by the owner
+// thread, which fans out over `pool`; the default runs attend() once per (token, KV
+// head), and the paged store (paged_kv_store.h) overrides it to split long contexts
+// across threads. The paged pool (#3) implements this same interface over blocks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/thread_pool.h"
+
+namespace pagoda {
+
+// Stays a plain integer alias (not a strong type like BlockId): Batch, the engine and
+// tests use it as an index; the paged store keys a map by it.
+using SeqId = int32_t;
+
+// One layer's attention for a whole batch. q and out: [n_tokens, n_heads, head_dim] f32;
+// token t attends to positions [0, positions[t]] of seq_ids[t]; query head h uses KV
+// head h / (n_heads / n_kv_heads).
+struct AttnBatch {
+  int64_t n_tokens = 0;
+  const SeqId* seq_ids = nullptr;    // [n_tokens]
+  const int64_t* positions = nullptr;  // [n_tokens]
+  const float* q = nullptr;          // [n_tokens, n_heads, head_dim] f32
+  float* out = nullptr;              // [n_tokens, n_heads, head_dim] f32
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  float scale = 1.0f;
+};
+
+class KvStore {
+ public:
+  virtual ~KvStore() = default;
+  // k, v: [n_kv_heads, head_dim] f32 of one token at `pos` (pos < capacity(seq)).
+  virtual void store(int layer, SeqId seq, int64_t pos, const float* k, const float* v) = 0;
+  // q: [n_heads_in_group, head_dim] f32 for the query heads that share KV head `kv_head`;
+  // out: same shape, softmax(q·Kᵀ * scale) · V over positions 0..pos of `seq`.
+  virtual void attend(int layer, SeqId seq, int64_t pos, int kv_head, const float* q,
+                      int n_q_heads, float scale, float* out) const = 0;
+  // Positions a sequence may hold.
+  virtual int64_t capacity(SeqId seq) const = 0;
+  // Requires: every token's K/V of this layer stored. Owner thread only.
+  virtual void attend_batch(int layer, const AttnBatch& batch, ThreadPool& pool);
+};
+
+// ContiguousKvCache — the simple store: for each sequence slot, each layer holds
+// K and V as [ctx, n_kv_heads, head_dim] f32. Memory: 2 * n_layers * n_seqs * ctx
+// * kv_dim * 4 bytes, allocated up front. Used by `pagoda generate/logits` until
+// the paged pool replaces it.
+class ContiguousKvCache final : public KvStore {
+ public:
+  ContiguousKvCache(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, int64_t ctx, int n_seqs);
+  ContiguousKvCache(const ContiguousKvCache&) = delete;
+  ContiguousKvCache& operator=(const ContiguousKvCache&) = delete;
+
+  void store(int layer, SeqId seq, int64_t pos, const float* k, const float* v) override;
+  void attend(int layer, SeqId seq, int64_t pos, int kv_head, const float* q, int n_q_heads,
+              float scale, float* out) const override;
+  int64_t capacity(SeqId) const override { return ctx_; }
+  size_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
+
+ private:
+  size_t offset(int layer, SeqId seq, int64_t pos) const;
+  int64_t n_layers_, n_kv_heads_, head_dim_, ctx_;
+  int n_seqs_;
+  std::vector<float> k_;  // [n_layers, n_seqs, ctx, n_kv_heads, head_dim]
+  std::vector<float> v_;  // same
+};
+
+}  // namespace pagoda

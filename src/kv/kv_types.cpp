@@ -1,0 +1,174 @@
+#include "kv/kv_types.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+
+#include "common/error.h"
+#include "tensor/types.h"
+
+namespace pagoda {
+
+namespace {
+
+constexpr float kF16Max = 65504.0f;
+
+f16_t to_f16_saturating(float x) { return f32_to_f16(std::clamp(x, -kF16Max, kF16Max)); }
+
+}  // namespace
+
+const char* kv_type_name(KvType t) {
+  switch (t) {
+    case KvType::F32: return "f32";
+    case KvType::F16: return "f16";
+    case KvType::BF16: return "bf16";
+    case KvType::Q8: return "q8";
+    case KvType::Q4: return "q4";
+  }
+  return "?";
+}
+
+std::optional<KvType> parse_kv_type(std::string_view name) {
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (int i = 0; i < kNumKvTypes; ++i) {
+    KvType t = static_cast<KvType>(i);
+    if (lower == kv_type_name(t)) return t;
+  }
+  return std::nullopt;
+}
+
+std::string kv_type_names() { return "f32, f16, bf16, q8, q4"; }
+
+int64_t q4_group_size(int64_t head_dim) {
+  for (int64_t g : {32, 16, 8})
+    if (head_dim > 0 && head_dim % g == 0) return g;
+  return 0;
+}
+
+bool kv_type_supports(KvType t, int64_t head_dim) {
+  if (head_dim < 1) return false;
+  return t != KvType::Q4 || q4_group_size(head_dim) != 0;
+}
+
+size_t kv_row_bytes(KvType t, int64_t head_dim) {
+  const size_t d = static_cast<size_t>(head_dim);
+  switch (t) {
+    case KvType::F32: return d * 4;
+    case KvType::F16:
+    case KvType::BF16: return d * 2;
+    case KvType::Q8: return d;
+    case KvType::Q4: return d / 2;
+  }
+  return 0;
+}
+
+size_t kv_row_sidecar_bytes(KvType t, int64_t head_dim) {
+  switch (t) {
+    case KvType::Q8: return sizeof(float);
+    case KvType::Q4: return static_cast<size_t>(head_dim / q4_group_size(head_dim)) * 2 * sizeof(f16_t);
+    default: return 0;
+  }
+}
+
+void kv_quantize_row(KvType t, const float* x, int64_t d, void* data, void* side) {
+#ifndef NDEBUG
+  for (int64_t i = 0; i < d; ++i) assert(std::isfinite(x[i]));
+#endif
+  switch (t) {
+    case KvType::F32:
+      std::memcpy(data, x, static_cast<size_t>(d) * 4);
+      return;
+    case KvType::F16: {
+      f16_t* o = static_cast<f16_t*>(data);
+      for (int64_t i = 0; i < d; ++i) o[i] = to_f16_saturating(x[i]);
+      return;
+    }
+    case KvType::BF16: {
+      bf16_t* o = static_cast<bf16_t*>(data);
+      for (int64_t i = 0; i < d; ++i) o[i] = f32_to_bf16(x[i]);
+      return;
+    }
+    case KvType::Q8: {
+      float amax = 0.0f;
+      for (int64_t i = 0; i < d; ++i) amax = std::max(amax, std::fabs(x[i]));
+      const float s = amax / 127.0f;
+      const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+      int8_t* o = static_cast<int8_t*>(data);
+      for (int64_t i = 0; i < d; ++i)
+        o[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f));
+      std::memcpy(side, &s, sizeof s);
+      return;
+    }
+    case KvType::Q4: {
+      const int64_t g = q4_group_size(d);
+      const int64_t half = g / 2;
+      uint8_t* o = static_cast<uint8_t*>(data);
+      f16_t* dm = static_cast<f16_t*>(side);
+      for (int64_t g0 = 0; g0 < d; g0 += g) {
+        const float* xr = x + g0;
+        float lo = xr[0], hi = xr[0];
+        for (int64_t i = 1; i < g; ++i) {
+          lo = std::min(lo, xr[i]);
+          hi = std::max(hi, xr[i]);
+        }
+        // Quantize against the f16-rounded d and m the decoder will see.
+        const f16_t d16 = to_f16_saturating((hi - lo) / 15.0f);
+        const f16_t m16 = to_f16_saturating(lo);
+        const float dd = f16_to_f32(d16), mm = f16_to_f32(m16);
+        const float inv = dd > 0.0f ? 1.0f / dd : 0.0f;
+        uint8_t q[32];
+        for (int64_t i = 0; i < g; ++i)
+          q[i] = static_cast<uint8_t>(std::clamp(std::nearbyint((xr[i] - mm) * inv), 0.0f, 15.0f));
+        for (int64_t i = 0; i < half; ++i) o[g0 / 2 + i] = static_cast<uint8_t>(q[i] | (q[i + half] << 4));
+        dm[2 * (g0 / g)] = d16;
+        dm[2 * (g0 / g) + 1] = m16;
+      }
+      return;
+    }
+  }
+}
+
+void kv_dequantize_row_ref(KvType t, const void* data, const void* side, int64_t d, float* out) {
+  switch (t) {
+    case KvType::F32:
+      std::memcpy(out, data, static_cast<size_t>(d) * 4);
+      return;
+    case KvType::F16: {
+      const f16_t* in = static_cast<const f16_t*>(data);
+      for (int64_t i = 0; i < d; ++i) out[i] = f16_to_f32(in[i]);
+      return;
+    }
+    case KvType::BF16: {
+      const bf16_t* in = static_cast<const bf16_t*>(data);
+      for (int64_t i = 0; i < d; ++i) out[i] = bf16_to_f32(in[i]);
+      return;
+    }
+    case KvType::Q8: {
+      float s;
+      std::memcpy(&s, side, sizeof s);
+      const int8_t* in = static_cast<const int8_t*>(data);
+      for (int64_t i = 0; i < d; ++i) out[i] = static_cast<float>(in[i]) * s;
+      return;
+    }
+    case KvType::Q4: {
+      const int64_t g = q4_group_size(d);
+      const int64_t half = g / 2;
+      const uint8_t* in = static_cast<const uint8_t*>(data);
+      const f16_t* dm = static_cast<const f16_t*>(side);
+      for (int64_t g0 = 0; g0 < d; g0 += g) {
+        const float dd = f16_to_f32(dm[2 * (g0 / g)]), mm = f16_to_f32(dm[2 * (g0 / g) + 1]);
+        for (int64_t i = 0; i < half; ++i) {
+          const uint8_t b = in[g0 / 2 + i];
+          out[g0 + i] = std::fma(dd, static_cast<float>(b & 0x0F), mm);
+          out[g0 + half + i] = std::fma(dd, static_cast<float>(b >> 4), mm);
+        }
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace pagoda

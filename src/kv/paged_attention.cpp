@@ -1,0 +1,113 @@
+#include "kv/paged_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "common/error.h"
+
+namespace pagoda {
+
+void paged_attend_partial_ref(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
+                              int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
+                              float* o, float* m, float* l) {
+  const int64_t hd = view.head_dim, bs = view.block_size;
+  const int64_t n = p_end - p_begin;
+  std::vector<float> k(static_cast<size_t>(hd)), v(static_cast<size_t>(hd));
+  std::vector<double> s(static_cast<size_t>(n_q * std::max<int64_t>(n, 1)));
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const BlockId b = blocks[p / bs];
+    const int64_t slot = p % bs;
+    kv_dequantize_row_ref(view.k_type, view.k_rows(b, kv_head) + slot * view.k_row_bytes,
+                          view.k_side(b, kv_head) + slot * view.k_side_row_bytes, hd, k.data());
+    for (int h = 0; h < n_q; ++h) {
+      double acc = 0;
+      for (int64_t i = 0; i < hd; ++i) acc += static_cast<double>(q[h * hd + i]) * k[i];
+      s[h * n + (p - p_begin)] = acc * scale;
+    }
+  }
+  for (int h = 0; h < n_q; ++h) {
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[h * n + j]);
+    m[h] = static_cast<float>(mx);
+    double sum = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      s[h * n + j] = std::exp(s[h * n + j] - mx);
+      sum += s[h * n + j];
+    }
+    l[h] = static_cast<float>(sum);
+  }
+  std::vector<double> acc(static_cast<size_t>(n_q * hd), 0.0);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const BlockId b = blocks[p / bs];
+    const int64_t slot = p % bs;
+    kv_dequantize_row_ref(view.v_type, view.v_rows(b, kv_head) + slot * view.v_row_bytes,
+                          view.v_side(b, kv_head) + slot * view.v_side_row_bytes, hd, v.data());
+    for (int h = 0; h < n_q; ++h) {
+      const double w = s[h * n + (p - p_begin)];
+      for (int64_t i = 0; i < hd; ++i) acc[h * hd + i] += w * v[i];
+    }
+  }
+  for (int64_t i = 0; i < n_q * hd; ++i) o[i] = static_cast<float>(acc[i]);
+}
+
+namespace paged_attention_internal {
+// Defined in paged_attention_avx2.cpp / _avx512.cpp.
+extern const PagedAttendFn kPagedAttendAvx2;
+extern const PagedAttendFn kPagedAttendAvx512;
+}  // namespace paged_attention_internal
+
+PagedAttendFn paged_attend_kernel(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512: return paged_attention_internal::kPagedAttendAvx512;
+    case Isa::Avx2: return paged_attention_internal::kPagedAttendAvx2;
+    default: return paged_attend_partial_ref;
+  }
+}
+
+void paged_attend_partial(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
+                          int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
+                          float* o, float* m, float* l) {
+  static const PagedAttendFn fn = paged_attend_kernel(best_isa());
+  fn(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, o, m, l);
+}
+
+void paged_attend(const KvLayerView& view, const BlockId* blocks, int64_t n_ctx, int64_t kv_head,
+                  const float* q, int n_q, float scale, float* out) {
+  PAGODA_CHECK(n_ctx >= 1, "paged_attend: empty context");
+  constexpr int kGroup = 64;
+  float m[kGroup], l[kGroup];
+  const int64_t hd = view.head_dim;
+  for (int h0 = 0; h0 < n_q; h0 += kGroup) {
+    const int g = std::min(kGroup, n_q - h0);
+    paged_attend_partial(view, blocks, 0, n_ctx, kv_head, q + h0 * hd, g, scale, out + h0 * hd, m, l);
+    for (int h = 0; h < g; ++h) {
+      const float inv = 1.0f / l[h];
+      float* oh = out + (h0 + h) * hd;
+      for (int64_t i = 0; i < hd; ++i) oh[i] *= inv;
+    }
+  }
+}
+
+void merge_attention_partials(int n_parts, const float* m, const float* l, const float* o, int n_q,
+                              int64_t hd, float* out) {
+  for (int h = 0; h < n_q; ++h) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int p = 0; p < n_parts; ++p) mx = std::max(mx, m[p * n_q + h]);
+    float* oh = out + h * hd;
+    std::fill(oh, oh + hd, 0.0f);
+    float sum = 0.0f;
+    for (int p = 0; p < n_parts; ++p) {
+      if (l[p * n_q + h] == 0.0f) continue;  // empty part
+      const float c = std::exp(m[p * n_q + h] - mx);
+      sum += l[p * n_q + h] * c;
+      const float* op = o + (static_cast<int64_t>(p) * n_q + h) * hd;
+      for (int64_t i = 0; i < hd; ++i) oh[i] += c * op[i];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t i = 0; i < hd; ++i) oh[i] *= inv;
+  }
+}
+
+}  // namespace pagoda

@@ -1,0 +1,59 @@
+// Paged attention — softmax(q·Kᵀ·scale)·V for one GQA group of query heads, reading K/V
+// in place through a block table (no gather into a contiguous copy), for every KV type.
+//
+// Contract: pure functions over a KvLayerView (pool memory, read-only) and caller-owned
+// buffers; callable from any thread concurrently; no allocation in the SIMD paths (the
+// scalar reference allocates). Dispatch on best_isa(): AVX-512 / AVX2 / scalar, all with
+// the same math: per chunk of positions, dequantize K and V rows into an L1 tile (f32
+// rows are read directly), scores for all heads of the group, an online-softmax update
+// (one max and rescale per chunk, not per position), then o += w·V with the group's
+// accumulators kept in registers. Quantized types are dequantized exactly as
+// kv_dequantize_row_ref does, so paths differ only in summation order.
+//
+// Partial results (for splitting a long context across threads): over positions
+// [p_begin, p_end), per query head h: m[h] = max score, l[h] = Σ exp(s - m[h]),
+// o[h] = Σ exp(s - m[h]) · v (unnormalized). merge_attention_partials combines parts:
+// M = max m_i, L = Σ l_i e^(m_i - M), out = Σ o_i e^(m_i - M) / L.
+// Causal masking is the caller's p_end (= query position + 1). An empty range gives
+// m = -inf, l = 0, o = 0, which merging ignores.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu_features.h"
+#include "kv/paged_kv_pool.h"
+
+namespace pagoda {
+
+// q: [n_q, head_dim] f32 (the query heads sharing KV head kv_head);
+// blocks: the sequence's block ids by position / block_size (covering p_end - 1);
+// o: [n_q, head_dim] f32, m, l: [n_q] f32 — outputs (overwritten).
+// Requires: 0 <= p_begin <= p_end, n_q >= 1, head_dim <= kMaxAttnHeadDim.
+using PagedAttendFn = void (*)(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
+                               int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
+                               float* o, float* m, float* l);
+
+constexpr int64_t kMaxAttnHeadDim = 4096;
+
+// Scalar reference: dequantizes each row with kv_dequantize_row_ref, accumulates in double.
+void paged_attend_partial_ref(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
+                              int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
+                              float* o, float* m, float* l);
+// The kernel of one ISA level (Scalar: the reference). Requires: isa_supported(isa).
+PagedAttendFn paged_attend_kernel(Isa isa);
+// Dispatches on best_isa().
+void paged_attend_partial(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
+                          int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
+                          float* o, float* m, float* l);
+
+// Full attention over [0, n_ctx): out [n_q, head_dim] = normalized result.
+// Requires: n_ctx >= 1.
+void paged_attend(const KvLayerView& view, const BlockId* blocks, int64_t n_ctx, int64_t kv_head,
+                  const float* q, int n_q, float scale, float* out);
+
+// out [n_q, head_dim] from n_parts partials laid out as m, l: [n_parts][n_q],
+// o: [n_parts][n_q][head_dim]. Requires: some part covers at least one position.
+void merge_attention_partials(int n_parts, const float* m, const float* l, const float* o, int n_q,
+                              int64_t head_dim, float* out);
+
+}  // namespace pagoda

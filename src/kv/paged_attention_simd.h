@@ -1,0 +1,213 @@
+// The SIMD paged-attention kernel written once over a vector-traits class, so the AVX2
+// and AVX-512 paths are the same code at two widths (as kernels/ops_simd.h does).
+//
+// Include only from an ISA translation unit (paged_attention_avx2.cpp / _avx512.cpp)
+// after defining the traits. Everything here has internal linkage, so each ISA file gets
+// its own copy compiled with its own flags (no ODR merging across differently-flagged
+// files).
+//
+// A traits class V provides, for V::Reg of V::kWidth floats: load, store,
+// load_partial(p, n) (lanes >= n read 0, never touched), store_partial(p, r, n), set1,
+// zero, add, mul, fmadd(a, b, c) = a*b + c, reduce_add; and the row decoders, each
+// reading kWidth elements: cvt_f16(const uint16_t*), cvt_bf16(const uint16_t*),
+// cvt_i8(const int8_t*), lo_nibbles(const uint8_t*) / hi_nibbles(const uint8_t*)
+// (float of p[i] & 15 / p[i] >> 4).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "kernels/ops.h"
+#include "kv/paged_attention.h"
+#include "tensor/types.h"
+
+namespace pagoda {
+namespace {
+
+// Positions per chunk: one max/rescale of the accumulators per chunk, and the K and V
+// tiles ([chunk][head_dim] f32 each) stay in L1: 32 × 128 × 4 = 16 KiB per tile.
+constexpr int64_t kAttnChunk = 32;
+constexpr int64_t kAttnTileFloats = kAttnChunk * 128;
+// Query heads per kernel call; larger groups are split by the caller of the kernel.
+constexpr int kAttnMaxGroup = 16;
+
+// Decodes `n_rows` consecutive rows of type t into tile [n_rows][hd] f32.
+template <class V>
+void dequant_rows(KvType t, const uint8_t* data, const uint8_t* side, int64_t n_rows, int64_t hd,
+                  size_t row_bytes, size_t side_bytes, float* tile) {
+  constexpr int64_t W = V::kWidth;
+  const int64_t hd_vec = hd / W * W;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const uint8_t* d = data + r * row_bytes;
+    const uint8_t* s = side + r * side_bytes;
+    float* out = tile + r * hd;
+    switch (t) {
+      case KvType::F32:
+        std::memcpy(out, d, static_cast<size_t>(hd) * 4);
+        break;
+      case KvType::F16: {
+        const uint16_t* in = reinterpret_cast<const uint16_t*>(d);
+        for (int64_t i = 0; i < hd_vec; i += W) V::store(out + i, V::cvt_f16(in + i));
+        for (int64_t i = hd_vec; i < hd; ++i) out[i] = f16_to_f32(in[i]);
+        break;
+      }
+      case KvType::BF16: {
+        const uint16_t* in = reinterpret_cast<const uint16_t*>(d);
+        for (int64_t i = 0; i < hd_vec; i += W) V::store(out + i, V::cvt_bf16(in + i));
+        for (int64_t i = hd_vec; i < hd; ++i) out[i] = bf16_to_f32(in[i]);
+        break;
+      }
+      case KvType::Q8: {
+        float sc;
+        std::memcpy(&sc, s, sizeof sc);
+        const int8_t* in = reinterpret_cast<const int8_t*>(d);
+        const typename V::Reg vs = V::set1(sc);
+        for (int64_t i = 0; i < hd_vec; i += W) V::store(out + i, V::mul(V::cvt_i8(in + i), vs));
+        for (int64_t i = hd_vec; i < hd; ++i) out[i] = static_cast<float>(in[i]) * sc;
+        break;
+      }
+      case KvType::Q4: {
+        const int64_t g = q4_group_size(hd), half = g / 2;
+        const uint16_t* dm = reinterpret_cast<const uint16_t*>(s);
+        for (int64_t g0 = 0; g0 < hd; g0 += g) {
+          const float dd = f16_to_f32(dm[2 * (g0 / g)]), mm = f16_to_f32(dm[2 * (g0 / g) + 1]);
+          const uint8_t* in = d + g0 / 2;
+          if (half % W == 0) {
+            const typename V::Reg vd = V::set1(dd), vm = V::set1(mm);
+            for (int64_t i = 0; i < half; i += W) {
+              V::store(out + g0 + i, V::fmadd(vd, V::lo_nibbles(in + i), vm));
+              V::store(out + g0 + half + i, V::fmadd(vd, V::hi_nibbles(in + i), vm));
+            }
+          } else {
+            for (int64_t i = 0; i < half; ++i) {
+              out[g0 + i] = std::fma(dd, static_cast<float>(in[i] & 0x0F), mm);
+              out[g0 + half + i] = std::fma(dd, static_cast<float>(in[i] >> 4), mm);
+            }
+          }
+        }
+        break;
+      }
+    }
+  }
+}
+
+template <class V>
+inline float dot_vec(const float* a, const float* b, int64_t n) {
+  constexpr int64_t W = V::kWidth;
+  typename V::Reg a0 = V::zero(), a1 = V::zero();
+  int64_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    a0 = V::fmadd(V::load(a + i), V::load(b + i), a0);
+    a1 = V::fmadd(V::load(a + i + W), V::load(b + i + W), a1);
+  }
+  for (; i + W <= n; i += W) a0 = V::fmadd(V::load(a + i), V::load(b + i), a0);
+  if (i < n) a1 = V::fmadd(V::load_partial(a + i, n - i), V::load_partial(b + i, n - i), a1);
+  return V::reduce_add(V::add(a0, a1));
+}
+
+// Partial attention of n_q <= kAttnMaxGroup heads over [p_begin, p_end).
+template <class V>
+void attend_group(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,
+                  int64_t kv_head, const float* q, int n_q, float scale, float* o, float* m, float* l) {
+  using Reg = typename V::Reg;
+  constexpr int64_t W = V::kWidth;
+  const int64_t hd = view.head_dim, bs = view.block_size;
+  const int64_t chunk = std::min<int64_t>(kAttnChunk, std::max<int64_t>(1, kAttnTileFloats / hd));
+  alignas(64) float ktile[kAttnTileFloats];
+  alignas(64) float vtile[kAttnTileFloats];
+  alignas(64) float s[kAttnMaxGroup * kAttnChunk];
+  for (int h = 0; h < n_q; ++h) {
+    m[h] = -std::numeric_limits<float>::infinity();
+    l[h] = 0.0f;
+  }
+  std::fill(o, o + n_q * hd, 0.0f);
+
+  for (int64_t p = p_begin; p < p_end;) {
+    const BlockId b = blocks[p / bs];
+    const int64_t slot = p % bs;
+    const int64_t n = std::min({chunk, bs - slot, p_end - p});
+    // K rows [n][hd]: read f32 in place, otherwise dequantize into the tile.
+    const float* K;
+    const uint8_t* kd = view.k_rows(b, kv_head) + slot * view.k_row_bytes;
+    if (view.k_type == KvType::F32) {
+      K = reinterpret_cast<const float*>(kd);
+    } else {
+      dequant_rows<V>(view.k_type, kd, view.k_side(b, kv_head) + slot * view.k_side_row_bytes, n, hd,
+                      view.k_row_bytes, view.k_side_row_bytes, ktile);
+      K = ktile;
+    }
+    for (int64_t j = 0; j < n; ++j)
+      for (int h = 0; h < n_q; ++h) s[h * kAttnChunk + j] = dot_vec<V>(q + h * hd, K + j * hd, hd) * scale;
+    // Online softmax: one rescale of each head's accumulators per chunk.
+    for (int h = 0; h < n_q; ++h) {
+      float* sh = s + h * kAttnChunk;
+      float mx = sh[0];
+      for (int64_t j = 1; j < n; ++j) mx = std::max(mx, sh[j]);
+      if (mx > m[h]) {
+        if (l[h] > 0.0f) {
+          const float corr = std::exp(m[h] - mx);
+          l[h] *= corr;
+          const Reg vc = V::set1(corr);
+          float* oh = o + h * hd;
+          int64_t i = 0;
+          for (; i + W <= hd; i += W) V::store(oh + i, V::mul(V::load(oh + i), vc));
+          if (i < hd) V::store_partial(oh + i, V::mul(V::load_partial(oh + i, hd - i), vc), hd - i);
+        }
+        m[h] = mx;
+      }
+      for (int64_t j = 0; j < n; ++j) sh[j] -= m[h];
+      exp_f32(sh, sh, n);
+      float sum = 0.0f;
+      for (int64_t j = 0; j < n; ++j) sum += sh[j];
+      l[h] += sum;
+    }
+    const float* Vr;
+    const uint8_t* vd = view.v_rows(b, kv_head) + slot * view.v_row_bytes;
+    if (view.v_type == KvType::F32) {
+      Vr = reinterpret_cast<const float*>(vd);
+    } else {
+      dequant_rows<V>(view.v_type, vd, view.v_side(b, kv_head) + slot * view.v_side_row_bytes, n, hd,
+                      view.v_row_bytes, view.v_side_row_bytes, vtile);
+      Vr = vtile;
+    }
+    // o[h] += Σ_j w[h][j] · V[j]: the accumulator of one W-wide column strip stays in a
+    // register across the chunk's rows.
+    for (int h = 0; h < n_q; ++h) {
+      const float* sh = s + h * kAttnChunk;
+      float* oh = o + h * hd;
+      int64_t i = 0;
+      for (; i + W <= hd; i += W) {
+        Reg acc = V::load(oh + i);
+        for (int64_t j = 0; j < n; ++j) acc = V::fmadd(V::set1(sh[j]), V::load(Vr + j * hd + i), acc);
+        V::store(oh + i, acc);
+      }
+      if (i < hd) {
+        const int64_t r = hd - i;
+        Reg acc = V::load_partial(oh + i, r);
+        for (int64_t j = 0; j < n; ++j) acc = V::fmadd(V::set1(sh[j]), V::load_partial(Vr + j * hd + i, r), acc);
+        V::store_partial(oh + i, acc, r);
+      }
+    }
+    p += n;
+  }
+}
+
+template <class V>
+void paged_attend_simd(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,
+                       int64_t kv_head, const float* q, int n_q, float scale, float* o, float* m, float* l) {
+  if (view.head_dim > kAttnTileFloats) {  // wider than a tile row: the reference handles it
+    paged_attend_partial_ref(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, o, m, l);
+    return;
+  }
+  const int64_t hd = view.head_dim;
+  for (int h0 = 0; h0 < n_q; h0 += kAttnMaxGroup) {
+    const int g = std::min(kAttnMaxGroup, n_q - h0);
+    attend_group<V>(view, blocks, p_begin, p_end, kv_head, q + h0 * hd, g, scale, o + h0 * hd, m + h0, l + h0);
+  }
+}
+
+}  // namespace
+}  // namespace pagoda

@@ -1,0 +1,410 @@
+#include "kv/paged_kv_pool.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#include "common/error.h"
+
+namespace pagoda {
+
+namespace {
+
+uint64_t round_up(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
+
+}  // namespace
+
+PagedKvPool::PagedKvPool(const KvGeometry& geometry, const KvConfig& config)
+    : geo_(geometry), block_size_(config.block_size), k_type_(config.k_type), v_type_(config.v_type) {
+  validate_kv_block_size(config.block_size);
+  if (geo_.n_layers < 1 || geo_.n_kv_heads < 1 || geo_.head_dim < 1)
+    throw Error("KV pool: invalid geometry (" + std::to_string(geo_.n_layers) + " layers, " +
+                std::to_string(geo_.n_kv_heads) + " KV heads, head_dim " + std::to_string(geo_.head_dim) + ")");
+  for (KvType t : {k_type_, v_type_})
+    if (!kv_type_supports(t, geo_.head_dim))
+      throw Error(std::string("KV type ") + kv_type_name(t) + " cannot store head_dim " +
+                  std::to_string(geo_.head_dim) + " (q4 needs a multiple of 8)");
+  k_row_bytes_ = kv_row_bytes(k_type_, geo_.head_dim);
+  v_row_bytes_ = kv_row_bytes(v_type_, geo_.head_dim);
+  k_side_row_bytes_ = kv_row_sidecar_bytes(k_type_, geo_.head_dim);
+  v_side_row_bytes_ = kv_row_sidecar_bytes(v_type_, geo_.head_dim);
+  const size_t rows = static_cast<size_t>(block_size_ * geo_.n_kv_heads);
+  layer_bytes_ = rows * (k_row_bytes_ + k_side_row_bytes_ + v_row_bytes_ + v_side_row_bytes_);
+  bytes_per_block_ = layer_bytes_ * static_cast<size_t>(geo_.n_layers);
+  if (config.budget_bytes == 0) throw Error("KV pool: the budget is not resolved (0 bytes)");
+  const uint64_t blocks = config.budget_bytes / bytes_per_block_;
+  if (blocks < 1)
+    throw Error("--kv-cache-bytes: " + format_bytes(config.budget_bytes) + " is less than one KV block (" +
+                format_bytes(bytes_per_block_) + " = " + std::to_string(block_size_) + " tokens)");
+  if (blocks > static_cast<uint64_t>(std::numeric_limits<int32_t>::max() - 1))
+    throw Error("--kv-cache-bytes: " + format_bytes(config.budget_bytes) + " makes more than 2^31 blocks");
+  blocks_budget_ = static_cast<int64_t>(blocks);
+
+  page_bytes_ = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  map_bytes_ = round_up(static_cast<uint64_t>(blocks_budget_) * bytes_per_block_, page_bytes_);
+  void* p = mmap(nullptr, map_bytes_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED)
+    throw Error("KV pool: cannot reserve " + format_bytes(map_bytes_) + " of address space: " +
+                std::strerror(errno));
+  base_ = static_cast<uint8_t*>(p);
+  // Page-exact accounting: a transparent huge page would commit 2 MiB on one touch.
+  madvise(base_, map_bytes_, MADV_NOHUGEPAGE);
+
+  meta_.resize(static_cast<size_t>(blocks_budget_) + 1);
+  BlockMeta& sentinel = meta_.back();
+  sentinel.prev = sentinel.next = static_cast<int32_t>(blocks_budget_);
+}
+
+PagedKvPool::~PagedKvPool() {
+  if (base_) munmap(base_, map_bytes_);
+}
+
+size_t PagedKvPool::real_block_bytes(int layer) const {
+  PAGODA_CHECK(layer >= 0 && layer < geo_.n_layers, "layer " + std::to_string(layer) + " out of range");
+  return layer_bytes_;
+}
+
+// ---- free list ---------------------------------------------------------------------------
+
+void PagedKvPool::list_push_back(int32_t i) {
+  const int32_t s = static_cast<int32_t>(blocks_budget_);
+  const int32_t last = meta_[s].prev;
+  meta_[i].prev = last;
+  meta_[i].next = s;
+  meta_[last].next = i;
+  meta_[s].prev = i;
+}
+
+void PagedKvPool::list_unlink(int32_t i) {
+  BlockMeta& m = meta_[i];
+  meta_[m.prev].next = m.next;
+  meta_[m.next].prev = m.prev;
+  m.prev = m.next = -1;
+}
+
+std::vector<BlockId> PagedKvPool::free_list() const {
+  std::vector<BlockId> out;
+  const int32_t s = static_cast<int32_t>(blocks_budget_);
+  for (int32_t i = meta_[s].next; i != s; i = meta_[i].next) out.push_back(BlockId{i});
+  return out;
+}
+
+// ---- memory ------------------------------------------------------------------------------
+
+uint64_t PagedKvPool::committed_bytes_for(int64_t n_blocks) const {
+  return std::min<uint64_t>(round_up(static_cast<uint64_t>(n_blocks) * bytes_per_block_, page_bytes_), map_bytes_);
+}
+
+void PagedKvPool::commit_blocks(int64_t n_blocks) {
+  assert(n_blocks >= blocks_committed_ && n_blocks <= blocks_budget_);
+  const uint64_t want = committed_bytes_for(n_blocks);
+  if (want > bytes_reserved_) {
+    uint8_t* from = base_ + bytes_reserved_;
+    const size_t len = want - bytes_reserved_;
+    if (mprotect(from, len, PROT_READ | PROT_WRITE) != 0)
+      PAGODA_CHECK(false, std::string("KV pool: mprotect failed: ") + std::strerror(errno));
+    // Touch every page once so the kernel commits it now, where we count it.
+    for (size_t off = 0; off < len; off += page_bytes_) reinterpret_cast<volatile uint8_t*>(from)[off] = 0;
+    bytes_reserved_ = want;
+  }
+  blocks_committed_ = n_blocks;
+}
+
+uint64_t PagedKvPool::trim() {
+  while (blocks_committed_ > 0 && meta_[static_cast<size_t>(blocks_committed_ - 1)].refcount == 0) {
+    list_unlink(static_cast<int32_t>(blocks_committed_ - 1));
+    --blocks_committed_;
+  }
+  const uint64_t keep = committed_bytes_for(blocks_committed_);
+  if (keep >= bytes_reserved_) return 0;
+  const uint64_t released = bytes_reserved_ - keep;
+  madvise(base_ + keep, released, MADV_DONTNEED);
+  mprotect(base_ + keep, released, PROT_NONE);
+  bytes_reserved_ = keep;
+  return released;
+}
+
+const uint8_t* PagedKvPool::block_bytes(BlockId b) const {
+  PAGODA_CHECK(idx(b) >= 0 && idx(b) < blocks_committed_, "block " + std::to_string(idx(b)) + " is not committed");
+  return slab(b);
+}
+
+// ---- single blocks -----------------------------------------------------------------------
+
+void PagedKvPool::check_id(BlockId b, const char* what) const {
+  PAGODA_CHECK(idx(b) >= 0 && idx(b) < blocks_budget_,
+               std::string(what) + ": unknown block id " + std::to_string(idx(b)) + " (budget " +
+                   std::to_string(blocks_budget_) + " blocks)");
+}
+
+void PagedKvPool::set_num_tokens(int32_t i, int32_t n) {
+  assert(n >= 0 && n <= block_size_ && meta_[i].refcount > 0);
+  tokens_in_use_ += n - meta_[i].num_tokens;
+  meta_[i].num_tokens = n;
+}
+
+std::optional<BlockId> PagedKvPool::acquire() {
+  const int32_t s = static_cast<int32_t>(blocks_budget_);
+  int32_t i;
+  if (meta_[s].next != s) {
+    i = meta_[s].next;
+    list_unlink(i);
+  } else if (blocks_committed_ < blocks_budget_) {
+    i = static_cast<int32_t>(blocks_committed_);
+    commit_blocks(blocks_committed_ + 1);
+  } else {
+    return std::nullopt;
+  }
+  assert(meta_[i].refcount == 0 && meta_[i].num_tokens == 0);
+  meta_[i].refcount = 1;
+  ++blocks_live_;
+  return BlockId{i};
+}
+
+void PagedKvPool::share(BlockId b) {
+  check_id(b, "share");
+  BlockMeta& m = meta_[idx(b)];
+  PAGODA_CHECK(m.refcount > 0, "share of free block " + std::to_string(idx(b)));
+  ++m.refcount;
+}
+
+void PagedKvPool::release(BlockId b) {
+  check_id(b, "release");
+  BlockMeta& m = meta_[idx(b)];
+  PAGODA_CHECK(m.refcount > 0, "release of free block " + std::to_string(idx(b)) + " (double release?)");
+  if (--m.refcount > 0) return;
+  tokens_in_use_ -= m.num_tokens;
+  m.num_tokens = 0;
+  --blocks_live_;
+  list_push_back(idx(b));
+}
+
+int PagedKvPool::refcount(BlockId b) const {
+  check_id(b, "refcount");
+  return meta_[idx(b)].refcount;
+}
+
+int PagedKvPool::num_tokens(BlockId b) const {
+  check_id(b, "num_tokens");
+  return meta_[idx(b)].num_tokens;
+}
+
+// ---- tables ------------------------------------------------------------------------------
+
+std::optional<std::string> PagedKvPool::never_fits(int64_t n_tokens) const {
+  const int64_t need = blocks_for_tokens(n_tokens);
+  if (need <= blocks_budget_) return std::nullopt;
+  return "a sequence of " + std::to_string(n_tokens) + " tokens needs " + std::to_string(need) +
+         " KV blocks (" + std::to_string(block_size_) + " tokens, " + format_bytes(bytes_per_block_) +
+         " each) but the whole KV budget is " + std::to_string(blocks_budget_) + " blocks (" +
+         std::to_string(blocks_budget_ * block_size_) + " tokens, " +
+         format_bytes(static_cast<uint64_t>(blocks_budget_) * bytes_per_block_) +
+         "); raise --kv-cache-bytes or shorten the request";
+}
+
+int64_t PagedKvPool::blocks_needed(const BlockTable& table, int64_t n_new) const {
+  const int64_t old = table.num_tokens_;
+  int64_t need = blocks_for_tokens(old + n_new) - table.num_blocks();
+  if (n_new > 0 && old % block_size_ != 0 && meta_[idx(table.blocks_.back())].refcount > 1) ++need;
+  return need;
+}
+
+AllocResult PagedKvPool::append_tokens(BlockTable& table, int64_t n_new) {
+  PAGODA_CHECK(n_new >= 0, "append_tokens: negative count");
+  AllocResult r;
+  const int64_t old = table.num_tokens_;
+  const int64_t total = old + n_new;
+  if (auto msg = never_fits(total)) {
+    r.status = AllocResult::Status::NeverFits;
+    r.blocks_needed = blocks_for_tokens(total);
+    r.blocks_available = blocks_budget_;
+    r.message = *msg;
+    return r;
+  }
+  const int64_t need = blocks_needed(table, n_new);
+  const int64_t avail = blocks_budget_ - blocks_live_;
+  r.blocks_needed = need;
+  r.blocks_available = avail;
+  if (need > avail) {
+    r.status = AllocResult::Status::OutOfBlocks;
+    r.message = "out of KV blocks: " + std::to_string(n_new) + " more tokens need " + std::to_string(need) +
+                " blocks, " + std::to_string(avail) + " free";
+    return r;
+  }
+  if (n_new == 0) return r;
+  // Copy-on-write of a shared, partly filled tail block: the copy takes this table's
+  // tokens of that block; the original keeps its other holders and its contents.
+  if (old % block_size_ != 0) {
+    const BlockId tail = table.blocks_.back();
+    if (meta_[idx(tail)].refcount > 1) {
+      const BlockId copy = *acquire();
+      std::memcpy(slab(copy), slab(tail), bytes_per_block_);
+      release(tail);
+      table.blocks_.back() = copy;
+    }
+  }
+  while (table.num_blocks() < blocks_for_tokens(total)) table.blocks_.push_back(*acquire());
+  for (int64_t j = old / block_size_; j < table.num_blocks(); ++j)
+    set_num_tokens(idx(table.blocks_[static_cast<size_t>(j)]),
+                   static_cast<int32_t>(std::min<int64_t>(block_size_, total - j * block_size_)));
+  table.num_tokens_ = total;
+  return r;
+}
+
+BlockTable PagedKvPool::fork(const BlockTable& table) {
+  BlockTable out;
+  out.blocks_ = table.blocks_;
+  out.num_tokens_ = table.num_tokens_;
+  for (BlockId b : out.blocks_) share(b);
+  return out;
+}
+
+void PagedKvPool::truncate(BlockTable& table, int64_t n_tokens) {
+  PAGODA_CHECK(n_tokens >= 0 && n_tokens <= table.num_tokens_,
+               "truncate to " + std::to_string(n_tokens) + " of a table of " + std::to_string(table.num_tokens_) +
+                   " tokens");
+  const int64_t keep = blocks_for_tokens(n_tokens);
+  while (table.num_blocks() > keep) {
+    release(table.blocks_.back());
+    table.blocks_.pop_back();
+  }
+  table.num_tokens_ = n_tokens;
+  if (keep > 0) {
+    const int32_t tail = idx(table.blocks_.back());
+    if (meta_[tail].refcount == 1)
+      set_num_tokens(tail, static_cast<int32_t>(n_tokens - (keep - 1) * block_size_));
+  }
+}
+
+void PagedKvPool::free(BlockTable& table) { truncate(table, 0); }
+
+// ---- data --------------------------------------------------------------------------------
+
+KvLayerView PagedKvPool::layer_view(int layer) const {
+  PAGODA_CHECK(layer >= 0 && layer < geo_.n_layers, "layer " + std::to_string(layer) + " out of range");
+  KvLayerView v;
+  v.base = base_ + static_cast<size_t>(layer) * layer_bytes_;
+  v.block_stride = bytes_per_block_;
+  v.k_type = k_type_;
+  v.v_type = v_type_;
+  v.block_size = block_size_;
+  v.n_kv_heads = geo_.n_kv_heads;
+  v.head_dim = geo_.head_dim;
+  v.k_row_bytes = k_row_bytes_;
+  v.v_row_bytes = v_row_bytes_;
+  v.k_side_row_bytes = k_side_row_bytes_;
+  v.v_side_row_bytes = v_side_row_bytes_;
+  const size_t rows = static_cast<size_t>(block_size_ * geo_.n_kv_heads);
+  v.v_offset = rows * k_row_bytes_;
+  v.k_side_offset = v.v_offset + rows * v_row_bytes_;
+  v.v_side_offset = v.k_side_offset + rows * k_side_row_bytes_;
+  return v;
+}
+
+void PagedKvPool::write_token(const BlockTable& table, int layer, int64_t pos, const float* k, const float* v) {
+  PAGODA_CHECK(pos >= 0 && pos < table.num_tokens_,
+               "write_token: position " + std::to_string(pos) + " outside the table's " +
+                   std::to_string(table.num_tokens_) + " slots");
+  const BlockId b = table.blocks_[static_cast<size_t>(pos / block_size_)];
+  PAGODA_CHECK(meta_[idx(b)].refcount == 1,
+               "write_token: block " + std::to_string(idx(b)) + " is shared (refcount " +
+                   std::to_string(meta_[idx(b)].refcount) + "); append_tokens makes it private first");
+  const KvLayerView lv = layer_view(layer);
+  uint8_t* lb = const_cast<uint8_t*>(lv.layer(b));
+  const int64_t slot = pos % block_size_;
+  const int64_t hd = geo_.head_dim;
+  for (int64_t h = 0; h < geo_.n_kv_heads; ++h) {
+    const int64_t row = h * block_size_ + slot;
+    kv_quantize_row(k_type_, k + h * hd, hd, lb + row * k_row_bytes_, lb + lv.k_side_offset + row * k_side_row_bytes_);
+    kv_quantize_row(v_type_, v + h * hd, hd, lb + lv.v_offset + row * v_row_bytes_,
+                    lb + lv.v_side_offset + row * v_side_row_bytes_);
+  }
+}
+
+void PagedKvPool::read_row(const BlockTable& table, int layer, int64_t pos, int64_t kv_head, bool value,
+                           float* out) const {
+  PAGODA_CHECK(pos >= 0 && pos < table.num_tokens_ && kv_head >= 0 && kv_head < geo_.n_kv_heads,
+               "read_row: out of range");
+  const BlockId b = table.blocks_[static_cast<size_t>(pos / block_size_)];
+  const KvLayerView lv = layer_view(layer);
+  const int64_t slot = pos % block_size_;
+  if (!value)
+    kv_dequantize_row_ref(k_type_, lv.k_rows(b, kv_head) + slot * k_row_bytes_,
+                          lv.k_side(b, kv_head) + slot * k_side_row_bytes_, geo_.head_dim, out);
+  else
+    kv_dequantize_row_ref(v_type_, lv.v_rows(b, kv_head) + slot * v_row_bytes_,
+                          lv.v_side(b, kv_head) + slot * v_side_row_bytes_, geo_.head_dim, out);
+}
+
+// ---- accounting --------------------------------------------------------------------------
+
+PoolStats PagedKvPool::stats() const {
+  PoolStats s;
+  s.block_size = block_size_;
+  s.blocks_budget = blocks_budget_;
+  s.blocks_committed = blocks_committed_;
+  s.blocks_live = blocks_live_;
+  s.blocks_free = blocks_budget_ - blocks_live_;
+  s.bytes_per_block = bytes_per_block_;
+  s.bytes_budget = static_cast<uint64_t>(blocks_budget_) * bytes_per_block_;
+  s.bytes_reserved = bytes_reserved_;
+  s.bytes_in_use = static_cast<uint64_t>(blocks_live_) * bytes_per_block_;
+  s.tokens_capacity = blocks_budget_ * block_size_;
+  s.tokens_in_use = tokens_in_use_;
+  return s;
+}
+
+void PagedKvPool::check_invariants() const {
+  const int32_t s = static_cast<int32_t>(blocks_budget_);
+  std::vector<uint8_t> listed(static_cast<size_t>(blocks_budget_), 0);
+  int64_t list_len = 0;
+  int32_t prev = s;
+  for (int32_t i = meta_[s].next; i != s; prev = i, i = meta_[i].next) {
+    PAGODA_CHECK(i >= 0 && i < s, "free list holds an invalid index " + std::to_string(i));
+    PAGODA_CHECK(meta_[i].prev == prev, "free list back link broken at " + std::to_string(i));
+    PAGODA_CHECK(!listed[i], "free list has a cycle at " + std::to_string(i));
+    listed[i] = 1;
+    PAGODA_CHECK(++list_len <= blocks_budget_, "free list longer than the pool");
+  }
+  PAGODA_CHECK(meta_[s].prev == prev, "free list tail link broken");
+  int64_t live = 0, tokens = 0;
+  for (int32_t i = 0; i < s; ++i) {
+    const BlockMeta& m = meta_[i];
+    PAGODA_CHECK(m.refcount >= 0 && m.num_tokens >= 0 && m.num_tokens <= block_size_,
+                 "block " + std::to_string(i) + " has refcount/num_tokens out of range");
+    if (i >= blocks_committed_) {
+      PAGODA_CHECK(m.refcount == 0 && m.num_tokens == 0 && !listed[i],
+                   "uncommitted block " + std::to_string(i) + " is in use or listed");
+      continue;
+    }
+    PAGODA_CHECK((m.refcount == 0) == (listed[i] != 0),
+                 "block " + std::to_string(i) + ": refcount " + std::to_string(m.refcount) +
+                     (listed[i] ? " but on the free list" : " but not on the free list"));
+    if (m.refcount > 0) {
+      ++live;
+      tokens += m.num_tokens;
+    } else {
+      PAGODA_CHECK(m.num_tokens == 0, "free block " + std::to_string(i) + " holds tokens");
+    }
+  }
+  PAGODA_CHECK(live == blocks_live_, "blocks_live " + std::to_string(blocks_live_) + " != counted " + std::to_string(live));
+  PAGODA_CHECK(list_len == blocks_committed_ - live, "free list length does not match committed - live");
+  PAGODA_CHECK(tokens == tokens_in_use_, "tokens_in_use " + std::to_string(tokens_in_use_) + " != counted " + std::to_string(tokens));
+  PAGODA_CHECK(bytes_reserved_ == committed_bytes_for(blocks_committed_), "bytes_reserved does not cover the committed blocks");
+}
+
+void PagedKvPool::check_table(const BlockTable& table) const {
+  PAGODA_CHECK(table.num_blocks() == blocks_for_tokens(table.num_tokens_),
+               "table has " + std::to_string(table.num_blocks()) + " blocks for " + std::to_string(table.num_tokens_) +
+                   " tokens");
+  for (BlockId b : table.blocks_) {
+    check_id(b, "check_table");
+    PAGODA_CHECK(meta_[idx(b)].refcount > 0, "table lists free block " + std::to_string(idx(b)));
+  }
+}
+
+}  // namespace pagoda

@@ -1,0 +1,222 @@
+// PagedKvPool — the KV cache memory of one model: fixed-size blocks of token slots,
+// refcounted, with exact byte accounting.
+//
+// Contract:
+// - What: for every layer a K array and a V array indexed by BlockId; block b holds
+//   block_size consecutive token positions for all KV heads of its layer. Sequences hold
+//   blocks through BlockTables (block_table.h) that only this class changes.
+// - Memory: one address-space reservation of blocks_budget × bytes_per_block (mmap,
+//   PROT_NONE, MAP_NORESERVE: no RSS, no commit charge) made at construction. Block ids
+//   are handed out from the free list first and otherwise from the never-used range, in
+//   increasing id order, so the used ids form a prefix [0, blocks_committed); that prefix
+//   is made accessible (mprotect) and touched once, page by page, when it grows. So
+//   bytes_reserved = round_up(blocks_committed × bytes_per_block, page) is exactly the
+//   memory the kernel has committed for the pool (transparent huge pages are disabled on
+//   the mapping: a 2 MiB fault would make RSS lumpy). trim() gives memory back. Reading
+//   an uncommitted block faults instead of silently committing memory.
+// - Layout: block b is one slab at base + b × bytes_per_block; inside it, per layer:
+//   K data [n_kv_heads][block_size][kv_row_bytes(k_type)], V data likewise, K sidecar
+//   [n_kv_heads][block_size][kv_row_sidecar_bytes(k_type)], V sidecar likewise. Head-major
+//   inside a block, so attention for one KV head streams block_size rows contiguously.
+//   A slab holding all layers makes one commit, one COW memcpy and one page-exact byte
+//   count per block; the per-layer "K array" is the stride-bytes_per_block view
+//   layer_view(layer) gives the kernels. No padding: the byte formula is the real cost.
+// - Threads: one owner thread (the engine thread) calls every non-const method. While
+//   it is not changing the pool, kernel workers may read block data (layer_view) and
+//   const methods concurrently. Not internally locked.
+// - Failures: running out of blocks is a return value (AllocResult / nullopt) for the
+//   scheduler to act on; a request larger than the whole budget is NeverFits with both
+//   numbers in the message. Misuse (double release, release of a free block, unknown id,
+//   writing a shared block) is an always-on PAGODA_CHECK that aborts with file:line.
+//
+// Invariants (check_invariants(), called by tests after every operation):
+//  1. refcount(b) == 0 and b < blocks_committed  <=>  b is on the free list.
+//  2. b >= blocks_committed  =>  refcount(b) == 0, num_tokens(b) == 0, b not listed.
+//  3. blocks_live == #{b : refcount(b) > 0}; free-list length == committed - live.
+//  4. tokens_in_use == sum of num_tokens(b) over live blocks; num_tokens in
+//     [0, block_size]; a free block has num_tokens 0.
+//  5. A block with refcount > 1 is never written: append_tokens copies it first (COW),
+//     write_token checks it.
+//  6. bytes_reserved covers [0, blocks_committed × bytes_per_block) rounded to pages.
+// The free list is an index-linked doubly linked list through the block metadata vector
+// with a sentinel node: O(1) push/pop/unlink, no allocation after construction.
+// Order (pinned by tests): acquire takes the head (least recently freed), release
+// appends at the tail, and a table is freed tail block first, so when a prefix cache
+// keeps released blocks on this list the end of a chain is reused before its head.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kv/block_table.h"
+#include "kv/kv_config.h"
+#include "kv/kv_types.h"
+
+namespace pagoda {
+
+struct KvGeometry {
+  int64_t n_layers = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// Every figure exact; read in O(1).
+struct PoolStats {
+  int64_t block_size = 0;        // tokens per block
+  int64_t blocks_budget = 0;     // blocks the budget pays for
+  int64_t blocks_committed = 0;  // blocks ever used (memory committed behind them)
+  int64_t blocks_live = 0;       // refcount > 0
+  int64_t blocks_free = 0;       // blocks_budget - blocks_live (free list + never used)
+  uint64_t bytes_per_block = 0;  // sum over layers of real_block_bytes(layer)
+  uint64_t bytes_budget = 0;     // blocks_budget × bytes_per_block (address space only)
+  uint64_t bytes_reserved = 0;   // committed memory: round_up(committed × per block, page)
+  uint64_t bytes_in_use = 0;     // blocks_live × bytes_per_block
+  int64_t tokens_capacity = 0;   // blocks_budget × block_size
+  int64_t tokens_in_use = 0;     // filled slots of live blocks (a half-full block counts half)
+};
+
+struct AllocResult {
+  enum class Status { Ok, OutOfBlocks, NeverFits };
+  Status status = Status::Ok;
+  int64_t blocks_needed = 0;     // new blocks the request needed (incl. a COW copy)
+  int64_t blocks_available = 0;  // free blocks at the time (NeverFits: the whole budget)
+  std::string message;           // empty when Ok; one line with both numbers otherwise
+  bool ok() const { return status == Status::Ok; }
+};
+
+// What the attention kernels need to read one layer's blocks. Valid while the pool lives.
+struct KvLayerView {
+  const uint8_t* base = nullptr;  // slab of block 0 + this layer's offset
+  size_t block_stride = 0;        // bytes_per_block
+  KvType k_type = KvType::F32, v_type = KvType::F32;
+  int64_t block_size = 0, n_kv_heads = 0, head_dim = 0;
+  size_t k_row_bytes = 0, v_row_bytes = 0;            // data bytes of one row
+  size_t k_side_row_bytes = 0, v_side_row_bytes = 0;  // sidecar bytes of one row
+  size_t v_offset = 0, k_side_offset = 0, v_side_offset = 0;  // from the layer's start
+
+  const uint8_t* layer(BlockId b) const { return base + static_cast<size_t>(idx(b)) * block_stride; }
+  // [block_size][k_row_bytes] of KV head h, and its sidecar [block_size][k_side_row_bytes].
+  const uint8_t* k_rows(BlockId b, int64_t h) const { return layer(b) + h * block_size * k_row_bytes; }
+  const uint8_t* v_rows(BlockId b, int64_t h) const { return layer(b) + v_offset + h * block_size * v_row_bytes; }
+  const uint8_t* k_side(BlockId b, int64_t h) const { return layer(b) + k_side_offset + h * block_size * k_side_row_bytes; }
+  const uint8_t* v_side(BlockId b, int64_t h) const { return layer(b) + v_side_offset + h * block_size * v_side_row_bytes; }
+};
+
+class PagedKvPool {
+ public:
+  // blocks_budget = floor(config.budget_bytes / bytes_per_block); config.budget_bytes must
+  // be resolved (non-zero, see resolve_kv_budget). Throws pagoda::Error for a bad block
+  // size, a type that cannot store head_dim, a budget below one block (message gives both
+  // numbers), or a failed reservation.
+  PagedKvPool(const KvGeometry& geometry, const KvConfig& config);
+  ~PagedKvPool();
+  PagedKvPool(const PagedKvPool&) = delete;
+  PagedKvPool& operator=(const PagedKvPool&) = delete;
+
+  // ---- geometry --------------------------------------------------------------------
+  const KvGeometry& geometry() const { return geo_; }
+  int64_t block_size() const { return block_size_; }
+  KvType k_type() const { return k_type_; }
+  KvType v_type() const { return v_type_; }
+  // block_size × n_kv_heads × (kv_row_bytes + kv_row_sidecar_bytes) for K, plus V.
+  size_t real_block_bytes(int layer) const;
+  size_t bytes_per_block() const { return bytes_per_block_; }
+  // KV bytes one token costs in a full block, all layers (bytes_per_block / block_size).
+  double bytes_per_token() const { return static_cast<double>(bytes_per_block_) / block_size_; }
+  int64_t blocks_budget() const { return blocks_budget_; }
+  int64_t blocks_for_tokens(int64_t n_tokens) const { return (n_tokens + block_size_ - 1) / block_size_; }
+
+  // ---- single blocks -----------------------------------------------------------------
+  // A fresh block with refcount 1 and num_tokens 0, or nullopt when none is free.
+  std::optional<BlockId> acquire();
+  // Requires: b live. refcount + 1.
+  void share(BlockId b);
+  // Requires: b live. refcount - 1; at 0 the block goes to the tail of the free list.
+  void release(BlockId b);
+  // Requires: b < blocks_budget.
+  int refcount(BlockId b) const;
+  int num_tokens(BlockId b) const;
+
+  // ---- tables --------------------------------------------------------------------------
+  // Gives `table` slots for n_new more tokens: appends blocks and, when the partly filled
+  // tail block is shared, first replaces it by a private copy (copy-on-write: the whole
+  // block, all layers, is copied; only this table is repointed). All or nothing: on
+  // failure nothing changed. NeverFits when the table would need more blocks than the
+  // whole budget.
+  AllocResult append_tokens(BlockTable& table, int64_t n_new);
+  // New blocks append_tokens(table, n_new) would take from the free pool right now.
+  int64_t blocks_needed(const BlockTable& table, int64_t n_new) const;
+  // A table sharing every block of `table` (refcount + 1 each), same num_tokens.
+  BlockTable fork(const BlockTable& table);
+  // Drops positions >= n_tokens (releasing whole blocks past the end, tail first).
+  // Requires: n_tokens <= table.num_tokens().
+  void truncate(BlockTable& table, int64_t n_tokens);
+  // Releases every block (tail first) and empties the table.
+  void free(BlockTable& table);
+  // nullopt if a sequence of n_tokens fits in an empty pool, else the rejection message:
+  // "needs N blocks (T tokens at B per block) but the whole KV budget is M blocks (...)".
+  std::optional<std::string> never_fits(int64_t n_tokens) const;
+
+  // ---- data ------------------------------------------------------------------------------
+  // Stores one token's k, v ([n_kv_heads, head_dim] f32 each) at `pos` of `table` in
+  // `layer`, converting to the pool's types. Requires: pos < table.num_tokens(), the
+  // block holding pos has refcount 1 (always checked).
+  void write_token(const BlockTable& table, int layer, int64_t pos, const float* k, const float* v);
+  // Decodes one stored row to f32 [head_dim] (tests, debugging; scalar).
+  void read_row(const BlockTable& table, int layer, int64_t pos, int64_t kv_head, bool value,
+                float* out) const;
+  KvLayerView layer_view(int layer) const;
+  // Raw slab of block b (bytes_per_block bytes). Requires: b < blocks_committed.
+  const uint8_t* block_bytes(BlockId b) const;
+
+  // ---- accounting ------------------------------------------------------------------------
+  PoolStats stats() const;
+  // Decommits never-again-needed memory: the free blocks at the top of the committed
+  // range leave the free list and their whole pages go back to the kernel. Returns the
+  // number of bytes released.
+  uint64_t trim();
+  // Aborts with a message on any broken invariant (see above). O(blocks_budget).
+  void check_invariants() const;
+  // Aborts unless `table` satisfies the BlockTable invariants against this pool.
+  void check_table(const BlockTable& table) const;
+  // Free-list order, head first (tests).
+  std::vector<BlockId> free_list() const;
+
+ private:
+  struct BlockMeta {
+    int32_t refcount = 0;
+    int32_t num_tokens = 0;
+    int32_t prev = -1;  // free-list links (index into meta_, sentinel = blocks_budget_)
+    int32_t next = -1;
+  };
+
+  void check_id(BlockId b, const char* what) const;
+  void list_push_back(int32_t i);
+  void list_unlink(int32_t i);
+  void commit_blocks(int64_t n_blocks);  // grows the committed prefix to n_blocks
+  uint64_t committed_bytes_for(int64_t n_blocks) const;
+  void set_num_tokens(int32_t i, int32_t n);
+  uint8_t* slab(BlockId b) const { return base_ + static_cast<size_t>(idx(b)) * bytes_per_block_; }
+
+  KvGeometry geo_;
+  int64_t block_size_;
+  KvType k_type_, v_type_;
+  size_t k_row_bytes_, v_row_bytes_, k_side_row_bytes_, v_side_row_bytes_;
+  size_t layer_bytes_;      // real_block_bytes of every layer (uniform geometry)
+  size_t bytes_per_block_;  // n_layers × layer_bytes_
+  int64_t blocks_budget_;
+  size_t page_bytes_;
+
+  uint8_t* base_ = nullptr;  // the reservation
+  size_t map_bytes_ = 0;
+  int64_t blocks_committed_ = 0;
+  uint64_t bytes_reserved_ = 0;
+  int64_t blocks_live_ = 0;
+  int64_t tokens_in_use_ = 0;
+  std::vector<BlockMeta> meta_;  // [blocks_budget + 1], last = free-list sentinel
+};
+
+}  // namespace pagoda

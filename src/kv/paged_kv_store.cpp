@@ -1,0 +1,160 @@
+#include "kv/paged_kv_store.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "kv/paged_attention.h"
+
+namespace pagoda {
+
+PagedKvStore::PagedKvStore(PagedKvPool& pool) : pool_(pool) {}
+
+PagedKvStore::~PagedKvStore() {
+  for (auto& [seq, table] : tables_) pool_.free(table);
+}
+
+const BlockTable& PagedKvStore::table_checked(SeqId seq, const char* what) const {
+  auto it = tables_.find(seq);
+  PAGODA_CHECK(it != tables_.end(), std::string(what) + ": unknown sequence " + std::to_string(seq));
+  return it->second;
+}
+
+const BlockTable& PagedKvStore::table(SeqId seq) const { return table_checked(seq, "table"); }
+
+AllocResult PagedKvStore::reserve(SeqId seq, int64_t n_tokens) {
+  auto [it, created] = tables_.try_emplace(seq);
+  BlockTable& t = it->second;
+  const int64_t n_new = std::max<int64_t>(0, n_tokens - t.num_tokens());
+  AllocResult r = pool_.append_tokens(t, n_new);
+  if (!r.ok() && created) tables_.erase(it);
+  return r;
+}
+
+void PagedKvStore::adopt(SeqId seq, BlockTable&& table) {
+  PAGODA_CHECK(!contains(seq), "adopt: sequence " + std::to_string(seq) + " already exists");
+  pool_.check_table(table);
+  tables_.emplace(seq, std::move(table));
+}
+
+void PagedKvStore::fork(SeqId src, SeqId dst) {
+  PAGODA_CHECK(!contains(dst), "fork: sequence " + std::to_string(dst) + " already exists");
+  BlockTable copy = pool_.fork(table_checked(src, "fork"));
+  tables_.emplace(dst, std::move(copy));
+}
+
+void PagedKvStore::truncate(SeqId seq, int64_t n_tokens) {
+  auto it = tables_.find(seq);
+  PAGODA_CHECK(it != tables_.end(), "truncate: unknown sequence " + std::to_string(seq));
+  pool_.truncate(it->second, n_tokens);
+}
+
+void PagedKvStore::remove(SeqId seq) {
+  auto it = tables_.find(seq);
+  if (it == tables_.end()) return;
+  pool_.free(it->second);
+  tables_.erase(it);
+}
+
+int64_t PagedKvStore::capacity(SeqId seq) const {
+  auto it = tables_.find(seq);
+  return it == tables_.end() ? 0 : it->second.num_tokens();
+}
+
+void PagedKvStore::store(int layer, SeqId seq, int64_t pos, const float* k, const float* v) {
+  pool_.write_token(table_checked(seq, "store"), layer, pos, k, v);
+}
+
+void PagedKvStore::attend(int layer, SeqId seq, int64_t pos, int kv_head, const float* q, int n_q_heads,
+                          float scale, float* out) const {
+  const BlockTable& t = table_checked(seq, "attend");
+  PAGODA_CHECK(pos >= 0 && pos < t.num_tokens(), "attend: position " + std::to_string(pos) + " not reserved");
+  paged_attend(pool_.layer_view(layer), t.blocks().data(), pos + 1, kv_head, q, n_q_heads, scale, out);
+}
+
+void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool) {
+  const int64_t n_kv = b.n_kv_heads, hd = b.head_dim;
+  PAGODA_CHECK(n_kv == pool_.geometry().n_kv_heads && hd == pool_.geometry().head_dim &&
+                   b.n_heads % n_kv == 0,
+               "attend_batch: head geometry does not match the pool");
+  const int64_t hpk = b.n_heads / n_kv;
+  const int64_t q_dim = b.n_heads * hd;
+  const int64_t n_rows = b.n_tokens * n_kv;
+  const int64_t bs = pool_.block_size();
+  constexpr int64_t kMaxGroup = 256;
+  PAGODA_CHECK(hpk <= kMaxGroup, "attend_batch: more than 256 query heads per KV head");
+
+  // Parts per row: only when rows alone leave threads idle, and never below
+  // split_min_tokens positions per part (merging costs ~3 × head_dim flops per part).
+  const int64_t want_tasks = 4 * static_cast<int64_t>(pool.num_threads());
+  const int64_t want_parts = n_rows >= want_tasks ? 1 : (want_tasks + n_rows - 1) / n_rows;
+  rows_.resize(static_cast<size_t>(n_rows));
+  int64_t n_tasks = 0, n_partials = 0;
+  for (int64_t t = 0; t < b.n_tokens; ++t) {
+    const BlockTable& table = table_checked(b.seq_ids[t], "attend_batch");
+    const int64_t n_ctx = b.positions[t] + 1;
+    PAGODA_CHECK(b.positions[t] >= 0 && n_ctx <= table.num_tokens(),
+                 "attend_batch: position " + std::to_string(b.positions[t]) + " not reserved");
+    int64_t parts = 1, part_len = n_ctx;
+    if (want_parts > 1 && n_ctx >= 2 * split_min_tokens_) {
+      parts = std::min(want_parts, n_ctx / split_min_tokens_);
+      part_len = ((n_ctx + parts - 1) / parts + bs - 1) / bs * bs;
+      parts = (n_ctx + part_len - 1) / part_len;
+    }
+    for (int64_t g = 0; g < n_kv; ++g) {
+      Row& r = rows_[static_cast<size_t>(t * n_kv + g)];
+      r.blocks = table.blocks().data();
+      r.n_ctx = n_ctx;
+      r.part_len = part_len;
+      r.n_parts = static_cast<int32_t>(parts);
+      r.first_task = n_tasks;
+      r.partial_offset = parts > 1 ? n_partials : -1;
+      n_tasks += parts;
+      if (parts > 1) n_partials += parts;
+    }
+  }
+  task_row_.resize(static_cast<size_t>(n_tasks));
+  for (int64_t r = 0; r < n_rows; ++r)
+    for (int64_t i = 0; i < rows_[r].n_parts; ++i) task_row_[rows_[r].first_task + i] = static_cast<int32_t>(r);
+  if (n_partials > 0) {
+    auto grow = [](std::vector<float>& v, size_t n) {
+      if (v.size() < n) v.resize(n);
+    };
+    grow(part_m_, static_cast<size_t>(n_partials * hpk));
+    grow(part_l_, static_cast<size_t>(n_partials * hpk));
+    grow(part_o_, static_cast<size_t>(n_partials * hpk * hd));
+  }
+
+  const KvLayerView view = pool_.layer_view(layer);
+  pool.parallel_for(n_tasks, [&](int64_t task, int) {
+    const int64_t ri = task_row_[task];
+    const Row& r = rows_[ri];
+    const int64_t t = ri / n_kv, g = ri % n_kv;
+    const float* q = b.q + t * q_dim + g * hpk * hd;
+    if (r.n_parts == 1) {
+      float* out = b.out + t * q_dim + g * hpk * hd;
+      float m[kMaxGroup], l[kMaxGroup];
+      paged_attend_partial(view, r.blocks, 0, r.n_ctx, g, q, static_cast<int>(hpk), b.scale, out, m, l);
+      for (int64_t h = 0; h < hpk; ++h) {
+        const float inv = 1.0f / l[h];
+        for (int64_t i = 0; i < hd; ++i) out[h * hd + i] *= inv;
+      }
+      return;
+    }
+    const int64_t part = task - r.first_task;
+    const int64_t p0 = part * r.part_len, p1 = std::min(r.n_ctx, p0 + r.part_len);
+    const int64_t slot = r.partial_offset + part;
+    paged_attend_partial(view, r.blocks, p0, p1, g, q, static_cast<int>(hpk), b.scale,
+                         &part_o_[slot * hpk * hd], &part_m_[slot * hpk], &part_l_[slot * hpk]);
+  });
+  if (n_partials == 0) return;
+  pool.parallel_for(n_rows, [&](int64_t ri, int) {
+    const Row& r = rows_[ri];
+    if (r.n_parts == 1) return;
+    const int64_t t = ri / n_kv, g = ri % n_kv;
+    merge_attention_partials(r.n_parts, &part_m_[r.partial_offset * hpk], &part_l_[r.partial_offset * hpk],
+                             &part_o_[r.partial_offset * hpk * hd], static_cast<int>(hpk), hd,
+                             b.out + t * q_dim + g * hpk * hd);
+  });
+}
+
+}  // namespace pagoda

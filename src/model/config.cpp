@@ -1,0 +1,128 @@
+#include "model/config.h"
+
+#include <string>
+
+#include "common/error.h"
+
+namespace pagoda {
+
+const char* arch_name(Arch arch) {
+  switch (arch) {
+    case Arch::Llama: return "llama";
+    case Arch::Qwen2: return "qwen2";
+    case Arch::Qwen3: return "qwen3";
+  }
+  return "?";
+}
+
+namespace {
+
+int64_t require_positive(const gguf::GgufFile& f, const std::string& key) {
+  auto v = f.get_int(key);
+  if (!v) throw Error(f.path() + ": missing metadata key '" + key + "'");
+  if (*v <= 0 || *v > (int64_t{1} << 32))
+    throw Error(f.path() + ": metadata key '" + key + "' has invalid value " + std::to_string(*v));
+  return *v;
+}
+
+int64_t optional_positive(const gguf::GgufFile& f, const std::string& key, int64_t fallback) {
+  auto v = f.get_int(key);
+  if (!v) return fallback;
+  if (*v <= 0 || *v > (int64_t{1} << 32))
+    throw Error(f.path() + ": metadata key '" + key + "' has invalid value " + std::to_string(*v));
+  return *v;
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
+  ModelConfig c;
+  auto arch = f.get_string("general.architecture");
+  if (!arch) throw Error(f.path() + ": missing metadata key 'general.architecture'");
+  c.arch_name = *arch;
+  if (*arch == "llama" || *arch == "mistral") {
+    c.arch = Arch::Llama;
+  } else if (*arch == "qwen2") {
+    c.arch = Arch::Qwen2;
+    c.rope_neox = true;
+    c.has_qkv_bias = true;
+  } else if (*arch == "qwen3") {
+    c.arch = Arch::Qwen3;
+    c.rope_neox = true;
+    c.has_qk_norm = true;
+  } else {
+    throw Error(f.path() + ": unsupported architecture '" + *arch +
+                "' (supported: llama, mistral, qwen2, qwen3)");
+  }
+  const std::string p = *arch + ".";
+  c.name = f.get_string("general.name").value_or("");
+  c.dim = require_positive(f, p + "embedding_length");
+  c.n_layers = require_positive(f, p + "block_count");
+  c.ffn_dim = require_positive(f, p + "feed_forward_length");
+  c.n_heads = require_positive(f, p + "attention.head_count");
+  c.n_kv_heads = optional_positive(f, p + "attention.head_count_kv", c.n_heads);
+  c.ctx_len = optional_positive(f, p + "context_length", 2048);
+  if (c.dim % c.n_heads != 0 && !f.has(p + "attention.key_length"))
+    throw Error(f.path() + ": embedding_length " + std::to_string(c.dim) +
+                " is not divisible by head_count " + std::to_string(c.n_heads));
+  c.head_dim = optional_positive(f, p + "attention.key_length", c.dim / c.n_heads);
+  int64_t v_len = optional_positive(f, p + "attention.value_length", c.head_dim);
+  if (v_len != c.head_dim)
+    throw Error(f.path() + ": attention.value_length " + std::to_string(v_len) +
+                " differs from key_length " + std::to_string(c.head_dim) + " (unsupported)");
+  if (c.n_heads % c.n_kv_heads != 0)
+    throw Error(f.path() + ": head_count " + std::to_string(c.n_heads) +
+                " is not a multiple of head_count_kv " + std::to_string(c.n_kv_heads));
+  c.n_rot = optional_positive(f, p + "rope.dimension_count", c.head_dim);
+  if (c.n_rot % 2 != 0 || c.n_rot > c.head_dim)
+    throw Error(f.path() + ": rope.dimension_count " + std::to_string(c.n_rot) +
+                " must be even and <= head dim " + std::to_string(c.head_dim));
+  c.rms_eps = static_cast<float>(f.get_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+  if (!(c.rms_eps > 0.0f)) throw Error(f.path() + ": attention.layer_norm_rms_epsilon must be > 0");
+  c.rope_theta = static_cast<float>(f.get_float(p + "rope.freq_base").value_or(10000.0));
+  if (!(c.rope_theta > 1.0f)) throw Error(f.path() + ": rope.freq_base must be > 1");
+
+  std::string scaling = f.get_string(p + "rope.scaling.type").value_or("none");
+  double factor = f.get_float(p + "rope.scaling.factor").value_or(0.0);
+  if (auto lin = f.get_float(p + "rope.scale_linear"); lin && scaling == "none") {
+    scaling = "linear";
+    factor = *lin;
+  }
+  if (scaling == "none" || factor == 0.0 || factor == 1.0) {
+    c.rope_scaling = RopeScalingType::None;
+  } else if (scaling == "linear") {
+    c.rope_scaling = RopeScalingType::Linear;
+  } else if (scaling == "yarn") {
+    c.rope_scaling = RopeScalingType::Yarn;
+  } else {
+    throw Error(f.path() + ": unsupported rope.scaling.type '" + scaling +
+                "' (supported: none, linear, yarn)");
+  }
+  if (c.rope_scaling != RopeScalingType::None) {
+    if (!(factor > 0.0)) throw Error(f.path() + ": rope.scaling.factor must be > 0");
+    c.rope_scaling_factor = static_cast<float>(factor);
+  }
+  c.rope_orig_ctx = optional_positive(f, p + "rope.scaling.original_context_length", c.ctx_len);
+  c.rope_attn_factor = static_cast<float>(f.get_float(p + "rope.scaling.attn_factor").value_or(1.0));
+
+  if (auto vs = f.get_int(p + "vocab_size")) {
+    c.n_vocab = *vs;
+  } else if (const gguf::Array* toks = f.get_array("tokenizer.ggml.tokens")) {
+    c.n_vocab = static_cast<int64_t>(toks->items.size());
+  } else if (const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
+             emb && emb->dims.size() == 2) {
+    c.n_vocab = emb->dims[1];
+  }
+  if (c.n_vocab <= 0) throw Error(f.path() + ": cannot determine the vocabulary size");
+  return c;
+}
+
+std::string ModelConfig::summary() const {
+  std::string s = arch_name + " dim " + std::to_string(dim) + ", " + std::to_string(n_layers) +
+                  " layers, " + std::to_string(n_heads) + " heads (" + std::to_string(n_kv_heads) +
+                  " kv, head_dim " + std::to_string(head_dim) + "), ffn " + std::to_string(ffn_dim) +
+                  ", vocab " + std::to_string(n_vocab) + ", ctx " + std::to_string(ctx_len);
+  return s;
+}
+
+}  // namespace pagoda

@@ -1,0 +1,58 @@
+// ModelConfig — the hyper-parameters of a Llama-family model, read from GGUF
+// metadata and checked for consistency before any weight is touched.
+//
+// Contract: from_gguf() either returns a config whose every field is valid
+// (positive sizes, heads divisible by KV heads, n_rot even and <= head_dim) or
+// throws pagoda::Error naming the file and the offending key. Plain value type.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gguf/gguf.h"
+
+namespace pagoda {
+
+enum class Arch { Llama, Qwen2, Qwen3 };
+
+enum class RopeScalingType { None, Linear, Yarn };
+
+struct ModelConfig {
+  Arch arch = Arch::Llama;
+  std::string arch_name;   // general.architecture
+  std::string name;        // general.name (may be empty)
+  int64_t n_vocab = 0;
+  int64_t dim = 0;         // embedding_length
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;    // attention.key_length, default dim / n_heads
+  int64_t ffn_dim = 0;     // feed_forward_length
+  int64_t ctx_len = 0;     // context_length (trained context)
+  int64_t n_rot = 0;       // rope.dimension_count, default head_dim
+  float rms_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  RopeScalingType rope_scaling = RopeScalingType::None;
+  float rope_scaling_factor = 1.0f;
+  int64_t rope_orig_ctx = 0;   // rope.scaling.original_context_length (YaRN)
+  float rope_attn_factor = 1.0f;
+  bool rope_neox = false;      // qwen2/qwen3: rotate (i, i + n_rot/2); llama: (2i, 2i+1)
+  bool has_qkv_bias = false;   // qwen2
+  bool has_qk_norm = false;    // qwen3
+
+  // Derived sizes, named once.
+  int64_t q_dim() const { return n_heads * head_dim; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  int64_t heads_per_kv() const { return n_heads / n_kv_heads; }
+
+  // Throws pagoda::Error on unknown architecture or missing / inconsistent keys.
+  // n_vocab comes from {arch}.vocab_size, else the token list, else token_embd.weight.
+  static ModelConfig from_gguf(const gguf::GgufFile& file);
+
+  // One line for logs: "llama dim 2048, 22 layers, 32 heads (4 kv, head_dim 64), ffn 5632, vocab 32000, ctx 2048".
+  std::string summary() const;
+};
+
+const char* arch_name(Arch arch);
+
+}  // namespace pagoda

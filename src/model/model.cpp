@@ -1,0 +1,294 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "common/error.h"
+#include "kernels/ops.h"
+
+namespace pagoda {
+
+struct Model::Layer {
+  std::vector<float> attn_norm;  // [dim]
+  std::vector<float> ffn_norm;   // [dim]
+  std::vector<float> q_norm;     // [head_dim] (qwen3)
+  std::vector<float> k_norm;     // [head_dim] (qwen3)
+  std::vector<float> bq, bk, bv; // [q_dim], [kv_dim], [kv_dim] (qwen2)
+  WeightMatrix wq;      // [q_dim, dim]
+  WeightMatrix wk;      // [kv_dim, dim]
+  WeightMatrix wv;      // [kv_dim, dim]
+  WeightMatrix wo;      // [dim, q_dim]
+  WeightMatrix w_gate;  // [ffn, dim]
+  WeightMatrix w_up;    // [ffn, dim]
+  WeightMatrix w_down;  // [dim, ffn]
+};
+
+// Activations of one forward call, grown to the largest batch seen.
+struct Model::Scratch {
+  std::vector<float> x;     // [T, dim] residual stream
+  std::vector<float> xn;    // [T, dim] normed
+  std::vector<float> q;     // [T, q_dim]
+  std::vector<float> k;     // [T, kv_dim]
+  std::vector<float> v;     // [T, kv_dim]
+  std::vector<float> attn;  // [T, q_dim]
+  std::vector<float> gate;  // [T, ffn]
+  std::vector<float> up;    // [T, ffn]
+  std::vector<float> tmp;   // [T, dim]
+  std::vector<int64_t> out_rows;
+
+  void reserve(const ModelConfig& c, size_t T) {
+    auto grow = [](std::vector<float>& v, size_t n) {
+      if (v.size() < n) v.resize(n);
+    };
+    grow(x, T * c.dim);
+    grow(xn, T * c.dim);
+    grow(q, T * c.q_dim());
+    grow(k, T * c.kv_dim());
+    grow(v, T * c.kv_dim());
+    grow(attn, T * c.q_dim());
+    grow(gate, T * c.ffn_dim);
+    grow(up, T * c.ffn_dim);
+    grow(tmp, T * c.dim);
+  }
+};
+
+Model::~Model() = default;
+
+namespace {
+
+class TensorLoader {
+ public:
+  explicit TensorLoader(const gguf::GgufFile& f) : f_(f) {}
+
+  const gguf::TensorInfo* find(const std::string& name) const { return f_.find_tensor(name); }
+
+  // The tensor `name` with exactly `dims` (ggml order) and a supported weight type.
+  const gguf::TensorInfo& require(const std::string& name, std::vector<int64_t> dims) const {
+    const gguf::TensorInfo* t = f_.find_tensor(name);
+    if (!t) throw Error(f_.path() + ": missing tensor '" + name + "'");
+    check(*t, dims);
+    return *t;
+  }
+
+  void check(const gguf::TensorInfo& t, const std::vector<int64_t>& dims) const {
+    if (!t.type_known || !traits(t.type).weight_supported) {
+      std::string tn = t.type_known ? type_name(t.type) : "type id " + std::to_string(t.type_id);
+      throw Error(f_.path() + ": tensor '" + t.name + "' has unsupported type " + tn +
+                  " (supported: " + supported_weight_types() + ")");
+    }
+    std::vector<int64_t> actual = t.dims;
+    while (actual.size() > dims.size() && actual.back() == 1) actual.pop_back();
+    if (actual != dims) {
+      std::string want = "[";
+      for (size_t i = 0; i < dims.size(); ++i) want += (i ? ", " : "") + std::to_string(dims[i]);
+      want += "]";
+      throw Error(f_.path() + ": tensor '" + t.name + "' has shape " + t.shape_string() +
+                  ", expected " + want);
+    }
+  }
+
+  WeightMatrix matrix(const std::string& name, int64_t n_rows, int64_t n_cols) const {
+    const gguf::TensorInfo& t = require(name, {n_cols, n_rows});
+    return WeightMatrix::prepare(t.type, n_rows, n_cols, t.data);
+  }
+
+  std::vector<float> vector(const std::string& name, int64_t n, bool optional = false) const {
+    const gguf::TensorInfo* t = f_.find_tensor(name);
+    if (!t) {
+      if (optional) return {};
+      throw Error(f_.path() + ": missing tensor '" + name + "'");
+    }
+    check(*t, {n});
+    std::vector<float> out(n);
+    dequantize_row(t->type, t->data, out.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(out[i]))
+        throw Error(f_.path() + ": tensor '" + name + "' holds a non-finite value at index " +
+                    std::to_string(i));
+    return out;
+  }
+
+ private:
+  const gguf::GgufFile& f_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::GgufFile> file,
+                                   const LoadProgress& progress) {
+  std::unique_ptr<Model> m(new Model());
+  m->file_ = std::move(file);
+  const gguf::GgufFile& f = *m->file_;
+  m->config_ = ModelConfig::from_gguf(f);
+  const ModelConfig& c = m->config_;
+  TensorLoader ld(f);
+
+  m->token_embd_ = &ld.require("token_embd.weight", {c.dim, c.n_vocab});
+  m->output_norm_ = ld.vector("output_norm.weight", c.dim);
+  const size_t total = static_cast<size_t>(c.n_layers) * 7 + 1;
+  size_t done = 0;
+  auto tick = [&] {
+    ++done;
+    if (progress.on_tensor) progress.on_tensor(done, total);
+  };
+  if (ld.find("output.weight")) {
+    m->output_ = ld.matrix("output.weight", c.n_vocab, c.dim);
+  } else {  // tied embeddings
+    m->output_ = ld.matrix("token_embd.weight", c.n_vocab, c.dim);
+  }
+  tick();
+
+  // RoPE frequencies: theta^(-2i/n_rot), divided by llama3 frequency factors when
+  // the file has rope_freqs.weight, and by the linear scaling factor.
+  std::vector<float> freq_factors = ld.vector("rope_freqs.weight", c.n_rot / 2, /*optional=*/true);
+  m->rope_inv_freq_.resize(c.n_rot / 2);
+  RopeScaling scaling;
+  scaling.type = c.rope_scaling == RopeScalingType::Linear ? RopeScaling::Type::Linear
+                 : c.rope_scaling == RopeScalingType::Yarn ? RopeScaling::Type::Yarn
+                                                           : RopeScaling::Type::None;
+  scaling.factor = c.rope_scaling_factor;
+  scaling.orig_ctx = c.rope_orig_ctx;
+  scaling.attn_factor = c.rope_attn_factor;
+  m->rope_attn_factor_ = rope_scaled_inv_freq(m->rope_inv_freq_.data(), c.n_rot, c.rope_theta, scaling,
+                                              freq_factors.empty() ? nullptr : freq_factors.data());
+
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    auto L = std::make_unique<Layer>();
+    const std::string p = "blk." + std::to_string(i) + ".";
+    L->attn_norm = ld.vector(p + "attn_norm.weight", c.dim);
+    L->ffn_norm = ld.vector(p + "ffn_norm.weight", c.dim);
+    if (c.has_qk_norm) {
+      L->q_norm = ld.vector(p + "attn_q_norm.weight", c.head_dim);
+      L->k_norm = ld.vector(p + "attn_k_norm.weight", c.head_dim);
+    }
+    if (c.has_qkv_bias) {
+      L->bq = ld.vector(p + "attn_q.bias", c.q_dim());
+      L->bk = ld.vector(p + "attn_k.bias", c.kv_dim());
+      L->bv = ld.vector(p + "attn_v.bias", c.kv_dim());
+    }
+    L->wq = ld.matrix(p + "attn_q.weight", c.q_dim(), c.dim);
+    tick();
+    L->wk = ld.matrix(p + "attn_k.weight", c.kv_dim(), c.dim);
+    tick();
+    L->wv = ld.matrix(p + "attn_v.weight", c.kv_dim(), c.dim);
+    tick();
+    L->wo = ld.matrix(p + "attn_output.weight", c.dim, c.q_dim());
+    tick();
+    L->w_gate = ld.matrix(p + "ffn_gate.weight", c.ffn_dim, c.dim);
+    tick();
+    L->w_up = ld.matrix(p + "ffn_up.weight", c.ffn_dim, c.dim);
+    tick();
+    L->w_down = ld.matrix(p + "ffn_down.weight", c.dim, c.ffn_dim);
+    tick();
+    m->layers_.push_back(std::move(L));
+  }
+  m->scratch_ = std::make_unique<Scratch>();
+  return m;
+}
+
+size_t Model::weight_bytes() const {
+  size_t b = output_.stream_bytes();
+  for (const auto& L : layers_)
+    b += L->wq.stream_bytes() + L->wk.stream_bytes() + L->wv.stream_bytes() + L->wo.stream_bytes() +
+         L->w_gate.stream_bytes() + L->w_up.stream_bytes() + L->w_down.stream_bytes();
+  return b;
+}
+
+size_t Model::file_tensor_bytes() const {
+  size_t b = 0;
+  for (const auto& t : file_->tensors()) b += t.n_bytes;
+  return b;
+}
+
+void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vector<float>& logits) {
+  const ModelConfig& c = config_;
+  const int64_t T = static_cast<int64_t>(batch.size());
+  PAGODA_CHECK(batch.positions.size() == batch.tokens.size() &&
+                   batch.seq_ids.size() == batch.tokens.size() &&
+                   batch.want_logits.size() == batch.tokens.size(),
+               "batch arrays differ in length");
+  logits.clear();
+  if (T == 0) return;
+  for (int64_t t = 0; t < T; ++t) {
+    if (batch.tokens[t] < 0 || batch.tokens[t] >= c.n_vocab)
+      throw Error("token id " + std::to_string(batch.tokens[t]) + " is outside the vocabulary [0, " +
+                  std::to_string(c.n_vocab) + ")");
+    if (batch.positions[t] < 0 || batch.positions[t] >= kv.capacity(batch.seq_ids[t]))
+      throw Error("position " + std::to_string(batch.positions[t]) + " is outside the context of " +
+                  std::to_string(kv.capacity(batch.seq_ids[t])) + " tokens");
+  }
+
+  Scratch& s = *scratch_;
+  s.reserve(c, static_cast<size_t>(T));
+  const int64_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
+  const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+  // Embeddings: dequantize one row per token.
+  const size_t emb_row = row_bytes(token_embd_->type, dim);
+  for (int64_t t = 0; t < T; ++t)
+    dequantize_row(token_embd_->type, token_embd_->data + emb_row * batch.tokens[t], &s.x[t * dim], dim);
+
+  for (size_t li = 0; li < layers_.size(); ++li) {
+    const Layer& L = *layers_[li];
+    const int layer = static_cast<int>(li);
+    // --- attention ---
+    for (int64_t t = 0; t < T; ++t) rms_norm(&s.x[t * dim], L.attn_norm.data(), &s.xn[t * dim], dim, c.rms_eps);
+    matmul(L.wq, s.xn.data(), T, s.q.data(), pool);
+    matmul(L.wk, s.xn.data(), T, s.k.data(), pool);
+    matmul(L.wv, s.xn.data(), T, s.v.data(), pool);
+    for (int64_t t = 0; t < T; ++t) {
+      float* qt = &s.q[t * q_dim];
+      float* kt = &s.k[t * kv_dim];
+      float* vt = &s.v[t * kv_dim];
+      if (c.has_qkv_bias) {
+        add_inplace(qt, L.bq.data(), q_dim);
+        add_inplace(kt, L.bk.data(), kv_dim);
+        add_inplace(vt, L.bv.data(), kv_dim);
+      }
+      if (c.has_qk_norm) {
+        for (int64_t h = 0; h < c.n_heads; ++h) rms_norm(qt + h * hd, L.q_norm.data(), qt + h * hd, hd, c.rms_eps);
+        for (int64_t h = 0; h < c.n_kv_heads; ++h) rms_norm(kt + h * hd, L.k_norm.data(), kt + h * hd, hd, c.rms_eps);
+      }
+      rope(qt, c.n_heads, hd, c.n_rot, batch.positions[t], rope_inv_freq_.data(), c.rope_neox, rope_attn_factor_);
+      rope(kt, c.n_kv_heads, hd, c.n_rot, batch.positions[t], rope_inv_freq_.data(), c.rope_neox, rope_attn_factor_);
+      kv.store(layer, batch.seq_ids[t], batch.positions[t], kt, vt);
+    }
+    // The whole batch's attention: the store fans out over (token, KV head) and, for
+    // long contexts, over parts of the sequence (KvStore::attend_batch).
+    AttnBatch ab;
+    ab.n_tokens = T;
+    ab.seq_ids = batch.seq_ids.data();
+    ab.positions = batch.positions.data();
+    ab.q = s.q.data();
+    ab.out = s.attn.data();
+    ab.n_heads = c.n_heads;
+    ab.n_kv_heads = c.n_kv_heads;
+    ab.head_dim = hd;
+    ab.scale = attn_scale;
+    kv.attend_batch(layer, ab, pool);
+    matmul(L.wo, s.attn.data(), T, s.tmp.data(), pool);
+    add_inplace(s.x.data(), s.tmp.data(), T * dim);
+    // --- feed-forward (SwiGLU) ---
+    for (int64_t t = 0; t < T; ++t) rms_norm(&s.x[t * dim], L.ffn_norm.data(), &s.xn[t * dim], dim, c.rms_eps);
+    matmul(L.w_gate, s.xn.data(), T, s.gate.data(), pool);
+    matmul(L.w_up, s.xn.data(), T, s.up.data(), pool);
+    swiglu(s.gate.data(), s.up.data(), s.gate.data(), T * c.ffn_dim);
+    matmul(L.w_down, s.gate.data(), T, s.tmp.data(), pool);
+    add_inplace(s.x.data(), s.tmp.data(), T * dim);
+  }
+
+  // Final norm and the vocabulary projection, only for rows that want logits.
+  int64_t n_out = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    if (!batch.want_logits[t]) continue;
+    rms_norm(&s.x[t * dim], output_norm_.data(), &s.xn[n_out * dim], dim, c.rms_eps);
+    ++n_out;
+  }
+  if (n_out == 0) return;
+  logits.resize(static_cast<size_t>(n_out * c.n_vocab));
+  matmul(output_, s.xn.data(), n_out, logits.data(), pool);
+}
+
+}  // namespace pagoda

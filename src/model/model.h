@@ -1,0 +1,95 @@
+// Model — the weights of a Llama-family model and its batched forward pass.
+//
+// Contract:
+// - load() validates the architecture and every tensor (present, shape, type)
+//   and throws pagoda::Error naming the file and tensor on any problem. Weights
+//   stay in their GGUF (possibly quantized) form, viewed through the GGUF
+//   mapping, which the Model keeps alive (shared_ptr). Non-copyable.
+// - forward() runs one batch: any number of tokens, each with its sequence id
+//   and position (positions of one sequence strictly increasing and contiguous
+//   with what the KvStore already holds). It writes K/V of every token into the
+//   KvStore and returns logits for the tokens whose `want_logits` is set, in
+//   batch order: logits is resized to [n_out, n_vocab] f32.
+// - Called from one thread (the engine thread); kernels fan out over `pool`.
+//   forward() reuses scratch buffers owned by the Model, so a warmed-up decode
+//   step allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "gguf/gguf.h"
+#include "kernels/matmul.h"
+#include "model/config.h"
+#include "kv/kv_store.h"
+
+namespace pagoda {
+
+struct Batch {
+  std::vector<int32_t> tokens;      // [n_tokens]
+  std::vector<int64_t> positions;   // [n_tokens]
+  std::vector<SeqId> seq_ids;       // [n_tokens]
+  std::vector<uint8_t> want_logits; // [n_tokens] 0/1
+
+  void clear() {
+    tokens.clear();
+    positions.clear();
+    seq_ids.clear();
+    want_logits.clear();
+  }
+  void add(int32_t token, int64_t pos, SeqId seq, bool logits) {
+    tokens.push_back(token);
+    positions.push_back(pos);
+    seq_ids.push_back(seq);
+    want_logits.push_back(logits ? 1 : 0);
+  }
+  size_t size() const { return tokens.size(); }
+};
+
+struct LoadProgress {
+  // Called after each tensor is prepared: (done, total). May be empty.
+  std::function<void(size_t, size_t)> on_tensor;
+};
+
+class Model {
+ public:
+  // Throws pagoda::Error (see contract).
+  static std::unique_ptr<Model> load(std::shared_ptr<const gguf::GgufFile> file,
+                                     const LoadProgress& progress = {});
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const gguf::GgufFile& file() const { return *file_; }
+
+  // Requires: every token id in [0, n_vocab), positions < kv.capacity(seq).
+  // Throws pagoda::Error for out-of-range tokens or positions (bad input).
+  void forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vector<float>& logits);
+
+  // Bytes of weights a decode step streams (all matrices + embedding row reads ignored).
+  size_t weight_bytes() const;
+  // Bytes of the model file's tensor data.
+  size_t file_tensor_bytes() const;
+
+ private:
+  struct Layer;
+  struct Scratch;
+  Model() = default;
+
+  std::shared_ptr<const gguf::GgufFile> file_;
+  ModelConfig config_;
+  const gguf::TensorInfo* token_embd_ = nullptr;
+  std::vector<float> output_norm_;  // [dim]
+  WeightMatrix output_;              // [n_vocab, dim]
+  std::vector<float> rope_inv_freq_;  // [n_rot/2]
+  float rope_attn_factor_ = 1.0f;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::unique_ptr<Scratch> scratch_;
+};
+
+}  // namespace pagoda

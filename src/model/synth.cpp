@@ -1,0 +1,244 @@
+#include "model/synth.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "common/error.h"
+#include "gguf/gguf.h"
+#include "kernels/ops.h"
+
+namespace pagoda {
+
+namespace {
+
+// xoshiro256** — small, fast, seedable; uniform floats in [-1, 1) scaled to unit
+// variance (sqrt(3)) are as good as normals for a speed/correctness model.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) {
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x1234567;
+    for (auto& s : s_) {
+      x += 0x9E3779B97F4A7C15ull;
+      uint64_t z = x;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      s = z ^ (z >> 31);
+    }
+  }
+  uint64_t next() {
+    uint64_t r = rotl(s_[1] * 5, 7) * 9;
+    uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return r;
+  }
+  float uniform() { return static_cast<float>((next() >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; }
+
+ private:
+  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t s_[4];
+};
+
+void fill(Rng& rng, std::vector<float>& v, float stddev) {
+  const float a = stddev * 1.7320508f;  // uniform[-a, a) has this stddev
+  for (float& x : v) x = rng.uniform() * a;
+}
+
+std::vector<float> norm_weights(Rng& rng, int64_t n) {
+  std::vector<float> v(n);
+  for (float& x : v) x = 1.0f + 0.1f * rng.uniform();
+  return v;
+}
+
+}  // namespace
+
+std::vector<std::string> synth_shape_names() {
+  return {"tinyllama-1.1b", "llama3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b", "stories260k", "tiny"};
+}
+
+std::optional<SynthSpec> synth_shape(const std::string& name) {
+  SynthSpec s;
+  if (name == "tinyllama-1.1b") {
+    s.dim = 2048, s.n_layers = 22, s.n_heads = 32, s.n_kv_heads = 4, s.ffn_dim = 5632, s.n_vocab = 32000;
+    s.ctx_len = 2048;
+  } else if (name == "llama3.2-1b") {
+    s.dim = 2048, s.n_layers = 16, s.n_heads = 32, s.n_kv_heads = 8, s.ffn_dim = 8192, s.n_vocab = 128256;
+    s.ctx_len = 131072, s.rope_scaling = "llama3";
+  } else if (name == "qwen2.5-0.5b") {
+    s.arch = "qwen2";
+    s.dim = 896, s.n_layers = 24, s.n_heads = 14, s.n_kv_heads = 2, s.ffn_dim = 4864, s.n_vocab = 151936;
+    s.ctx_len = 32768;
+  } else if (name == "qwen3-0.6b") {
+    s.arch = "qwen3";
+    s.dim = 1024, s.n_layers = 28, s.n_heads = 16, s.n_kv_heads = 8, s.head_dim = 128, s.ffn_dim = 3072;
+    s.n_vocab = 151936, s.ctx_len = 40960;
+  } else if (name == "stories260k") {
+    s.dim = 64, s.n_layers = 5, s.n_heads = 8, s.n_kv_heads = 4, s.ffn_dim = 172, s.n_vocab = 512;
+    s.ctx_len = 512, s.tied_embeddings = true;
+  } else if (name == "tiny") {
+    s.dim = 256, s.n_layers = 2, s.n_heads = 4, s.n_kv_heads = 2, s.ffn_dim = 512, s.n_vocab = 320;
+    s.ctx_len = 512;
+  } else {
+    return std::nullopt;
+  }
+  s.name = "synthetic " + name;
+  return s;
+}
+
+void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
+  SynthSpec spec = spec_in;
+  using gguf::Value;
+  if (spec.arch != "llama" && spec.arch != "qwen2" && spec.arch != "qwen3")
+    throw Error("synth: unknown architecture '" + spec.arch + "' (llama, qwen2, qwen3)");
+  if (spec.dim <= 0 || spec.n_layers <= 0 || spec.n_heads <= 0 || spec.n_kv_heads <= 0 ||
+      spec.ffn_dim <= 0 || spec.n_vocab <= 0 || spec.ctx_len <= 0)
+    throw Error("synth: every size must be positive");
+  if (spec.n_heads % spec.n_kv_heads != 0)
+    throw Error("synth: heads (" + std::to_string(spec.n_heads) + ") must be a multiple of kv heads (" +
+                std::to_string(spec.n_kv_heads) + ")");
+  const int64_t head_dim = spec.head_dim > 0 ? spec.head_dim : spec.dim / spec.n_heads;
+  if (spec.head_dim <= 0 && spec.dim % spec.n_heads != 0)
+    throw Error("synth: dim must be divisible by heads (or give --head-dim)");
+  if (head_dim % 2 != 0) throw Error("synth: head dim must be even");
+  const int64_t q_dim = spec.n_heads * head_dim, kv_dim = spec.n_kv_heads * head_dim;
+  const int64_t blk = traits(spec.type).block_size;
+  for (int64_t cols : {spec.dim, q_dim, spec.ffn_dim})
+    if (cols % blk != 0)
+      throw Error("synth: matrix width " + std::to_string(cols) + " is not a multiple of the " +
+                  std::string(type_name(spec.type)) + " block size " + std::to_string(blk));
+
+  gguf::GgufWriter w;
+  std::optional<gguf::GgufFile> vocab_src;
+  if (!spec.vocab_from.empty()) {
+    vocab_src.emplace(gguf::GgufFile::open(spec.vocab_from));
+    const gguf::Array* toks = vocab_src->get_array("tokenizer.ggml.tokens");
+    if (!toks) throw Error(spec.vocab_from + ": has no tokenizer.ggml.tokens to copy");
+    spec.n_vocab = static_cast<int64_t>(toks->items.size());
+  }
+  const std::string a = spec.arch + ".";
+  w.set("general.architecture", Value::str(spec.arch));
+  w.set("general.name", Value::str(spec.name));
+  w.set(a + "context_length", Value::u32(static_cast<uint32_t>(spec.ctx_len)));
+  w.set(a + "embedding_length", Value::u32(static_cast<uint32_t>(spec.dim)));
+  w.set(a + "block_count", Value::u32(static_cast<uint32_t>(spec.n_layers)));
+  w.set(a + "feed_forward_length", Value::u32(static_cast<uint32_t>(spec.ffn_dim)));
+  w.set(a + "attention.head_count", Value::u32(static_cast<uint32_t>(spec.n_heads)));
+  w.set(a + "attention.head_count_kv", Value::u32(static_cast<uint32_t>(spec.n_kv_heads)));
+  if (head_dim != spec.dim / spec.n_heads || spec.dim % spec.n_heads != 0) {
+    w.set(a + "attention.key_length", Value::u32(static_cast<uint32_t>(head_dim)));
+    w.set(a + "attention.value_length", Value::u32(static_cast<uint32_t>(head_dim)));
+  }
+  w.set(a + "attention.layer_norm_rms_epsilon", Value::f32(1e-5f));
+  w.set(a + "rope.freq_base", Value::f32(spec.rope_scaling == "llama3" ? 500000.0f : 10000.0f));
+  w.set(a + "rope.dimension_count", Value::u32(static_cast<uint32_t>(head_dim)));
+  w.set(a + "vocab_size", Value::u32(static_cast<uint32_t>(spec.n_vocab)));
+  if (spec.rope_scaling == "linear") {
+    w.set(a + "rope.scaling.type", Value::str("linear"));
+    w.set(a + "rope.scaling.factor", Value::f32(4.0f));
+  } else if (spec.rope_scaling == "yarn") {
+    w.set(a + "rope.scaling.type", Value::str("yarn"));
+    w.set(a + "rope.scaling.factor", Value::f32(4.0f));
+    w.set(a + "rope.scaling.original_context_length", Value::u32(static_cast<uint32_t>(spec.ctx_len / 4)));
+  } else if (spec.rope_scaling != "none" && spec.rope_scaling != "llama3") {
+    throw Error("synth: unknown rope scaling '" + spec.rope_scaling + "' (none, linear, yarn, llama3)");
+  }
+  w.set("general.file_type", Value::u32(static_cast<uint32_t>(spec.type)));
+
+  if (vocab_src) {
+    for (const auto& [key, value] : vocab_src->metadata())
+      if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
+  } else if (spec.n_vocab >= 259 + 3) {
+    // A SentencePiece-style vocabulary: <unk> <s> </s>, 256 byte tokens, then
+    // filler pieces. Enough for `pagoda generate` to run end to end.
+    std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+    std::vector<float> scores = {0.0f, 0.0f, 0.0f};
+    std::vector<int32_t> types = {2, 3, 3};
+    char buf[16];
+    for (int b = 0; b < 256; ++b) {
+      std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+      tokens.emplace_back(buf);
+      scores.push_back(0.0f);
+      types.push_back(6);
+    }
+    const char* letters = "etaoinshrdlucmfwypvbgkjqxz";
+    for (int64_t i = static_cast<int64_t>(tokens.size()); i < spec.n_vocab; ++i) {
+      int64_t k = i - 259;
+      std::string piece = "\xE2\x96\x81";  // '▁'
+      do {
+        piece += letters[k % 26];
+        k /= 26;
+      } while (k > 0);
+      tokens.push_back(piece);
+      scores.push_back(-static_cast<float>(i));
+      types.push_back(1);
+    }
+    w.set("tokenizer.ggml.model", Value::str("llama"));
+    w.set("tokenizer.ggml.tokens", Value::str_array(tokens));
+    w.set("tokenizer.ggml.scores", Value::f32_array(scores));
+    w.set("tokenizer.ggml.token_type", Value::i32_array(types));
+    w.set("tokenizer.ggml.bos_token_id", Value::u32(1));
+    w.set("tokenizer.ggml.eos_token_id", Value::u32(2));
+    w.set("tokenizer.ggml.unknown_token_id", Value::u32(0));
+    w.set("tokenizer.ggml.add_bos_token", Value::boolean(true));
+  }
+
+  Rng rng(spec.seed);
+  std::vector<float> buf;
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, float stddev, GgmlType type) {
+    buf.resize(static_cast<size_t>(rows * cols));
+    fill(rng, buf, stddev);
+    w.add_tensor_f32(name, type, {cols, rows}, buf.data());
+  };
+  auto vec = [&](const std::string& name, std::vector<float> v) {
+    w.add_tensor_f32(name, GgmlType::F32, {static_cast<int64_t>(v.size())}, v.data());
+  };
+
+  matrix("token_embd.weight", spec.n_vocab, spec.dim, 1.0f, spec.type);
+  vec("output_norm.weight", norm_weights(rng, spec.dim));
+  if (!spec.tied_embeddings)
+    matrix("output.weight", spec.n_vocab, spec.dim, 1.0f / std::sqrt(static_cast<float>(spec.dim)), spec.type);
+  if (spec.rope_scaling == "llama3") {
+    // Llama 3.1 frequency factors (factor 8, low 1, high 4, original context 8192),
+    // computed as the reference converter writes rope_freqs.weight.
+    std::vector<float> ff(head_dim / 2);
+    llama3_freq_factors(ff.data(), head_dim, 500000.0f, 8.0f, 1.0f, 4.0f, 8192);
+    vec("rope_freqs.weight", ff);
+  }
+  const float s_dim = 1.0f / std::sqrt(static_cast<float>(spec.dim));
+  const float s_q = 1.0f / std::sqrt(static_cast<float>(q_dim));
+  const float s_ffn = 1.0f / std::sqrt(static_cast<float>(spec.ffn_dim));
+  for (int64_t i = 0; i < spec.n_layers; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    vec(p + "attn_norm.weight", norm_weights(rng, spec.dim));
+    matrix(p + "attn_q.weight", q_dim, spec.dim, s_dim, spec.type);
+    matrix(p + "attn_k.weight", kv_dim, spec.dim, s_dim, spec.type);
+    matrix(p + "attn_v.weight", kv_dim, spec.dim, s_dim, spec.type);
+    if (spec.arch == "qwen2") {
+      std::vector<float> b(q_dim);
+      fill(rng, b, 0.1f);
+      vec(p + "attn_q.bias", b);
+      b.resize(kv_dim);
+      fill(rng, b, 0.1f);
+      vec(p + "attn_k.bias", b);
+      fill(rng, b, 0.1f);
+      vec(p + "attn_v.bias", b);
+    }
+    if (spec.arch == "qwen3") {
+      vec(p + "attn_q_norm.weight", norm_weights(rng, head_dim));
+      vec(p + "attn_k_norm.weight", norm_weights(rng, head_dim));
+    }
+    matrix(p + "attn_output.weight", spec.dim, q_dim, s_q, spec.type);
+    vec(p + "ffn_norm.weight", norm_weights(rng, spec.dim));
+    matrix(p + "ffn_gate.weight", spec.ffn_dim, spec.dim, s_dim, spec.type);
+    matrix(p + "ffn_up.weight", spec.ffn_dim, spec.dim, s_dim, spec.type);
+    matrix(p + "ffn_down.weight", spec.dim, spec.ffn_dim, s_ffn, spec.type);
+  }
+  w.write(path);
+}
+
+}  // namespace pagoda

@@ -1,0 +1,45 @@
+// Synthetic random-weight models of real shapes, written as GGUF.
+//
+// Speed runs and tests need realistic model sizes without downloads; weight
+// values do not change speed. Weights are drawn from a seeded generator and
+// scaled by 1/sqrt(fan_in) so activations stay finite through any depth; norms
+// are 1 (with a small seeded jitter so a swapped norm tensor shows in tests).
+// Contract: write_synthetic_model() throws pagoda::Error for an invalid spec
+// (unknown shape, sizes not divisible by the type's block) or an unwritable path.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tensor/types.h"
+
+namespace pagoda {
+
+struct SynthSpec {
+  std::string arch = "llama";  // llama | qwen2 | qwen3
+  int64_t dim = 256;
+  int64_t n_layers = 2;
+  int64_t n_heads = 4;
+  int64_t n_kv_heads = 2;
+  int64_t head_dim = 0;  // 0: dim / n_heads (key_length written only when it differs)
+  int64_t ffn_dim = 512;
+  int64_t n_vocab = 320;
+  int64_t ctx_len = 2048;
+  GgmlType type = GgmlType::F32;  // the 2-D projection matrices, embeddings and output
+  bool tied_embeddings = false;
+  std::string rope_scaling = "none";  // none | linear | llama3 | yarn
+  uint64_t seed = 1;
+  std::string vocab_from;  // GGUF whose tokenizer.* metadata is copied (sets n_vocab)
+  std::string name = "synthetic";
+};
+
+// Named real shapes: tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b, stories260k, tiny.
+// Returns nullopt for an unknown name. Sets arch-independent sizes only.
+std::optional<SynthSpec> synth_shape(const std::string& name);
+std::vector<std::string> synth_shape_names();
+
+void write_synthetic_model(const SynthSpec& spec, const std::string& path);
+
+}  // namespace pagoda

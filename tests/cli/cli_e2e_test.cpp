@@ -1,0 +1,178 @@
+// End-to-end tests of the `pagoda` binary: exit codes, one-line errors, and the
+// golden stories260K continuation.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kShared = PAGODA_SHARED_DIR;
+const std::string kStories = kShared + "/models/stories260K/stories260K.gguf";
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("pagoda_cli_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  RunResult run(const std::string& args) {
+    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
+    std::string cmd = std::string(PAGODA_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string() +
+                      " </dev/null";
+    int status = std::system(cmd.c_str());
+    RunResult r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+  fs::path dir_;
+};
+
+bool has_stories() { return fs::exists(kStories); }
+
+TEST_F(Cli, NoCommandPrintsUsageAndExitsTwo) {
+  RunResult r = run("");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("generate"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, UnknownOptionExitsTwo) {
+  RunResult r = run("generate -m x.gguf -p hi --no-such-flag");
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+TEST_F(Cli, MissingRequiredOptionExitsTwo) {
+  RunResult r = run("generate -p hi");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("model"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, BadOptionValueExitsTwo) {
+  RunResult r = run("generate -m x.gguf -p hi -n minus-one");
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+TEST_F(Cli, GenerateContinuesStoriesWithTheGreedyStory) {
+  if (!has_stories()) GTEST_SKIP();
+  RunResult r = run("generate -m " + kStories + " -p \"Once upon a time\" -n 60 --temp 0 -t 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // From ../shared/models/stories260K/README.md (greedy, llama2.c run.c -t 0).
+  const std::string story =
+      ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw a "
+      "big, red ball. She wanted to play with it, but it was too high.\nLily's mom said, \"Lily, let's "
+      "go to the park.\" Lily was sad and didn't know what to do.";
+  ASSERT_GE(r.out.size(), 100u) << r.out;
+  std::string got = r.out;
+  if (!got.empty() && got.back() == '\n') got.pop_back();
+  const size_t n = std::min(got.size(), story.size());
+  EXPECT_EQ(got.substr(0, n), story.substr(0, n));
+  EXPECT_NE(r.err.find("tok/s"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("load time"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, SameSeedSameSample) {
+  if (!has_stories()) GTEST_SKIP();
+  std::string args = "generate -m " + kStories + " -p \"Once upon a time\" -n 30 --temp 1 --seed 42";
+  RunResult a = run(args), b = run(args);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+}
+
+TEST_F(Cli, MissingModelFileIsOneLineErrorExitOne) {
+  RunResult r = run("generate -m /nonexistent/model.gguf -p hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("/nonexistent/model.gguf"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST_F(Cli, TruncatedModelIsOneLineErrorExitOne) {
+  if (!has_stories()) GTEST_SKIP();
+  std::string data = slurp(kStories);
+  fs::path cut = dir_ / "cut.gguf";
+  std::ofstream(cut, std::ios::binary).write(data.data(), static_cast<std::streamsize>(data.size() / 2));
+  RunResult r = run("generate -m " + cut.string() + " -p hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(cut.string()), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST_F(Cli, InspectListsMetadataAndTensors) {
+  if (!has_stories()) GTEST_SKIP();
+  RunResult r = run("inspect " + kStories);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("general.architecture"), std::string::npos);
+  EXPECT_NE(r.out.find("token_embd.weight"), std::string::npos);
+  EXPECT_NE(r.out.find("[64, 512]"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, TokenizeIdsOnlyOnVocabOnlyGguf) {
+  RunResult r = run("tokenize -m " + kShared + "/models/ggml-vocab/ggml-vocab-llama-spm.gguf --ids-only \"Hello world\"");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "1 15043 3186\n");
+  RunResult nobos = run("tokenize -m " + kShared + "/models/ggml-vocab/ggml-vocab-llama-spm.gguf --ids-only --no-bos \"Hello world\"");
+  EXPECT_EQ(nobos.out, "15043 3186\n");
+}
+
+TEST_F(Cli, TokenizeWorksOnTokenizerJson) {
+  RunResult r = run("tokenize -m " + kShared + "/models/llama3-tokenizer/tokenizer.json --ids-only --no-bos \"Hello world\"");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "9906 1917\n");
+}
+
+TEST_F(Cli, SynthThenBenchModelReportsJson) {
+  fs::path model = dir_ / "tiny-q8.gguf";
+  RunResult s = run("synth --shape tiny --type q8_0 -o " + model.string());
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  RunResult b = run("bench-model -m " + model.string() + " -p 16 -n 4 -r 1 -t 2 --json");
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  auto j = nlohmann::json::parse(b.out);
+  EXPECT_GT(j.at("prompt_tokens_per_s").get<double>(), 0.0);
+  EXPECT_GT(j.at("gen_tokens_per_s").get<double>(), 0.0);
+  EXPECT_GT(j.at("model_bytes").get<double>(), 0.0);
+  EXPECT_EQ(j.at("threads").get<int>(), 2);
+  EXPECT_GT(j.at("decode_roofline_tokens_per_s").get<double>(), 0.0);
+}
+
+TEST_F(Cli, SynthRejectsUnknownTypeAndShape) {
+  RunResult t = run("synth --shape tiny --type q3_k -o " + (dir_ / "x.gguf").string());
+  EXPECT_EQ(t.exit_code, 1);
+  EXPECT_NE(t.err.find("q3_k"), std::string::npos) << t.err;
+  RunResult s = run("synth --shape gpt-5 -o " + (dir_ / "x.gguf").string());
+  EXPECT_EQ(s.exit_code, 1);
+}
+
+TEST_F(Cli, GenerateOnSynthModelWithItsOwnVocabulary) {
+  fs::path model = dir_ / "tiny.gguf";
+  ASSERT_EQ(run("synth --shape tiny --type q4_0 -o " + model.string()).exit_code, 0);
+  RunResult r = run("generate -m " + model.string() + " -p \"hello\" -n 8 --temp 0");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+}  // namespace

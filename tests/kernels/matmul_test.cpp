@@ -1,0 +1,324 @@
+// matmul: every weight type x every ISA this CPU runs, against matmul_reference
+// (dequantize_row + double dot), over odd shapes, token counts and pool sizes;
+// bit-identical results for 1 and 2 threads and for a token alone vs in a
+// batch; SIMD activation quantizers bit-identical to the scalar one.
+//
+// Tolerances (per output y[t][r], with S = sum_k |w_k| |x_k|):
+// - quantized weights: activations become d * q with |x - d q| <= d / 2 =
+//   amax_block / 254 (amax over the 32 or 256 values sharing the scale), so
+//   |error| <= sum_k |w_k| amax_block(k) / 254, times 1.01 for the rounding of
+//   1/d, plus 1e-5 S for the float accumulation of the block products.
+// - F32/F16 (and BF16 without avx512bf16): float accumulation only, 1e-5 S
+//   (4097 terms summed in 16 or 8 lanes: worst case ~260 eps = 1.6e-5 S,
+//   typical sqrt(260) eps ~ 1e-6 S).
+// - BF16 with vdpbf16ps: activations rounded to bf16 (8 significant bits,
+//   relative error <= 2^-8), so 2^-8 S + 1e-5 S.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "kernels/matmul_impl.h"
+
+namespace pagoda {
+namespace {
+
+constexpr GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
+                               GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                               GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+constexpr Isa kIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512};
+constexpr int64_t kRowCounts[] = {1, 3, 17, 64, 67};
+constexpr int64_t kTokenCounts[] = {1, 2, 3, 5, 8, 17};
+constexpr int64_t kMaxTokens = 17;
+
+std::vector<int64_t> col_counts(GgmlType type) {
+  const int64_t b = traits(type).block_size;
+  if (b == 1) return {1, 2, 3, 17, 33, 4096 + 1};
+  // one block, two, odd multiples, and 4096 + one block.
+  return {b, 2 * b, 3 * b, 7 * b, 4096 + b};
+}
+
+// Built with -DPAGODA_AVX512_EMULATION (see src/kernels/matmul_avx512_emu.h)
+// the AVX-512 kernels run through SIMDe on CPUs without AVX-512.
+#ifdef PAGODA_AVX512_EMULATION
+bool isa_runs(Isa) { return true; }
+bool has_avx512bf16() { return true; }
+#else
+bool isa_runs(Isa isa) { return isa_supported(isa); }
+bool has_avx512bf16() { return cpu_features().avx512bf16; }
+#endif
+
+ThreadPool& pool(int n) {
+  static ThreadPool one(1), two(2);
+  return n == 1 ? one : two;
+}
+
+std::vector<float> random_floats(int64_t n, std::mt19937& rng, float sigma) {
+  std::normal_distribution<float> dist(0.0f, sigma);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+// Weights: quantize_row of normal values, rows with scales spread over 1e-3..1
+// (so per-row scales differ), and one row of zeros (all scales 0).
+std::vector<uint8_t> make_weights(GgmlType type, int64_t n_rows, int64_t n_cols, std::mt19937& rng) {
+  const size_t rb = row_bytes(type, n_cols);
+  std::vector<uint8_t> w(rb * n_rows);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float sigma = r == 1 ? 0.0f : std::pow(10.0f, -3.0f * static_cast<float>(r % 7) / 6.0f);
+    std::vector<float> row = random_floats(n_cols, rng, sigma);
+    quantize_row(type, row.data(), w.data() + r * rb, n_cols);
+  }
+  return w;
+}
+
+// Activations: normal values with a few outliers (as after RMSNorm), and a
+// block of exact zeros (scale 0).
+std::vector<float> make_acts(int64_t n_tokens, int64_t n_cols, std::mt19937& rng) {
+  std::vector<float> x = random_floats(n_tokens * n_cols, rng, 1.0f);
+  std::uniform_int_distribution<int64_t> pick(0, n_tokens * n_cols - 1);
+  for (int i = 0; i < 3; ++i) x[pick(rng)] *= 20.0f;
+  for (int64_t k = 0; k < std::min<int64_t>(n_cols, 32); ++k) x[k] = 0.0f;
+  return x;
+}
+
+// Error bound per output, see the file comment.
+std::vector<double> error_bounds(GgmlType type, Isa isa, int64_t n_rows, int64_t n_cols,
+                                 const std::vector<uint8_t>& w, const std::vector<float>& x,
+                                 int64_t n_tokens) {
+  const size_t rb = row_bytes(type, n_cols);
+  const bool quant = traits(type).is_quantized;
+  const int64_t per = type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q6_K ? 256 : 32;
+  const bool bf16_acts = type == GgmlType::BF16 && isa == Isa::Avx512 && has_avx512bf16();
+  std::vector<double> bound(static_cast<size_t>(n_tokens * n_rows));
+  std::vector<float> wrow(static_cast<size_t>(n_cols)), xerr(static_cast<size_t>(n_cols));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* xt = x.data() + t * n_cols;
+    for (int64_t k = 0; k < n_cols; ++k) xerr[k] = 0.0f;
+    if (quant) {
+      for (int64_t b = 0; b < n_cols / per; ++b) {
+        float amax = 0.0f;
+        for (int64_t k = b * per; k < (b + 1) * per; ++k) amax = std::max(amax, std::fabs(xt[k]));
+        for (int64_t k = b * per; k < (b + 1) * per; ++k) xerr[k] = amax / 254.0f * 1.01f;
+      }
+    }
+    for (int64_t r = 0; r < n_rows; ++r) {
+      dequantize_row(type, w.data() + r * rb, wrow.data(), n_cols);
+      double s = 0.0, qerr = 0.0;
+      for (int64_t k = 0; k < n_cols; ++k) {
+        s += std::fabs(static_cast<double>(wrow[k]) * xt[k]);
+        qerr += std::fabs(static_cast<double>(wrow[k])) * xerr[k];
+      }
+      bound[t * n_rows + r] = qerr + 1e-5 * s + (bf16_acts ? s / 256.0 : 0.0) + 1e-30;
+    }
+  }
+  return bound;
+}
+
+std::string describe(GgmlType type, Isa isa, int64_t n_rows, int64_t n_cols, int64_t n_tokens,
+                     int threads) {
+  return std::string(type_name(type)) + " isa=" + isa_name(isa) + " rows=" + std::to_string(n_rows) +
+         " cols=" + std::to_string(n_cols) + " tokens=" + std::to_string(n_tokens) +
+         " threads=" + std::to_string(threads);
+}
+
+class MatmulTypeTest : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(MatmulTypeTest, MatchesReferenceOnOddShapesEveryIsaAndPool) {
+  const GgmlType type = GetParam();
+  std::mt19937 rng(1234 + static_cast<int>(type));
+  for (int64_t n_cols : col_counts(type)) {
+    for (int64_t n_rows : kRowCounts) {
+      const std::vector<uint8_t> w = make_weights(type, n_rows, n_cols, rng);
+      const std::vector<float> x = make_acts(kMaxTokens, n_cols, rng);
+      std::vector<float> ref(static_cast<size_t>(kMaxTokens * n_rows));
+      matmul_reference(type, n_rows, n_cols, w.data(), x.data(), kMaxTokens, ref.data());
+      for (Isa isa : kIsas) {
+        if (!isa_runs(isa)) continue;
+        const std::vector<double> bound = error_bounds(type, isa, n_rows, n_cols, w, x, kMaxTokens);
+        const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), isa);
+        for (int64_t n_tokens : kTokenCounts) {
+          for (int threads : {1, 2}) {
+            // Poisoned output: every element must be written.
+            std::vector<float> y(static_cast<size_t>(n_tokens * n_rows), std::nanf(""));
+            matmul(m, x.data(), n_tokens, y.data(), pool(threads));
+            int failures = 0;
+            for (int64_t i = 0; i < n_tokens * n_rows && failures < 3; ++i) {
+              const double err = std::fabs(static_cast<double>(y[i]) - ref[i]);
+              if (!(err <= bound[i])) {
+                ++failures;
+                ADD_FAILURE() << describe(type, isa, n_rows, n_cols, n_tokens, threads)
+                              << " at token " << i / n_rows << " row " << i % n_rows << ": got " << y[i]
+                              << " want " << ref[i] << " |err| " << err << " > bound " << bound[i];
+              }
+            }
+            if (failures) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Packing keeps the GGUF size (plus zero rows to a whole group) for all but
+// Q4_K/Q5_K, whose unpacked scales cost 4 bytes per row per 256 columns.
+TEST_P(MatmulTypeTest, ReportsOwnedAndStreamedBytes) {
+  const GgmlType type = GetParam();
+  const int64_t n_rows = 67, n_cols = 512;
+  std::mt19937 rng(7);
+  const std::vector<uint8_t> w = make_weights(type, n_rows, n_cols, rng);
+  for (Isa isa : kIsas) {
+    if (!isa_runs(isa)) continue;
+    const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), isa);
+    const size_t gguf_bytes = row_bytes(type, n_cols) * n_rows;
+    if (isa == Isa::Scalar || !traits(type).is_quantized) {
+      EXPECT_EQ(m.owned_bytes(), 0u) << type_name(type) << " " << isa_name(isa);
+      EXPECT_EQ(m.stream_bytes(), gguf_bytes);
+      continue;
+    }
+    const int64_t lanes = isa == Isa::Avx512 ? 16 : 8;
+    const int64_t padded_rows = (n_rows + lanes - 1) / lanes * lanes;
+    size_t want = row_bytes(type, n_cols) * padded_rows;
+    if (type == GgmlType::Q4_K || type == GgmlType::Q5_K) want += 4 * (n_cols / 256) * padded_rows;
+    EXPECT_EQ(m.owned_bytes(), want) << type_name(type) << " " << isa_name(isa);
+    EXPECT_EQ(m.stream_bytes(), want);
+  }
+}
+
+// The tiling does not depend on the thread count and each output has one
+// fixed order of operations, so results are identical bit for bit.
+TEST_P(MatmulTypeTest, OneAndTwoThreadsGiveIdenticalResults) {
+  const GgmlType type = GetParam();
+  const int64_t n_rows = 301, n_cols = 1024, n_tokens = 75;
+  std::mt19937 rng(99);
+  const std::vector<uint8_t> w = make_weights(type, n_rows, n_cols, rng);
+  const std::vector<float> x = make_acts(n_tokens, n_cols, rng);
+  for (Isa isa : kIsas) {
+    if (!isa_runs(isa)) continue;
+    const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), isa);
+    std::vector<float> y1(n_tokens * n_rows), y2(n_tokens * n_rows);
+    matmul(m, x.data(), n_tokens, y1.data(), pool(1));
+    matmul(m, x.data(), n_tokens, y2.data(), pool(2));
+    EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)))
+        << type_name(type) << " " << isa_name(isa);
+  }
+}
+
+// Decoding a token alone (matvec) gives the same bits as that token inside a
+// prefill batch, so batched and single decode agree exactly.
+TEST_P(MatmulTypeTest, TokenAloneMatchesTokenInBatch) {
+  const GgmlType type = GetParam();
+  const int64_t n_rows = 40, n_cols = 512, n_tokens = 13;
+  std::mt19937 rng(5);
+  const std::vector<uint8_t> w = make_weights(type, n_rows, n_cols, rng);
+  const std::vector<float> x = make_acts(n_tokens, n_cols, rng);
+  for (Isa isa : kIsas) {
+    if (!isa_runs(isa)) continue;
+    const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), isa);
+    std::vector<float> batch(n_tokens * n_rows), one(n_rows);
+    matmul(m, x.data(), n_tokens, batch.data(), pool(2));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      matmul(m, x.data() + t * n_cols, 1, one.data(), pool(2));
+      EXPECT_EQ(0, std::memcmp(one.data(), batch.data() + t * n_rows, n_rows * sizeof(float)))
+          << type_name(type) << " " << isa_name(isa) << " token " << t;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTypeTest, ::testing::ValuesIn(kTypes),
+                         [](const auto& info) { return std::string(type_name(info.param)); });
+
+// Every code and scale bit of the packed layouts matters: weights of random
+// bytes (only the f16 scales forced finite) reach codes quantize_row never
+// makes (Q8_0 -128, Q6_K negative scales, all 6-bit K scales and mins).
+TEST(Matmul, RandomBitWeightsMatchReference) {
+  std::mt19937 rng(42);
+  const int64_t n_rows = 35, n_tokens = 6;
+  for (GgmlType type : kTypes) {
+    if (!traits(type).is_quantized) continue;
+    const int64_t n_cols = 3 * traits(type).block_size * (traits(type).block_size == 32 ? 8 : 1);
+    const size_t rb = row_bytes(type, n_cols), bb = traits(type).type_size;
+    std::vector<uint8_t> w(rb * n_rows);
+    for (uint8_t& b : w) b = static_cast<uint8_t>(rng());
+    // f16 fields: d (and m / dmin) at the block start; Q6_K's d at byte 208.
+    std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+    for (size_t off = 0; off < w.size(); off += bb) {
+      const f16_t a = f32_to_f16(scale(rng)), b = f32_to_f16(scale(rng));
+      if (type == GgmlType::Q6_K) {
+        std::memcpy(&w[off + 208], &a, 2);
+      } else {
+        std::memcpy(&w[off], &a, 2);
+        if (type != GgmlType::Q8_0 && type != GgmlType::Q4_0 && type != GgmlType::Q5_0) std::memcpy(&w[off + 2], &b, 2);
+      }
+    }
+    const std::vector<float> x = make_acts(n_tokens, n_cols, rng);
+    std::vector<float> ref(n_tokens * n_rows);
+    matmul_reference(type, n_rows, n_cols, w.data(), x.data(), n_tokens, ref.data());
+    for (Isa isa : kIsas) {
+      if (!isa_runs(isa)) continue;
+      const std::vector<double> bound = error_bounds(type, isa, n_rows, n_cols, w, x, n_tokens);
+      const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), isa);
+      std::vector<float> y(n_tokens * n_rows);
+      matmul(m, x.data(), n_tokens, y.data(), pool(2));
+      for (int64_t i = 0; i < n_tokens * n_rows; ++i) {
+        const double err = std::fabs(static_cast<double>(y[i]) - ref[i]);
+        ASSERT_LE(err, bound[i]) << describe(type, isa, n_rows, n_cols, n_tokens, 2) << " at token "
+                                 << i / n_rows << " row " << i % n_rows << ": got " << y[i] << " want "
+                                 << ref[i];
+      }
+    }
+  }
+}
+
+// The SIMD activation quantizers must produce exactly the scalar codes,
+// scales and sums (the kernels' cross-ISA agreement rests on it).
+TEST(Matmul, SimdActivationQuantizersMatchScalarBitForBit) {
+  using namespace matmul_detail;
+  std::mt19937 rng(3);
+  const int64_t n_cols = 1024;
+  std::vector<float> x = random_floats(n_cols, rng, 2.0f);
+  for (int64_t k = 256; k < 512; ++k) x[k] = 0.0f;  // all-zero blocks: d = 0
+  x[700] = 1e4f;                                     // an outlier
+  for (ActKind kind : {ActKind::Block32, ActKind::Super256}) {
+    const int64_t per = kind == ActKind::Block32 ? 32 : 256;
+    struct Buf {
+      std::vector<int8_t> q = std::vector<int8_t>(1024);
+      std::vector<float> d = std::vector<float>(32), dsum32 = std::vector<float>(32);
+      std::vector<int32_t> sum32 = std::vector<int32_t>(32), sum16 = std::vector<int32_t>(64);
+      ActRowOut out() { return {q.data(), d.data(), sum32.data(), dsum32.data(), sum16.data()}; }
+    } ref, got;
+    quantize_act_row_scalar(kind, x.data(), n_cols, ref.out());
+    for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
+      if (!isa_runs(isa)) continue;
+      got = Buf{};
+      if (isa == Isa::Avx2) quantize_act_row_avx2(kind, x.data(), n_cols, got.out());
+      else quantize_act_row_avx512(kind, x.data(), n_cols, got.out());
+      EXPECT_EQ(ref.q, got.q) << isa_name(isa) << " per " << per;
+      for (int64_t b = 0; b < n_cols / per; ++b) EXPECT_EQ(ref.d[b], got.d[b]) << isa_name(isa) << " block " << b;
+      EXPECT_EQ(ref.sum32, got.sum32) << isa_name(isa);
+      if (kind == ActKind::Block32) {
+        EXPECT_EQ(ref.dsum32, got.dsum32) << isa_name(isa);
+      } else {
+        EXPECT_EQ(ref.sum16, got.sum16) << isa_name(isa);
+      }
+    }
+  }
+}
+
+TEST(Matmul, ZeroTokensWritesNothing) {
+  std::vector<uint8_t> w(row_bytes(GgmlType::Q4_0, 64) * 4, 0);
+  const WeightMatrix m = WeightMatrix::prepare(GgmlType::Q4_0, 4, 64, w.data());
+  float y = 123.0f;
+  matmul(m, nullptr, 0, &y, pool(2));
+  EXPECT_EQ(y, 123.0f);
+}
+
+}  // namespace
+}  // namespace pagoda

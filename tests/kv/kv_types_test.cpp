@@ -1,0 +1,157 @@
+// KV element types: names, byte sizes, round-trip error bounds, edge values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "common/error.h"
+#include "kv/kv_config.h"
+#include "kv/kv_types.h"
+
+namespace pagoda {
+namespace {
+
+TEST(KvTypes, NamesRoundTripAndUnknownNamesAreRejected) {
+  for (int i = 0; i < kNumKvTypes; ++i) {
+    const KvType t = static_cast<KvType>(i);
+    EXPECT_EQ(parse_kv_type(kv_type_name(t)), t);
+  }
+  EXPECT_EQ(parse_kv_type("Q8"), KvType::Q8);
+  EXPECT_FALSE(parse_kv_type("q8_0").has_value());
+  EXPECT_FALSE(parse_kv_type("").has_value());
+  EXPECT_THROW(parse_kv_type_flag("int8", "--kv-type-k"), Error);
+  try {
+    parse_kv_type_flag("int8", "--kv-type-k");
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "--kv-type-k: unknown KV type 'int8' (expected one of f32, f16, bf16, q8, q4)");
+  }
+}
+
+TEST(KvTypes, RowAndSidecarBytes) {
+  EXPECT_EQ(kv_row_bytes(KvType::F32, 128), 512u);
+  EXPECT_EQ(kv_row_bytes(KvType::F16, 128), 256u);
+  EXPECT_EQ(kv_row_bytes(KvType::BF16, 128), 256u);
+  EXPECT_EQ(kv_row_bytes(KvType::Q8, 128), 128u);
+  EXPECT_EQ(kv_row_sidecar_bytes(KvType::Q8, 128), 4u);
+  EXPECT_EQ(kv_row_bytes(KvType::Q4, 128), 64u);
+  EXPECT_EQ(kv_row_sidecar_bytes(KvType::Q4, 128), 16u);  // 4 groups × (d, m) f16
+  EXPECT_EQ(kv_row_sidecar_bytes(KvType::Q4, 80), 20u);   // 5 groups of 16
+  EXPECT_EQ(kv_row_sidecar_bytes(KvType::Q4, 8), 4u);     // 1 group of 8
+  EXPECT_EQ(q4_group_size(80), 16);
+  EXPECT_EQ(q4_group_size(12), 0);
+  EXPECT_FALSE(kv_type_supports(KvType::Q4, 12));
+  EXPECT_TRUE(kv_type_supports(KvType::Q8, 12));
+  for (KvType t : {KvType::F32, KvType::F16, KvType::BF16}) EXPECT_EQ(kv_row_sidecar_bytes(t, 64), 0u);
+}
+
+// Relative RMS error of a round trip, and the max error bound each format promises.
+TEST(KvTypes, RoundTripErrorIsWithinTheFormatsBound) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t d : {8, 16, 24, 64, 80, 128, 256}) {
+    std::vector<float> x(static_cast<size_t>(d)), y(x.size());
+    for (int rep = 0; rep < 50; ++rep) {
+      for (float& v : x) v = nd(rng) * 3.0f + (rep % 3 == 0 ? 2.0f : 0.0f);
+      for (int i = 0; i < kNumKvTypes; ++i) {
+        const KvType t = static_cast<KvType>(i);
+        if (!kv_type_supports(t, d)) continue;
+        std::vector<uint8_t> data(kv_row_bytes(t, d)), side(kv_row_sidecar_bytes(t, d) + 1);
+        kv_quantize_row(t, x.data(), d, data.data(), side.data());
+        kv_dequantize_row_ref(t, data.data(), side.data(), d, y.data());
+        float amax = 0;
+        for (float v : x) amax = std::max(amax, std::fabs(v));
+        for (int64_t j = 0; j < d; ++j) {
+          float bound = 0;
+          switch (t) {
+            case KvType::F32: bound = 0; break;
+            case KvType::F16: bound = std::fabs(x[j]) * 4.9e-4f + 6e-8f; break;
+            case KvType::BF16: bound = std::fabs(x[j]) * 3.91e-3f; break;
+            case KvType::Q8: bound = amax / 127.0f * 0.5f * 1.001f; break;
+            case KvType::Q4: {
+              const int64_t g = q4_group_size(d), g0 = j / g * g;
+              float lo = x[g0], hi = x[g0];
+              for (int64_t k = g0; k < g0 + g; ++k) lo = std::min(lo, x[k]), hi = std::max(hi, x[k]);
+              // half a step, plus what rounding d and m to f16 can shift.
+              bound = (hi - lo) / 15.0f * 0.5f + (std::fabs(lo) + (hi - lo)) * 1e-3f;
+              break;
+            }
+          }
+          ASSERT_LE(std::fabs(y[j] - x[j]), bound)
+              << kv_type_name(t) << " d=" << d << " j=" << j << " x=" << x[j] << " y=" << y[j];
+        }
+      }
+    }
+  }
+}
+
+TEST(KvTypes, EdgeValues) {
+  // All zeros: a zero scale, exact zeros back.
+  std::vector<float> z(64, 0.0f), y(64, 1.0f);
+  for (KvType t : {KvType::Q8, KvType::Q4}) {
+    std::vector<uint8_t> data(64), side(64);
+    kv_quantize_row(t, z.data(), 64, data.data(), side.data());
+    kv_dequantize_row_ref(t, data.data(), side.data(), 64, y.data());
+    for (float v : y) EXPECT_EQ(v, 0.0f) << kv_type_name(t);
+  }
+  // f16 saturates instead of turning into inf.
+  std::vector<float> big(8, 1e6f), out(8);
+  big[1] = -1e6f;
+  std::vector<uint8_t> data(16);
+  kv_quantize_row(KvType::F16, big.data(), 8, data.data(), nullptr);
+  kv_dequantize_row_ref(KvType::F16, data.data(), nullptr, 8, out.data());
+  EXPECT_EQ(out[0], 65504.0f);
+  EXPECT_EQ(out[1], -65504.0f);
+  // q8 keeps the largest magnitude exactly (±127 · s).
+  std::vector<float> x = {0.5f, -2.0f, 1.0f, 0.25f, 0.0f, 1.5f, -1.0f, 2.0f};
+  std::vector<uint8_t> q(8), s(4);
+  kv_quantize_row(KvType::Q8, x.data(), 8, q.data(), s.data());
+  kv_dequantize_row_ref(KvType::Q8, q.data(), s.data(), 8, out.data());
+  EXPECT_FLOAT_EQ(out[1], -2.0f);
+  EXPECT_FLOAT_EQ(out[7], 2.0f);
+}
+
+TEST(KvConfig, ParsesByteSizesWithSuffixes) {
+  EXPECT_EQ(parse_byte_size("4096"), 4096u);
+  EXPECT_EQ(parse_byte_size("512MiB"), 512ull << 20);
+  EXPECT_EQ(parse_byte_size("4GiB"), 4ull << 30);
+  EXPECT_EQ(parse_byte_size("4gib"), 4ull << 30);
+  EXPECT_EQ(parse_byte_size("4G"), 4ull << 30);
+  EXPECT_EQ(parse_byte_size("4g"), 4ull << 30);
+  EXPECT_EQ(parse_byte_size("300MB"), 300000000u);
+  EXPECT_EQ(parse_byte_size("1.5GiB"), 3ull << 29);
+  EXPECT_EQ(parse_byte_size("2KiB"), 2048u);
+  EXPECT_EQ(parse_byte_size("2kb"), 2000u);
+  EXPECT_EQ(parse_byte_size("1TiB"), 1ull << 40);
+  EXPECT_EQ(parse_byte_size("10B"), 10u);
+  EXPECT_EQ(parse_byte_size("0.5K"), 512u);
+  for (const char* bad : {"", "GiB", "-1", "4 GiB", "4XB", "1..5G", "4GiBs", "0x10"}) {
+    EXPECT_THROW(parse_byte_size(bad), Error) << bad;
+  }
+  EXPECT_THROW(parse_byte_size("99999999TiB"), Error);
+  try {
+    parse_byte_size("4XB");
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--kv-cache-bytes: '4XB' is not a byte size"), std::string::npos);
+  }
+}
+
+TEST(KvConfig, BlockSizeMustBeAPowerOfTwoFrom8To256) {
+  for (int ok : {8, 16, 32, 64, 128, 256}) EXPECT_NO_THROW(validate_kv_block_size(ok));
+  for (int bad : {0, 4, 12, 24, 512, -16}) EXPECT_THROW(validate_kv_block_size(bad), Error) << bad;
+}
+
+TEST(KvConfig, DefaultBudgetIsAFractionOfAvailableMemory) {
+  KvConfig c;
+  const uint64_t avail = mem_available_bytes();
+  ASSERT_GT(avail, 0u);
+  const uint64_t b = resolve_kv_budget(c);
+  EXPECT_NEAR(static_cast<double>(b), avail * kDefaultKvMemoryFraction, avail * 0.05);
+  c.budget_bytes = 12345;
+  EXPECT_EQ(resolve_kv_budget(c), 12345u);
+  EXPECT_EQ(format_bytes(3ull << 29), "1.50 GiB");
+  EXPECT_EQ(format_bytes(100), "100 B");
+}
+
+}  // namespace
+}  // namespace pagoda

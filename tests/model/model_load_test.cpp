@@ -1,0 +1,125 @@
+// Model loading rejects broken files with one clear line naming the problem.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+
+#include "common/error.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "model/synth.h"
+
+namespace pagoda {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ModelLoad : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("pagoda_model_load_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    base_ = (dir_ / "base.gguf").string();
+    SynthSpec s = *synth_shape("tiny");
+    s.dim = 64, s.ffn_dim = 96, s.n_vocab = 300;
+    write_synthetic_model(s, base_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Copies base.gguf with `edit` applied to each (key, value) and tensor.
+  std::string rewrite(const std::string& name,
+                      const std::function<bool(std::string&, gguf::Value&)>& edit_kv,
+                      const std::function<bool(gguf::TensorInfo&, std::vector<uint8_t>&)>& edit_tensor) {
+    gguf::GgufFile f = gguf::GgufFile::open(base_);
+    gguf::GgufWriter w;
+    for (auto [key, value] : f.metadata())
+      if (!edit_kv || edit_kv(key, value)) w.set(key, value);
+    for (gguf::TensorInfo t : f.tensors()) {
+      std::vector<uint8_t> bytes(t.data, t.data + t.n_bytes);
+      if (!edit_tensor || edit_tensor(t, bytes)) w.add_tensor(t.name, t.type, t.dims, bytes);
+    }
+    std::string path = (dir_ / name).string();
+    w.write(path);
+    return path;
+  }
+
+  std::string load_error(const std::string& path) {
+    try {
+      auto f = std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(path));
+      Model::load(f);
+    } catch (const Error& e) {
+      std::string msg = e.what();
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+      return msg;
+    }
+    ADD_FAILURE() << "loading " << path << " did not fail";
+    return "";
+  }
+
+  fs::path dir_;
+  std::string base_;
+};
+
+TEST_F(ModelLoad, SyntheticModelLoads) {
+  auto f = std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(base_));
+  auto m = Model::load(f);
+  EXPECT_EQ(m->config().dim, 64);
+  EXPECT_EQ(m->config().n_vocab, 300);
+}
+
+TEST_F(ModelLoad, MissingTensorIsNamed) {
+  auto p = rewrite("missing.gguf", nullptr, [](gguf::TensorInfo& t, auto&) { return t.name != "blk.1.ffn_up.weight"; });
+  EXPECT_NE(load_error(p).find("blk.1.ffn_up.weight"), std::string::npos);
+}
+
+TEST_F(ModelLoad, WrongShapeIsNamedWithBothShapes) {
+  auto p = rewrite("shape.gguf", nullptr, [](gguf::TensorInfo& t, std::vector<uint8_t>&) {
+    if (t.name == "blk.0.attn_k.weight") t.dims = {t.dims[1], t.dims[0]};  // transposed
+    return true;
+  });
+  std::string msg = load_error(p);
+  EXPECT_NE(msg.find("blk.0.attn_k.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("expected"), std::string::npos) << msg;
+}
+
+TEST_F(ModelLoad, UnknownArchitectureIsRejected) {
+  auto p = rewrite("arch.gguf", [](std::string& k, gguf::Value& v) {
+    if (k == "general.architecture") v = gguf::Value::str("mamba");
+    return true;
+  }, nullptr);
+  EXPECT_NE(load_error(p).find("mamba"), std::string::npos);
+}
+
+TEST_F(ModelLoad, MissingHyperParameterIsNamed) {
+  auto p = rewrite("nokey.gguf", [](std::string& k, gguf::Value&) { return k != "llama.block_count"; }, nullptr);
+  EXPECT_NE(load_error(p).find("llama.block_count"), std::string::npos);
+}
+
+TEST_F(ModelLoad, HeadsNotMultipleOfKvHeadsIsRejected) {
+  auto p = rewrite("heads.gguf", [](std::string& k, gguf::Value& v) {
+    if (k == "llama.attention.head_count_kv") v = gguf::Value::u32(3);
+    return true;
+  }, nullptr);
+  EXPECT_NE(load_error(p).find("head_count_kv"), std::string::npos);
+}
+
+TEST_F(ModelLoad, UnsupportedWeightTypeListsTheSupportedOnes) {
+  // Q2_K data (84 bytes per 256 values) in place of an F32 norm-free matrix.
+  auto p = rewrite("q2k.gguf", nullptr, [](gguf::TensorInfo& t, std::vector<uint8_t>& bytes) {
+    if (t.name == "blk.0.ffn_gate.weight") {
+      // [64, 96] cannot be Q2_K (64 % 256 != 0); keep rows, widen to 256 columns.
+      t.dims = {256, 96};
+      t.type = GgmlType::Q2_K;
+      bytes.assign(84 * 96, 0);
+    }
+    return true;
+  });
+  std::string msg = load_error(p);
+  EXPECT_NE(msg.find("blk.0.ffn_gate.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("q2_K"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("q8_0"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace pagoda
