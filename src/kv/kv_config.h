@@ -14,16 +14,20 @@
 
 namespace pagoda {
 
-// Default tokens per block: 16. Measured on this project's CPU (AMD EPYC Zen 3, AVX2, 2
-// threads; bench/kv_bench.cpp BM_PagedAttentionBlockSize, f16 KV, 8 KV heads x 128,
-// GQA 4, decode): at 4096 tokens 8 / 16 / 32 / 64 / 128 tokens per block ran within
-// a few percent of each other once a block held >= 16 positions (8 is slower: more
-// block-boundary overhead per position). Smaller blocks waste less in each sequence's
-// half-filled tail (on average block_size / 2 tokens per sequence: 8 tokens = 0.2% of a
-// 4k context at 16, 64 tokens at 128) and let the prefix cache share at a finer grain.
-// Rejected 32 (vLLM's CPU default): no measurable gain here, twice the tail waste.
-// The exact numbers are in the #3 report and the comment in kv_bench.cpp.
-constexpr int kDefaultKvBlockSize = 16;
+// Default tokens per block: 32. Measured with bench/kv_bench.cpp BM_PagedAttentionBlockSize
+// (one decode step's attention, f16 KV, 32 query / 8 KV heads of 64 = llama3.2-1b, 4096
+// tokens of context, median of 3) on a 16-core Xeon with AVX-512:
+//   block size        8      16     32     64     128    256
+//   16 threads (us)   488    240    215    204    210    215
+//   1 thread (us)     3048   1344   1322   1314   1380   1349
+// 32 is within 5% of the best size at both thread counts, so paging costs nothing
+// measurable against 256-token (nearly contiguous) blocks. Rejected 16: 12% slower at 16
+// threads (every block restarts a memory stream; the kernel prefetches two blocks ahead,
+// which recovers 1 thread but not 16). Rejected 64: 5% faster at 16 threads, but twice
+// the tail waste per sequence (block_size / 2 tokens on average: 16 tokens = 512 KiB of
+// f16 KV for llama3.2-1b at 32), twice the copy on a copy-on-write, and half the
+// prefix-sharing granularity. 8 is 2.3x slower.
+constexpr int kDefaultKvBlockSize = 32;
 
 // Default budget when --kv-cache-bytes is not given: this fraction of MemAvailable at
 // start-up (after the model is mapped). Half leaves room for the page cache that holds

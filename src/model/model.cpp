@@ -36,6 +36,8 @@ struct Model::Scratch {
   std::vector<float> gate;  // [T, ffn]
   std::vector<float> up;    // [T, ffn]
   std::vector<float> tmp;   // [T, dim]
+  std::vector<float> rope_cos;  // [T, n_rot/2] per-token RoPE table, shared by all layers
+  std::vector<float> rope_sin;  // [T, n_rot/2]
   std::vector<int64_t> out_rows;
 
   void reserve(const ModelConfig& c, size_t T) {
@@ -51,6 +53,8 @@ struct Model::Scratch {
     grow(gate, T * c.ffn_dim);
     grow(up, T * c.ffn_dim);
     grow(tmp, T * c.dim);
+    grow(rope_cos, T * (c.n_rot / 2));
+    grow(rope_sin, T * (c.n_rot / 2));
   }
 };
 
@@ -230,6 +234,13 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
   for (int64_t t = 0; t < T; ++t)
     dequantize_row(token_embd_->type, token_embd_->data + emb_row * batch.tokens[t], &s.x[t * dim], dim);
 
+  // RoPE angles depend only on the position: one cos/sin table per token serves
+  // q and k of every layer (n_rot/2 sin+cos in double cost ~2 us per call).
+  const int64_t half_rot = c.n_rot / 2;
+  for (int64_t t = 0; t < T; ++t)
+    rope_table(&s.rope_cos[t * half_rot], &s.rope_sin[t * half_rot], c.n_rot, batch.positions[t],
+               rope_inv_freq_.data(), rope_attn_factor_);
+
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& L = *layers_[li];
     const int layer = static_cast<int>(li);
@@ -251,8 +262,10 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
         for (int64_t h = 0; h < c.n_heads; ++h) rms_norm(qt + h * hd, L.q_norm.data(), qt + h * hd, hd, c.rms_eps);
         for (int64_t h = 0; h < c.n_kv_heads; ++h) rms_norm(kt + h * hd, L.k_norm.data(), kt + h * hd, hd, c.rms_eps);
       }
-      rope(qt, c.n_heads, hd, c.n_rot, batch.positions[t], rope_inv_freq_.data(), c.rope_neox, rope_attn_factor_);
-      rope(kt, c.n_kv_heads, hd, c.n_rot, batch.positions[t], rope_inv_freq_.data(), c.rope_neox, rope_attn_factor_);
+      const float* rc = &s.rope_cos[t * half_rot];
+      const float* rs = &s.rope_sin[t * half_rot];
+      rope_apply(qt, c.n_heads, hd, c.n_rot, rc, rs, c.rope_neox);
+      rope_apply(kt, c.n_kv_heads, hd, c.n_rot, rc, rs, c.rope_neox);
       kv.store(layer, batch.seq_ids[t], batch.positions[t], kt, vt);
     }
     // The whole batch's attention: the store fans out over (token, KV head) and, for

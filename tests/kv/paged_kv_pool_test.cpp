@@ -313,6 +313,8 @@ TEST(PagedKvPool, ResidentMemoryGrowsByBytesReserved) {
   EXPECT_EQ(s.blocks_committed, 64 * 6);
   EXPECT_EQ(s.bytes_reserved, page_round(64ull * 6 * pool.bytes_per_block()));
   const double growth = static_cast<double>(rss2 - rss1);
+  std::printf("RSS growth %.0f bytes for bytes_reserved %llu (%+.3f%%)\n", growth,
+              static_cast<unsigned long long>(s.bytes_reserved), 100.0 * (growth / s.bytes_reserved - 1.0));
   EXPECT_NEAR(growth, static_cast<double>(s.bytes_reserved), 0.02 * s.bytes_reserved)
       << "RSS grew " << growth << " bytes, bytes_reserved " << s.bytes_reserved;
 

@@ -160,6 +160,7 @@ TEST(PagedKvStore, ReserveFailureLeavesNoTrace) {
   c.k_type = c.v_type = KvType::F16;
   PagedKvPool probe(KvGeometry{kLayers, kKvHeads, kHd}, [] {
     KvConfig p;
+    p.block_size = 16;
     p.budget_bytes = 1 << 20;
     return p;
   }());
