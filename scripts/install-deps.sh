@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config
-  nlohmann-json3-dev libcli11-dev libpcre2-dev
+  nlohmann-json3-dev libcli11-dev libpcre2-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy
 )

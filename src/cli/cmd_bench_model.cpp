@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/kv_options.h"
 #include "cli/model_loading.h"
 #include "common/error.h"
 #include "kernels/membw.h"
@@ -25,6 +26,7 @@ Runner add_bench_model(CLI::App& app) {
     std::string model;
     int n_prompt = 512, n_gen = 128, threads = 0, repeats = 3;
     bool json = false;
+    KvOptions kv;
   };
   auto o = std::make_shared<Opts>();
   app.add_option("-m,--model", o->model, "GGUF model")->required();
@@ -33,13 +35,16 @@ Runner add_bench_model(CLI::App& app) {
   app.add_option("-t,--threads", o->threads, "Worker threads (default: all cores)");
   app.add_option("-r,--repeats", o->repeats, "Repeats (median reported)")->capture_default_str()->check(CLI::Range(1, 1000));
   app.add_flag("--json", o->json, "Print one JSON object");
+  o->kv.add_to(app);
   return [o] {
+    o->kv.resolve();  // bad KV flags fail before the model loads
     LoadedModel lm = load_model(o->model, false);
     const ModelConfig& c = lm.model->config();
     const int threads = o->threads > 0 ? o->threads : ThreadPool::default_num_threads();
     ThreadPool pool(threads);
     const int64_t ctx = std::max<int64_t>(o->n_prompt + o->n_gen, 1);
-    ContiguousKvCache kv(c.n_layers, c.n_kv_heads, c.head_dim, ctx, 1);
+    KvCache kv = make_kv_cache(c, o->kv);
+    reserve_or_throw(kv, 0, ctx);
     std::vector<float> logits;
     Batch batch;
     // Token ids spread over the vocabulary; speed does not depend on them.
@@ -52,7 +57,7 @@ Runner add_bench_model(CLI::App& app) {
         batch.clear();
         for (int64_t i = 0; i < o->n_prompt; ++i) batch.add(token_at(i), i, 0, i + 1 == o->n_prompt);
         double t0 = now_seconds();
-        lm.model->forward(batch, kv, pool, logits);
+        lm.model->forward(batch, *kv.store, pool, logits);
         double dt = now_seconds() - t0;
         if (r >= 0) pp_rates.push_back(o->n_prompt / dt);
       }
@@ -61,7 +66,7 @@ Runner add_bench_model(CLI::App& app) {
         for (int64_t i = 0; i < o->n_gen; ++i) {
           batch.clear();
           batch.add(token_at(i), i, 0, true);
-          lm.model->forward(batch, kv, pool, logits);
+          lm.model->forward(batch, *kv.store, pool, logits);
         }
         double dt = now_seconds() - t0;
         if (r >= 0) tg_rates.push_back(o->n_gen / dt);
@@ -86,6 +91,10 @@ Runner add_bench_model(CLI::App& app) {
                           {"read_bandwidth_bytes_per_s", bw},
                           {"decode_roofline_tokens_per_s", roofline},
                           {"decode_roofline_fraction", roofline > 0 ? tg / roofline : 0.0},
+                          {"kv_block_size", kv.pool->block_size()},
+                          {"kv_type_k", o->kv.type_k},
+                          {"kv_type_v", o->kv.type_v},
+                          {"kv_bytes_per_token", kv.pool->bytes_per_token()},
                           {"load_seconds", lm.load_seconds}};
       std::printf("%s\n", j.dump(2).c_str());
       return 0;

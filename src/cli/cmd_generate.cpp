@@ -4,6 +4,7 @@
 #include <span>
 
 #include "cli/commands.h"
+#include "cli/kv_options.h"
 #include "cli/model_loading.h"
 #include "common/error.h"
 #include "engine/sampler.h"
@@ -20,6 +21,7 @@ Runner add_generate(CLI::App& app) {
     bool ignore_eos = false;
     std::vector<std::string> stops;
     SamplingParams sp;
+    KvOptions kv;
   };
   auto o = std::make_shared<Opts>();
   app.add_option("-m,--model", o->model, "GGUF model")->required();
@@ -38,8 +40,10 @@ Runner add_generate(CLI::App& app) {
   app.add_option("-c,--ctx-size", o->ctx_size, "Context size (default: the model's)");
   app.add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens");
   app.add_option("--stop", o->stops, "Stop string (repeatable)");
+  o->kv.add_to(app);
   return [o] {
     if (auto err = o->sp.validate()) throw Error(*err);
+    o->kv.resolve();  // bad KV flags fail before the model loads
     LoadedModel lm = load_model(o->model, true);
     const ModelConfig& c = lm.model->config();
     const Tokenizer& tok = *lm.tokenizer;
@@ -55,7 +59,9 @@ Runner add_generate(CLI::App& app) {
     if (static_cast<int64_t>(prompt.size()) >= ctx)
       throw Error("the prompt has " + std::to_string(prompt.size()) + " tokens; the context holds " +
                   std::to_string(ctx));
-    ContiguousKvCache kv(c.n_layers, c.n_kv_heads, c.head_dim, ctx, 1);
+    KvCache kv = make_kv_cache(c, o->kv);
+    // The whole run must fit: prompt plus every token we may generate.
+    if (auto msg = kv.pool->never_fits(std::min<int64_t>(ctx, prompt.size() + o->n_predict))) throw Error(*msg);
     Sampler sampler(o->sp, static_cast<int32_t>(c.n_vocab));
     for (TokenId t : prompt) sampler.accept(t);
     StreamDecoder decoder(tok);
@@ -66,11 +72,12 @@ Runner add_generate(CLI::App& app) {
     std::vector<float> logits;
     Batch batch;
     double t_pp = now_seconds();
+    reserve_or_throw(kv, 0, static_cast<int64_t>(prompt.size()));
     for (size_t i = 0; i < prompt.size(); i += chunk) {
       batch.clear();
       size_t end = std::min(prompt.size(), i + chunk);
       for (size_t j = i; j < end; ++j) batch.add(prompt[j], static_cast<int64_t>(j), 0, j + 1 == prompt.size());
-      lm.model->forward(batch, kv, pool, logits);
+      lm.model->forward(batch, *kv.store, pool, logits);
     }
     t_pp = now_seconds() - t_pp;
 
@@ -100,9 +107,10 @@ Runner add_generate(CLI::App& app) {
         reason = "context full";
         break;
       }
+      reserve_or_throw(kv, 0, pos + 1);
       batch.clear();
       batch.add(next, pos++, 0, true);
-      lm.model->forward(batch, kv, pool, logits);
+      lm.model->forward(batch, *kv.store, pool, logits);
     }
     t_gen = now_seconds() - t_gen;
     if (!stopped) {

@@ -176,3 +176,35 @@ TEST_F(Cli, GenerateOnSynthModelWithItsOwnVocabulary) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(Cli, BadKvFlagsNameTheFlagAndExitOne) {
+  const std::string m = " -m " + kStories + " -p hi ";
+  RunResult t = run("generate" + m + "--kv-type-k q7");
+  EXPECT_EQ(t.exit_code, 1);
+  EXPECT_NE(t.err.find("--kv-type-k"), std::string::npos) << t.err;
+  RunResult b = run("generate" + m + "--kv-block-size 12");
+  EXPECT_EQ(b.exit_code, 1);
+  EXPECT_NE(b.err.find("--kv-block-size"), std::string::npos) << b.err;
+  RunResult s = run("generate" + m + "--kv-cache-bytes 12parsecs");
+  EXPECT_EQ(s.exit_code, 1);
+  EXPECT_NE(s.err.find("--kv-cache-bytes"), std::string::npos) << s.err;
+}
+
+TEST_F(Cli, KvBudgetTooSmallForTheRunIsRejectedWithBothNumbers) {
+  if (!has_stories()) GTEST_SKIP();
+  RunResult r = run("generate -m " + kStories + " -p \"Once upon a time\" -n 500 --kv-cache-bytes 64KiB");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 3) << r.err;  // model, load time, error
+  EXPECT_NE(r.err.find("error"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, GenerateThroughQuantizedKvKeepsTheGreedyStoryStart) {
+  if (!has_stories()) GTEST_SKIP();
+  RunResult r = run("generate -m " + kStories + " -p \"Once upon a time\" -n 12 --temp 0 --kv-type-k q8 --kv-type-v q8 --kv-block-size 8");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind(", there was a little girl named Lily.", 0), 0u) << r.out;
+}
+
+}  // namespace

@@ -281,7 +281,10 @@ def read_logits(path, n_tokens, n_vocab):
 
 
 def pagoda_logits(args, model_path, tokens, out_path, extra=()):
-    cmd = [args.pagoda, "logits", "-m", model_path, "--tokens", ",".join(map(str, tokens)), "--out", out_path]
+    # f32 KV: this test checks the forward pass itself; KV quantization (f16 by
+    # default) has its own tests in tests/kv and tests/model/paged_kv_model_test.cpp.
+    cmd = [args.pagoda, "logits", "-m", model_path, "--tokens", ",".join(map(str, tokens)), "--out", out_path,
+           "--kv-type-k", "f32", "--kv-type-v", "f32"]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     return run(cmd + list(extra))

@@ -1,0 +1,43 @@
+#include "cli/kv_options.h"
+
+#include "common/error.h"
+
+namespace pagoda::cli {
+
+void KvOptions::add_to(CLI::App& app) {
+  app.add_option("--kv-block-size", block_size, "Tokens per KV block (power of two, 8..256)")
+      ->capture_default_str();
+  app.add_option("--kv-cache-bytes", cache_bytes,
+                 "KV budget, e.g. 512MiB, 4GiB (default: half of available memory, committed only as used)");
+  app.add_option("--kv-type-k", type_k, "K cache type: f16|bf16|f32|q8|q4")->capture_default_str();
+  app.add_option("--kv-type-v", type_v, "V cache type: f16|bf16|f32|q8|q4")->capture_default_str();
+}
+
+KvConfig KvOptions::resolve() const {
+  KvConfig kc;
+  validate_kv_block_size(block_size, "--kv-block-size");
+  kc.block_size = static_cast<int>(block_size);
+  kc.k_type = parse_kv_type_flag(type_k, "--kv-type-k");
+  kc.v_type = parse_kv_type_flag(type_v, "--kv-type-v");
+  if (!cache_bytes.empty()) {
+    kc.budget_bytes = parse_byte_size(cache_bytes, "--kv-cache-bytes");
+    if (kc.budget_bytes == 0) throw Error("--kv-cache-bytes must be greater than 0");
+  }
+  kc.budget_bytes = resolve_kv_budget(kc);
+  return kc;
+}
+
+KvCache make_kv_cache(const ModelConfig& c, const KvOptions& options) {
+  KvCache kv;
+  kv.pool = std::make_unique<PagedKvPool>(KvGeometry{c.n_layers, c.n_kv_heads, c.head_dim}, options.resolve());
+  kv.store = std::make_unique<PagedKvStore>(*kv.pool);
+  return kv;
+}
+
+void reserve_or_throw(KvCache& kv, SeqId seq, int64_t n_tokens) {
+  if (auto msg = kv.pool->never_fits(n_tokens)) throw Error(*msg);
+  AllocResult r = kv.store->reserve(seq, n_tokens);
+  if (!r.ok()) throw Error(r.message);
+}
+
+}  // namespace pagoda::cli

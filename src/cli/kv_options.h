@@ -1,0 +1,39 @@
+// The KV-cache flags shared by generate / bench-model / logits:
+// --kv-block-size, --kv-cache-bytes, --kv-type-k, --kv-type-v; and the pool
+// they describe.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "kv/paged_kv_pool.h"
+#include "kv/paged_kv_store.h"
+#include "model/config.h"
+
+namespace pagoda::cli {
+
+struct KvOptions {
+  int64_t block_size = kDefaultKvBlockSize;
+  std::string cache_bytes;  // empty: the default fraction of available memory
+  std::string type_k = "f16";
+  std::string type_v = "f16";
+
+  void add_to(CLI::App& app);
+  // Validates the flags (pagoda::Error naming the flag) and resolves the budget.
+  KvConfig resolve() const;
+};
+
+// A pool sized by `options` for `config`'s geometry, and a store over it.
+struct KvCache {
+  std::unique_ptr<PagedKvPool> pool;
+  std::unique_ptr<PagedKvStore> store;
+};
+KvCache make_kv_cache(const ModelConfig& config, const KvOptions& options);
+
+// Reserves positions [0, n_tokens) for `seq`; throws pagoda::Error with both
+// numbers when the budget cannot hold them.
+void reserve_or_throw(KvCache& kv, SeqId seq, int64_t n_tokens);
+
+}  // namespace pagoda::cli
