@@ -6,6 +6,9 @@
 //   BM_ModelDecode/<ctx>/<store>: a whole decode step of a synthetic llama (dim 512,
 //     4 layers, 8 heads / 2 KV heads of 64, f32 weights) with ctx tokens in the cache
 //     (filled with random K/V: attention cost does not depend on values).
+//   BM_PrefillAttention/<n_tokens>/<store>: one layer's attention for a whole prompt of
+//     n_tokens (positions 0..n-1 of one sequence, same geometry as BM_DecodeAttention):
+//     the pp512 / pp2048 attention cost of a prefill.
 //   BM_PagedAttentionBlockSize/<block_size>: BM_DecodeAttention at 4096, paged f16.
 //   BM_KvBytesPerToken/<type>: counters only — KV bytes per token (llama3.2-1b geometry).
 // Threads: PAGODA_BENCH_THREADS (default: all the process may use).
@@ -107,6 +110,43 @@ void BM_DecodeAttention(benchmark::State& state) {
 BENCHMARK(BM_DecodeAttention)
     ->ArgsProduct({{512, 2048, 4096}, {0, 1, 2, 3, 4, 5}})
     ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+void BM_PrefillAttention(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const int s = static_cast<int>(state.range(1));
+  const KvGeometry g{1, 8, 64};
+  const int64_t n_heads = 32;
+  Filled f = make_store(s, g, n - 1);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> q(static_cast<size_t>(n * n_heads * g.head_dim)), out(q.size());
+  for (float& x : q) x = nd(rng);
+  std::vector<SeqId> seqs(static_cast<size_t>(n), 0);
+  std::vector<int64_t> pos(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pos[i] = i;
+  AttnBatch b;
+  b.n_tokens = n;
+  b.seq_ids = seqs.data();
+  b.positions = pos.data();
+  b.q = q.data();
+  b.out = out.data();
+  b.n_heads = n_heads;
+  b.n_kv_heads = g.n_kv_heads;
+  b.head_dim = g.head_dim;
+  b.scale = 0.125f;
+  for (auto _ : state) {
+    f.kv->attend_batch(0, b, threads());
+    benchmark::DoNotOptimize(out.data());
+  }
+  // q·k and p·v over the causal triangle: 2 × 2 × head_dim flops per (query head, position).
+  const double flops = 4.0 * g.head_dim * n_heads * (n * (n + 1) / 2.0);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(store_name(s));
+}
+BENCHMARK(BM_PrefillAttention)
+    ->ArgsProduct({{512, 2048}, {0, 1, 2, 5}})
+    ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
 void BM_PagedAttentionBlockSize(benchmark::State& state) {

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "common/error.h"
 #include "tensor/types.h"
@@ -68,7 +69,7 @@ size_t kv_row_bytes(KvType t, int64_t head_dim) {
 size_t kv_row_sidecar_bytes(KvType t, int64_t head_dim) {
   switch (t) {
     case KvType::Q8: return sizeof(float);
-    case KvType::Q4: return static_cast<size_t>(head_dim / q4_group_size(head_dim)) * 2 * sizeof(f16_t);
+    case KvType::Q4: return static_cast<size_t>(head_dim / q4_group_size(head_dim)) * kQ4SideBytesPerGroup;
     default: return 0;
   }
 }
@@ -106,25 +107,40 @@ void kv_quantize_row(KvType t, const float* x, int64_t d, void* data, void* side
       const int64_t g = q4_group_size(d);
       const int64_t half = g / 2;
       uint8_t* o = static_cast<uint8_t*>(data);
-      f16_t* dm = static_cast<f16_t*>(side);
+      uint8_t* sd = static_cast<uint8_t*>(side);
       for (int64_t g0 = 0; g0 < d; g0 += g) {
         const float* xr = x + g0;
-        float lo = xr[0], hi = xr[0];
+        // The outlier: the group's min or max, whichever leaves the smaller range for
+        // the other g - 1 values.
+        int64_t i_lo = 0, i_hi = 0;
         for (int64_t i = 1; i < g; ++i) {
-          lo = std::min(lo, xr[i]);
-          hi = std::max(hi, xr[i]);
+          if (xr[i] < xr[i_lo]) i_lo = i;
+          if (xr[i] > xr[i_hi]) i_hi = i;
         }
+        float lo2 = std::numeric_limits<float>::infinity(), hi2 = -lo2;  // without i_lo / i_hi
+        for (int64_t i = 0; i < g; ++i) {
+          if (i != i_lo) lo2 = std::min(lo2, xr[i]);
+          if (i != i_hi) hi2 = std::max(hi2, xr[i]);
+        }
+        const bool drop_lo = xr[i_hi] - lo2 <= hi2 - xr[i_lo];
+        const int64_t i_out = drop_lo ? i_lo : i_hi;
+        const float lo = drop_lo ? lo2 : xr[i_lo], hi = drop_lo ? xr[i_hi] : hi2;
         // Quantize against the f16-rounded d and m the decoder will see.
         const f16_t d16 = to_f16_saturating((hi - lo) / 15.0f);
         const f16_t m16 = to_f16_saturating(lo);
+        const f16_t o16 = to_f16_saturating(xr[i_out]);
         const float dd = f16_to_f32(d16), mm = f16_to_f32(m16);
         const float inv = dd > 0.0f ? 1.0f / dd : 0.0f;
         uint8_t q[32];
         for (int64_t i = 0; i < g; ++i)
           q[i] = static_cast<uint8_t>(std::clamp(std::nearbyint((xr[i] - mm) * inv), 0.0f, 15.0f));
+        q[i_out] = 0;  // replaced by the outlier when decoding
         for (int64_t i = 0; i < half; ++i) o[g0 / 2 + i] = static_cast<uint8_t>(q[i] | (q[i + half] << 4));
-        dm[2 * (g0 / g)] = d16;
-        dm[2 * (g0 / g) + 1] = m16;
+        uint8_t* gs = sd + (g0 / g) * kQ4SideBytesPerGroup;
+        std::memcpy(gs, &d16, 2);
+        std::memcpy(gs + 2, &m16, 2);
+        std::memcpy(gs + 4, &o16, 2);
+        gs[6] = static_cast<uint8_t>(i_out);
       }
       return;
     }
@@ -157,14 +173,15 @@ void kv_dequantize_row_ref(KvType t, const void* data, const void* side, int64_t
       const int64_t g = q4_group_size(d);
       const int64_t half = g / 2;
       const uint8_t* in = static_cast<const uint8_t*>(data);
-      const f16_t* dm = static_cast<const f16_t*>(side);
+      const uint8_t* sd = static_cast<const uint8_t*>(side);
       for (int64_t g0 = 0; g0 < d; g0 += g) {
-        const float dd = f16_to_f32(dm[2 * (g0 / g)]), mm = f16_to_f32(dm[2 * (g0 / g) + 1]);
+        const Q4Group p = q4_group_params(sd + (g0 / g) * kQ4SideBytesPerGroup);
         for (int64_t i = 0; i < half; ++i) {
           const uint8_t b = in[g0 / 2 + i];
-          out[g0 + i] = std::fma(dd, static_cast<float>(b & 0x0F), mm);
-          out[g0 + half + i] = std::fma(dd, static_cast<float>(b >> 4), mm);
+          out[g0 + i] = std::fma(p.d, static_cast<float>(b & 0x0F), p.m);
+          out[g0 + half + i] = std::fma(p.d, static_cast<float>(b >> 4), p.m);
         }
+        out[g0 + p.outlier_idx] = p.outlier;
       }
       return;
     }

@@ -24,27 +24,38 @@
 //         4 sidecar bytes per row (3.1% at D = 128, vs 6.25% for q8_0's 2 bytes per 32). Rejected: an f16 row scale (2 bytes less) — f16 goes
 //         subnormal for rows with max|x| < 8e-3 and loses scale precision there.
 //   q4    groups of G = 32 (or 16, or 8: the largest that divides D) values, each as
-//         4-bit q in [0, 15] with x ≈ d·q + m; d and m are f16 in the sidecar (4 bytes
-//         per group). Asymmetric (scale + min) because K rows are often not centred at 0
-//         after RoPE/bias, and 16 levels leave no room to waste half the range. Nibble
-//         order within a group: byte i holds value i (low nibble) and value i + G/2
-//         (high nibble), so SIMD code splits one load into two runs of G/2 values.
-//         Requires D % 8 == 0.
-//         Quality: fine for V and for models with even K channels (synthetic models:
-//         within 0.2% of f16); NOT for K of stories260K (+34.6% perplexity; q4 V alone
-//         -0.01%, q8 K + q4 V +0.23%). Its K has outlier channels (layer 1 channel 7:
-//         mean -18.9, std 3.8, next to channels of std ~1.5), and a per-token scale spends
-//         the 16 levels on them: relative K error 5.3% vs 2.2% for a per-channel scale over
-//         16 tokens (KIVI's layout; a Hadamard rotation of each group was tried and only
-//         reached +33%). Per-channel K needs whole blocks at quantization time — future
-//         work; until then use q8 K with q4 V.
+//         4-bit q in [0, 15] with x ≈ d·q + m, except one outlier per group kept as f16.
+//         Sidecar per group (kQ4SideBytesPerGroup = 7 bytes, unaligned): d, m, outlier
+//         (f16) and the outlier's index (u8); the outlier is the group's min or max,
+//         whichever leaves the smaller range to the other G - 1 values, and its nibble is
+//         0 (overwritten when decoding). Asymmetric (scale + min) because K rows are often
+//         not centred at 0 after RoPE/bias. Nibble order within a group: byte i holds
+//         value i (low nibble) and value i + G/2 (high nibble), so SIMD code splits one
+//         load into two runs of G/2 values. Requires D % 8 == 0.
+//         Why the outlier: K has outlier channels (stories260K layer 1 channel 7: mean
+//         -18.9, std 3.8, next to channels of std ~1.5), and a plain per-token range spends
+//         the 16 levels on them: q4 K cost +34.7% perplexity vs f16 (351 tokens); keeping
+//         it in f16: +3.24% (q4 K + q4 V +2.91%, q4 V alone +0.01%; synthetic llama /
+//         qwen3 within 0.2%; tests/model/paged_kv_model_test.cpp checks 5% everywhere).
+//         Cost: 3 sidecar bytes per group — 92 bytes per D = 128 row (36% of f16) instead
+//         of 80 (31%); 11 instead of 8 at D = 8. Rejected: per-channel scales over a
+//         block's tokens (KIVI; relative K error 2.2% vs 5.3% per-token) — K is written
+//         token by token, so it needs either the block's original values at quantization
+//         time (an f16 staging copy of every open block, outside the exact per-block byte
+//         count, copied on fork) or re-quantizing already-rounded values each time a
+//         channel's range grows (errors compound); a Hadamard rotation of each group only
+//         reached +33%; per-16-value groups cannot help at D = 8 (stories260K's whole row
+//         is one group already).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
+
+#include "tensor/types.h"
 
 namespace pagoda {
 
@@ -64,6 +75,23 @@ int64_t q4_group_size(int64_t head_dim);
 // Whether rows of head_dim values can be stored as t (q4 needs head_dim % 8 == 0;
 // every type needs head_dim >= 1).
 bool kv_type_supports(KvType t, int64_t head_dim);
+
+// q4 sidecar of one group: d, m, outlier (f16 each, unaligned) and the outlier's index
+// in the group (u8).
+constexpr size_t kQ4SideBytesPerGroup = 7;
+struct Q4Group {
+  float d, m, outlier;
+  int outlier_idx;
+};
+// Decodes one group's sidecar (kQ4SideBytesPerGroup bytes, any alignment). Inline: the
+// attention kernels call it once per group per row.
+inline Q4Group q4_group_params(const uint8_t* side) {
+  f16_t d16, m16, o16;
+  std::memcpy(&d16, side, 2);
+  std::memcpy(&m16, side + 2, 2);
+  std::memcpy(&o16, side + 4, 2);
+  return Q4Group{f16_to_f32(d16), f16_to_f32(m16), f16_to_f32(o16), side[6]};
+}
 
 // Bytes of one stored row of head_dim values (data only) and of its sidecar.
 // Requires: kv_type_supports(t, head_dim).

@@ -52,10 +52,26 @@ void paged_attend_partial_ref(const KvLayerView& view, const BlockId* blocks, in
   for (int64_t i = 0; i < n_q * hd; ++i) o[i] = static_cast<float>(acc[i]);
 }
 
+void paged_attend_tile_ref(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok,
+                           int64_t kv_head, const float* q, int64_t q_stride, int n_q, float scale, float* out,
+                           int64_t out_stride) {
+  const int64_t hd = view.head_dim;
+  std::vector<float> m(static_cast<size_t>(n_q)), l(static_cast<size_t>(n_q));
+  for (int i = 0; i < n_tok; ++i) {
+    float* o = out + i * out_stride;
+    paged_attend_partial_ref(view, blocks, 0, pos0 + i + 1, kv_head, q + i * q_stride, n_q, scale, o, m.data(),
+                             l.data());
+    for (int h = 0; h < n_q; ++h)
+      for (int64_t d = 0; d < hd; ++d) o[h * hd + d] /= l[h];
+  }
+}
+
 namespace paged_attention_internal {
 // Defined in paged_attention_avx2.cpp / _avx512.cpp.
 extern const PagedAttendFn kPagedAttendAvx2;
 extern const PagedAttendFn kPagedAttendAvx512;
+extern const PagedAttendTileFn kPagedAttendTileAvx2;
+extern const PagedAttendTileFn kPagedAttendTileAvx512;
 }  // namespace paged_attention_internal
 
 PagedAttendFn paged_attend_kernel(Isa isa) {
@@ -71,6 +87,20 @@ void paged_attend_partial(const KvLayerView& view, const BlockId* blocks, int64_
                           float* o, float* m, float* l) {
   static const PagedAttendFn fn = paged_attend_kernel(best_isa());
   fn(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, o, m, l);
+}
+
+PagedAttendTileFn paged_attend_tile_kernel(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512: return paged_attention_internal::kPagedAttendTileAvx512;
+    case Isa::Avx2: return paged_attention_internal::kPagedAttendTileAvx2;
+    default: return paged_attend_tile_ref;
+  }
+}
+
+void paged_attend_tile(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,
+                       const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride) {
+  static const PagedAttendTileFn fn = paged_attend_tile_kernel(best_isa());
+  fn(view, blocks, pos0, n_tok, kv_head, q, q_stride, n_q, scale, out, out_stride);
 }
 
 void paged_attend(const KvLayerView& view, const BlockId* blocks, int64_t n_ctx, int64_t kv_head,

@@ -16,6 +16,13 @@
 // M = max m_i, L = Σ l_i e^(m_i - M), out = Σ o_i e^(m_i - M) / L.
 // Causal masking is the caller's p_end (= query position + 1). An empty range gives
 // m = -inf, l = 0, o = 0, which merging ignores.
+//
+// Prefill tiles (paged_attend_tile): n_tok consecutive query tokens of one sequence ×
+// the n_q query heads of one KV head form up to kAttnTileRows rows; every K/V chunk of
+// the causal prefix is read (and dequantized) once for all rows, scores are a small
+// matrix product Q [rows, head_dim] · K_chunkᵀ, softmax stays online per row, and the
+// causal mask only cuts the chunks on the diagonal. The per-(token, head) path read the
+// whole prefix once per token: O(T²) bytes; tiles divide that by the tile's token count.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +57,31 @@ void paged_attend_partial(const KvLayerView& view, const BlockId* blocks, int64_
 // Requires: n_ctx >= 1.
 void paged_attend(const KvLayerView& view, const BlockId* blocks, int64_t n_ctx, int64_t kv_head,
                   const float* q, int n_q, float scale, float* out);
+
+// Rows per prefill tile (tokens × query heads of a group): 64 rows × head_dim 128 f32 =
+// 32 KiB of accumulators, which stay in L1/L2 next to the 16 KiB K and V chunk tiles.
+// Callers pick tile tokens = max(1, kAttnTileRows / n_q); the kernel splits larger tiles.
+constexpr int kAttnTileRows = 64;
+
+// Causal attention of n_tok consecutive query tokens of one sequence, at positions
+// pos0 .. pos0 + n_tok - 1: row (token i, head h) attends [0, pos0 + i].
+// q: token i head h at q[i * q_stride + h * head_dim ..][head_dim] f32 (query heads of
+// KV head kv_head); out: the normalized result at out[i * out_stride + h * head_dim ..].
+// blocks covers position pos0 + n_tok - 1.
+// Requires: pos0 >= 0, n_tok >= 1, n_q >= 1, head_dim <= kMaxAttnHeadDim; q and out
+// rows do not overlap.
+using PagedAttendTileFn = void (*)(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok,
+                                   int64_t kv_head, const float* q, int64_t q_stride, int n_q, float scale,
+                                   float* out, int64_t out_stride);
+// Scalar reference: paged_attend_partial_ref per token, then normalized.
+void paged_attend_tile_ref(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok,
+                           int64_t kv_head, const float* q, int64_t q_stride, int n_q, float scale, float* out,
+                           int64_t out_stride);
+// The tile kernel of one ISA level (Scalar: the reference). Requires: isa_supported(isa).
+PagedAttendTileFn paged_attend_tile_kernel(Isa isa);
+// Dispatches on best_isa().
+void paged_attend_tile(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,
+                       const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride);
 
 // out [n_q, head_dim] from n_parts partials laid out as m, l: [n_parts][n_q],
 // o: [n_parts][n_q][head_dim]. Requires: some part covers at least one position.

@@ -53,11 +53,18 @@ void attend_avx512(const KvLayerView& view, const BlockId* blocks, int64_t p_beg
   paged_attend_simd<AttnVecAvx512>(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, o, m, l);
 }
 
+void attend_tile_avx512(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,
+                 const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride) {
+  paged_attend_tile_simd<AttnVecAvx512>(view, blocks, pos0, n_tok, kv_head, q, q_stride, n_q, scale, out, out_stride);
+}
+
 }  // namespace
 
 namespace paged_attention_internal {
 extern const PagedAttendFn kPagedAttendAvx512;
 const PagedAttendFn kPagedAttendAvx512 = attend_avx512;
+extern const PagedAttendTileFn kPagedAttendTileAvx512;
+const PagedAttendTileFn kPagedAttendTileAvx512 = attend_tile_avx512;
 }  // namespace paged_attention_internal
 
 }  // namespace pagoda

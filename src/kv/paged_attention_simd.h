@@ -71,9 +71,9 @@ void dequant_rows(KvType t, const uint8_t* data, const uint8_t* side, int64_t n_
       }
       case KvType::Q4: {
         const int64_t g = q4_group_size(hd), half = g / 2;
-        const uint16_t* dm = reinterpret_cast<const uint16_t*>(s);
         for (int64_t g0 = 0; g0 < hd; g0 += g) {
-          const float dd = f16_to_f32(dm[2 * (g0 / g)]), mm = f16_to_f32(dm[2 * (g0 / g) + 1]);
+          const Q4Group p = q4_group_params(s + (g0 / g) * kQ4SideBytesPerGroup);
+          const float dd = p.d, mm = p.m;
           const uint8_t* in = d + g0 / 2;
           if (half % W == 0) {
             const typename V::Reg vd = V::set1(dd), vm = V::set1(mm);
@@ -87,6 +87,7 @@ void dequant_rows(KvType t, const uint8_t* data, const uint8_t* side, int64_t n_
               out[g0 + half + i] = std::fma(dd, static_cast<float>(in[i] >> 4), mm);
             }
           }
+          out[g0 + p.outlier_idx] = p.outlier;
         }
         break;
       }
@@ -228,6 +229,227 @@ void paged_attend_simd(const KvLayerView& view, const BlockId* blocks, int64_t p
   for (int h0 = 0; h0 < n_q; h0 += kAttnMaxGroup) {
     const int g = std::min(kAttnMaxGroup, n_q - h0);
     attend_group<V>(view, blocks, p_begin, p_end, kv_head, q + h0 * hd, g, scale, o + h0 * hd, m + h0, l + h0);
+  }
+}
+
+// ---- prefill tiles ----------------------------------------------------------------------
+//
+// One tile = up to kAttnTileRows rows (token-major: row r = token i · n_q + head h).
+// Per chunk of positions: K rows are dequantized once and transposed to Kᵀ [hd][chunk],
+// so the scores of RB rows × NR·W positions are an outer-product micro-kernel (RB·NR
+// accumulators in registers, each Kᵀ load shared by RB rows); then P·V as a 4-row ×
+// 2-strip micro-kernel (each V load shared by 4 rows). Rejected: the decode kernel's
+// dot product per (row, position) — one horizontal reduction per score, and K/V
+// re-read per token (what made pp2048 ~1.4 s of attention per layer set).
+
+// Scores s[r][0, NR·W) = scale · q_r · Kᵀ for rows [r, r + RB).
+template <class V, int NR, int RB>
+inline void tile_scores_block(const float* const* qrow, int r, const float* kt, int64_t ks, int64_t hd, float scale,
+                              float* s, int64_t ss) {
+  using Reg = typename V::Reg;
+  constexpr int64_t W = V::kWidth;
+  Reg acc[RB][NR];
+  for (int a = 0; a < RB; ++a)
+    for (int k = 0; k < NR; ++k) acc[a][k] = V::zero();
+  for (int64_t d = 0; d < hd; ++d) {
+    Reg kv[NR];
+    for (int k = 0; k < NR; ++k) kv[k] = V::load(kt + d * ks + k * W);
+    for (int a = 0; a < RB; ++a) {
+      const Reg qa = V::set1(qrow[r + a][d]);
+      for (int k = 0; k < NR; ++k) acc[a][k] = V::fmadd(qa, kv[k], acc[a][k]);
+    }
+  }
+  const Reg vs = V::set1(scale);
+  for (int a = 0; a < RB; ++a)
+    for (int k = 0; k < NR; ++k) V::store(s + (r + a) * ss + k * W, V::mul(acc[a][k], vs));
+}
+
+template <class V, int NR>
+inline void tile_scores(const float* const* qrow, int r0, int r1, const float* kt, int64_t ks, int64_t hd,
+                        float scale, float* s, int64_t ss) {
+  // 2 rows × 4 registers (AVX2, 32 positions) = 8 accumulators + 4 Kᵀ loads: 13 of 16 ymm.
+  constexpr int RB = NR >= 3 ? 2 : 4;
+  int r = r0;
+  for (; r + RB <= r1; r += RB) tile_scores_block<V, NR, RB>(qrow, r, kt, ks, hd, scale, s, ss);
+  for (; r < r1; ++r) tile_scores_block<V, NR, 1>(qrow, r, kt, ks, hd, scale, s, ss);
+}
+
+// o_r[i, i + NS·W) += Σ_j s[r][j] · V[j][i, i + NS·W) for rows [r, r + RB); `cols` < W
+// means one partial strip.
+template <class V, int RB, int NS>
+inline void tile_pv_block(float* const* orow, int r, const float* s, int64_t ss, const float* vr, int64_t n,
+                          int64_t hd, int64_t i, int64_t cols) {
+  using Reg = typename V::Reg;
+  constexpr int64_t W = V::kWidth;
+  const bool partial = cols < W;
+  Reg acc[RB][NS];
+  for (int a = 0; a < RB; ++a)
+    for (int k = 0; k < NS; ++k)
+      acc[a][k] = partial ? V::load_partial(orow[r + a] + i, cols) : V::load(orow[r + a] + i + k * W);
+  for (int64_t j = 0; j < n; ++j) {
+    Reg v[NS];
+    for (int k = 0; k < NS; ++k)
+      v[k] = partial ? V::load_partial(vr + j * hd + i, cols) : V::load(vr + j * hd + i + k * W);
+    for (int a = 0; a < RB; ++a) {
+      const Reg w = V::set1(s[(r + a) * ss + j]);
+      for (int k = 0; k < NS; ++k) acc[a][k] = V::fmadd(w, v[k], acc[a][k]);
+    }
+  }
+  for (int a = 0; a < RB; ++a)
+    for (int k = 0; k < NS; ++k) {
+      if (partial) {
+        V::store_partial(orow[r + a] + i, acc[a][k], cols);
+      } else {
+        V::store(orow[r + a] + i + k * W, acc[a][k]);
+      }
+    }
+}
+
+template <class V, int RB>
+inline void tile_pv_rows(float* const* orow, int r, const float* s, int64_t ss, const float* vr, int64_t n,
+                         int64_t hd) {
+  constexpr int64_t W = V::kWidth;
+  int64_t i = 0;
+  for (; i + 2 * W <= hd; i += 2 * W) tile_pv_block<V, RB, 2>(orow, r, s, ss, vr, n, hd, i, W);
+  for (; i + W <= hd; i += W) tile_pv_block<V, RB, 1>(orow, r, s, ss, vr, n, hd, i, W);
+  if (i < hd) tile_pv_block<V, RB, 1>(orow, r, s, ss, vr, n, hd, i, hd - i);
+}
+
+// One tile: n_tok · n_q <= kAttnTileRows rows, head_dim <= 256.
+template <class V>
+void attend_tile_rows(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,
+                      const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride) {
+  using Reg = typename V::Reg;
+  constexpr int64_t W = V::kWidth;
+  const int64_t hd = view.head_dim, bs = view.block_size;
+  // Kᵀ is [hd][chunk]: 32 positions for head_dim <= 128, 16 up to 256 (16 KiB either way).
+  const int64_t chunk = hd <= 128 ? kAttnChunk : kAttnChunk / 2;
+  const int64_t ks = chunk;  // a multiple of W for both widths
+  alignas(64) float kt[kAttnTileFloats];
+  alignas(64) float ktile[kAttnTileFloats];
+  alignas(64) float vtile[kAttnTileFloats];
+  alignas(64) float s[kAttnTileRows * kAttnChunk];
+  float m[kAttnTileRows], l[kAttnTileRows];
+  const float* qrow[kAttnTileRows];
+  float* orow[kAttnTileRows];
+  const int n_rows = n_tok * n_q;
+  for (int i = 0; i < n_tok; ++i)
+    for (int h = 0; h < n_q; ++h) {
+      const int r = i * n_q + h;
+      qrow[r] = q + i * q_stride + h * hd;
+      orow[r] = out + i * out_stride + h * hd;
+      std::fill(orow[r], orow[r] + hd, 0.0f);
+      m[r] = -std::numeric_limits<float>::infinity();
+      l[r] = 0.0f;
+    }
+
+  const int64_t p_end = pos0 + n_tok;
+  for (int64_t p = 0; p < p_end;) {
+    const BlockId b = blocks[p / bs];
+    const int64_t slot = p % bs;
+    const int64_t n = std::min({chunk, bs - slot, p_end - p});
+    if (p == 0) {  // prefetch as attend_group does (blocks are scattered)
+      for (int64_t next = 1; next <= 2 && next * bs < p_end; ++next) prefetch_block(view, blocks[next], kv_head);
+    } else if (slot == 0 && (p / bs + 2) * bs < p_end) {
+      prefetch_block(view, blocks[p / bs + 2], kv_head);
+    }
+    // Rows of tokens before p see nothing of this chunk (token-major: a prefix of rows).
+    const int r_begin = static_cast<int>(std::max<int64_t>(0, p - pos0)) * n_q;
+
+    const float* K;
+    const uint8_t* kd = view.k_rows(b, kv_head) + slot * view.k_row_bytes;
+    if (view.k_type == KvType::F32) {
+      K = reinterpret_cast<const float*>(kd);
+    } else {
+      dequant_rows<V>(view.k_type, kd, view.k_side(b, kv_head) + slot * view.k_side_row_bytes, n, hd,
+                      view.k_row_bytes, view.k_side_row_bytes, ktile);
+      K = ktile;
+    }
+    const int nr = static_cast<int>((n + W - 1) / W);
+    for (int64_t d = 0; d < hd; ++d) {
+      float* kr = kt + d * ks;
+      for (int64_t j = 0; j < n; ++j) kr[j] = K[j * hd + d];
+      for (int64_t j = n; j < nr * W; ++j) kr[j] = 0.0f;
+    }
+    switch (nr) {
+      case 1: tile_scores<V, 1>(qrow, r_begin, n_rows, kt, ks, hd, scale, s, kAttnChunk); break;
+      case 2: tile_scores<V, 2>(qrow, r_begin, n_rows, kt, ks, hd, scale, s, kAttnChunk); break;
+      case 3: tile_scores<V, 3>(qrow, r_begin, n_rows, kt, ks, hd, scale, s, kAttnChunk); break;
+      default: tile_scores<V, 4>(qrow, r_begin, n_rows, kt, ks, hd, scale, s, kAttnChunk); break;
+    }
+    // Online softmax per row over its visible positions [p, min(p + n, pos + 1)); the
+    // masked tail of a diagonal chunk gets weight 0.
+    for (int r = r_begin; r < n_rows; ++r) {
+      const int64_t n_vis = std::min<int64_t>(n, pos0 + r / n_q - p + 1);
+      float* sr = s + r * kAttnChunk;
+      float mx = sr[0];
+      for (int64_t j = 1; j < n_vis; ++j) mx = std::max(mx, sr[j]);
+      if (mx > m[r]) {
+        if (l[r] > 0.0f) {
+          const float corr = std::exp(m[r] - mx);
+          l[r] *= corr;
+          const Reg vc = V::set1(corr);
+          float* o = orow[r];
+          int64_t i = 0;
+          for (; i + W <= hd; i += W) V::store(o + i, V::mul(V::load(o + i), vc));
+          if (i < hd) V::store_partial(o + i, V::mul(V::load_partial(o + i, hd - i), vc), hd - i);
+        }
+        m[r] = mx;
+      }
+      for (int64_t j = 0; j < n_vis; ++j) sr[j] -= m[r];
+      exp_f32(sr, sr, n_vis);
+      float sum = 0.0f;
+      for (int64_t j = 0; j < n_vis; ++j) sum += sr[j];
+      for (int64_t j = n_vis; j < n; ++j) sr[j] = 0.0f;
+      l[r] += sum;
+    }
+    const float* Vr;
+    const uint8_t* vd = view.v_rows(b, kv_head) + slot * view.v_row_bytes;
+    if (view.v_type == KvType::F32) {
+      Vr = reinterpret_cast<const float*>(vd);
+    } else {
+      dequant_rows<V>(view.v_type, vd, view.v_side(b, kv_head) + slot * view.v_side_row_bytes, n, hd,
+                      view.v_row_bytes, view.v_side_row_bytes, vtile);
+      Vr = vtile;
+    }
+    int r = r_begin;
+    for (; r + 4 <= n_rows; r += 4) tile_pv_rows<V, 4>(orow, r, s, kAttnChunk, Vr, n, hd);
+    for (; r < n_rows; ++r) tile_pv_rows<V, 1>(orow, r, s, kAttnChunk, Vr, n, hd);
+    p += n;
+  }
+  for (int r = 0; r < n_rows; ++r) {
+    const Reg inv = V::set1(1.0f / l[r]);
+    float* o = orow[r];
+    int64_t i = 0;
+    for (; i + W <= hd; i += W) V::store(o + i, V::mul(V::load(o + i), inv));
+    if (i < hd) V::store_partial(o + i, V::mul(V::load_partial(o + i, hd - i), inv), hd - i);
+  }
+}
+
+template <class V>
+void paged_attend_tile_simd(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok,
+                            int64_t kv_head, const float* q, int64_t q_stride, int n_q, float scale, float* out,
+                            int64_t out_stride) {
+  const int64_t hd = view.head_dim;
+  if (hd > 256) {  // beyond the tile's Kᵀ buffer: token by token on the decode kernel
+    float m[kAttnMaxGroup], l[kAttnMaxGroup];
+    for (int i = 0; i < n_tok; ++i)
+      for (int h0 = 0; h0 < n_q; h0 += kAttnMaxGroup) {
+        const int g = std::min(kAttnMaxGroup, n_q - h0);
+        float* o = out + i * out_stride + h0 * hd;
+        paged_attend_simd<V>(view, blocks, 0, pos0 + i + 1, kv_head, q + i * q_stride + h0 * hd, g, scale, o, m, l);
+        for (int h = 0; h < g; ++h)
+          for (int64_t d = 0; d < hd; ++d) o[h * hd + d] /= l[h];
+      }
+    return;
+  }
+  const int hg = std::min(n_q, kAttnTileRows);
+  for (int h0 = 0; h0 < n_q; h0 += hg) {
+    const int nh = std::min(hg, n_q - h0);
+    const int tt = std::max(1, kAttnTileRows / nh);
+    for (int i0 = 0; i0 < n_tok; i0 += tt)
+      attend_tile_rows<V>(view, blocks, pos0 + i0, std::min(tt, n_tok - i0), kv_head, q + i0 * q_stride + h0 * hd,
+                          q_stride, nh, scale, out + i0 * out_stride + h0 * hd, out_stride);
   }
 }
 

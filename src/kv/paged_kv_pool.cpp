@@ -54,9 +54,8 @@ PagedKvPool::PagedKvPool(const KvGeometry& geometry, const KvConfig& config)
   // Page-exact accounting: a transparent huge page would commit 2 MiB on one touch.
   madvise(base_, map_bytes_, MADV_NOHUGEPAGE);
 
-  meta_.resize(static_cast<size_t>(blocks_budget_) + 1);
-  BlockMeta& sentinel = meta_.back();
-  sentinel.prev = sentinel.next = static_cast<int32_t>(blocks_budget_);
+  meta_.resize(static_cast<size_t>(blocks_budget_) + 2);
+  for (int32_t s : {free_sentinel(), evictable_sentinel()}) meta_[s].prev = meta_[s].next = s;
 }
 
 PagedKvPool::~PagedKvPool() {
@@ -68,10 +67,9 @@ size_t PagedKvPool::real_block_bytes(int layer) const {
   return layer_bytes_;
 }
 
-// ---- free list ---------------------------------------------------------------------------
+// ---- free and evictable lists ----------------------------------------------------------
 
-void PagedKvPool::list_push_back(int32_t i) {
-  const int32_t s = static_cast<int32_t>(blocks_budget_);
+void PagedKvPool::list_push_back(int32_t s, int32_t i) {
   const int32_t last = meta_[s].prev;
   meta_[i].prev = last;
   meta_[i].next = s;
@@ -86,11 +84,20 @@ void PagedKvPool::list_unlink(int32_t i) {
   m.prev = m.next = -1;
 }
 
-std::vector<BlockId> PagedKvPool::free_list() const {
+std::vector<BlockId> PagedKvPool::list_of(int32_t s) const {
   std::vector<BlockId> out;
-  const int32_t s = static_cast<int32_t>(blocks_budget_);
   for (int32_t i = meta_[s].next; i != s; i = meta_[i].next) out.push_back(BlockId{i});
   return out;
+}
+
+std::vector<BlockId> PagedKvPool::free_list() const { return list_of(free_sentinel()); }
+std::vector<BlockId> PagedKvPool::evictable_list() const { return list_of(evictable_sentinel()); }
+
+void PagedKvPool::to_free_list(int32_t i) {
+  assert(meta_[i].refcount == 0 && !meta_[i].cached);
+  tokens_in_use_ -= meta_[i].num_tokens;
+  meta_[i].num_tokens = 0;
+  list_push_back(free_sentinel(), i);
 }
 
 // ---- memory ------------------------------------------------------------------------------
@@ -115,7 +122,8 @@ void PagedKvPool::commit_blocks(int64_t n_blocks) {
 }
 
 uint64_t PagedKvPool::trim() {
-  while (blocks_committed_ > 0 && meta_[static_cast<size_t>(blocks_committed_ - 1)].refcount == 0) {
+  while (blocks_committed_ > 0 && meta_[static_cast<size_t>(blocks_committed_ - 1)].refcount == 0 &&
+         !meta_[static_cast<size_t>(blocks_committed_ - 1)].cached) {
     list_unlink(static_cast<int32_t>(blocks_committed_ - 1));
     --blocks_committed_;
   }
@@ -148,18 +156,28 @@ void PagedKvPool::set_num_tokens(int32_t i, int32_t n) {
 }
 
 std::optional<BlockId> PagedKvPool::acquire() {
-  const int32_t s = static_cast<int32_t>(blocks_budget_);
+  const int32_t fs = free_sentinel(), es = evictable_sentinel();
   int32_t i;
-  if (meta_[s].next != s) {
-    i = meta_[s].next;
+  if (meta_[fs].next != fs) {
+    i = meta_[fs].next;
     list_unlink(i);
   } else if (blocks_committed_ < blocks_budget_) {
     i = static_cast<int32_t>(blocks_committed_);
     commit_blocks(blocks_committed_ + 1);
+  } else if (meta_[es].next != es) {
+    // Pool pressure: the least recently released cached block gives way.
+    i = meta_[es].next;
+    list_unlink(i);
+    meta_[i].cached = false;
+    --blocks_cached_;
+    --blocks_evictable_;
+    tokens_in_use_ -= meta_[i].num_tokens;
+    meta_[i].num_tokens = 0;
+    if (listener_) listener_->on_evicted(BlockId{i});
   } else {
     return std::nullopt;
   }
-  assert(meta_[i].refcount == 0 && meta_[i].num_tokens == 0);
+  assert(meta_[i].refcount == 0 && meta_[i].num_tokens == 0 && !meta_[i].cached);
   meta_[i].refcount = 1;
   ++blocks_live_;
   return BlockId{i};
@@ -168,7 +186,12 @@ std::optional<BlockId> PagedKvPool::acquire() {
 void PagedKvPool::share(BlockId b) {
   check_id(b, "share");
   BlockMeta& m = meta_[idx(b)];
-  PAGODA_CHECK(m.refcount > 0, "share of free block " + std::to_string(idx(b)));
+  PAGODA_CHECK(m.refcount > 0 || m.cached, "share of free block " + std::to_string(idx(b)));
+  if (m.refcount == 0) {  // an evictable block comes back into use
+    list_unlink(idx(b));
+    --blocks_evictable_;
+    ++blocks_live_;
+  }
   ++m.refcount;
 }
 
@@ -177,10 +200,14 @@ void PagedKvPool::release(BlockId b) {
   BlockMeta& m = meta_[idx(b)];
   PAGODA_CHECK(m.refcount > 0, "release of free block " + std::to_string(idx(b)) + " (double release?)");
   if (--m.refcount > 0) return;
-  tokens_in_use_ -= m.num_tokens;
-  m.num_tokens = 0;
   --blocks_live_;
-  list_push_back(idx(b));
+  if (!m.cached) {
+    to_free_list(idx(b));
+    return;
+  }
+  list_push_back(evictable_sentinel(), idx(b));
+  ++blocks_evictable_;
+  if (listener_) listener_->on_evictable(b);
 }
 
 int PagedKvPool::refcount(BlockId b) const {
@@ -191,6 +218,68 @@ int PagedKvPool::refcount(BlockId b) const {
 int PagedKvPool::num_tokens(BlockId b) const {
   check_id(b, "num_tokens");
   return meta_[idx(b)].num_tokens;
+}
+
+// ---- prefix-cache support -------------------------------------------------------------------
+
+void PagedKvPool::set_cache_listener(BlockCacheListener* listener) {
+  PAGODA_CHECK(listener == nullptr || listener_ == nullptr || listener_ == listener,
+               "set_cache_listener: the pool already has a cache listener");
+  listener_ = listener;
+}
+
+void PagedKvPool::mark_cached(BlockId b) {
+  check_id(b, "mark_cached");
+  BlockMeta& m = meta_[idx(b)];
+  PAGODA_CHECK(m.refcount > 0 && !m.cached,
+               "mark_cached: block " + std::to_string(idx(b)) + (m.cached ? " is already cached" : " is free"));
+  m.cached = true;
+  ++blocks_cached_;
+}
+
+void PagedKvPool::uncache(BlockId b) {
+  check_id(b, "uncache");
+  BlockMeta& m = meta_[idx(b)];
+  PAGODA_CHECK(m.cached, "uncache: block " + std::to_string(idx(b)) + " is not cached");
+  m.cached = false;
+  --blocks_cached_;
+  if (m.refcount > 0) return;
+  list_unlink(idx(b));
+  --blocks_evictable_;
+  to_free_list(idx(b));
+}
+
+bool PagedKvPool::is_cached(BlockId b) const {
+  check_id(b, "is_cached");
+  return meta_[idx(b)].cached;
+}
+
+std::optional<BlockId> PagedKvPool::oldest_evictable() const {
+  const int32_t es = evictable_sentinel();
+  if (meta_[es].next == es) return std::nullopt;
+  return BlockId{meta_[es].next};
+}
+
+BlockTable PagedKvPool::borrow_table(std::span<const BlockId> blocks, int64_t n_tokens) {
+  PAGODA_CHECK(n_tokens >= 0 && static_cast<int64_t>(blocks.size()) == blocks_for_tokens(n_tokens),
+               "borrow_table: " + std::to_string(blocks.size()) + " blocks for " + std::to_string(n_tokens) +
+                   " tokens");
+  BlockTable out;
+  out.blocks_.assign(blocks.begin(), blocks.end());
+  out.num_tokens_ = n_tokens;
+  for (BlockId b : out.blocks_) share(b);
+  return out;
+}
+
+void PagedKvPool::replace_block(BlockTable& table, int64_t block_idx, BlockId with) {
+  PAGODA_CHECK(block_idx >= 0 && (block_idx + 1) * block_size_ <= table.num_tokens_,
+               "replace_block: block " + std::to_string(block_idx) + " is not a full block of the table");
+  BlockId& slot = table.blocks_[static_cast<size_t>(block_idx)];
+  if (slot == with) return;
+  share(with);
+  const BlockId old = slot;
+  slot = with;
+  release(old);
 }
 
 // ---- tables ------------------------------------------------------------------------------
@@ -209,7 +298,10 @@ std::optional<std::string> PagedKvPool::never_fits(int64_t n_tokens) const {
 int64_t PagedKvPool::blocks_needed(const BlockTable& table, int64_t n_new) const {
   const int64_t old = table.num_tokens_;
   int64_t need = blocks_for_tokens(old + n_new) - table.num_blocks();
-  if (n_new > 0 && old % block_size_ != 0 && meta_[idx(table.blocks_.back())].refcount > 1) ++need;
+  if (n_new > 0 && old % block_size_ != 0) {
+    const BlockMeta& tail = meta_[idx(table.blocks_.back())];
+    if (tail.refcount > 1 || tail.cached) ++need;
+  }
   return need;
 }
 
@@ -236,11 +328,11 @@ AllocResult PagedKvPool::append_tokens(BlockTable& table, int64_t n_new) {
     return r;
   }
   if (n_new == 0) return r;
-  // Copy-on-write of a shared, partly filled tail block: the copy takes this table's
-  // tokens of that block; the original keeps its other holders and its contents.
+  // Copy-on-write of a shared or cached, partly filled tail block: the copy takes this
+  // table's tokens of that block; the original keeps its other holders and its contents.
   if (old % block_size_ != 0) {
     const BlockId tail = table.blocks_.back();
-    if (meta_[idx(tail)].refcount > 1) {
+    if (meta_[idx(tail)].refcount > 1 || meta_[idx(tail)].cached) {
       const BlockId copy = *acquire();
       std::memcpy(slab(copy), slab(tail), bytes_per_block_);
       release(tail);
@@ -275,7 +367,7 @@ void PagedKvPool::truncate(BlockTable& table, int64_t n_tokens) {
   table.num_tokens_ = n_tokens;
   if (keep > 0) {
     const int32_t tail = idx(table.blocks_.back());
-    if (meta_[tail].refcount == 1)
+    if (meta_[tail].refcount == 1 && !meta_[tail].cached)
       set_num_tokens(tail, static_cast<int32_t>(n_tokens - (keep - 1) * block_size_));
   }
 }
@@ -310,9 +402,9 @@ void PagedKvPool::write_token(const BlockTable& table, int layer, int64_t pos, c
                "write_token: position " + std::to_string(pos) + " outside the table's " +
                    std::to_string(table.num_tokens_) + " slots");
   const BlockId b = table.blocks_[static_cast<size_t>(pos / block_size_)];
-  PAGODA_CHECK(meta_[idx(b)].refcount == 1,
+  PAGODA_CHECK(meta_[idx(b)].refcount == 1 && !meta_[idx(b)].cached,
                "write_token: block " + std::to_string(idx(b)) + " is shared (refcount " +
-                   std::to_string(meta_[idx(b)].refcount) + "); append_tokens makes it private first");
+                   std::to_string(meta_[idx(b)].refcount) + ") or cached; append_tokens makes it private first");
   const KvLayerView lv = layer_view(layer);
   uint8_t* lb = const_cast<uint8_t*>(lv.layer(b));
   const int64_t slot = pos % block_size_;
@@ -348,51 +440,61 @@ PoolStats PagedKvPool::stats() const {
   s.blocks_budget = blocks_budget_;
   s.blocks_committed = blocks_committed_;
   s.blocks_live = blocks_live_;
-  s.blocks_free = blocks_budget_ - blocks_live_;
+  s.blocks_cached = blocks_cached_;
+  s.blocks_evictable = blocks_evictable_;
+  s.blocks_free = blocks_budget_ - blocks_live_ - blocks_evictable_;
+  s.blocks_available = blocks_budget_ - blocks_live_;
   s.bytes_per_block = bytes_per_block_;
   s.bytes_budget = static_cast<uint64_t>(blocks_budget_) * bytes_per_block_;
   s.bytes_reserved = bytes_reserved_;
-  s.bytes_in_use = static_cast<uint64_t>(blocks_live_) * bytes_per_block_;
+  s.bytes_in_use = static_cast<uint64_t>(blocks_live_ + blocks_evictable_) * bytes_per_block_;
   s.tokens_capacity = blocks_budget_ * block_size_;
   s.tokens_in_use = tokens_in_use_;
   return s;
 }
 
 void PagedKvPool::check_invariants() const {
-  const int32_t s = static_cast<int32_t>(blocks_budget_);
+  // listed[i]: 0 none, 1 free list, 2 evictable list.
   std::vector<uint8_t> listed(static_cast<size_t>(blocks_budget_), 0);
-  int64_t list_len = 0;
-  int32_t prev = s;
-  for (int32_t i = meta_[s].next; i != s; prev = i, i = meta_[i].next) {
-    PAGODA_CHECK(i >= 0 && i < s, "free list holds an invalid index " + std::to_string(i));
-    PAGODA_CHECK(meta_[i].prev == prev, "free list back link broken at " + std::to_string(i));
-    PAGODA_CHECK(!listed[i], "free list has a cycle at " + std::to_string(i));
-    listed[i] = 1;
-    PAGODA_CHECK(++list_len <= blocks_budget_, "free list longer than the pool");
+  int64_t list_len[3] = {0, 0, 0};
+  for (int kind : {1, 2}) {
+    const int32_t s = kind == 1 ? free_sentinel() : evictable_sentinel();
+    int32_t prev = s;
+    for (int32_t i = meta_[s].next; i != s; prev = i, i = meta_[i].next) {
+      PAGODA_CHECK(i >= 0 && i < static_cast<int32_t>(blocks_budget_), "list holds an invalid index " + std::to_string(i));
+      PAGODA_CHECK(meta_[i].prev == prev, "list back link broken at " + std::to_string(i));
+      PAGODA_CHECK(!listed[i], "block " + std::to_string(i) + " is listed twice (cycle or on both lists)");
+      listed[i] = static_cast<uint8_t>(kind);
+      PAGODA_CHECK(++list_len[kind] <= blocks_budget_, "list longer than the pool");
+    }
+    PAGODA_CHECK(meta_[s].prev == prev, "list tail link broken");
   }
-  PAGODA_CHECK(meta_[s].prev == prev, "free list tail link broken");
-  int64_t live = 0, tokens = 0;
-  for (int32_t i = 0; i < s; ++i) {
+  int64_t live = 0, cached = 0, tokens = 0;
+  for (int32_t i = 0; i < static_cast<int32_t>(blocks_budget_); ++i) {
     const BlockMeta& m = meta_[i];
     PAGODA_CHECK(m.refcount >= 0 && m.num_tokens >= 0 && m.num_tokens <= block_size_,
                  "block " + std::to_string(i) + " has refcount/num_tokens out of range");
     if (i >= blocks_committed_) {
-      PAGODA_CHECK(m.refcount == 0 && m.num_tokens == 0 && !listed[i],
-                   "uncommitted block " + std::to_string(i) + " is in use or listed");
+      PAGODA_CHECK(m.refcount == 0 && m.num_tokens == 0 && !m.cached && !listed[i],
+                   "uncommitted block " + std::to_string(i) + " is in use, cached or listed");
       continue;
     }
-    PAGODA_CHECK((m.refcount == 0) == (listed[i] != 0),
-                 "block " + std::to_string(i) + ": refcount " + std::to_string(m.refcount) +
-                     (listed[i] ? " but on the free list" : " but not on the free list"));
-    if (m.refcount > 0) {
-      ++live;
+    const uint8_t want = m.refcount > 0 ? 0 : (m.cached ? 2 : 1);
+    PAGODA_CHECK(listed[i] == want, "block " + std::to_string(i) + ": refcount " + std::to_string(m.refcount) +
+                                        (m.cached ? ", cached" : "") + ", but list " + std::to_string(listed[i]));
+    if (m.cached) ++cached;
+    if (m.refcount > 0) ++live;
+    if (m.refcount > 0 || m.cached) {
       tokens += m.num_tokens;
     } else {
       PAGODA_CHECK(m.num_tokens == 0, "free block " + std::to_string(i) + " holds tokens");
     }
   }
   PAGODA_CHECK(live == blocks_live_, "blocks_live " + std::to_string(blocks_live_) + " != counted " + std::to_string(live));
-  PAGODA_CHECK(list_len == blocks_committed_ - live, "free list length does not match committed - live");
+  PAGODA_CHECK(cached == blocks_cached_, "blocks_cached " + std::to_string(blocks_cached_) + " != counted " + std::to_string(cached));
+  PAGODA_CHECK(list_len[2] == blocks_evictable_, "blocks_evictable does not match the evictable list");
+  PAGODA_CHECK(list_len[1] == blocks_committed_ - live - blocks_evictable_,
+               "free list length does not match committed - live - evictable");
   PAGODA_CHECK(tokens == tokens_in_use_, "tokens_in_use " + std::to_string(tokens_in_use_) + " != counted " + std::to_string(tokens));
   PAGODA_CHECK(bytes_reserved_ == committed_bytes_for(blocks_committed_), "bytes_reserved does not cover the committed blocks");
 }

@@ -29,25 +29,39 @@
 //   numbers in the message. Misuse (double release, release of a free block, unknown id,
 //   writing a shared block) is an always-on PAGODA_CHECK that aborts with file:line.
 //
+// - Prefix cache (src/cache/): a block can be marked *cached* (mark_cached): its
+//   contents are indexed by a prefix cache and must never change again. A cached block
+//   whose refcount drops to 0 is not freed: it becomes *evictable* and joins the tail of
+//   the evictable list (an LRU list: the head was released longest ago), still holding
+//   its tokens, until share() revives it (a cache hit), uncache() frees it (a cache
+//   limit), or acquire() takes it because nothing else is free (pool pressure). The
+//   pool tells one BlockCacheListener about the last two transitions it makes on its own
+//   (on_evictable, on_evicted); the cache decides everything else.
+//
 // Invariants (check_invariants(), called by tests after every operation):
-//  1. refcount(b) == 0 and b < blocks_committed  <=>  b is on the free list.
-//  2. b >= blocks_committed  =>  refcount(b) == 0, num_tokens(b) == 0, b not listed.
-//  3. blocks_live == #{b : refcount(b) > 0}; free-list length == committed - live.
-//  4. tokens_in_use == sum of num_tokens(b) over live blocks; num_tokens in
-//     [0, block_size]; a free block has num_tokens 0.
-//  5. A block with refcount > 1 is never written: append_tokens copies it first (COW),
-//     write_token checks it.
+//  1. For b < blocks_committed with refcount(b) == 0: b is on exactly one list — the
+//     evictable list if cached(b), else the free list. Live blocks are on no list.
+//  2. b >= blocks_committed  =>  refcount(b) == 0, num_tokens(b) == 0, not cached, not
+//     listed.
+//  3. blocks_live == #{b : refcount(b) > 0}; blocks_evictable == evictable-list length;
+//     free-list length == committed - live - evictable; blocks_cached == #{b : cached(b)}.
+//  4. tokens_in_use == sum of num_tokens(b) over live and evictable blocks (blocks that
+//     hold data); num_tokens in [0, block_size]; a free block has num_tokens 0.
+//  5. A block with refcount > 1 or cached is never written: append_tokens copies it
+//     first (COW), write_token checks it.
 //  6. bytes_reserved covers [0, blocks_committed × bytes_per_block) rounded to pages.
-// The free list is an index-linked doubly linked list through the block metadata vector
-// with a sentinel node: O(1) push/pop/unlink, no allocation after construction.
-// Order (pinned by tests): acquire takes the head (least recently freed), release
-// appends at the tail, and a table is freed tail block first, so when a prefix cache
-// keeps released blocks on this list the end of a chain is reused before its head.
+// Both lists are index-linked doubly linked lists through the block metadata vector,
+// each with a sentinel node: O(1) push/pop/unlink, no allocation after construction.
+// Order (pinned by tests): acquire takes the free list's head (least recently freed),
+// then a never-used block, and only then the evictable list's head (least recently
+// released); release appends at the tail of its list, and a table is freed tail block
+// first, so within one chain the end of a cached sequence is evicted before its head.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -68,14 +82,35 @@ struct PoolStats {
   int64_t block_size = 0;        // tokens per block
   int64_t blocks_budget = 0;     // blocks the budget pays for
   int64_t blocks_committed = 0;  // blocks ever used (memory committed behind them)
-  int64_t blocks_live = 0;       // refcount > 0
-  int64_t blocks_free = 0;       // blocks_budget - blocks_live (free list + never used)
+  int64_t blocks_live = 0;       // refcount > 0 (held by tables)
+  int64_t blocks_cached = 0;     // marked cached, live or evictable
+  int64_t blocks_evictable = 0;  // cached with refcount 0 (kept for the prefix cache)
+  int64_t blocks_free = 0;       // budget - live - evictable (free list + never used)
+  int64_t blocks_available = 0;  // budget - live: what append_tokens may take (evicting)
   uint64_t bytes_per_block = 0;  // sum over layers of real_block_bytes(layer)
   uint64_t bytes_budget = 0;     // blocks_budget × bytes_per_block (address space only)
   uint64_t bytes_reserved = 0;   // committed memory: round_up(committed × per block, page)
-  uint64_t bytes_in_use = 0;     // blocks_live × bytes_per_block
+  uint64_t bytes_in_use = 0;     // (blocks_live + blocks_evictable) × bytes_per_block:
+                                 // every block that holds data, each counted once
   int64_t tokens_capacity = 0;   // blocks_budget × block_size
-  int64_t tokens_in_use = 0;     // filled slots of live blocks (a half-full block counts half)
+  int64_t tokens_in_use = 0;     // filled slots of live and evictable blocks
+};
+
+// What a prefix cache hears from the pool about cached blocks. Called on the owner
+// thread from inside the pool method that made the transition, with the pool's state
+// consistent; the listener may call uncache() and const methods from the callback,
+// nothing else (in particular not acquire, share or release).
+class BlockCacheListener {
+ public:
+  virtual ~BlockCacheListener() = default;
+  // A cached block's refcount reached 0 (release, and everything that releases:
+  // truncate, free, append_tokens' copy-on-write, replace_block): b is now the tail of
+  // the evictable list.
+  virtual void on_evictable(BlockId b) = 0;
+  // acquire() found no free and no never-used block and took b, the head of the
+  // evictable list: b is no longer cached, its tokens are gone, and it is about to be
+  // handed out. The listener drops it from its index.
+  virtual void on_evicted(BlockId b) = 0;
 };
 
 struct AllocResult {
@@ -130,15 +165,42 @@ class PagedKvPool {
   int64_t blocks_for_tokens(int64_t n_tokens) const { return (n_tokens + block_size_ - 1) / block_size_; }
 
   // ---- single blocks -----------------------------------------------------------------
-  // A fresh block with refcount 1 and num_tokens 0, or nullopt when none is free.
+  // A fresh block with refcount 1 and num_tokens 0: the free list's head, else a
+  // never-used block, else the evictable list's head (the listener hears on_evicted);
+  // nullopt when all blocks are live.
   std::optional<BlockId> acquire();
-  // Requires: b live. refcount + 1.
+  // Requires: b live, or evictable (then it leaves the evictable list: a cache hit).
+  // refcount + 1.
   void share(BlockId b);
-  // Requires: b live. refcount - 1; at 0 the block goes to the tail of the free list.
+  // Requires: b live. refcount - 1; at 0 the block goes to the tail of the free list,
+  // or, when cached, to the tail of the evictable list (the listener hears on_evictable).
   void release(BlockId b);
   // Requires: b < blocks_budget.
   int refcount(BlockId b) const;
   int num_tokens(BlockId b) const;
+
+  // ---- prefix-cache support ---------------------------------------------------------------
+  // At most one listener; nullptr detaches. The listener must outlive its attachment.
+  void set_cache_listener(BlockCacheListener* listener);
+  // Marks b cached: its contents never change again. Requires: b live, not cached.
+  void mark_cached(BlockId b);
+  // Clears the mark. Requires: b cached. An evictable b goes to the free list's tail
+  // (no callback); a live b stays with its holders as an ordinary block.
+  void uncache(BlockId b);
+  bool is_cached(BlockId b) const;
+  // The evictable list's head (released longest ago), or nullopt when it is empty.
+  std::optional<BlockId> oldest_evictable() const;
+  // A table over existing blocks: shares each of `blocks` (reviving evictable ones) and
+  // holds n_tokens positions. Requires: blocks.size() == blocks_for_tokens(n_tokens),
+  // each block live or evictable. A partly used last block is copied before the table
+  // writes to it (it is shared or cached).
+  BlockTable borrow_table(std::span<const BlockId> blocks, int64_t n_tokens);
+  // Repoints `table`'s block block_idx at `with` (shared; reviving it if evictable) and
+  // releases the block it replaces. Used by the prefix cache to share one copy of
+  // identical blocks. Requires: block_idx is a full block of the table
+  // ((block_idx + 1) × block_size <= table.num_tokens()), `with` live or evictable and
+  // holding the same tokens (the caller's promise).
+  void replace_block(BlockTable& table, int64_t block_idx, BlockId with);
 
   // ---- tables --------------------------------------------------------------------------
   // Gives `table` slots for n_new more tokens: appends blocks and, when the partly filled
@@ -184,18 +246,25 @@ class PagedKvPool {
   void check_table(const BlockTable& table) const;
   // Free-list order, head first (tests).
   std::vector<BlockId> free_list() const;
+  // Evictable-list order, head (next to evict) first (tests).
+  std::vector<BlockId> evictable_list() const;
 
  private:
   struct BlockMeta {
     int32_t refcount = 0;
     int32_t num_tokens = 0;
-    int32_t prev = -1;  // free-list links (index into meta_, sentinel = blocks_budget_)
+    int32_t prev = -1;  // list links (index into meta_): free list or evictable list
     int32_t next = -1;
+    bool cached = false;
   };
 
   void check_id(BlockId b, const char* what) const;
-  void list_push_back(int32_t i);
+  int32_t free_sentinel() const { return static_cast<int32_t>(blocks_budget_); }
+  int32_t evictable_sentinel() const { return static_cast<int32_t>(blocks_budget_) + 1; }
+  void list_push_back(int32_t sentinel, int32_t i);
   void list_unlink(int32_t i);
+  std::vector<BlockId> list_of(int32_t sentinel) const;
+  void to_free_list(int32_t i);  // a block that just reached refcount 0 and holds nothing
   void commit_blocks(int64_t n_blocks);  // grows the committed prefix to n_blocks
   uint64_t committed_bytes_for(int64_t n_blocks) const;
   void set_num_tokens(int32_t i, int32_t n);
@@ -215,8 +284,12 @@ class PagedKvPool {
   int64_t blocks_committed_ = 0;
   uint64_t bytes_reserved_ = 0;
   int64_t blocks_live_ = 0;
+  int64_t blocks_cached_ = 0;
+  int64_t blocks_evictable_ = 0;
   int64_t tokens_in_use_ = 0;
-  std::vector<BlockMeta> meta_;  // [blocks_budget + 1], last = free-list sentinel
+  BlockCacheListener* listener_ = nullptr;
+  // [blocks_budget + 2]: the blocks, then the free-list and evictable-list sentinels.
+  std::vector<BlockMeta> meta_;
 };
 
 }  // namespace pagoda

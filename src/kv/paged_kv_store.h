@@ -12,6 +12,10 @@
 // - Threads: the owner (engine) thread calls everything except attend(), which kernel
 //   workers may call concurrently for different (token, KV head) pairs while the owner
 //   is inside attend_batch / forward. attend_batch uses scratch owned by the store.
+// - Prefill: attend_batch groups runs of consecutive positions of one sequence into
+//   tiles of ~kAttnTileRows / heads_per_kv tokens (paged_attention.h) so each K/V block
+//   is read once per tile instead of once per token; single tokens (decode) take the
+//   per-(token, KV head) path below.
 // - Long contexts: attend_batch splits a (token, KV head) row into parts of at least
 //   split_min_tokens positions (block-aligned) when there are fewer rows than
 //   4 × threads, runs parts on different threads and merges the partial softmax results
@@ -56,6 +60,9 @@ class PagedKvStore final : public KvStore {
   bool contains(SeqId seq) const { return tables_.count(seq) != 0; }
   // Requires: seq present.
   const BlockTable& table(SeqId seq) const;
+  // The same table for PagedKvPool / PrefixCache calls that change it (BlockTable has no
+  // public mutators). Requires: seq present.
+  BlockTable& mutable_table(SeqId seq);
   size_t num_sequences() const { return tables_.size(); }
 
   // Minimum positions per part when attend_batch splits a long context (tests, bench).
@@ -86,6 +93,14 @@ class PagedKvStore final : public KvStore {
   };
   std::vector<Row> rows_;
   std::vector<int32_t> task_row_;  // [n_tasks] row of each task
+  // Prefill tiles: runs of >= 2 consecutive positions of one sequence (attend_batch).
+  struct Tile {
+    const BlockId* blocks;
+    int64_t first_token;  // batch index of the tile's first token
+    int64_t pos0;         // its position
+    int32_t n_tok;
+  };
+  std::vector<Tile> tiles_;  // heaviest (latest positions) first
   std::vector<float> part_m_, part_l_, part_o_;
 };
 

@@ -35,9 +35,9 @@ TEST(KvTypes, RowAndSidecarBytes) {
   EXPECT_EQ(kv_row_bytes(KvType::Q8, 128), 128u);
   EXPECT_EQ(kv_row_sidecar_bytes(KvType::Q8, 128), 4u);
   EXPECT_EQ(kv_row_bytes(KvType::Q4, 128), 64u);
-  EXPECT_EQ(kv_row_sidecar_bytes(KvType::Q4, 128), 16u);  // 4 groups × (d, m) f16
-  EXPECT_EQ(kv_row_sidecar_bytes(KvType::Q4, 80), 20u);   // 5 groups of 16
-  EXPECT_EQ(kv_row_sidecar_bytes(KvType::Q4, 8), 4u);     // 1 group of 8
+  EXPECT_EQ(kv_row_sidecar_bytes(KvType::Q4, 128), 28u);  // 4 groups × (d, m, outlier f16 + index u8)
+  EXPECT_EQ(kv_row_sidecar_bytes(KvType::Q4, 80), 35u);   // 5 groups of 16
+  EXPECT_EQ(kv_row_sidecar_bytes(KvType::Q4, 8), 7u);     // 1 group of 8
   EXPECT_EQ(q4_group_size(80), 16);
   EXPECT_EQ(q4_group_size(12), 0);
   EXPECT_FALSE(kv_type_supports(KvType::Q4, 12));
@@ -79,6 +79,35 @@ TEST(KvTypes, RoundTripErrorIsWithinTheFormatsBound) {
           }
           ASSERT_LE(std::fabs(y[j] - x[j]), bound)
               << kv_type_name(t) << " d=" << d << " j=" << j << " x=" << x[j] << " y=" << y[j];
+        }
+      }
+    }
+  }
+}
+
+// One channel far from the rest (stories260K's K: mean -18.9 next to channels of std
+// ~1.5) is stored in f16, so the other values keep a step of their own range / 15.
+TEST(KvTypes, Q4KeepsOneOutlierPerGroupAndQuantizesTheRestOnTheirOwnRange) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.5f);
+  for (int64_t d : {8, 64, 80}) {
+    const int64_t g = q4_group_size(d);
+    std::vector<float> x(static_cast<size_t>(d)), y(x.size());
+    std::vector<uint8_t> data(kv_row_bytes(KvType::Q4, d)), side(kv_row_sidecar_bytes(KvType::Q4, d));
+    for (int rep = 0; rep < 20; ++rep) {
+      for (float& v : x) v = nd(rng);
+      const int64_t out_idx = rep % g;
+      for (int64_t g0 = 0; g0 < d; g0 += g) x[g0 + out_idx] = (rep % 2 ? -18.9f : 25.0f) + nd(rng);
+      kv_quantize_row(KvType::Q4, x.data(), d, data.data(), side.data());
+      kv_dequantize_row_ref(KvType::Q4, data.data(), side.data(), d, y.data());
+      for (int64_t g0 = 0; g0 < d; g0 += g) {
+        float lo = 1e9f, hi = -1e9f;
+        for (int64_t i = g0; i < g0 + g; ++i)
+          if (i != g0 + out_idx) lo = std::min(lo, x[i]), hi = std::max(hi, x[i]);
+        for (int64_t i = g0; i < g0 + g; ++i) {
+          const float bound = i == g0 + out_idx ? std::fabs(x[i]) * 4.9e-4f
+                                                 : (hi - lo) / 15.0f * 0.5f + (std::fabs(lo) + (hi - lo)) * 1e-3f;
+          ASSERT_LE(std::fabs(y[i] - x[i]), bound) << "d=" << d << " i=" << i << " x=" << x[i] << " y=" << y[i];
         }
       }
     }

@@ -1,6 +1,9 @@
 // Paged attention: every SIMD path against the scalar reference for every KV type,
 // head_dim, GQA ratio and context length; partial results merge to the whole; the
-// reference itself against plain softmax attention over dequantized rows.
+// reference itself against plain softmax attention over dequantized rows; prefill tiles
+// (paged_attend_tile) against the reference for every type, head_dim, GQA ratio and
+// (start position, token count), and through PagedKvStore::attend_batch against the
+// per-token path for prompts, continued prompts and mixed prefill + decode batches.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +13,7 @@
 
 #include "kv/paged_attention.h"
 #include "kv/paged_kv_pool.h"
+#include "kv/paged_kv_store.h"
 
 namespace pagoda {
 namespace {
@@ -164,6 +168,123 @@ TEST(PagedAttention, PartialsOverSplitRangesMergeToTheWhole) {
                            &o[p * n_q * 64], &m[p * n_q], &l[p * n_q]);
     merge_attention_partials(n_parts, m.data(), l.data(), o.data(), n_q, 64, merged.data());
     for (size_t i = 0; i < whole.size(); ++i) ASSERT_NEAR(merged[i], whole[i], 1e-5f) << kv_type_name(t) << " " << i;
+  }
+}
+
+TEST(PagedAttention, PrefillTilesMatchTheReferenceForEveryTypeShapeAndStart) {
+  const SweepCase types[] = {{KvType::F32, KvType::F32}, {KvType::F16, KvType::F16}, {KvType::BF16, KvType::BF16},
+                             {KvType::Q8, KvType::Q8},   {KvType::Q4, KvType::Q4},   {KvType::Q8, KvType::F16},
+                             {KvType::Q4, KvType::Q8}};
+  // {pos0, n_tok}: prompts from 0 and continuations, tiles shorter / longer than a chunk
+  // (32) and a block (16), diagonals at every offset inside a chunk, more rows than
+  // kAttnTileRows (the kernel splits them).
+  const std::pair<int64_t, int> spans[] = {{0, 1},   {0, 2},    {0, 7},    {0, 16},   {0, 17},   {0, 33},
+                                           {3, 64},  {30, 5},   {100, 70}, {511, 20}, {1000, 9}, {2040, 8}};
+  const int gqa[] = {1, 4, 8};
+  int64_t checked = 0;
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    if (!isa_supported(isa)) {
+      std::printf("[ skipped ] %s not supported on this CPU\n", isa_name(isa));
+      continue;
+    }
+    const PagedAttendTileFn fn = paged_attend_tile_kernel(isa);
+    for (const SweepCase& tc : types)
+      for (int64_t hd : {8, 64, 80, 128, 24, 256, 320}) {
+        // 256 (the 16-position chunk) and 320 (the token-by-token fallback): two types.
+        if (hd >= 256 && tc.k != KvType::F16 && tc.k != KvType::Q4) continue;
+        if (isa == Isa::Scalar && (hd != 64 || tc.k != KvType::Q4)) continue;  // the reference vs itself
+        Filled f;
+        fill(f, tc.k, tc.v, hd, 2048, 16, static_cast<uint32_t>(hd + 1));
+        const KvLayerView view = f.pool->layer_view(0);
+        for (int n_q : gqa)
+          for (auto [pos0, n_tok] : spans) {
+            const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+            // Rows strided as in a batch: token stride > the group's n_q · hd.
+            const int64_t stride = (n_q + 1) * hd;
+            auto q = random_q(n_tok * stride, static_cast<uint32_t>(pos0 * 7 + n_tok + n_q));
+            std::vector<float> want(q.size(), -1.0f), got(q.size(), -1.0f);
+            const int64_t head = (pos0 + n_tok) % 2;
+            paged_attend_tile_ref(view, f.table.blocks().data(), pos0, n_tok, head, q.data(), stride, n_q, scale,
+                                  want.data(), stride);
+            fn(view, f.table.blocks().data(), pos0, n_tok, head, q.data(), stride, n_q, scale, got.data(), stride);
+            for (size_t i = 0; i < want.size(); ++i)
+              ASSERT_NEAR(got[i], want[i], 2e-5f * (1.0f + std::fabs(want[i])))
+                  << isa_name(isa) << " k=" << kv_type_name(tc.k) << " v=" << kv_type_name(tc.v) << " hd=" << hd
+                  << " n_q=" << n_q << " pos0=" << pos0 << " n_tok=" << n_tok << " token " << i / stride
+                  << " index " << i % stride << (static_cast<int64_t>(i % stride) >= n_q * hd ? " (padding)" : "");
+            ++checked;
+          }
+      }
+  }
+  std::printf("checked %lld tiles\n", static_cast<long long>(checked));
+}
+
+// attend_batch tiles runs of consecutive positions; the per-token attend() (decode
+// kernel, no tiles) is the yardstick.
+TEST(PagedAttention, StorePrefillTilesMatchPerTokenAttentionForPromptsAndContinuations) {
+  constexpr int64_t kHeads = 8, kHd = 64;
+  ThreadPool threads(2);
+  for (KvType t : {KvType::F16, KvType::Q4}) {
+    for (int bs : {16, 32}) {
+      KvConfig c;
+      c.block_size = bs;
+      c.budget_bytes = 64ull << 20;
+      c.k_type = c.v_type = t;
+      PagedKvPool pool(KvGeometry{1, kNumKvHeads, kHd}, c);
+      PagedKvStore store(pool);
+      std::mt19937 rng(static_cast<uint32_t>(bs));
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      // Batches: {seq, first pos, count}; several sequences in one batch, a prompt
+      // continuing after an existing prefix, a decode token next to a prefill run.
+      struct Span {
+        SeqId seq;
+        int64_t pos0, n;
+      };
+      const std::vector<std::vector<Span>> steps = {
+          {{0, 0, 1}, {1, 0, 2}, {2, 0, 15}, {3, 0, 33}},
+          {{0, 1, 1}, {1, 2, 77}, {2, 15, 1}, {3, 33, 2}},
+          {{4, 0, 2048}},
+          {{4, 2048, 19}, {2, 16, 1}},
+      };
+      for (const auto& step : steps) {
+        std::vector<SeqId> seqs;
+        std::vector<int64_t> pos;
+        for (const Span& sp : step) {
+          ASSERT_TRUE(store.reserve(sp.seq, sp.pos0 + sp.n).ok());
+          for (int64_t i = 0; i < sp.n; ++i) seqs.push_back(sp.seq), pos.push_back(sp.pos0 + i);
+        }
+        const int64_t T = static_cast<int64_t>(seqs.size());
+        std::vector<float> k(kNumKvHeads * kHd), v(k.size());
+        for (int64_t i = 0; i < T; ++i) {
+          for (size_t j = 0; j < k.size(); ++j) k[j] = nd(rng) + 0.3f * static_cast<float>(j % 5), v[j] = nd(rng);
+          store.store(0, seqs[i], pos[i], k.data(), v.data());
+        }
+        std::vector<float> q(static_cast<size_t>(T * kHeads * kHd)), out(q.size()), want(q.size());
+        for (float& x : q) x = nd(rng);
+        AttnBatch ab;
+        ab.n_tokens = T;
+        ab.seq_ids = seqs.data();
+        ab.positions = pos.data();
+        ab.q = q.data();
+        ab.out = out.data();
+        ab.n_heads = kHeads;
+        ab.n_kv_heads = kNumKvHeads;
+        ab.head_dim = kHd;
+        ab.scale = 0.125f;
+        store.attend_batch(0, ab, threads);
+        const int n_q = static_cast<int>(kHeads / kNumKvHeads);
+        for (int64_t i = 0; i < T; ++i)
+          for (int g = 0; g < kNumKvHeads; ++g) {
+            const int64_t off = (i * kHeads + g * n_q) * kHd;
+            store.attend(0, seqs[i], pos[i], g, &q[off], n_q, 0.125f, &want[off]);
+          }
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(out[i], want[i], 2e-5f * (1.0f + std::fabs(want[i])))
+              << kv_type_name(t) << " bs=" << bs << " token " << i / (kHeads * kHd) << " (seq "
+              << seqs[i / (kHeads * kHd)] << " pos " << pos[i / (kHeads * kHd)] << ") index " << i % (kHeads * kHd);
+      }
+      pool.check_invariants();
+    }
   }
 }
 

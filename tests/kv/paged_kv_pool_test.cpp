@@ -47,7 +47,7 @@ TEST(PagedKvPool, RealBlockBytesFollowsGeometryAndTypes) {
   const Case cases[] = {
       {KvType::F32, KvType::F32, 256, 256}, {KvType::F16, KvType::F16, 128, 128},
       {KvType::BF16, KvType::F16, 128, 128}, {KvType::Q8, KvType::Q8, 64 + 4, 64 + 4},
-      {KvType::Q4, KvType::Q4, 32 + 2 * 4, 32 + 2 * 4}, {KvType::Q8, KvType::Q4, 68, 40},
+      {KvType::Q4, KvType::Q4, 32 + 2 * 7, 32 + 2 * 7}, {KvType::Q8, KvType::Q4, 68, 46},
   };
   for (const Case& c : cases) {
     PagedKvPool pool(kGeo, config(16, 1 << 20, c.k, c.v));

@@ -4,8 +4,8 @@
 //   just before, on and just after a block boundary; stories260K and synthetic
 //   llama / qwen2 / qwen3 models;
 // - quality: perplexity of a fixed multi-paragraph text with q8 KV within 1% of f16 KV
-//   and q4 within 5% (measured values printed) — except q4 K on stories260K, a known gap
-//   (kv_types.h).
+//   and q4 within 5% (measured values printed), for q4 K and q4 V alone and together, on
+//   every model (stories260K's K outlier channels included: kv_types.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -179,11 +179,10 @@ double perplexity(Model& m, KvStore& kv, PagedKvStore* paged, const std::vector<
   return std::exp(nll / static_cast<double>(tokens.size() - 1));
 }
 
-// q4_keys_meet_target: false for stories260K, whose K has outlier channels that a
-// per-token 4-bit scale cannot represent (+34.6% perplexity with q4 K; see kv_types.h,
-// a known gap of #3). There the 5% target is checked for q4 V (with f16 and q8 K).
-void check_quality(Model& m, const std::vector<int32_t>& tokens, const std::string& name,
-                   bool q4_keys_meet_target = true) {
+// Measured (351 tokens): stories260K q4 K +3.24%, q4 V +0.01%, q4 K+V +2.91% — its K has
+// outlier channels that cost +34.7% before q4 kept one outlier per group in f16
+// (kv_types.h); synthetic llama / qwen3 within 0.2%.
+void check_quality(Model& m, const std::vector<int32_t>& tokens, const std::string& name) {
   const ModelConfig& c = m.config();
   ThreadPool pool(2);
   ContiguousKvCache flat(c.n_layers, c.n_kv_heads, c.head_dim, static_cast<int64_t>(tokens.size()), 1);
@@ -209,18 +208,14 @@ void check_quality(Model& m, const std::vector<int32_t>& tokens, const std::stri
     const double p = perplexity(m, paged, &paged, tokens, pool);
     std::printf("%s: K %s V %s perplexity %.5f (%+.3f%% vs f16)\n", name.c_str(), kv_type_name(kt), kv_type_name(vt), p,
                 100.0 * (p / f16 - 1.0));
-    if (kt != KvType::Q4 || q4_keys_meet_target) {
-      EXPECT_LT(std::fabs(p / f16 - 1.0), 0.05) << name << " K " << kv_type_name(kt) << " V " << kv_type_name(vt);
-    }
+    EXPECT_LT(std::fabs(p / f16 - 1.0), 0.05) << name << " K " << kv_type_name(kt) << " V " << kv_type_name(vt);
   }
   std::printf("%s, %zu tokens: perplexity contiguous f32 %.5f | paged f32 %.5f f16 %.5f bf16 %.5f q8 %.5f (%+.3f%%) q4 %.5f (%+.3f%%)\n",
               name.c_str(), tokens.size(), ppl_f32, ppl[0], ppl[1], ppl[2], ppl[3],
               100.0 * (ppl[3] / f16 - 1.0), ppl[4], 100.0 * (ppl[4] / f16 - 1.0));
   EXPECT_NEAR(ppl[0], ppl_f32, 1e-4 * ppl_f32) << name;
   EXPECT_LT(std::fabs(ppl[static_cast<int>(KvType::Q8)] / f16 - 1.0), 0.01) << name;
-  if (q4_keys_meet_target) {
-    EXPECT_LT(std::fabs(ppl[static_cast<int>(KvType::Q4)] / f16 - 1.0), 0.05) << name;
-  }
+  EXPECT_LT(std::fabs(ppl[static_cast<int>(KvType::Q4)] / f16 - 1.0), 0.05) << name;
 }
 
 TEST(PagedKvModel, QuantizedKvPerplexityStaysCloseToF16) {
@@ -229,7 +224,7 @@ TEST(PagedKvModel, QuantizedKvPerplexityStaysCloseToF16) {
   auto tok = Tokenizer::from_gguf(*l.file);
   const std::vector<int32_t> tokens = tok->encode(kText, true, false);
   ASSERT_GT(tokens.size(), 200u);
-  check_quality(*l.model, tokens, "stories260K", /*q4_keys_meet_target=*/false);
+  check_quality(*l.model, tokens, "stories260K");
   for (const std::string arch : {"llama", "qwen3"}) {
     const std::string path = synth_path(arch);
     write_synthetic_model(synth_spec(arch), path);

@@ -1,0 +1,344 @@
+#include "cache/prefix_cache.h"
+
+#include <algorithm>
+#include <cassert>
+#include <chrono>
+
+#include "common/error.h"
+
+namespace pagoda {
+
+namespace {
+
+int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+PrefixCache::PrefixCache(PagedKvPool& pool, std::string model_id, const PrefixCacheConfig& config, CacheClock clock)
+    : pool_(pool),
+      index_(pool.blocks_budget(), pool.block_size()),
+      model_id_(std::move(model_id)),
+      config_(config),
+      clock_(clock ? std::move(clock) : CacheClock(steady_ms)),
+      last_used_(static_cast<size_t>(pool.blocks_budget()), 0) {
+  PAGODA_CHECK(pool_.stats().blocks_cached == 0, "PrefixCache: the pool already has cached blocks");
+  pool_.set_cache_listener(this);
+  scratch_.reserve(static_cast<size_t>(pool.blocks_budget()));
+  last_ttl_check_ms_ = now();
+}
+
+PrefixCache::~PrefixCache() {
+  drop_all();
+  pool_.set_cache_listener(nullptr);
+}
+
+CacheKey PrefixCache::key(std::string_view cache_key, bool use_cache) const {
+  return CacheKey{namespace_hash(model_id_, pool_.k_type(), pool_.v_type(), pool_.block_size(), cache_key), use_cache};
+}
+
+uint64_t PrefixCache::evictable_bytes() const {
+  return static_cast<uint64_t>(pool_.stats().blocks_evictable) * pool_.bytes_per_block();
+}
+
+// ---- lookup -------------------------------------------------------------------------------
+
+CacheHit PrefixCache::lookup(const CacheKey& key, std::span<const int32_t> prompt) {
+  CacheHit hit;
+  if (!config_.enabled || !key.use_cache) return hit;
+  ++counters_.lookups;
+  counters_.queried_tokens += static_cast<int64_t>(prompt.size());
+  enforce_limits();  // an expired block must not be hit
+  const int32_t root = index_.find_root(key.ns);
+  if (root == PrefixIndex::kNone || prompt.size() < 2) return hit;
+
+  // Full blocks through the hash chain, then the longest token-exact continuation among
+  // the last matching block's children (a full block diverging mid-way, or a partial
+  // tail). Allocates nothing but the returned table.
+  const size_t bs = static_cast<size_t>(pool_.block_size());
+  scratch_.clear();
+  int32_t node = root;
+  BlockHash h = key.ns;
+  size_t pos = 0;
+  while (pos + bs <= prompt.size()) {
+    h = block_hash(h, prompt.subspan(pos, bs));
+    const int32_t f = index_.find_full(h);
+    if (f == PrefixIndex::kNone) break;
+    assert(std::ranges::equal(index_.tokens(f), prompt.subspan(pos, bs)));
+    scratch_.push_back(BlockId{f});
+    node = f;
+    pos += bs;
+  }
+  int64_t matched = static_cast<int64_t>(pos);
+  const PrefixIndex::ChildMatch m = index_.best_child(node, prompt.subspan(pos, std::min(bs, prompt.size() - pos)));
+  if (m.node != PrefixIndex::kNone) {
+    scratch_.push_back(BlockId{m.node});
+    matched += m.n_tokens;
+  }
+  hit.matched_tokens = matched;
+  int64_t cached = std::min(matched, static_cast<int64_t>(prompt.size()) - 1);
+  if (cached < config_.min_prefix_tokens) cached = 0;
+  if (cached == 0) return hit;
+  scratch_.resize(static_cast<size_t>(pool_.blocks_for_tokens(cached)));
+  hit.table = pool_.borrow_table(scratch_, cached);
+  hit.cached_tokens = cached;
+  ++counters_.hits;
+  counters_.hit_tokens += cached;
+  return hit;
+}
+
+// ---- insert -------------------------------------------------------------------------------
+
+void PrefixCache::insert(const CacheKey& key, std::span<const int32_t> tokens, BlockTable& table, bool finished) {
+  if (!config_.enabled || !key.use_cache) return;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  PAGODA_CHECK(n <= table.num_tokens(), "PrefixCache::insert: " + std::to_string(n) + " tokens but the table holds " +
+                                            std::to_string(table.num_tokens()));
+  if (n == 0 || n < config_.min_prefix_tokens) return;
+  const int64_t bs = pool_.block_size();
+  const int64_t t_now = now();
+  const int32_t root = index_.root(key.ns);
+  int32_t parent = root;
+  BlockHash h = key.ns;
+  int64_t added = 0;
+  for (int64_t i = 0; (i + 1) * bs <= n; ++i) {
+    const auto blk = tokens.subspan(static_cast<size_t>(i * bs), static_cast<size_t>(bs));
+    h = block_hash(h, blk);
+    const int32_t found = index_.find_full(h);
+    if (found != PrefixIndex::kNone) {
+      // Already cached (borrowed by this sequence, or computed twice): share one copy.
+      if (table.block(i) != BlockId{found}) {
+        pool_.replace_block(table, i, BlockId{found});
+        ++counters_.shared_on_insert;
+      }
+      parent = found;
+      continue;
+    }
+    const BlockId b = table.block(i);
+    PAGODA_CHECK(!pool_.is_cached(b), "PrefixCache::insert: block " + std::to_string(idx(b)) +
+                                          " is cached with other tokens than the ones given for it");
+    index_.add_block(parent, b, h, blk);
+    pool_.mark_cached(b);
+    last_used_[static_cast<size_t>(idx(b))] = t_now;
+    ++added;
+    // Partial siblings this block covers are redundant now.
+    for (int32_t c = index_.first_child(parent), next; c != PrefixIndex::kNone; c = next) {
+      next = index_.next_sibling(c);
+      if (index_.kind(c) != PrefixIndex::Kind::Partial) continue;
+      const auto ct = index_.tokens(c);
+      if (std::equal(ct.begin(), ct.end(), blk.begin())) {
+        drop(BlockId{c});
+        ++counters_.superseded_blocks;
+      }
+    }
+    parent = idx(b);
+  }
+  const int64_t n_full = n / bs;
+  if (finished && n % bs != 0) {
+    const auto tail = tokens.subspan(static_cast<size_t>(n_full * bs));
+    if (index_.covering_child(parent, tail) == PrefixIndex::kNone) {
+      const BlockId b = table.block(n_full);
+      PAGODA_CHECK(!pool_.is_cached(b), "PrefixCache::insert: block " + std::to_string(idx(b)) +
+                                            " is cached with other tokens than the ones given for it");
+      index_.add_block(parent, b, BlockHash{}, tail);
+      pool_.mark_cached(b);
+      last_used_[static_cast<size_t>(idx(b))] = t_now;
+      ++added;
+      for (int32_t c = index_.first_child(parent), next; c != PrefixIndex::kNone; c = next) {
+        next = index_.next_sibling(c);
+        if (c == idx(b) || index_.kind(c) != PrefixIndex::Kind::Partial) continue;
+        const auto ct = index_.tokens(c);
+        if (ct.size() < tail.size() && std::equal(ct.begin(), ct.end(), tail.begin())) {
+          drop(BlockId{c});
+          ++counters_.superseded_blocks;
+        }
+      }
+    }
+  }
+  if (index_.kind(root) == PrefixIndex::Kind::Root) index_.prune_root(root);  // nothing added under it
+  if (added > 0) {
+    ++counters_.inserts;
+    counters_.inserted_blocks += added;
+  }
+  enforce_limits();
+}
+
+// ---- eviction -----------------------------------------------------------------------------
+
+void PrefixCache::drop(BlockId b) {
+  index_.remove_block(b);
+  pool_.uncache(b);
+}
+
+int64_t PrefixCache::drop_descendants(int32_t node) {
+  int64_t dropped = 0;
+  while (index_.num_children(node) > 0) {
+    int32_t n = index_.first_child(node);
+    while (index_.num_children(n) > 0) n = index_.first_child(n);
+    drop(BlockId{n});
+    ++dropped;
+  }
+  return dropped;
+}
+
+void PrefixCache::credit(Reason reason, int64_t entries, int64_t blocks) {
+  counters_.evicted_blocks += blocks;
+  switch (reason) {
+    case Reason::Capacity: counters_.evictions_capacity += entries; break;
+    case Reason::Ttl: counters_.evictions_ttl += entries; break;
+    case Reason::MaxEntries: counters_.evictions_max_entries += entries; break;
+    case Reason::PoolPressure: counters_.evictions_pool_pressure += entries; break;
+  }
+  if (reason != Reason::Ttl) counters_.evictions_lru += entries;
+}
+
+void PrefixCache::evict_entry(BlockId b, Reason reason) {
+  const int64_t leaves_before = index_.num_leaves();
+  int64_t blocks = drop_descendants(idx(b));  // none while invariant 2 holds
+  int32_t n = idx(b);
+  for (;;) {
+    const int32_t parent = index_.parent(n);
+    drop(BlockId{n});
+    ++blocks;
+    if (!index_.is_block(parent) || index_.num_children(parent) > 0 || pool_.refcount(BlockId{parent}) > 0) break;
+    n = parent;
+  }
+  credit(reason, std::max<int64_t>(0, leaves_before - index_.num_leaves()), blocks);
+}
+
+void PrefixCache::expire_ttl() {
+  const int64_t t = now();
+  last_ttl_check_ms_ = t;
+  if (config_.ttl_ms <= 0) return;
+  while (auto head = pool_.oldest_evictable()) {
+    if (t - last_used_[static_cast<size_t>(idx(*head))] < config_.ttl_ms) break;
+    const int64_t leaves_before = index_.num_leaves();
+    const int64_t blocks = drop_descendants(idx(*head)) + 1;
+    drop(*head);
+    credit(Reason::Ttl, std::max<int64_t>(0, leaves_before - index_.num_leaves()), blocks);
+  }
+}
+
+void PrefixCache::enforce_limits() {
+  if (enforcing_) return;
+  enforcing_ = true;
+  expire_ttl();
+  while (evictable_bytes() > config_.capacity_bytes) {
+    const auto head = pool_.oldest_evictable();
+    if (!head) break;
+    evict_entry(*head, Reason::Capacity);
+  }
+  while (index_.num_leaves() > config_.max_entries) {
+    const auto head = pool_.oldest_evictable();
+    if (!head) break;
+    evict_entry(*head, Reason::MaxEntries);
+  }
+  enforcing_ = false;
+}
+
+void PrefixCache::on_evictable(BlockId b) {
+  last_used_[static_cast<size_t>(idx(b))] = now();
+  enforce_limits();
+}
+
+void PrefixCache::on_evicted(BlockId b) {
+  // The pool already took b (uncached, about to be reused): drop it from the index.
+  const int64_t leaves_before = index_.num_leaves();
+  const int64_t blocks = drop_descendants(idx(b)) + 1;
+  index_.remove_block(b);
+  credit(Reason::PoolPressure, std::max<int64_t>(0, leaves_before - index_.num_leaves()), blocks);
+}
+
+// ---- config, reset, stats ------------------------------------------------------------------
+
+void PrefixCache::set_config(const PrefixCacheConfig& config) {
+  config_ = config;
+  if (!config_.enabled) drop_all();
+  enforce_limits();
+}
+
+void PrefixCache::drop_all() {
+  for (int32_t i = 0; i < static_cast<int32_t>(pool_.blocks_budget()); ++i)
+    if (index_.contains(BlockId{i})) pool_.uncache(BlockId{i});
+  index_.clear();
+}
+
+void PrefixCache::reset() {
+  drop_all();
+  ++counters_.resets;
+}
+
+CacheStats PrefixCache::stats() const {
+  CacheStats s = counters_;
+  s.pool = pool_.stats();
+  s.enabled = config_.enabled;
+  s.entries = index_.num_leaves();
+  s.cached_blocks = index_.num_blocks();
+  s.cached_bytes = static_cast<uint64_t>(s.cached_blocks) * s.pool.bytes_per_block;
+  s.evictable_blocks = s.pool.blocks_evictable;
+  s.evictable_bytes = static_cast<uint64_t>(s.evictable_blocks) * s.pool.bytes_per_block;
+  s.capacity_bytes = config_.capacity_bytes;
+  s.max_entries = config_.max_entries;
+  s.ttl_ms = config_.ttl_ms;
+  s.min_prefix_tokens = config_.min_prefix_tokens;
+  return s;
+}
+
+void PrefixCache::check_invariants() const {
+  pool_.check_invariants();
+  index_.check_invariants();
+  const int32_t n_blocks = static_cast<int32_t>(pool_.blocks_budget());
+  int64_t cached = 0;
+  for (int32_t i = 0; i < n_blocks; ++i) {
+    const BlockId b{i};
+    PAGODA_CHECK(index_.contains(b) == pool_.is_cached(b),
+                 "PrefixCache: block " + std::to_string(i) + (index_.contains(b) ? " indexed but not cached in the pool"
+                                                                                  : " cached in the pool but not indexed"));
+    if (!index_.contains(b)) continue;
+    ++cached;
+    const int32_t p = index_.parent(i);
+    if (pool_.refcount(b) > 0 && index_.is_block(p))
+      PAGODA_CHECK(pool_.refcount(BlockId{p}) > 0,
+                   "PrefixCache: block " + std::to_string(i) + " is in use but its parent " + std::to_string(p) + " is not");
+    if (index_.kind(i) == PrefixIndex::Kind::Partial) {
+      const auto mine = index_.tokens(i);
+      for (int32_t c = index_.first_child(p); c != PrefixIndex::kNone; c = index_.next_sibling(c)) {
+        const auto other = index_.tokens(c);
+        PAGODA_CHECK(c == i || other.size() < mine.size() || !std::equal(mine.begin(), mine.end(), other.begin()),
+                     "PrefixCache: partial block " + std::to_string(i) + " is covered by sibling " + std::to_string(c));
+      }
+    }
+  }
+  // Evictable list: stamps non-decreasing, a child before its parent.
+  const std::vector<BlockId> lru = pool_.evictable_list();
+  std::vector<int64_t> pos(static_cast<size_t>(n_blocks), -1);
+  for (size_t k = 0; k < lru.size(); ++k) {
+    pos[static_cast<size_t>(idx(lru[k]))] = static_cast<int64_t>(k);
+    if (k > 0)
+      PAGODA_CHECK(last_used_[static_cast<size_t>(idx(lru[k - 1]))] <= last_used_[static_cast<size_t>(idx(lru[k]))],
+                   "PrefixCache: evictable list out of last-used order at " + std::to_string(k));
+  }
+  for (BlockId b : lru) {
+    const int32_t p = index_.parent(idx(b));
+    if (index_.is_block(p) && pos[static_cast<size_t>(p)] >= 0)
+      PAGODA_CHECK(pos[static_cast<size_t>(p)] > pos[static_cast<size_t>(idx(b))],
+                   "PrefixCache: evictable block " + std::to_string(idx(b)) + " comes after its parent");
+  }
+  // Limits and ledger.
+  const CacheStats s = stats();
+  PAGODA_CHECK(s.cached_blocks == cached && s.pool.blocks_cached == cached, "PrefixCache: cached block count drifted");
+  PAGODA_CHECK(s.evictable_blocks == static_cast<int64_t>(lru.size()), "PrefixCache: evictable count drifted");
+  PAGODA_CHECK(s.cached_bytes == static_cast<uint64_t>(cached) * pool_.bytes_per_block() &&
+                   s.evictable_bytes == lru.size() * pool_.bytes_per_block(),
+               "PrefixCache: byte ledger drifted");
+  PAGODA_CHECK(s.evictable_bytes <= config_.capacity_bytes, "PrefixCache: evictable bytes above the cap");
+  PAGODA_CHECK(s.entries <= config_.max_entries || lru.empty(), "PrefixCache: too many entries while some are evictable");
+  if (config_.ttl_ms > 0 && !lru.empty())
+    PAGODA_CHECK(last_ttl_check_ms_ - last_used_[static_cast<size_t>(idx(lru.front()))] < config_.ttl_ms,
+                 "PrefixCache: an expired block survived the last TTL check");
+  if (!config_.enabled) PAGODA_CHECK(cached == 0, "PrefixCache: disabled but holding blocks");
+}
+
+}  // namespace pagoda

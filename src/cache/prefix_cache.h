@@ -1,0 +1,166 @@
+// PrefixCache — reuse of computed KV blocks across requests (the prompt cache):
+// token-exact, never consuming, with a byte ledger taken from the pool and LRU / TTL /
+// capacity / entry limits. Follows vLLM's block_pool + kv_cache_manager split: the pool
+// (kv/paged_kv_pool.h) owns blocks, refcounts and the evictable LRU list; this class
+// owns the index (prefix_index.h) and every policy decision.
+//
+// Contract:
+// - What is cached: full blocks of any sequence, content-addressed by a chained SHA-256
+//   of (parent hash, tokens) whose first link is the request's namespace (model, KV
+//   types, block size, cache key; block_hash.h), and the partial last block of a
+//   finished sequence. The cache holds no copies: a cached block is a pool block marked
+//   cached, shared by every sequence that uses it.
+// - lookup() walks the prompt's chain from the start, then the children of the last
+//   matching block for the longest token-exact continuation, and *borrows* what matches
+//   (refcount + 1 on each block; evictable blocks come back into use). It never
+//   consumes, trims or moves cached blocks: any number of requests can borrow one prefix
+//   at once. cached_tokens is the exact common prefix, capped at prompt.size() - 1 so
+//   the last prompt token is always recomputed (its logits start generation). A last
+//   borrowed block used only in part is copied before the sequence writes into it
+//   (PagedKvPool::append_tokens' copy-on-write).
+// - insert() indexes a sequence's blocks: as its full blocks fill (finished = false)
+//   and when it ends (finished = true, which also indexes the partial last block), so
+//   the next turn of a conversation, which re-sends the history, hits it token for
+//   token. A block whose content is already cached is not duplicated: the sequence's
+//   table is repointed at the cached block and its own copy freed.
+// - Retention: when the last sequence holding a cached block releases it, the block stays
+//   cached (evictable) at the tail of the pool's evictable list. Eviction order, stated
+//   once: least recently used first, where "used" is the moment the last holder released
+//   the block (a block in use cannot be evicted, so the clock starts when it could be);
+//   a table releases its blocks tail first, so within one chain the tail goes before the
+//   head, and a shared head (a system prompt) outlives the conversations extending it.
+//   Blocks held by a running sequence are never evicted.
+// - Limits (PrefixCacheConfig), enforced whenever they could be exceeded (a block
+//   becoming evictable, insert, lookup, set_config, enforce_limits):
+//   capacity_bytes and max_entries evict whole LRU entries (the leaf that is the LRU
+//   block and its ancestors up to the first one that is shared, in use, or a root);
+//   ttl drops single blocks unused for ttl_ms, oldest first; pool pressure (the pool out
+//   of free blocks) takes single blocks, oldest first. Entries held by running sequences
+//   may keep entries above max_entries until they are released.
+// - Threads: the engine thread only (the pool's owner). No locks: stats() is a value
+//   snapshot the engine publishes to other threads.
+// - Lifetime: the pool must outlive the cache; the cache attaches itself as the pool's
+//   BlockCacheListener and, when destroyed, uncaches every block (like reset()).
+//
+// Invariants (check_invariants(), called by tests after every operation):
+//  1. A block is in the index  <=>  the pool marks it cached.
+//  2. Holding is prefix-closed: a cached block in use has a parent that is a root or in
+//     use; so every cached descendant of an evictable block is evictable, and an
+//     evictable block comes before its evictable parent in the evictable list (the list
+//     head is always a leaf).
+//  3. Evictable-list stamps (last_used) do not decrease from head to tail.
+//  4. No partial block's tokens are a prefix of a sibling's tokens (nothing redundant).
+//  5. After enforcement: evictable_bytes <= capacity_bytes; entries > max_entries only
+//     when nothing is evictable; no evictable block older than ttl at the last check.
+//  6. The ledger: cached_blocks, evictable_blocks and their bytes equal recounts × the
+//     pool's bytes_per_block (and the pool's own invariants hold).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cache/block_hash.h"
+#include "cache/prefix_cache_config.h"
+#include "cache/prefix_index.h"
+#include "kv/paged_kv_pool.h"
+
+namespace pagoda {
+
+// A request's cache identity: its namespace and whether it uses the cache at all
+// (per-request opt-out: no lookup, no insert).
+struct CacheKey {
+  BlockHash ns;
+  bool use_cache = true;
+};
+
+struct CacheHit {
+  // Borrowed blocks holding positions [0, cached_tokens): adopt it as the sequence's
+  // table (PagedKvStore::adopt), or give it back with PagedKvPool::free. Empty on a miss.
+  BlockTable table;
+  int64_t cached_tokens = 0;   // exact reuse: forward the prompt from this position
+  int64_t matched_tokens = 0;  // longest cached common prefix before the -1 cap and min_prefix
+};
+
+// Monotonic milliseconds (injectable for tests); default: std::chrono::steady_clock.
+using CacheClock = std::function<int64_t()>;
+
+class PrefixCache final : private BlockCacheListener {
+ public:
+  // model_id: what identifies the weights (see namespace_hash). Requires: the pool has no
+  // other cache listener and no cached blocks.
+  PrefixCache(PagedKvPool& pool, std::string model_id, const PrefixCacheConfig& config = {},
+              CacheClock clock = {});
+  ~PrefixCache() override;
+  PrefixCache(const PrefixCache&) = delete;
+  PrefixCache& operator=(const PrefixCache&) = delete;
+
+  // The key of a request with this cache key / salt ("" for the shared namespace).
+  CacheKey key(std::string_view cache_key = {}, bool use_cache = true) const;
+
+  // Borrows the longest cached prefix of `prompt` (see the contract). A miss, the cache
+  // off, or key.use_cache false give an empty table and cached_tokens 0.
+  CacheHit lookup(const CacheKey& key, std::span<const int32_t> prompt);
+
+  // Indexes `table`'s blocks holding tokens[0, n): the floor(n / block_size) full blocks
+  // and, when `finished`, the partial last block. May repoint table blocks at identical
+  // cached ones. Call again as the sequence grows (already indexed blocks cost a hash
+  // each); after finished = true the caller releases the table (the blocks stay cached).
+  // Requires: tokens.size() <= table.num_tokens(), the K/V of positions [0, n) written,
+  // and tokens are the sequence's tokens (a cached block of the table must hold them).
+  void insert(const CacheKey& key, std::span<const int32_t> tokens, BlockTable& table, bool finished);
+
+  // Applies TTL, capacity and max-entries now (the engine calls it on a timer so idle
+  // blocks expire without traffic).
+  void enforce_limits();
+  // New limits, enforced at once; turning the cache off resets it.
+  void set_config(const PrefixCacheConfig& config);
+  const PrefixCacheConfig& config() const { return config_; }
+
+  // Drops every cached block: evictable ones return to the pool's free list (its
+  // bytes_in_use drops by their bytes); blocks running sequences hold stay with them as
+  // ordinary blocks.
+  void reset();
+
+  CacheStats stats() const;
+  const PrefixIndex& index() const { return index_; }
+  // The last time block b was used (released by its last holder, or indexed), in clock ms.
+  int64_t last_used_ms(BlockId b) const { return last_used_[static_cast<size_t>(idx(b))]; }
+  void check_invariants() const;
+
+ private:
+  enum class Reason { Capacity, Ttl, MaxEntries, PoolPressure };
+
+  // BlockCacheListener
+  void on_evictable(BlockId b) override;
+  void on_evicted(BlockId b) override;
+
+  int64_t now() const { return clock_(); }
+  uint64_t evictable_bytes() const;
+  // Removes block node b from the index and the pool's cache (evictable: freed).
+  void drop(BlockId b);
+  // Drops every cached descendant of `node` (bottom-up); returns how many.
+  int64_t drop_descendants(int32_t node);
+  // Evicts the entry whose leaf is b: b, then ancestors while childless, evictable and
+  // not a root. Credits `reason` with the entries that disappeared.
+  void evict_entry(BlockId b, Reason reason);
+  void expire_ttl();
+  void credit(Reason reason, int64_t entries_removed, int64_t blocks);
+  void drop_all();
+
+  PagedKvPool& pool_;
+  PrefixIndex index_;
+  std::string model_id_;
+  PrefixCacheConfig config_;
+  CacheClock clock_;
+  std::vector<int64_t> last_used_;  // [blocks_budget] ms, meaningful for cached blocks
+  std::vector<BlockId> scratch_;    // lookup's matched blocks (grown once)
+  CacheStats counters_;             // the counter fields; the rest is filled by stats()
+  int64_t last_ttl_check_ms_ = 0;
+  bool enforcing_ = false;
+};
+
+}  // namespace pagoda
