@@ -118,6 +118,46 @@ void run_matmul(benchmark::State& state, GgmlType type, Isa isa, Shape shape, in
   state.counters["threads"] = pool.num_threads();
 }
 
+// A layer's attention inputs at decode: wq 2048x2048, wk and wv 256x2048
+// (TinyLlama, 4 KV heads) on one token, as three matmul() calls (fused = 0)
+// or one matmul_multi() (fused = 1: one quantization, one pool job). Copies
+// cycle as in run_matmul so the weights come from DRAM.
+void BM_MatvecQkv(benchmark::State& state, GgmlType type, bool fused) {
+  const int64_t dim = 2048, kv_dim = 256;
+  const int64_t rows[3] = {dim, kv_dim, kv_dim};
+  const size_t set_bytes = row_bytes(type, dim) * (dim + 2 * kv_dim);
+  const size_t n_sets = std::max<size_t>(1, (cold_bytes() + set_bytes - 1) / set_bytes);
+  std::vector<std::vector<uint8_t>> sources;
+  std::vector<WeightMatrix> mats;
+  for (size_t c = 0; c < n_sets; ++c)
+    for (int64_t r : rows) {
+      sources.push_back(random_weights(type, r, dim));
+      mats.push_back(WeightMatrix::prepare(type, r, dim, sources.back().data()));
+    }
+  std::vector<float> x(dim), y(dim + 2 * kv_dim);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist;
+  for (float& v : x) v = dist(rng);
+  ThreadPool& pool = bench_pool();
+  float* ys[3] = {y.data(), y.data() + dim, y.data() + dim + kv_dim};
+  size_t next = 0;
+  for (auto _ : state) {
+    const WeightMatrix* m = &mats[3 * next];
+    if (fused) {
+      const MatmulTarget t[] = {{m, ys[0]}, {m + 1, ys[1]}, {m + 2, ys[2]}};
+      matmul_multi(t, x.data(), 1, pool);
+    } else {
+      for (int i = 0; i < 3; ++i) matmul(m[i], x.data(), 1, ys[i], pool);
+    }
+    next = next + 1 == n_sets ? 0 : next + 1;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["bytes/s"] = benchmark::Counter(static_cast<double>(set_bytes) * state.iterations(),
+                                                 benchmark::Counter::kIsRate);
+  state.counters["threads"] = pool.num_threads();
+}
+
 void BM_MemoryReadBandwidth(benchmark::State& state) {
   double bw = 0;
   for (auto _ : state) bw = measure_read_bandwidth(bench_pool(), size_t{1} << 30, 5);
@@ -167,6 +207,13 @@ void register_all() {
   benchmark::RegisterBenchmark("MemoryReadBandwidthSse", BM_MemoryReadBandwidthSse)
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0})
+    for (bool fused : {false, true})
+      benchmark::RegisterBenchmark(
+          (std::string("MatvecQkv/") + type_name(type) + (fused ? "/fused" : "/separate")).c_str(),
+          [=](benchmark::State& st) { BM_MatvecQkv(st, type, fused); })
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
   const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F16,  GgmlType::Q4_K,
                             GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q4_1, GgmlType::Q5_0,
                             GgmlType::Q5_1, GgmlType::BF16, GgmlType::F32};

@@ -194,7 +194,8 @@ void pack_unit_lane(GgmlType type, const UnitCodes& u, int lanes, int r, uint8_t
   auto put_f16 = [&](uint8_t* at, f16_t v) { std::memcpy(at + 2 * r, &v, 2); };
   switch (type) {
     case GgmlType::Q8_0:
-      for (int col = 0; col < 32; ++col) p[(col / 4) * vb + 4 * r + col % 4] = u.c[col];
+      for (int col = 0; col < 32; ++col)
+        p[(col / 4) * vb + 4 * r + col % 4] = static_cast<uint8_t>(u.c[col] ^ (q8_codes_signed(lanes) ? 0x80 : 0));
       put_f16(p + 8 * vb, u.d_bits);
       return;
     case GgmlType::Q4_0:
@@ -246,14 +247,15 @@ void pack_unit_lane(GgmlType type, const UnitCodes& u, int lanes, int r, uint8_t
 // Q4_0/Q4_1/Q8_0 pack by plain copies: their GGUF code order already is the
 // packed step order (Q4: qs[4s..4s+3] holds columns 4s.. low and 16+4s.. high),
 // so a lane's 4 bytes per vector come straight from qs (Q8_0: with the sign
-// bit flipped, q + 128). 10x faster than the per-code path for the two
-// formats most files use.
+// bit flipped, q + 128, except for AVX2, see matmul_impl.h). 10x faster than
+// the per-code path for the two formats most files use.
 void pack_fast_lane(GgmlType type, const uint8_t* blk, int lanes, int r, uint8_t* p) {
   const size_t vb = 4 * static_cast<size_t>(lanes);
   if (type == GgmlType::Q8_0) {
     const uint8_t* qs = blk + offsetof(BlockQ8_0, qs);
+    const uint8_t flip = q8_codes_signed(lanes) ? 0 : 0x80;
     for (int s = 0; s < 8; ++s)
-      for (int i = 0; i < 4; ++i) p[s * vb + 4 * r + i] = static_cast<uint8_t>(qs[4 * s + i] ^ 0x80);
+      for (int i = 0; i < 4; ++i) p[s * vb + 4 * r + i] = static_cast<uint8_t>(qs[4 * s + i] ^ flip);
     std::memcpy(p + 8 * vb + 2 * r, blk, 2);
     return;
   }
@@ -508,19 +510,38 @@ WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols
   return m;
 }
 
-void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
-  if (n_tokens <= 0 || w.n_rows() == 0) return;
-  const int64_t trows = tile_rows(w);
-  const int64_t n_row_tiles = (w.n_rows() + trows - 1) / trows;
-  const int64_t n_tok_tiles = (n_tokens + kTileTokens - 1) / kTileTokens;
-  auto tile_of = [&](int64_t task) {
+namespace {
+
+// The tiles of one matrix's output, in task order.
+struct TileGrid {
+  int64_t trows = 0, n_tok_tiles = 0, n_tasks = 0;
+  TileGrid() = default;
+  TileGrid(const WeightMatrix& w, int64_t n_tokens)
+      : trows(tile_rows(w)), n_tok_tiles((n_tokens + kTileTokens - 1) / kTileTokens) {
+    n_tasks = (w.n_rows() + trows - 1) / trows * n_tok_tiles;
+  }
+  Tile tile(const WeightMatrix& w, int64_t n_tokens, int64_t task) const {
     // Token tiles inner: the two threads start on neighbouring tiles of the
     // same weight rows, which then come from memory once into the shared L3.
     const int64_t rt = task / n_tok_tiles, tt = task % n_tok_tiles;
     return Tile{rt * trows, std::min(w.n_rows(), (rt + 1) * trows), tt * kTileTokens,
                 std::min(n_tokens, (tt + 1) * kTileTokens)};
-  };
-  const int64_t n_tasks = n_row_tiles * n_tok_tiles;
+  }
+};
+
+void run_quant_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y) {
+  switch (w.isa()) {
+    case Isa::Avx512: matmul_packed_avx512(w, a, tile, y); break;
+    case Isa::Avx2: matmul_packed_avx2(w, a, tile, y); break;
+    case Isa::Scalar: matmul_quant_scalar(w, a, tile, y); break;
+  }
+}
+
+}  // namespace
+
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+  if (n_tokens <= 0 || w.n_rows() == 0) return;
+  const TileGrid grid(w, n_tokens);
 
   if (is_float_type(w.type())) {
     const uint16_t* xbf = nullptr;
@@ -529,8 +550,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
       convert_to_bf16_avx512(x, buf, n_tokens * w.n_cols());
       xbf = buf;
     }
-    pool.parallel_for(n_tasks, [&](int64_t task, int) {
-      const Tile tile = tile_of(task);
+    pool.parallel_for(grid.n_tasks, [&](int64_t task, int) {
+      const Tile tile = grid.tile(w, n_tokens, task);
       switch (w.isa()) {
         case Isa::Avx512: matmul_float_avx512(w, x, xbf, tile, y); break;
         case Isa::Avx2: matmul_float_avx2(w, x, tile, y); break;
@@ -541,13 +562,38 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
   }
 
   const QuantizedActs a = quantize_acts(w.isa(), act_kind(w.type()), x, n_tokens, w.n_cols(), pool);
-  pool.parallel_for(n_tasks, [&](int64_t task, int) {
-    const Tile tile = tile_of(task);
-    switch (w.isa()) {
-      case Isa::Avx512: matmul_packed_avx512(w, a, tile, y); break;
-      case Isa::Avx2: matmul_packed_avx2(w, a, tile, y); break;
-      case Isa::Scalar: matmul_quant_scalar(w, a, tile, y); break;
-    }
+  pool.parallel_for(grid.n_tasks, [&](int64_t task, int) { run_quant_tile(w, a, grid.tile(w, n_tokens, task), y); });
+}
+
+void matmul_multi(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens, ThreadPool& pool) {
+  constexpr size_t kMaxTargets = 4;
+  PAGODA_CHECK(targets.size() <= kMaxTargets, "matmul_multi: at most 4 targets");
+  if (n_tokens <= 0 || targets.empty()) return;
+  const WeightMatrix& w0 = *targets[0].w;
+  bool shared = !is_float_type(w0.type());
+  for (const MatmulTarget& t : targets) {
+    PAGODA_CHECK(t.w->n_cols() == w0.n_cols(), "matmul_multi: targets differ in n_cols");
+    shared = shared && !is_float_type(t.w->type()) && t.w->isa() == w0.isa() &&
+             act_kind(t.w->type()) == act_kind(w0.type());
+  }
+  if (!shared) {  // float weights, or activations quantized differently: one call each
+    for (const MatmulTarget& t : targets) matmul(*t.w, x, n_tokens, t.y, pool);
+    return;
+  }
+  // One task list over all targets: target i owns tasks [first[i], first[i + 1]),
+  // tiled exactly as matmul() tiles it alone, so results are bit-identical.
+  TileGrid grids[kMaxTargets];
+  int64_t first[kMaxTargets + 1] = {0};
+  for (size_t i = 0; i < targets.size(); ++i) {
+    grids[i] = TileGrid(*targets[i].w, n_tokens);
+    first[i + 1] = first[i] + (targets[i].w->n_rows() > 0 ? grids[i].n_tasks : 0);
+  }
+  const QuantizedActs a = quantize_acts(w0.isa(), act_kind(w0.type()), x, n_tokens, w0.n_cols(), pool);
+  pool.parallel_for(first[targets.size()], [&](int64_t task, int) {
+    size_t i = 0;
+    while (task >= first[i + 1]) ++i;
+    const WeightMatrix& w = *targets[i].w;
+    run_quant_tile(w, a, grids[i].tile(w, n_tokens, task - first[i]), targets[i].y);
   });
 }
 

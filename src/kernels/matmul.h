@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "common/thread_pool.h"
@@ -66,6 +67,22 @@ class WeightMatrix {
 
 // y[n_tokens, n_rows] = x[n_tokens, n_cols] · Wᵀ. Requires: x and y do not alias.
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
+
+// One output of matmul_multi: y[n_tokens, w->n_rows] for weights w.
+struct MatmulTarget {
+  const WeightMatrix* w;
+  float* y;
+};
+
+// For each target: y = x · wᵀ, as matmul() computes it (bit-identical), for
+// several matrices that read the same activations (wq/wk/wv; gate/up). When
+// the targets are quantized alike (same ISA, same activation format: the
+// 32-wide formats share one, the K-quants another) the activations are
+// quantized once and all tiles run as one pool job; at decode that saves two
+// pool round trips and two quantizations per layer for wq/wk/wv. Otherwise
+// it calls matmul() per target.
+// Requires: 1 to 4 targets, all with the same n_cols; no y aliases x or another y.
+void matmul_multi(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens, ThreadPool& pool);
 
 // Plain reference: dequantize_row each row, dot in double. Independent of every
 // fast path; tests compare against it.

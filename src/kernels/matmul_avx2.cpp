@@ -30,6 +30,11 @@ struct V256 {
   static constexpr int L = 8;
   // 16 ymm registers: 4 float + 4 int accumulators + weights and temporaries.
   static constexpr int kMaxN = 4;
+  // Row groups per micro-kernel of the 32-wide formats (block32_kernel): 2
+  // groups x 4 tokens = 8 int16 pair-sum registers; the 8 float accumulators
+  // spill to L1 and are touched once per 32 columns.
+  static constexpr int kGroups = 2;
+  static constexpr int kBlock32N = 4;
   // pmaddubsw saturates at 32767, so Q8_0 codes (q + 128 up to 255) cannot
   // go in as unsigned; the kernel uses |q| x sign(x, q) (max 2 x 128 x 127 =
   // 32512) and needs no offset correction.
@@ -54,10 +59,10 @@ struct V256 {
   // No VNNI: pmaddubsw gives int16 sums of 2 products, summed over several
   // steps (pair_steps in matmul_simd.h) before pmaddwd widens them.
   static constexpr bool kPairSums = true;
-  static I mul16(I w, const int8_t* x4) { return _mm256_maddubs_epi16(w, bcast4(x4)); }
-  static I q8_prep(I codes) { return _mm256_xor_si256(codes, _mm256_set1_epi8(static_cast<char>(0x80))); }
-  static I mul16_q8(I w, const int8_t* x4) {
-    return _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(bcast4(x4), w));
+  static I mul16(I w, I xb) { return _mm256_maddubs_epi16(w, xb); }
+  static I q8_prep(I codes) { return codes; }  // packed as q already (q8_codes_signed)
+  static I mul16_q8(I w, I xb) {
+    return _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(xb, w));
   }
   // The empty asm pins each partial sum in a register: without it GCC
   // reassociates the 8-step add chains of all N tokens into trees, computes

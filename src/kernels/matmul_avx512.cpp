@@ -31,6 +31,10 @@ struct V512 {
   // the 32 zmm registers. 12 would also fit for the 32-wide formats but not
   // with the K-quants' extra per-sub-block accumulators.
   static constexpr int kMaxN = 8;
+  // One row group per micro-kernel: vpdpbusd can take the broadcast as an
+  // embedded {1to16} memory operand (2 groups not measured: no AVX-512 machine).
+  static constexpr int kGroups = 1;
+  static constexpr int kBlock32N = kMaxN;
   // Q8_0 codes are q + 128 (u8 for vpdpbusd); subtract 128 x sum(x) per block.
   static constexpr int kQ8Offset = 128;
   using I = __m512i;
@@ -51,9 +55,9 @@ struct V512 {
     return _mm512_set1_epi32(v);
   }
   static constexpr bool kPairSums = false;
-  static I dot4(I acc, I w, const int8_t* x4) { return _mm512_dpbusd_epi32(acc, w, bcast4(x4)); }
+  static I dot4(I acc, I w, I xb) { return _mm512_dpbusd_epi32(acc, w, xb); }
   static I q8_prep(I codes) { return codes; }
-  static I dot4_q8(I acc, I w, const int8_t* x4) { return dot4(acc, w, x4); }
+  static I dot4_q8(I acc, I w, I xb) { return dot4(acc, w, xb); }
   static I mullo(I a, I b) { return _mm512_mullo_epi32(a, b); }
   static I add(I a, I b) { return _mm512_add_epi32(a, b); }
   static I load_u8_i32(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }

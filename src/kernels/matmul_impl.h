@@ -19,7 +19,10 @@
 //     the code of column 4s+i.
 //   - Q6 2-bit vectors (2 per chunk): vector s/4, byte i, bits 2(s&3)..+1 =
 //     bits 4..5 of the code of column 4s+i.
-//   - Q8_0 byte vectors (8 per chunk): code = q + 128 (u8).
+//   - Q8_0 byte vectors (8 per chunk): code = q + 128 (u8) for AVX-512
+//     (vpdpbusd wants unsigned weights); for AVX2 (L = 8) q itself (s8), as
+//     in GGUF, because pmaddubsw takes |q| x sign(x, q) and the xor back to
+//     signed was 8 of the ~70 vector uops per 32 columns of a decode matvec.
 // Unit layouts (scales after the codes, f16 as in GGUF, u8/s8 per lane):
 //   Q8_0  [8 VB codes][d: L f16]                                   (= GGUF bytes)
 //   Q4_0  [4 VB nibbles][d]                                         (= GGUF)
@@ -122,5 +125,7 @@ void convert_to_bf16_avx512(const float* x, uint16_t* out, int64_t n);
 
 // The rows of a group of the packed layout, per ISA.
 inline int packed_lanes(Isa isa) { return isa == Isa::Avx512 ? 16 : 8; }
+// Whether packed Q8_0 codes are q (AVX2, 8 lanes) rather than q + 128.
+inline bool q8_codes_signed(int lanes) { return lanes == 8; }
 
 }  // namespace pagoda::matmul_detail

@@ -3,20 +3,24 @@
 // matmul_avx512.cpp (V = 16 lanes, vpdpbusd). Private to those two files; every
 // name here is a template on V, so the two instantiations never collide.
 //
-// A micro-kernel computes one row group (V::L rows) x N tokens over all
+// A micro-kernel computes G row groups (V::L rows each) x N tokens over all
 // columns: per 32-column chunk it unpacks 8 "step" vectors (4 codes of each
-// row) and feeds each to N dot4 instructions whose activation operand is the
-// 4 matching bytes of one token broadcast to every lane. Unpacking is paid
-// once per N tokens; with N = 8 on AVX-512 a Q4_0 chunk is 64 vpdpbusd, 12
-// unpack ops and 24 float ops (convert + scale + accumulate per token).
+// row) per group and feeds each to N dot4 instructions whose activation
+// operand is the 4 matching bytes of one token broadcast to every lane (one
+// broadcast serves the G groups). Unpacking is paid once per N tokens; with
+// N = 8 on AVX-512 a Q4_0 chunk is 64 vpdpbusd, 12 unpack ops and 24 float
+// ops (convert + scale + accumulate per token). The K-quants use G = 1.
 //
 // V must provide (I: int vector of L int32, F: float vector of L floats):
-//   L, load(p), zero(), set1(i), and_(a,b), or_and(a,b,c) = a | (b & c),
-//   srli16<n>(a), slli16<n>(a), q8_prep(codes) (Q8_0 codes are q + 128;
-//   kQ8Offset says what to subtract per activation sum), and either
-//   (kPairSums = false) dot4(acc, w_u8, x4) / dot4_q8(acc, w_q8, x4): acc +=
-//   sum of 4 w*x per lane, x4 = 4 int8 broadcast; or (kPairSums = true)
-//   mul16(w, x4) / mul16_q8(w, x4): int16 pair sums, add16, widen (pair sums
+//   L, kMaxN (tokens per K-quant micro-kernel), kGroups and kBlock32N (G and
+//   N of the 32-wide formats' micro-kernel), bcast4(x4) (4 int8 to every
+//   lane), load(p), zero(), set1(i), and_(a,b), or_and(a,b,c) = a | (b & c),
+//   srli16<n>(a), slli16<n>(a), q8_prep(codes) (the packed Q8_0 codes: q + 128
+//   for AVX-512, q for AVX2, see q8_codes_signed; kQ8Offset says what to
+//   subtract per activation sum), and either
+//   (kPairSums = false) dot4(acc, w_u8, xb) / dot4_q8(acc, w_q8, xb): acc +=
+//   sum of 4 w*x per lane, xb = bcast4 of 4 int8; or (kPairSums = true)
+//   mul16(w, xb) / mul16_q8(w, xb): int16 pair sums, add16, widen (pair sums
 //   -> int32 lane sums); then mullo, add, load_u8_i32(p), load_s8_i32(p),
 //   load_f16(p), cvt(I), fmadd(a,b,c), mul(a,b), set1f(f), fzero(),
 //   store(y, F, n_valid).
@@ -109,15 +113,17 @@ constexpr int call_index(GgmlType t, int s) { return t == GgmlType::Q8_0 ? s : s
 // AVX2: pmaddubsw into the int16 pair sums p16, widened into acc32 with one
 // pmaddwd every pair_steps(T) calls (8 for Q4: 9 multiplies per 32 columns
 // instead of 16).
+// xb: the 4 activation bytes of this step broadcast to every lane (V::bcast4),
+// shared by every row group of a G-group kernel.
 template <class V, GgmlType T, int C>
 inline __attribute__((always_inline)) void step_acc(typename V::I& acc32, typename V::I& p16,
-                                                    typename V::I w, const int8_t* x4) {
+                                                    typename V::I w, typename V::I xb) {
   if constexpr (!V::kPairSums) {
-    if constexpr (T == GgmlType::Q8_0) acc32 = V::dot4_q8(acc32, w, x4);
-    else acc32 = V::dot4(acc32, w, x4);
+    if constexpr (T == GgmlType::Q8_0) acc32 = V::dot4_q8(acc32, w, xb);
+    else acc32 = V::dot4(acc32, w, xb);
   } else {
     constexpr int K = pair_steps(T);
-    const typename V::I prod = T == GgmlType::Q8_0 ? V::mul16_q8(w, x4) : V::mul16(w, x4);
+    const typename V::I prod = T == GgmlType::Q8_0 ? V::mul16_q8(w, xb) : V::mul16(w, xb);
     if constexpr (C % K == 0) p16 = prod;
     else p16 = V::add16(p16, prod);
     if constexpr (C % K == K - 1) {
@@ -127,7 +133,111 @@ inline __attribute__((always_inline)) void step_acc(typename V::I& acc32, typena
   }
 }
 
-// Row group at gp (n_units units) x tokens [t0, t0 + N): y[t][row0 + r] for r < n_valid.
+constexpr bool is_block32(GgmlType t) {
+  return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q5_0 || t == GgmlType::Q4_1 ||
+         t == GgmlType::Q5_1;
+}
+
+// The codes of step s (columns 4s..4s+3 of the 32-column chunk at cp) of every
+// lane's row, as bytes: the same vectors chunk_steps produces, one at a time,
+// so a G-group kernel can hold step s of G groups at once. The repeated loads
+// (nibble vector s & 3 for s and s + 4, the high-bit vectors) are the same
+// addresses with no store between, and the compiler merges them.
+template <class V, GgmlType T, int s>
+inline __attribute__((always_inline)) typename V::I step_codes(const uint8_t* cp) {
+  using I = typename V::I;
+  constexpr int VB = 4 * V::L;
+  if constexpr (T == GgmlType::Q8_0) {
+    return V::q8_prep(V::load(cp + s * VB));
+  } else {
+    const I m0f = V::set1(0x0F0F0F0F);
+    const I v = V::load(cp + (s & 3) * VB);
+    const I lo = s < 4 ? V::and_(v, m0f) : V::and_(V::template srli16<4>(v), m0f);
+    if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q4_1) {
+      return lo;
+    } else {  // Q5: bit s of each byte of the high-bit vector -> bit 4
+      const I hv = V::load(cp + 4 * VB);
+      I h;
+      if constexpr (s <= 4) h = V::template slli16<4 - s>(hv);
+      else h = V::template srli16<s - 4>(hv);
+      return V::or_and(lo, h, V::set1(0x10101010));
+    }
+  }
+}
+
+// The step visited at call i (the inverse of call_index): nibble formats by
+// pairs (0, 4, 1, 5, ...) so the two halves of one loaded vector are used
+// back to back.
+constexpr int step_of_call(GgmlType t, int i) { return t == GgmlType::Q8_0 ? i : i % 2 == 0 ? i / 2 : 4 + i / 2; }
+
+// The 32-wide formats: G row groups (gp[g], n_valid[g] real rows starting at
+// row0[g]) x tokens [t0, t0 + N). Per step, each activation broadcast feeds
+// G multiplies: on Zen 3 a vpbroadcastd from memory costs a vector-pipe uop
+// like an add (measured: 8 broadcasts take ~5 cycles, 8 adds ~3), and with
+// G = 1 the 8 broadcasts per token and chunk were a third of the kernel's
+// uops. The arithmetic per output element is the same for every G and N.
+template <class V, GgmlType T, int G, int N>
+void block32_kernel(const uint8_t* const* gp, const QuantizedActs& a, int64_t t0, float* y,
+                    int64_t n_rows, const int64_t* row0, const int* n_valid) {
+  using I = typename V::I;
+  using F = typename V::F;
+  constexpr int L = V::L;
+  constexpr size_t VB = 4 * L;
+  const size_t unit_bytes = packed_unit_bytes(T, L);
+  const int64_t n_cols = a.n_cols;
+  // Per block: sum_k d (c_k - offset) dx q_k = d dx dot(c, q) + (-offset d) (dx sum q),
+  // or with a min m: d dx dot(c, q) + m (dx sum q). The second term is one FMA
+  // with the activation's precomputed dx * sum q, cheaper than folding the
+  // offset into the integer sum.
+  constexpr bool has_min = T == GgmlType::Q4_1 || T == GgmlType::Q5_1;
+  constexpr int offset = T == GgmlType::Q8_0 ? V::kQ8Offset : T == GgmlType::Q4_0 ? 8 : 16;
+  constexpr size_t scale_off = (T == GgmlType::Q8_0 ? 8 : T == GgmlType::Q5_0 || T == GgmlType::Q5_1 ? 5 : 4) * VB;
+  const int64_t nb = n_cols / 32;
+  const int8_t* xq[N];
+  const float* dx[N];
+  const float* dsx[N];
+  for (int t = 0; t < N; ++t) {
+    xq[t] = a.q + (t0 + t) * n_cols;
+    dx[t] = a.d + (t0 + t) * nb;
+    dsx[t] = a.dsum32 + (t0 + t) * nb;
+  }
+  F accf[G][N];
+  for (int g = 0; g < G; ++g)
+    for (int t = 0; t < N; ++t) accf[g][t] = V::fzero();
+  for (int64_t u = 0; u < nb; ++u) {
+    const uint8_t* p[G];
+    for (int g = 0; g < G; ++g) p[g] = gp[g] + u * unit_bytes;
+    I acc[G][N], p16[G][N];
+    for (int g = 0; g < G; ++g)
+      for (int t = 0; t < N; ++t) acc[g][t] = V::zero();
+    static_for<0, 8>([&](auto i) {
+      constexpr int s = step_of_call(T, i);
+      I w[G];
+      for (int g = 0; g < G; ++g) w[g] = step_codes<V, T, s>(p[g]);
+      for (int t = 0; t < N; ++t) {
+        const I xb = V::bcast4(xq[t] + u * 32 + 4 * s);
+        for (int g = 0; g < G; ++g) step_acc<V, T, i>(acc[g][t], p16[g][t], w[g], xb);
+      }
+    });
+    F dw[G], mw[G];
+    for (int g = 0; g < G; ++g) {
+      dw[g] = V::load_f16(p[g] + scale_off);
+      if constexpr (has_min) mw[g] = V::load_f16(p[g] + scale_off + 2 * L);
+      else mw[g] = V::mul(dw[g], V::set1f(static_cast<float>(-offset)));
+    }
+    for (int t = 0; t < N; ++t) {
+      const F dxt = V::set1f(dx[t][u]), dsxt = V::set1f(dsx[t][u]);
+      for (int g = 0; g < G; ++g) {
+        accf[g][t] = V::fmadd(V::cvt(acc[g][t]), V::mul(dw[g], dxt), accf[g][t]);
+        if (has_min || offset != 0) accf[g][t] = V::fmadd(mw[g], dsxt, accf[g][t]);
+      }
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int t = 0; t < N; ++t) V::store(y + (t0 + t) * n_rows + row0[g], accf[g][t], n_valid[g]);
+}
+
+// The K-quants: row group at gp (n_units units) x tokens [t0, t0 + N): y[t][row0 + r] for r < n_valid.
 template <class V, GgmlType T, int N>
 void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* y, int64_t n_rows,
                   int64_t row0, int n_valid) {
@@ -142,40 +252,7 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
   F accf[N];
   for (int t = 0; t < N; ++t) accf[t] = V::fzero();
 
-  if constexpr (T == GgmlType::Q8_0 || T == GgmlType::Q4_0 || T == GgmlType::Q5_0 ||
-                T == GgmlType::Q4_1 || T == GgmlType::Q5_1) {
-    // Per block: sum_k d (c_k - offset) dx q_k = d dx dot(c, q) + (-offset d) (dx sum q),
-    // or with a min m: d dx dot(c, q) + m (dx sum q). The second term is one FMA
-    // with the activation's precomputed dx * sum q, cheaper than folding the
-    // offset into the integer sum.
-    constexpr bool has_min = T == GgmlType::Q4_1 || T == GgmlType::Q5_1;
-    constexpr int offset = T == GgmlType::Q8_0 ? V::kQ8Offset : T == GgmlType::Q4_0 ? 8 : 16;
-    constexpr size_t scale_off = (T == GgmlType::Q8_0 ? 8 : T == GgmlType::Q5_0 || T == GgmlType::Q5_1 ? 5 : 4) * VB;
-    const int64_t nb = n_cols / 32;
-    const float* dx[N];
-    const float* dsx[N];
-    for (int t = 0; t < N; ++t) {
-      dx[t] = a.d + (t0 + t) * nb;
-      dsx[t] = a.dsum32 + (t0 + t) * nb;
-    }
-    for (int64_t u = 0; u < nb; ++u) {
-      const uint8_t* p = gp + u * unit_bytes;
-      I acc[N], p16[N];
-      for (int t = 0; t < N; ++t) acc[t] = V::zero();
-      chunk_steps<V, T>(p, [&](auto s, I w) {
-        for (int t = 0; t < N; ++t)
-          step_acc<V, T, call_index(T, s)>(acc[t], p16[t], w, xq[t] + u * 32 + 4 * s);
-      });
-      const F dw = V::load_f16(p + scale_off);
-      F mw;
-      if constexpr (has_min) mw = V::load_f16(p + scale_off + 2 * L);
-      else mw = V::mul(dw, V::set1f(static_cast<float>(-offset)));
-      for (int t = 0; t < N; ++t) {
-        accf[t] = V::fmadd(V::cvt(acc[t]), V::mul(dw, V::set1f(dx[t][u])), accf[t]);
-        if (has_min || offset != 0) accf[t] = V::fmadd(mw, V::set1f(dsx[t][u]), accf[t]);
-      }
-    }
-  } else if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
+  if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
     constexpr size_t chunk = (T == GgmlType::Q5_K ? 5 : 4) * VB;
     const int64_t nsb = n_cols / 256;
     for (int64_t u = 0; u < nsb; ++u) {
@@ -188,7 +265,7 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
         for (int t = 0; t < N; ++t) dot[t] = V::zero();
         chunk_steps<V, T>(p + j * chunk, [&](auto s, I w) {
           for (int t = 0; t < N; ++t)
-            step_acc<V, T, call_index(T, s)>(dot[t], p16[t], w, xq[t] + u * 256 + j * 32 + 4 * s);
+            step_acc<V, T, call_index(T, s)>(dot[t], p16[t], w, V::bcast4(xq[t] + u * 256 + j * 32 + 4 * s));
         });
         const I sc = V::load_u8_i32(sp + 4 * L + j * L);
         const I mn = V::load_u8_i32(sp + 12 * L + j * L);
@@ -219,8 +296,9 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
         for (int t = 0; t < N; ++t) dot0[t] = dot1[t] = V::zero();
         chunk_steps<V, T>(p + j * chunk, [&](auto s, I w) {
           for (int t = 0; t < N; ++t) {
-            if constexpr (s < 4) step_acc<V, T, s>(dot0[t], p0[t], w, xq[t] + u * 256 + j * 32 + 4 * s);
-            else step_acc<V, T, s - 4>(dot1[t], p1[t], w, xq[t] + u * 256 + j * 32 + 4 * s);
+            const I xb = V::bcast4(xq[t] + u * 256 + j * 32 + 4 * s);
+            if constexpr (s < 4) step_acc<V, T, s>(dot0[t], p0[t], w, xb);
+            else step_acc<V, T, s - 4>(dot1[t], p1[t], w, xb);
           }
         });
         const I sc0 = V::load_s8_i32(sp + 2 * L + (2 * j) * L);
@@ -240,7 +318,7 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
   for (int t = 0; t < N; ++t) V::store(y + (t0 + t) * n_rows + row0, accf[t], n_valid);
 }
 
-// Runs a tile: token micro-tiles of V::kMaxN (then 4, 2, 1 for the rest), each
+// Runs a tile: token micro-tiles of V::kBlock32N or V::kMaxN (then 4, 2, 1 for the rest), each
 // over all row groups of the tile, so the micro-tile's activations stay in L1
 // while the tile's weights come from L2.
 template <class V, GgmlType T>
@@ -249,15 +327,31 @@ void packed_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile
   const int64_t n_units = w.n_cols() / unit_cols(T);
   const size_t group_bytes = n_units * packed_unit_bytes(T, L);
   const int64_t g0 = tile.row_begin / L, g1 = (tile.row_end + L - 1) / L;
+  auto valid = [&](int64_t g) { return static_cast<int>(std::min<int64_t>(L, w.n_rows() - g * L)); };
   auto run = [&]<int N>(int64_t t0) {
-    for (int64_t g = g0; g < g1; ++g) {
-      const int n_valid = static_cast<int>(std::min<int64_t>(L, w.n_rows() - g * L));
-      group_kernel<V, T, N>(w.packed() + g * group_bytes, a, t0, y, w.n_rows(), g * L, n_valid);
+    int64_t g = g0;
+    if constexpr (is_block32(T)) {
+      auto groups = [&]<int G>() {
+        const uint8_t* gp[G];
+        int64_t row0[G];
+        int n_valid[G];
+        for (int i = 0; i < G; ++i) {
+          gp[i] = w.packed() + (g + i) * group_bytes;
+          row0[i] = (g + i) * L;
+          n_valid[i] = valid(g + i);
+        }
+        block32_kernel<V, T, G, N>(gp, a, t0, y, w.n_rows(), row0, n_valid);
+      };
+      for (; g + V::kGroups <= g1; g += V::kGroups) groups.template operator()<V::kGroups>();
+      for (; g < g1; ++g) groups.template operator()<1>();
+    } else {
+      for (; g < g1; ++g) group_kernel<V, T, N>(w.packed() + g * group_bytes, a, t0, y, w.n_rows(), g * L, valid(g));
     }
   };
+  constexpr int kN = is_block32(T) ? V::kBlock32N : V::kMaxN;
   int64_t t = tile.tok_begin;
-  for (; t + V::kMaxN <= tile.tok_end; t += V::kMaxN) run.template operator()<V::kMaxN>(t);
-  if constexpr (V::kMaxN > 4)
+  for (; t + kN <= tile.tok_end; t += kN) run.template operator()<kN>(t);
+  if constexpr (kN > 4)
     for (; t + 4 <= tile.tok_end; t += 4) run.template operator()<4>(t);
   for (; t + 2 <= tile.tok_end; t += 2) run.template operator()<2>(t);
   for (; t < tile.tok_end; ++t) run.template operator()<1>(t);

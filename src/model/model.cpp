@@ -246,9 +246,8 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
     const int layer = static_cast<int>(li);
     // --- attention ---
     for (int64_t t = 0; t < T; ++t) rms_norm(&s.x[t * dim], L.attn_norm.data(), &s.xn[t * dim], dim, c.rms_eps);
-    matmul(L.wq, s.xn.data(), T, s.q.data(), pool);
-    matmul(L.wk, s.xn.data(), T, s.k.data(), pool);
-    matmul(L.wv, s.xn.data(), T, s.v.data(), pool);
+    const MatmulTarget qkv[] = {{&L.wq, s.q.data()}, {&L.wk, s.k.data()}, {&L.wv, s.v.data()}};
+    matmul_multi(qkv, s.xn.data(), T, pool);
     for (int64_t t = 0; t < T; ++t) {
       float* qt = &s.q[t * q_dim];
       float* kt = &s.k[t * kv_dim];
@@ -285,8 +284,8 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
     add_inplace(s.x.data(), s.tmp.data(), T * dim);
     // --- feed-forward (SwiGLU) ---
     for (int64_t t = 0; t < T; ++t) rms_norm(&s.x[t * dim], L.ffn_norm.data(), &s.xn[t * dim], dim, c.rms_eps);
-    matmul(L.w_gate, s.xn.data(), T, s.gate.data(), pool);
-    matmul(L.w_up, s.xn.data(), T, s.up.data(), pool);
+    const MatmulTarget gate_up[] = {{&L.w_gate, s.gate.data()}, {&L.w_up, s.up.data()}};
+    matmul_multi(gate_up, s.xn.data(), T, pool);
     swiglu(s.gate.data(), s.up.data(), s.gate.data(), T * c.ffn_dim);
     matmul(L.w_down, s.gate.data(), T, s.tmp.data(), pool);
     add_inplace(s.x.data(), s.tmp.data(), T * dim);

@@ -232,6 +232,42 @@ TEST_P(MatmulTypeTest, TokenAloneMatchesTokenInBatch) {
   }
 }
 
+// matmul_multi (wq/wk/wv, gate/up sharing one activation quantization and one
+// pool job) gives the bits matmul() gives each matrix alone, for row counts
+// that leave partial tiles and partial row groups, and when a second target
+// has another type (same activation format or not: Q8_0 and Q4_K, F16).
+TEST_P(MatmulTypeTest, MultiMatchesSeparateCallsBitForBit) {
+  const GgmlType type = GetParam();
+  const int64_t n_cols = 512;
+  const int64_t rows[] = {67, 8, 17};
+  std::mt19937 rng(11);
+  for (GgmlType other : {type, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16}) {
+    const GgmlType types[] = {type, other, type};
+    std::vector<std::vector<uint8_t>> w;
+    for (int i = 0; i < 3; ++i) w.push_back(make_weights(types[i], rows[i], n_cols, rng));
+    for (Isa isa : kIsas) {
+      if (!isa_runs(isa)) continue;
+      std::vector<WeightMatrix> m;
+      for (int i = 0; i < 3; ++i) m.push_back(WeightMatrix::prepare(types[i], rows[i], n_cols, w[i].data(), isa));
+      for (int64_t n_tokens : {int64_t{1}, int64_t{5}, int64_t{70}}) {
+        const std::vector<float> x = make_acts(n_tokens, n_cols, rng);
+        std::vector<std::vector<float>> want(3), got(3);
+        std::vector<MatmulTarget> targets;
+        for (int i = 0; i < 3; ++i) {
+          want[i].resize(n_tokens * rows[i]);
+          got[i].assign(n_tokens * rows[i], std::nanf(""));
+          matmul(m[i], x.data(), n_tokens, want[i].data(), pool(2));
+          targets.push_back({&m[i], got[i].data()});
+        }
+        matmul_multi(targets, x.data(), n_tokens, pool(2));
+        for (int i = 0; i < 3; ++i)
+          EXPECT_EQ(0, std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)))
+              << type_name(types[i]) << " target " << i << " isa=" << isa_name(isa) << " tokens=" << n_tokens;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTypeTest, ::testing::ValuesIn(kTypes),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
