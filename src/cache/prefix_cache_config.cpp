@@ -5,18 +5,13 @@
 #include <cmath>
 #include <string>
 
+#include "common/ascii.h"
 #include "common/error.h"
 #include "kv/kv_config.h"
 
 namespace pagoda {
 
 namespace {
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 [[noreturn]] void bad(std::string_view flag, std::string_view text, std::string_view want) {
   throw Error(std::string(flag) + ": '" + std::string(text) + "' is not " + std::string(want));
@@ -32,26 +27,26 @@ bool parse_count(std::string_view text, int64_t& out) {
 }  // namespace
 
 bool parse_prompt_cache_switch(std::string_view text, std::string_view flag) {
-  const std::string t = lower(text);
+  const std::string t = ascii_lower(text);
   if (t == "on" || t == "true" || t == "1" || t == "yes") return true;
   if (t == "off" || t == "false" || t == "0" || t == "no") return false;
   bad(flag, text, "on or off");
 }
 
 uint64_t parse_prompt_cache_bytes(std::string_view text, std::string_view flag) {
-  if (lower(text) == "unlimited") return PrefixCacheConfig::kUnlimitedBytes;
+  if (ascii_lower(text) == "unlimited") return PrefixCacheConfig::kUnlimitedBytes;
   return parse_byte_size(text, flag);
 }
 
 int64_t parse_prompt_cache_max_entries(std::string_view text, std::string_view flag) {
-  if (lower(text) == "unlimited") return PrefixCacheConfig::kUnlimitedEntries;
+  if (ascii_lower(text) == "unlimited") return PrefixCacheConfig::kUnlimitedEntries;
   int64_t n = 0;
   if (!parse_count(text, n)) bad(flag, text, "a number of entries or 'unlimited'");
   return n;
 }
 
 int64_t parse_prompt_cache_ttl(std::string_view text, std::string_view flag) {
-  const std::string t = lower(text);
+  const std::string t = ascii_lower(text);
   if (t == "none" || t == "off") return PrefixCacheConfig::kNoTtl;
   // number + optional unit: ms, s, m, h (no unit: seconds).
   size_t unit_at = t.size();

@@ -93,15 +93,10 @@ void rope_pairs_ref(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, 
 
 void rope_ref(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
               const float* inv_freq, bool neox, float attn_factor) {
-  using ops_internal::kRopeChunkPairs;
-  ops_internal::rope_check_args(n_heads, head_dim, n_rot);
-  float cos_t[kRopeChunkPairs];
-  float sin_t[kRopeChunkPairs];
-  for (int64_t p0 = 0; p0 < n_rot / 2; p0 += kRopeChunkPairs) {
-    const int64_t p1 = std::min(n_rot / 2, p0 + kRopeChunkPairs);
-    ops_internal::rope_cos_sin(cos_t, sin_t, p0, p1, pos, inv_freq, attn_factor);
-    rope_pairs_ref(x, n_heads, head_dim, n_rot, p0, p1, cos_t, sin_t, neox);
-  }
+  ops_internal::rope_in_chunks(n_heads, head_dim, n_rot, pos, inv_freq, attn_factor,
+                               [&](int64_t p0, int64_t p1, const float* cos_t, const float* sin_t) {
+                                 rope_pairs_ref(x, n_heads, head_dim, n_rot, p0, p1, cos_t, sin_t, neox);
+                               });
 }
 
 void rope_apply_ref(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const float* cos,

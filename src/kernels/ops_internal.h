@@ -8,6 +8,7 @@
 // initializers and from any thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cpu_features.h"
@@ -49,5 +50,22 @@ void rope_cos_sin(float* cos_out, float* sin_out, int64_t pair_begin, int64_t pa
 
 // Argument checks shared by every rope() path (aborts on misuse).
 void rope_check_args(int64_t n_heads, int64_t head_dim, int64_t n_rot);
+
+// The rope() driver of every ISA: checks the arguments, then for each chunk of pairs
+// [p0, p1) (at most kRopeChunkPairs) computes the cos/sin once and calls
+// rotate(p0, p1, cos, sin) to apply them to every head. Each caller passes a lambda of its
+// own file (a type with internal linkage), so no instance is shared across ISA files.
+template <class Rotate>
+inline void rope_in_chunks(int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
+                           const float* inv_freq, float attn_factor, Rotate rotate) {
+  rope_check_args(n_heads, head_dim, n_rot);
+  float cos_t[kRopeChunkPairs];
+  float sin_t[kRopeChunkPairs];
+  for (int64_t p0 = 0; p0 < n_rot / 2; p0 += kRopeChunkPairs) {
+    const int64_t p1 = std::min(n_rot / 2, p0 + kRopeChunkPairs);
+    rope_cos_sin(cos_t, sin_t, p0, p1, pos, inv_freq, attn_factor);
+    rotate(p0, p1, cos_t, sin_t);
+  }
+}
 
 }  // namespace pagoda::ops_internal

@@ -2,11 +2,11 @@
 // and AVX-512 paths are the same code at two widths (and the AVX-512 one, which fewer
 // test machines can run, differs from the tested AVX2 one only in its traits).
 //
-// Include only from an ISA translation unit (ops_avx2.cpp, ops_avx512.cpp), after
-// defining the traits. Everything here has internal linkage: each ISA file gets its own
-// copy compiled with its own flags, so the linker can never merge an AVX-512 instance
-// into AVX2 code (the ODR trap of inline functions shared across differently-flagged
-// files).
+// Include only from an ISA translation unit (ops_avx2.cpp, ops_avx512.cpp), which
+// instantiates it with that ISA's traits (simd_avx2.h / simd_avx512.h). Everything here
+// has internal linkage: each ISA file gets its own copy compiled with its own flags, so
+// the linker can never merge an AVX-512 instance into AVX2 code (the ODR trap of inline
+// functions shared across differently-flagged files).
 //
 // A traits class V provides, for its register type V::Reg of V::kWidth floats:
 //   load, store, load_partial(p, n) (lanes >= n read 0), load_partial(p, n, fill),
@@ -287,15 +287,10 @@ void rope_pairs(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int6
 template <class V>
 void rope_simd(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
                const float* inv_freq, bool neox, float attn_factor) {
-  using ops_internal::kRopeChunkPairs;
-  ops_internal::rope_check_args(n_heads, head_dim, n_rot);
-  float cos_t[kRopeChunkPairs];
-  float sin_t[kRopeChunkPairs];
-  for (int64_t p0 = 0; p0 < n_rot / 2; p0 += kRopeChunkPairs) {
-    const int64_t p1 = std::min(n_rot / 2, p0 + kRopeChunkPairs);
-    ops_internal::rope_cos_sin(cos_t, sin_t, p0, p1, pos, inv_freq, attn_factor);
-    rope_pairs<V>(x, n_heads, head_dim, n_rot, p0, p1, cos_t, sin_t, neox);
-  }
+  ops_internal::rope_in_chunks(n_heads, head_dim, n_rot, pos, inv_freq, attn_factor,
+                               [&](int64_t p0, int64_t p1, const float* cos_t, const float* sin_t) {
+                                 rope_pairs<V>(x, n_heads, head_dim, n_rot, p0, p1, cos_t, sin_t, neox);
+                               });
 }
 
 template <class V>

@@ -6,19 +6,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/ascii.h"
 #include "common/error.h"
 
 namespace pagoda {
-
-namespace {
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-}  // namespace
 
 uint64_t parse_byte_size(std::string_view text, std::string_view flag) {
   const std::string bad = std::string(flag) + ": '" + std::string(text) +
@@ -37,7 +28,7 @@ uint64_t parse_byte_size(std::string_view text, std::string_view flag) {
   }
   if (!seen_digit) throw Error(bad);
   const std::string number(text.substr(0, i));
-  const std::string suffix = lower(text.substr(i));
+  const std::string suffix = ascii_lower(text.substr(i));
   long double mult = 0;
   struct Unit {
     const char* name;

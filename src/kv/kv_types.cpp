@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cassert>
-#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
+#include "common/ascii.h"
 #include "common/error.h"
 #include "tensor/types.h"
 
@@ -32,8 +32,7 @@ const char* kv_type_name(KvType t) {
 }
 
 std::optional<KvType> parse_kv_type(std::string_view name) {
-  std::string lower(name);
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string lower = ascii_lower(name);
   for (int i = 0; i < kNumKvTypes; ++i) {
     KvType t = static_cast<KvType>(i);
     if (lower == kv_type_name(t)) return t;

@@ -1,10 +1,10 @@
 // The SIMD paged-attention kernel written once over a vector-traits class, so the AVX2
 // and AVX-512 paths are the same code at two widths (as kernels/ops_simd.h does).
 //
-// Include only from an ISA translation unit (paged_attention_avx2.cpp / _avx512.cpp)
-// after defining the traits. Everything here has internal linkage, so each ISA file gets
-// its own copy compiled with its own flags (no ODR merging across differently-flagged
-// files).
+// Include only from an ISA translation unit (paged_attention_avx2.cpp / _avx512.cpp),
+// which instantiates it with that ISA's traits (kernels/simd_avx2.h / simd_avx512.h).
+// Everything here has internal linkage, so each ISA file gets its own copy compiled with
+// its own flags (no ODR merging across differently-flagged files).
 //
 // A traits class V provides, for V::Reg of V::kWidth floats: load, store,
 // load_partial(p, n) (lanes >= n read 0, never touched), store_partial(p, r, n), set1,
@@ -121,6 +121,82 @@ inline float dot_vec(const float* a, const float* b, int64_t n) {
   return V::reduce_add(V::add(a0, a1));
 }
 
+// Rows [n][hd] f32 of one block's K or V, starting at `data` (its `side` sidecar): read
+// in place when stored f32, otherwise decoded into tile [n][hd].
+template <class V>
+inline const float* rows_f32(KvType t, const uint8_t* data, const uint8_t* side, int64_t n, int64_t hd,
+                             size_t row_bytes, size_t side_bytes, float* tile) {
+  if (t == KvType::F32) return reinterpret_cast<const float*>(data);
+  dequant_rows<V>(t, data, side, n, hd, row_bytes, side_bytes, tile);
+  return tile;
+}
+
+// K rows [n][hd] f32 of block b, slots [slot, slot + n), for one KV head.
+template <class V>
+inline const float* k_rows_f32(const KvLayerView& view, BlockId b, int64_t kv_head, int64_t slot, int64_t n,
+                               float* tile) {
+  return rows_f32<V>(view.k_type, view.k_rows(b, kv_head) + slot * view.k_row_bytes,
+                     view.k_side(b, kv_head) + slot * view.k_side_row_bytes, n, view.head_dim, view.k_row_bytes,
+                     view.k_side_row_bytes, tile);
+}
+
+// V rows [n][hd] f32 of block b, slots [slot, slot + n), for one KV head.
+template <class V>
+inline const float* v_rows_f32(const KvLayerView& view, BlockId b, int64_t kv_head, int64_t slot, int64_t n,
+                               float* tile) {
+  return rows_f32<V>(view.v_type, view.v_rows(b, kv_head) + slot * view.v_row_bytes,
+                     view.v_side(b, kv_head) + slot * view.v_side_row_bytes, n, view.head_dim, view.v_row_bytes,
+                     view.v_side_row_bytes, tile);
+}
+
+// Entering position p of [p_begin, p_end) (blocks of bs positions): prefetch the next
+// blocks' rows of this head. Blocks are scattered, so the hardware prefetcher would
+// restart on every one (measured: 16-token f16 blocks ran 1.6x slower than 128-token ones
+// at 4k context without this). Two blocks ahead once running (the next one was requested
+// a block ago).
+inline void prefetch_ahead(const KvLayerView& view, const BlockId* blocks, int64_t p, int64_t p_begin,
+                           int64_t p_end, int64_t kv_head) {
+  const int64_t bs = view.block_size;
+  if (p == p_begin) {
+    for (int64_t next = p / bs + 1; next <= p / bs + 2 && next * bs < p_end; ++next)
+      prefetch_block(view, blocks[next], kv_head);
+  } else if (p % bs == 0 && (p / bs + 2) * bs < p_end) {
+    prefetch_block(view, blocks[p / bs + 2], kv_head);
+  }
+}
+
+// o[0, hd) *= c.
+template <class V>
+inline void scale_row(float* o, int64_t hd, float c) {
+  constexpr int64_t W = V::kWidth;
+  const typename V::Reg vc = V::set1(c);
+  int64_t i = 0;
+  for (; i + W <= hd; i += W) V::store(o + i, V::mul(V::load(o + i), vc));
+  if (i < hd) V::store_partial(o + i, V::mul(V::load_partial(o + i, hd - i), vc), hd - i);
+}
+
+// One online-softmax step of a row: folds scores s[0, n) (n >= 1) into its running max
+// *m and sum *l, rescaling its accumulator o [hd] when the max grows (one rescale per
+// chunk), and leaves s[j] = exp(s[j] - *m), the weights of this chunk's V rows.
+template <class V>
+inline void online_softmax_step(float* s, int64_t n, float* m, float* l, float* o, int64_t hd) {
+  float mx = s[0];
+  for (int64_t j = 1; j < n; ++j) mx = std::max(mx, s[j]);
+  if (mx > *m) {
+    if (*l > 0.0f) {
+      const float corr = std::exp(*m - mx);
+      *l *= corr;
+      scale_row<V>(o, hd, corr);
+    }
+    *m = mx;
+  }
+  for (int64_t j = 0; j < n; ++j) s[j] -= *m;
+  exp_f32(s, s, n);
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n; ++j) sum += s[j];
+  *l += sum;
+}
+
 // Partial attention of n_q <= kAttnMaxGroup heads over [p_begin, p_end).
 template <class V>
 void attend_group(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,
@@ -142,60 +218,12 @@ void attend_group(const KvLayerView& view, const BlockId* blocks, int64_t p_begi
     const BlockId b = blocks[p / bs];
     const int64_t slot = p % bs;
     const int64_t n = std::min({chunk, bs - slot, p_end - p});
-    // Entering a block: prefetch the next block's rows of this head. Blocks are
-    // scattered, so the hardware prefetcher would restart on every one (measured: 16-token
-    // f16 blocks ran 1.6x slower than 128-token ones at 4k context without this).
-    // Two blocks ahead once running (the next one was requested a block ago).
-    if (p == p_begin) {
-      for (int64_t next = p / bs + 1; next <= p / bs + 2 && next * bs < p_end; ++next)
-        prefetch_block(view, blocks[next], kv_head);
-    } else if (slot == 0 && (p / bs + 2) * bs < p_end) {
-      prefetch_block(view, blocks[p / bs + 2], kv_head);
-    }
-    // K rows [n][hd]: read f32 in place, otherwise dequantize into the tile.
-    const float* K;
-    const uint8_t* kd = view.k_rows(b, kv_head) + slot * view.k_row_bytes;
-    if (view.k_type == KvType::F32) {
-      K = reinterpret_cast<const float*>(kd);
-    } else {
-      dequant_rows<V>(view.k_type, kd, view.k_side(b, kv_head) + slot * view.k_side_row_bytes, n, hd,
-                      view.k_row_bytes, view.k_side_row_bytes, ktile);
-      K = ktile;
-    }
+    prefetch_ahead(view, blocks, p, p_begin, p_end, kv_head);
+    const float* K = k_rows_f32<V>(view, b, kv_head, slot, n, ktile);  // [n][hd]
     for (int64_t j = 0; j < n; ++j)
       for (int h = 0; h < n_q; ++h) s[h * kAttnChunk + j] = dot_vec<V>(q + h * hd, K + j * hd, hd) * scale;
-    // Online softmax: one rescale of each head's accumulators per chunk.
-    for (int h = 0; h < n_q; ++h) {
-      float* sh = s + h * kAttnChunk;
-      float mx = sh[0];
-      for (int64_t j = 1; j < n; ++j) mx = std::max(mx, sh[j]);
-      if (mx > m[h]) {
-        if (l[h] > 0.0f) {
-          const float corr = std::exp(m[h] - mx);
-          l[h] *= corr;
-          const Reg vc = V::set1(corr);
-          float* oh = o + h * hd;
-          int64_t i = 0;
-          for (; i + W <= hd; i += W) V::store(oh + i, V::mul(V::load(oh + i), vc));
-          if (i < hd) V::store_partial(oh + i, V::mul(V::load_partial(oh + i, hd - i), vc), hd - i);
-        }
-        m[h] = mx;
-      }
-      for (int64_t j = 0; j < n; ++j) sh[j] -= m[h];
-      exp_f32(sh, sh, n);
-      float sum = 0.0f;
-      for (int64_t j = 0; j < n; ++j) sum += sh[j];
-      l[h] += sum;
-    }
-    const float* Vr;
-    const uint8_t* vd = view.v_rows(b, kv_head) + slot * view.v_row_bytes;
-    if (view.v_type == KvType::F32) {
-      Vr = reinterpret_cast<const float*>(vd);
-    } else {
-      dequant_rows<V>(view.v_type, vd, view.v_side(b, kv_head) + slot * view.v_side_row_bytes, n, hd,
-                      view.v_row_bytes, view.v_side_row_bytes, vtile);
-      Vr = vtile;
-    }
+    for (int h = 0; h < n_q; ++h) online_softmax_step<V>(s + h * kAttnChunk, n, m + h, l + h, o + h * hd, hd);
+    const float* Vr = v_rows_f32<V>(view, b, kv_head, slot, n, vtile);  // [n][hd]
     // o[h] += Σ_j w[h][j] · V[j]: the accumulator of one W-wide column strip stays in a
     // register across the chunk's rows.
     for (int h = 0; h < n_q; ++h) {
@@ -319,7 +347,6 @@ inline void tile_pv_rows(float* const* orow, int r, const float* s, int64_t ss, 
 template <class V>
 void attend_tile_rows(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,
                       const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride) {
-  using Reg = typename V::Reg;
   constexpr int64_t W = V::kWidth;
   const int64_t hd = view.head_dim, bs = view.block_size;
   // Kᵀ is [hd][chunk]: 32 positions for head_dim <= 128, 16 up to 256 (16 KiB either way).
@@ -348,23 +375,11 @@ void attend_tile_rows(const KvLayerView& view, const BlockId* blocks, int64_t po
     const BlockId b = blocks[p / bs];
     const int64_t slot = p % bs;
     const int64_t n = std::min({chunk, bs - slot, p_end - p});
-    if (p == 0) {  // prefetch as attend_group does (blocks are scattered)
-      for (int64_t next = 1; next <= 2 && next * bs < p_end; ++next) prefetch_block(view, blocks[next], kv_head);
-    } else if (slot == 0 && (p / bs + 2) * bs < p_end) {
-      prefetch_block(view, blocks[p / bs + 2], kv_head);
-    }
+    prefetch_ahead(view, blocks, p, 0, p_end, kv_head);
     // Rows of tokens before p see nothing of this chunk (token-major: a prefix of rows).
     const int r_begin = static_cast<int>(std::max<int64_t>(0, p - pos0)) * n_q;
 
-    const float* K;
-    const uint8_t* kd = view.k_rows(b, kv_head) + slot * view.k_row_bytes;
-    if (view.k_type == KvType::F32) {
-      K = reinterpret_cast<const float*>(kd);
-    } else {
-      dequant_rows<V>(view.k_type, kd, view.k_side(b, kv_head) + slot * view.k_side_row_bytes, n, hd,
-                      view.k_row_bytes, view.k_side_row_bytes, ktile);
-      K = ktile;
-    }
+    const float* K = k_rows_f32<V>(view, b, kv_head, slot, n, ktile);  // [n][hd]
     const int nr = static_cast<int>((n + W - 1) / W);
     for (int64_t d = 0; d < hd; ++d) {
       float* kr = kt + d * ks;
@@ -382,48 +397,16 @@ void attend_tile_rows(const KvLayerView& view, const BlockId* blocks, int64_t po
     for (int r = r_begin; r < n_rows; ++r) {
       const int64_t n_vis = std::min<int64_t>(n, pos0 + r / n_q - p + 1);
       float* sr = s + r * kAttnChunk;
-      float mx = sr[0];
-      for (int64_t j = 1; j < n_vis; ++j) mx = std::max(mx, sr[j]);
-      if (mx > m[r]) {
-        if (l[r] > 0.0f) {
-          const float corr = std::exp(m[r] - mx);
-          l[r] *= corr;
-          const Reg vc = V::set1(corr);
-          float* o = orow[r];
-          int64_t i = 0;
-          for (; i + W <= hd; i += W) V::store(o + i, V::mul(V::load(o + i), vc));
-          if (i < hd) V::store_partial(o + i, V::mul(V::load_partial(o + i, hd - i), vc), hd - i);
-        }
-        m[r] = mx;
-      }
-      for (int64_t j = 0; j < n_vis; ++j) sr[j] -= m[r];
-      exp_f32(sr, sr, n_vis);
-      float sum = 0.0f;
-      for (int64_t j = 0; j < n_vis; ++j) sum += sr[j];
+      online_softmax_step<V>(sr, n_vis, m + r, l + r, orow[r], hd);
       for (int64_t j = n_vis; j < n; ++j) sr[j] = 0.0f;
-      l[r] += sum;
     }
-    const float* Vr;
-    const uint8_t* vd = view.v_rows(b, kv_head) + slot * view.v_row_bytes;
-    if (view.v_type == KvType::F32) {
-      Vr = reinterpret_cast<const float*>(vd);
-    } else {
-      dequant_rows<V>(view.v_type, vd, view.v_side(b, kv_head) + slot * view.v_side_row_bytes, n, hd,
-                      view.v_row_bytes, view.v_side_row_bytes, vtile);
-      Vr = vtile;
-    }
+    const float* Vr = v_rows_f32<V>(view, b, kv_head, slot, n, vtile);  // [n][hd]
     int r = r_begin;
     for (; r + 4 <= n_rows; r += 4) tile_pv_rows<V, 4>(orow, r, s, kAttnChunk, Vr, n, hd);
     for (; r < n_rows; ++r) tile_pv_rows<V, 1>(orow, r, s, kAttnChunk, Vr, n, hd);
     p += n;
   }
-  for (int r = 0; r < n_rows; ++r) {
-    const Reg inv = V::set1(1.0f / l[r]);
-    float* o = orow[r];
-    int64_t i = 0;
-    for (; i + W <= hd; i += W) V::store(o + i, V::mul(V::load(o + i), inv));
-    if (i < hd) V::store_partial(o + i, V::mul(V::load_partial(o + i, hd - i), inv), hd - i);
-  }
+  for (int r = 0; r < n_rows; ++r) scale_row<V>(orow[r], hd, 1.0f / l[r]);
 }
 
 template <class V>

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "tensor/codecs_internal.h"
 #include "tensor/codecs_k.h"
 #include "tensor/types.h"
 
@@ -21,31 +22,9 @@ namespace pagoda {
 
 namespace {
 
-template <typename Block>
-Block load_block(const void* src, int64_t block_idx) {
-  Block b;
-  std::memcpy(&b, static_cast<const uint8_t*>(src) + block_idx * sizeof(Block), sizeof(Block));
-  return b;
-}
-
-template <typename Block>
-void store_block(void* dst, int64_t block_idx, const Block& b) {
-  std::memcpy(static_cast<uint8_t*>(dst) + block_idx * sizeof(Block), &b, sizeof(Block));
-}
-
-// Signed value of largest magnitude in x[0..n) (the first one on ties) and its magnitude.
-// The symmetric formats divide by this signed value so that the extreme element lands
-// on the one code with no mirror (-8 for Q4_0, -16 for Q5_0), gaining one level.
-void signed_absmax(const float* x, int n, float* max, float* amax) {
-  *max = 0.0f;
-  *amax = 0.0f;
-  for (int j = 0; j < n; ++j) {
-    if (std::fabs(x[j]) > *amax) {
-      *amax = std::fabs(x[j]);
-      *max = x[j];
-    }
-  }
-}
+using codecs_internal::load_block;
+using codecs_internal::signed_absmax;
+using codecs_internal::store_block;
 
 // ---- decoders ----
 
@@ -102,17 +81,11 @@ void dequantize_q5_1(const void* src, float* y, int64_t num_blocks) {
   }
 }
 
-void dequantize_q8_0(const void* src, float* y, int64_t num_blocks) {
+// Q8_0 and Q8_1 decode alike (Q8_1's sum s is only for dot products).
+template <typename Block>
+void dequantize_q8(const void* src, float* y, int64_t num_blocks) {
   for (int64_t i = 0; i < num_blocks; ++i, y += kQK) {
-    const auto b = load_block<BlockQ8_0>(src, i);
-    const float d = f16_to_f32(b.d);
-    for (int j = 0; j < kQK; ++j) y[j] = d * static_cast<float>(b.qs[j]);
-  }
-}
-
-void dequantize_q8_1(const void* src, float* y, int64_t num_blocks) {
-  for (int64_t i = 0; i < num_blocks; ++i, y += kQK) {
-    const auto b = load_block<BlockQ8_1>(src, i);
+    const auto b = load_block<Block>(src, i);
     const float d = f16_to_f32(b.d);
     for (int j = 0; j < kQK; ++j) y[j] = d * static_cast<float>(b.qs[j]);
   }
@@ -139,18 +112,29 @@ void quantize_q4_0(const float* x, void* dst, int64_t num_blocks) {
   }
 }
 
+// Scale of the offset formats (Q4_1, Q5_1): codes 0..max_code span [min, max] of the
+// block x[0..kQK), i.e. x ~= min + d * code.
+struct MinScale {
+  float min;
+  float d;
+  float id;  // 1 / d, or 0 for a constant block (every code 0)
+};
+
+MinScale min_scale(const float* x, float max_code) {
+  const auto [lo, hi] = std::minmax_element(x, x + kQK);
+  const float d = (*hi - *lo) / max_code;
+  return {*lo, d, d != 0.0f ? 1.0f / d : 0.0f};
+}
+
 void quantize_q4_1(const float* x, void* dst, int64_t num_blocks) {
   for (int64_t i = 0; i < num_blocks; ++i, x += kQK) {
-    const auto [lo, hi] = std::minmax_element(x, x + kQK);
-    const float min = *lo, max = *hi;
-    const float d = (max - min) / 15.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const MinScale s = min_scale(x, 15.0f);
     BlockQ4_1 b;
-    b.d = f32_to_f16(d);
-    b.m = f32_to_f16(min);
+    b.d = f32_to_f16(s.d);
+    b.m = f32_to_f16(s.min);
     for (int j = 0; j < kQK / 2; ++j) {
-      const int q0 = std::min(15, static_cast<int>((x[j] - min) * id + 0.5f));
-      const int q1 = std::min(15, static_cast<int>((x[j + kQK / 2] - min) * id + 0.5f));
+      const int q0 = std::min(15, static_cast<int>((x[j] - s.min) * s.id + 0.5f));
+      const int q1 = std::min(15, static_cast<int>((x[j + kQK / 2] - s.min) * s.id + 0.5f));
       b.qs[j] = static_cast<uint8_t>(q0 | q1 << 4);
     }
     store_block(dst, i, b);
@@ -186,16 +170,13 @@ void quantize_q5_0(const float* x, void* dst, int64_t num_blocks) {
 
 void quantize_q5_1(const float* x, void* dst, int64_t num_blocks) {
   for (int64_t i = 0; i < num_blocks; ++i, x += kQK) {
-    const auto [lo, hi] = std::minmax_element(x, x + kQK);
-    const float min = *lo, max = *hi;
-    const float d = (max - min) / 31.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const MinScale s = min_scale(x, 31.0f);
     BlockQ5_1 b;
-    b.d = f32_to_f16(d);
-    b.m = f32_to_f16(min);
+    b.d = f32_to_f16(s.d);
+    b.m = f32_to_f16(s.min);
     int q[kQK];
     // ggml does not clamp here; the clamp only guards against (max-min)*id rounding above 31.5.
-    for (int j = 0; j < kQK; ++j) q[j] = std::min(31, static_cast<int>((x[j] - min) * id + 0.5f));
+    for (int j = 0; j < kQK; ++j) q[j] = std::min(31, static_cast<int>((x[j] - s.min) * s.id + 0.5f));
     pack_q5(q, &b);
     store_block(dst, i, b);
   }
@@ -273,8 +254,8 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
     case GgmlType::Q4_1: return dequantize_q4_1(src, dst, num_blocks);
     case GgmlType::Q5_0: return dequantize_q5_0(src, dst, num_blocks);
     case GgmlType::Q5_1: return dequantize_q5_1(src, dst, num_blocks);
-    case GgmlType::Q8_0: return dequantize_q8_0(src, dst, num_blocks);
-    case GgmlType::Q8_1: return dequantize_q8_1(src, dst, num_blocks);
+    case GgmlType::Q8_0: return dequantize_q8<BlockQ8_0>(src, dst, num_blocks);
+    case GgmlType::Q8_1: return dequantize_q8<BlockQ8_1>(src, dst, num_blocks);
     case GgmlType::Q4_K: return dequantize_q4_k(src, dst, num_blocks);
     case GgmlType::Q5_K: return dequantize_q5_k(src, dst, num_blocks);
     case GgmlType::Q6_K: return dequantize_q6_k(src, dst, num_blocks);

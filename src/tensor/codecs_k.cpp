@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "tensor/codecs_internal.h"
 #include "tensor/codecs_k.h"
 #include "tensor/types.h"
 
@@ -25,17 +26,9 @@ namespace pagoda {
 
 namespace {
 
-template <typename Block>
-Block load_block(const void* src, int64_t block_idx) {
-  Block b;
-  std::memcpy(&b, static_cast<const uint8_t*>(src) + block_idx * sizeof(Block), sizeof(Block));
-  return b;
-}
-
-template <typename Block>
-void store_block(void* dst, int64_t block_idx, const Block& b) {
-  std::memcpy(static_cast<uint8_t*>(dst) + block_idx * sizeof(Block), &b, sizeof(Block));
-}
+using codecs_internal::load_block;
+using codecs_internal::signed_absmax;
+using codecs_internal::store_block;
 
 // Round half to even, as ggml's nearest_int (default FP rounding mode assumed).
 int nearest_int(float x) { return static_cast<int>(std::nearbyint(x)); }
@@ -104,11 +97,12 @@ int q6_k_code(const uint8_t* ql, const uint8_t* qh, int e) {
   return low | high << 4;
 }
 
-}  // namespace
-
-void dequantize_q4_k(const void* src, float* y, int64_t num_blocks) {
+// Q4_K and Q5_K share the scale/min layout: value e of sub-block j decodes to
+// d·sc_j·code(b, e) - dmin·m_j, where code(b, e) is the format's 4- or 5-bit code.
+template <typename Block, typename CodeFn>
+void dequantize_scale_min_k(const void* src, float* y, int64_t num_blocks, CodeFn code) {
   for (int64_t i = 0; i < num_blocks; ++i, y += kQK_K) {
-    const auto b = load_block<BlockQ4_K>(src, i);
+    const auto b = load_block<Block>(src, i);
     const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
     for (int j = 0; j < kSubBlocks; ++j) {
       int sc, m;
@@ -116,26 +110,22 @@ void dequantize_q4_k(const void* src, float* y, int64_t num_blocks) {
       const float scale = d * static_cast<float>(sc), offset = dmin * static_cast<float>(m);
       for (int l = 0; l < kSubBlockSize; ++l) {
         const int e = j * kSubBlockSize + l;
-        y[e] = scale * static_cast<float>(q4_k_code(b.qs, e)) - offset;
+        y[e] = scale * static_cast<float>(code(b, e)) - offset;
       }
     }
   }
 }
 
+}  // namespace
+
+void dequantize_q4_k(const void* src, float* y, int64_t num_blocks) {
+  dequantize_scale_min_k<BlockQ4_K>(src, y, num_blocks,
+                                    [](const BlockQ4_K& b, int e) { return q4_k_code(b.qs, e); });
+}
+
 void dequantize_q5_k(const void* src, float* y, int64_t num_blocks) {
-  for (int64_t i = 0; i < num_blocks; ++i, y += kQK_K) {
-    const auto b = load_block<BlockQ5_K>(src, i);
-    const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
-    for (int j = 0; j < kSubBlocks; ++j) {
-      int sc, m;
-      unpack_scale_min(b.scales, j, &sc, &m);
-      const float scale = d * static_cast<float>(sc), offset = dmin * static_cast<float>(m);
-      for (int l = 0; l < kSubBlockSize; ++l) {
-        const int e = j * kSubBlockSize + l;
-        y[e] = scale * static_cast<float>(q5_k_code(b.qs, b.qh, e)) - offset;
-      }
-    }
-  }
+  dequantize_scale_min_k<BlockQ5_K>(src, y, num_blocks,
+                                    [](const BlockQ5_K& b, int e) { return q5_k_code(b.qs, b.qh, e); });
 }
 
 void dequantize_q6_k(const void* src, float* y, int64_t num_blocks) {
@@ -275,13 +265,8 @@ void quantize_k_scales_and_codes(const float* x, int nmax, float rmin, float rde
 // the signed extreme, so the extreme lands on -nmax, the level with no mirror; 19
 // nearby inverse scales are tried and the least-squares scale of the best kept.
 float fit_symmetric(const float* x, int n, int nmax, uint8_t* q) {
-  float max = 0, amax = 0;
-  for (int l = 0; l < n; ++l) {
-    if (std::fabs(x[l]) > amax) {
-      amax = std::fabs(x[l]);
-      max = x[l];
-    }
-  }
+  float max, amax;
+  signed_absmax(x, n, &max, &amax);
   if (amax < kGroupMaxEps) {
     // Scale 0 makes every code decode to 0; code 0 (not nmax) is what ggml writes.
     std::fill(q, q + n, 0);
@@ -360,14 +345,9 @@ void quantize_q6_k(const float* x, void* dst, int64_t num_blocks) {
     std::memset(&b, 0, sizeof(b));
     uint8_t q[kQK_K];
     float group_scale[kGroups];
-    float max_scale = 0, max_abs_scale = 0;
-    for (int g = 0; g < kGroups; ++g) {
-      group_scale[g] = fit_symmetric(x + 16 * g, 16, 32, q + 16 * g);
-      if (std::fabs(group_scale[g]) > max_abs_scale) {
-        max_abs_scale = std::fabs(group_scale[g]);
-        max_scale = group_scale[g];
-      }
-    }
+    for (int g = 0; g < kGroups; ++g) group_scale[g] = fit_symmetric(x + 16 * g, 16, 32, q + 16 * g);
+    float max_scale, max_abs_scale;
+    signed_absmax(group_scale, kGroups, &max_scale, &max_abs_scale);
     if (max_abs_scale < kGroupMaxEps) {  // all zeros: d = 0 decodes everything to 0
       store_block(dst, i, b);
       continue;
@@ -403,13 +383,8 @@ void quantize_q8_k(const float* x, void* dst, int64_t num_blocks) {
   for (int64_t i = 0; i < num_blocks; ++i, x += kQK_K) {
     BlockQ8_K b;
     std::memset(&b, 0, sizeof(b));
-    float max = 0, amax = 0;
-    for (int e = 0; e < kQK_K; ++e) {
-      if (std::fabs(x[e]) > amax) {
-        amax = std::fabs(x[e]);
-        max = x[e];
-      }
-    }
+    float max, amax;
+    signed_absmax(x, kQK_K, &max, &amax);
     if (amax != 0.0f) {
       const float iscale = -127.0f / max;
       for (int e = 0; e < kQK_K; ++e) {

@@ -2,10 +2,10 @@
 // (dequantize_row / quantize_row) live in codecs.cpp.
 #include "tensor/types.h"
 
-#include <cctype>
 #include <cstring>
 #include <string>
 
+#include "common/ascii.h"
 #include "common/error.h"
 
 namespace pagoda {
@@ -53,13 +53,10 @@ const TypeTraits& traits(GgmlType type) {
 const char* type_name(GgmlType type) { return traits(type).name; }
 
 std::optional<GgmlType> parse_type_name(std::string_view name) {
-  std::string lower(name);
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string lower = ascii_lower(name);
   for (const auto& t : kTraits) {
     if (!t.weight_supported) continue;
-    std::string n = t.name;
-    for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (n == lower) return t.type;
+    if (ascii_lower(t.name) == lower) return t.type;
   }
   return std::nullopt;
 }

@@ -6,6 +6,7 @@
 // conversation, and turns whose cached prefix was partly evicted in between — on
 // stories260K and synthetic llama / qwen2 / qwen3 models, with f16 and q8 KV.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -256,7 +257,7 @@ TEST(PrefixCacheModel, StoriesGreedyIsIdenticalWithTheCacheOnAndOff) {
 TEST(PrefixCacheModel, SyntheticModelsGreedyIsIdenticalWithTheCacheOnAndOff) {
   for (const std::string arch : {"llama", "qwen2", "qwen3"}) {
     const std::string path =
-        (std::filesystem::temp_directory_path() / ("pagoda_prefix_cache_" + arch + ".gguf")).string();
+        (std::filesystem::temp_directory_path() / ("pagoda_prefix_cache_" + std::to_string(::getpid()) + "_" + arch + ".gguf")).string();
     write_synthetic_model(synth_spec(arch), path);
     Loaded l = load(path);
     check_model(*l.model, "synthetic " + arch);

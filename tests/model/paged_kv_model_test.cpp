@@ -7,6 +7,7 @@
 //   and q4 within 5% (measured values printed), for q4 K and q4 V alone and together, on
 //   every model (stories260K's K outlier channels included: kv_types.h).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -129,7 +130,7 @@ TEST(PagedKvModel, StoriesGreedyThroughThePoolEqualsTheContiguousCache) {
 }
 
 std::string synth_path(const std::string& arch) {
-  return (std::filesystem::temp_directory_path() / ("pagoda_paged_kv_" + arch + ".gguf")).string();
+  return (std::filesystem::temp_directory_path() / ("pagoda_paged_kv_" + std::to_string(::getpid()) + "_" + arch + ".gguf")).string();
 }
 
 SynthSpec synth_spec(const std::string& arch) {

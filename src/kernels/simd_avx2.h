@@ -1,0 +1,107 @@
+// Vec: the AVX2 + FMA + F16C float-vector traits (8 floats per __m256) that the
+// width-generic kernels are written over: kernels/ops_simd.h (row ops) and
+// kv/paged_attention_simd.h (paged attention). One copy, so the two kernel families
+// cannot drift apart in how they load tails or reduce.
+//
+// Include only from *_avx2.cpp files: they are the ones built with -mavx2 -mfma -mf16c
+// -mbmi2 (CMakeLists.txt). Everything here is in an anonymous namespace, so each
+// including file gets its own copy compiled with its own flags and the linker can never
+// merge these inline functions with a differently-flagged instance (the ODR trap).
+//
+// Provides, for Reg = __m256 of kWidth = 8 floats:
+//   load, store, load_partial(p, n) (lanes >= n read 0), load_partial(p, n, fill),
+//   store_partial(p, r, n) (n < kWidth; lanes >= n are neither read nor written),
+//   set1, zero, add, sub, mul, div, fmadd(a, b, c) = a*b + c, fnmadd(a, b, c) = c - a*b,
+//   max, min (x86 semantics: the second operand is returned when either is NaN),
+//   round (to nearest even), ldexp(p, n) = p * 2^n for integral n in [-150, 128],
+//   swap_pairs (lanes 2i <-> 2i+1), reduce_add, reduce_max;
+// and the row decoders, each reading kWidth elements: cvt_f16, cvt_bf16 (const uint16_t*),
+// cvt_i8 (const int8_t*), lo_nibbles / hi_nibbles (const uint8_t*: float of p[i] & 15 /
+// p[i] >> 4).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace pagoda::simd_avx2 {
+namespace {
+
+struct Vec {
+  using Reg = __m256;
+  static constexpr int64_t kWidth = 8;
+
+  // Lanes [0, n) set, for n in [0, 8): a sliding window over 8 ones then 8 zeros.
+  static __m256i tail_mask(int64_t n) {
+    static const int32_t kWindow[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kWindow + 8 - n));
+  }
+
+  static Reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, Reg v) { _mm256_storeu_ps(p, v); }
+  // vmaskmovps neither reads nor faults on masked-off lanes.
+  static Reg load_partial(const float* p, int64_t n) { return _mm256_maskload_ps(p, tail_mask(n)); }
+  static Reg load_partial(const float* p, int64_t n, float fill) {
+    const __m256i m = tail_mask(n);
+    return _mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
+  }
+  static void store_partial(float* p, Reg v, int64_t n) { _mm256_maskstore_ps(p, tail_mask(n), v); }
+
+  static Reg set1(float a) { return _mm256_set1_ps(a); }
+  static Reg zero() { return _mm256_setzero_ps(); }
+  static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  static Reg sub(Reg a, Reg b) { return _mm256_sub_ps(a, b); }
+  static Reg mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
+  static Reg div(Reg a, Reg b) { return _mm256_div_ps(a, b); }
+  static Reg fmadd(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static Reg fnmadd(Reg a, Reg b, Reg c) { return _mm256_fnmadd_ps(a, b, c); }
+  static Reg max(Reg a, Reg b) { return _mm256_max_ps(a, b); }
+  static Reg min(Reg a, Reg b) { return _mm256_min_ps(a, b); }
+  static Reg round(Reg a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // p * 2^n as p * 2^(n>>1) * 2^(n - (n>>1)): each factor is a normal float for
+  // n in [-150, 128], and the second multiply rounds once into the denormal range.
+  static Reg ldexp(Reg p, Reg n) {
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i n1 = _mm256_srai_epi32(ni, 1);
+    const __m256i n2 = _mm256_sub_epi32(ni, n1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    const Reg f1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    const Reg f2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, f1), f2);
+  }
+  static Reg swap_pairs(Reg v) { return _mm256_permute_ps(v, 0xB1); }
+  static float reduce_add(Reg v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  static float reduce_max(Reg v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+
+  // Row decoders (8 elements each).
+  static Reg cvt_f16(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static Reg cvt_bf16(const uint16_t* p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  static Reg cvt_i8(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static __m256i u8x8(const uint8_t* p) {
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  }
+  static Reg lo_nibbles(const uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_and_si256(u8x8(p), _mm256_set1_epi32(0x0F)));
+  }
+  static Reg hi_nibbles(const uint8_t* p) { return _mm256_cvtepi32_ps(_mm256_srli_epi32(u8x8(p), 4)); }
+};
+
+}  // namespace
+}  // namespace pagoda::simd_avx2

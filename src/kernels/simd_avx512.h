@@ -1,0 +1,89 @@
+// Vec: the AVX-512 (F/BW/VL/DQ) float-vector traits (16 floats per __m512, tails through
+// mask registers) that the width-generic kernels are written over: kernels/ops_simd.h
+// (row ops) and kv/paged_attention_simd.h (paged attention). The AVX2 twin is
+// kernels/simd_avx2.h; the operations and their contracts are listed there.
+//
+// Include only from *_avx512.cpp files, and before anything else that includes
+// <immintrin.h> (so the pragma below covers it): they are the ones built with the AVX-512
+// flags (CMakeLists.txt). Everything here is in an anonymous namespace, so each including
+// file gets its own copy compiled with its own flags and the linker can never merge these
+// inline functions with a differently-flagged instance (the ODR trap).
+#pragma once
+
+// GCC 12 flags its own _mm512_undefined_*() (`__m512 __Y = __Y;`) as uninitialized once
+// inlined into the reduce intrinsics (GCC bug 105593, fixed in 13); the suppression covers
+// the header's lines only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstdint>
+
+namespace pagoda::simd_avx512 {
+namespace {
+
+struct Vec {
+  using Reg = __m512;
+  static constexpr int64_t kWidth = 16;
+
+  // Lanes [0, n) set, n in [0, 16).
+  static __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
+
+  static Reg load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, Reg v) { _mm512_storeu_ps(p, v); }
+  // Masked-off lanes are neither read nor able to fault.
+  static Reg load_partial(const float* p, int64_t n) { return _mm512_maskz_loadu_ps(tail_mask(n), p); }
+  static Reg load_partial(const float* p, int64_t n, float fill) {
+    return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), tail_mask(n), p);
+  }
+  static void store_partial(float* p, Reg v, int64_t n) { _mm512_mask_storeu_ps(p, tail_mask(n), v); }
+
+  static Reg set1(float a) { return _mm512_set1_ps(a); }
+  static Reg zero() { return _mm512_setzero_ps(); }
+  static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
+  static Reg sub(Reg a, Reg b) { return _mm512_sub_ps(a, b); }
+  static Reg mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
+  static Reg div(Reg a, Reg b) { return _mm512_div_ps(a, b); }
+  static Reg fmadd(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static Reg fnmadd(Reg a, Reg b, Reg c) { return _mm512_fnmadd_ps(a, b, c); }
+  static Reg max(Reg a, Reg b) { return _mm512_max_ps(a, b); }
+  static Reg min(Reg a, Reg b) { return _mm512_min_ps(a, b); }
+  static Reg round(Reg a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // p * 2^n in two exact steps, as in the AVX2 traits.
+  static Reg ldexp(Reg p, Reg n) {
+    const __m512i ni = _mm512_cvtps_epi32(n);
+    const __m512i n1 = _mm512_srai_epi32(ni, 1);
+    const __m512i n2 = _mm512_sub_epi32(ni, n1);
+    const __m512i bias = _mm512_set1_epi32(127);
+    const Reg f1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23));
+    const Reg f2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23));
+    return _mm512_mul_ps(_mm512_mul_ps(p, f1), f2);
+  }
+  static Reg swap_pairs(Reg v) { return _mm512_permute_ps(v, 0xB1); }
+  static float reduce_add(Reg v) { return _mm512_reduce_add_ps(v); }
+  static float reduce_max(Reg v) { return _mm512_reduce_max_ps(v); }
+
+  // Row decoders (16 elements each).
+  static Reg cvt_f16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static Reg cvt_bf16(const uint16_t* p) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  }
+  static Reg cvt_i8(const int8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static __m512i u8x16(const uint8_t* p) {
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static Reg lo_nibbles(const uint8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_and_si512(u8x16(p), _mm512_set1_epi32(0x0F)));
+  }
+  static Reg hi_nibbles(const uint8_t* p) { return _mm512_cvtepi32_ps(_mm512_srli_epi32(u8x16(p), 4)); }
+};
+
+}  // namespace
+}  // namespace pagoda::simd_avx512
