@@ -1,0 +1,291 @@
+// Engine — continuous batching over one model: many requests, one forward per step.
+//
+// Contract:
+// - Ownership: the engine thread (started by start(), joined by stop() / the destructor)
+//   owns the model's forward, the PagedKvPool, the PagedKvStore, the PrefixCache, every
+//   Sampler / StopStringMatcher / StreamDecoder and the scheduler state. Nothing of it
+//   is touched by another thread. The Model and the Tokenizer are borrowed and must
+//   outlive the Engine; the engine's ThreadPool (config.threads workers) is its own.
+// - Other threads call submit(), cancel(), stats() and reset_prefix_cache(). They meet
+//   the engine thread in two places, both guarded by `mu_`:
+//     * the inbox: submitted requests and cancel ids, drained at the top of every step;
+//     * the stats snapshot: a copy the engine thread publishes after every step.
+//   The engine thread never holds `mu_` while running a forward or calling a sink.
+// - Sinks (RequestSink) are called on the engine thread, in order, without locks held:
+//   zero or more on_token, then exactly one of on_finish / on_error. They must not
+//   block (copy the event into the consumer's own queue), must not throw, and must not
+//   call back into the engine except cancel() / stats() (which only take `mu_` briefly).
+// - Hot path: a warmed-up step allocates nothing in the scheduler (batch, logits and
+//   per-step lists are reused members); streamed text and results do allocate.
+// - submit() is refused at once (never queued) for a bad request (Invalid: sampling
+//   params, empty prompt, prompt not shorter than ctx_size, a prompt that could not fit
+//   in the whole KV budget, stop strings without a tokenizer) or when parallel +
+//   max_queue requests are already accepted and unfinished (Busy: the server answers
+//   503/429). An accepted request always ends with on_finish or on_error.
+//
+// Scheduling, stated once (engine.cpp implements it in this order, each step):
+//  1. Drain the inbox: cancelled requests (and those past their deadline) are finished
+//     (reason Cancelled) and their blocks released (their computed prefix stays in the
+//     prefix cache, evictable) before anything else is scheduled — within one step.
+//  2. Decode: every running sequence whose prompt is fully computed feeds its last
+//     sampled token (one batch token each). Each reserves one more slot; when the pool
+//     has no block left (evictable cached blocks are taken first, automatically, LRU),
+//     the most recently admitted running sequence is preempted (possibly the one
+//     asking): its computed prefix is inserted into the prefix cache, its blocks are
+//     released and it goes back to the front of the waiting queue, to be recomputed
+//     from prompt + generated tokens. Its Sampler (RNG and penalty history), stop
+//     matcher and decoder stay with it, so streaming continues exactly where it
+//     stopped and nothing is re-sent. A sequence that cannot grow even alone ends with
+//     reason Length.
+//  3. Prefill: the rest of max_batch_tokens goes, in admission order, to running
+//     sequences still computing their prompt (chunked prefill), then to admitting
+//     waiting requests, FCFS, while running < parallel. Admission borrows the longest
+//     cached prefix and reserves KV for the whole remaining prompt at once (all or
+//     nothing), so an admitted prefill never runs out mid-way; when it does not fit the
+//     head of the queue waits (no preemption to admit: that would trade one running
+//     sequence's progress for another's and can thrash). Rejected: "longest cached
+//     prefix first" — it starves cold prompts under a hot-prefix load; FCFS is the
+//     order a client can reason about.
+//     A prefill in progress takes the budget before new admissions, so with a small
+//     max_batch_tokens a long prompt delays the first token of requests behind it
+//     (not the tokens of running streams: decode comes first).
+//  4. One Model::forward over the whole batch; sample each sequence that got logits
+//     with its own Sampler; stream; apply stop conditions; finish.
+// Prefix cache: a sequence's full prompt blocks are indexed when its prefill completes
+// (so concurrent requests with the same prefix share them); everything it computed is
+// indexed when it finishes, is preempted or is cancelled, then its table is released.
+// Sampling: penalties count generated tokens only (prompt tokens are not accept()ed,
+// as vLLM does); EOS/EOT get logit -inf while generated < min_tokens.
+// Invariants (check_invariants(), engine thread, after every step when configured):
+//  1. owned_ is the disjoint union of running_ and waiting_ (every unfinished request
+//     that left the inbox is in exactly one of them); running_.size() <= parallel.
+//  2. A running sequence is admitted and the store holds its table: while prefilling
+//     with capacity >= tokens.size() (the whole remaining prompt is reserved at
+//     admission), while decoding >= n_computed (the slot of the token to feed is
+//     reserved at the start of the step that feeds it). A waiting one is not admitted
+//     and has n_computed == 0. The store holds exactly the running tables.
+//  3. 0 < n_prompt <= tokens.size() < ctx_size + 1, n_computed < tokens.size() (the last
+//     token's K/V is computed when it is fed, after which a new token is sampled).
+//  4. The pool's and the prefix cache's own invariants hold.
+// Finish reasons: Stop (EOS/EOT unless ignore_eos, or a stop string; the EOS token is in
+// RequestResult::tokens and streamed with empty text), Length
+// (max_tokens, context full at ctx_size, or the KV budget cannot hold the sequence),
+// Cancelled, Error (the forward threw: every sequence of that batch gets on_error).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "cache/prefix_cache.h"
+#include "cache/prefix_cache_config.h"
+#include "common/thread_pool.h"
+#include "engine/sampler.h"
+#include "kv/kv_config.h"
+#include "kv/paged_kv_pool.h"
+#include "kv/paged_kv_store.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda {
+
+struct EngineConfig {
+  int parallel = 4;                // --parallel: running sequences at most
+  int max_queue = 64;              // --max-queue: accepted requests beyond `parallel`
+  int64_t max_batch_tokens = 512;  // --max-batch-tokens: tokens per forward (decode + prefill)
+  int64_t ctx_size = 0;            // --ctx-size: tokens per sequence; 0: the model's ctx_len
+  int threads = 1;                 // --threads: kernel workers
+  KvConfig kv;                     // budget_bytes 0: resolve_kv_budget's default
+  PrefixCacheConfig cache;
+  std::string model_id = "model";  // prefix-cache namespace (what identifies the weights)
+  bool check_invariants = false;   // tests: check_invariants() (and the pool's and cache's)
+                                   // after every step; always on in debug builds
+};
+
+struct Request {
+  std::vector<int32_t> prompt;  // token ids, non-empty
+  SamplingParams sampling;
+  int64_t max_tokens = -1;      // generated tokens at most; -1: until the context is full
+  int64_t min_tokens = 0;       // EOS/EOT are banned (logit -inf) before this many
+  bool ignore_eos = false;
+  bool logprobs = false;        // fill TokenEvent::logprob (one log-softmax per token)
+  std::vector<std::string> stop;  // stop strings (need a tokenizer)
+  std::string cache_key;          // prefix-cache namespace salt ("" shared)
+  bool use_cache = true;
+  int64_t timeout_ms = 0;         // > 0: a deadline this long after submit; past it the
+                                  // request ends with Cancelled (checked every step)
+};
+
+enum class FinishReason { Stop, Length, Cancelled, Error };
+const char* finish_reason_name(FinishReason r);
+
+struct TokenEvent {
+  uint64_t request_id = 0;
+  int32_t token_id = 0;
+  std::string text;      // safe-to-show text this token completed (may be empty)
+  float logprob = 0.0f;  // natural log; NaN unless Request::logprobs
+  int64_t step = 0;      // engine step that produced it (tests: gap bounds)
+};
+
+struct RequestTimings {
+  double queue_ms = 0;                    // submit -> first admission
+  double ttft_ms = 0;                     // submit -> first token (0: none)
+  std::vector<double> token_intervals_ms; // [generated - 1] between consecutive tokens
+  double total_ms = 0;                    // submit -> finish
+};
+
+struct RequestResult {
+  uint64_t request_id = 0;
+  FinishReason finish = FinishReason::Stop;
+  std::string stop_matched;       // the stop string, when one ended it
+  std::vector<int32_t> tokens;    // every generated token (incl. a final EOS)
+  std::string text;               // all streamed text plus final_text
+  std::string final_text;         // text held back and flushed at the end (not streamed)
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;      // prompt tokens reused from the prefix cache (1st admission)
+  int64_t generated_tokens = 0;
+  int64_t preemptions = 0;        // times this request was preempted
+  RequestTimings timings;
+};
+
+// Called on the engine thread; must not block (see the contract).
+class RequestSink {
+ public:
+  virtual ~RequestSink() = default;
+  virtual void on_token(const TokenEvent& ev) = 0;
+  virtual void on_finish(const RequestResult& result) = 0;
+  virtual void on_error(uint64_t request_id, const std::string& message) = 0;
+};
+
+struct SubmitResult {
+  enum class Status { Ok, Busy, Invalid };
+  Status status = Status::Ok;
+  uint64_t request_id = 0;  // valid when Ok
+  std::string message;      // one line when not Ok
+  bool ok() const { return status == Status::Ok; }
+};
+
+struct EngineStats {
+  int64_t running = 0;
+  int64_t waiting = 0;          // queued (incl. preempted, not yet re-admitted)
+  int64_t in_flight = 0;        // accepted and not finished
+  int64_t steps = 0;            // forwards run
+  int64_t preemptions = 0;
+  int64_t tokens_generated = 0;
+  int64_t tokens_prefilled = 0;
+  int64_t max_step_tokens = 0;  // largest batch so far
+  int64_t blocks_held = 0;      // sum of running sequences' table blocks (a block shared by
+                                // two sequences counts twice): with the cache's evictable
+                                // blocks, what pool.blocks_live + blocks_evictable accounts for
+  int64_t finished = 0;         // ended with on_finish, any reason (incl. cancelled)
+  int64_t cancelled = 0, errors = 0, refused_busy = 0;
+  PoolStats pool;
+  CacheStats cache;
+};
+
+class Engine {
+ public:
+  // Builds the pool (config.kv, budget resolved), the store and the prefix cache.
+  // tokenizer may be null (synthetic models): no text, no EOS, no stop strings.
+  // Throws pagoda::Error for a bad config. Does not start the thread.
+  Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& config);
+  // stop()s.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // start() and stop() are for the thread that owns the Engine object (not concurrent
+  // with each other or the destructor).
+  // Starts the engine thread. Requests submitted before start() wait for it (tests use
+  // this to make a set of requests arrive in the same step). Requires: not started.
+  void start();
+  // Finishes every unfinished request with Cancelled and joins the thread. Idempotent.
+  void stop();
+
+  // Any thread. See the contract for refusals.
+  SubmitResult submit(Request request, std::shared_ptr<RequestSink> sink);
+  // Any thread. The request ends with Cancelled within one step (true), or it is
+  // unknown / already finished (false).
+  bool cancel(uint64_t request_id);
+  // Any thread: the snapshot published after the last step.
+  EngineStats stats() const;
+  // Any thread; blocks until the engine thread has dropped every cached block (blocks
+  // running sequences hold stay with them). Requires: started.
+  void reset_prefix_cache();
+
+  const EngineConfig& config() const { return config_; }
+
+ private:
+  struct Seq;
+  using Clock = std::chrono::steady_clock;
+
+  void loop();
+  void drain_inbox();
+  void expire_deadlines();
+  void step();
+  bool reserve_decode(Seq* s);
+  void preempt(Seq* s);
+  void release_kv(Seq* s);
+  void sample_and_stream(Seq* s, std::span<float> logits);
+  void finish(Seq* s, FinishReason reason, std::string stop_matched = {});
+  void fail(Seq* s, const std::string& message);
+  void remove_from_running(Seq* s);
+  void publish_stats();
+  void check_invariants() const;
+  std::optional<std::string> validate(const Request& r) const;
+
+  Model& model_;
+  const Tokenizer* tokenizer_;
+  EngineConfig config_;
+  int32_t n_vocab_ = 0;
+  std::vector<int32_t> eog_ids_;  // tokens that end generation (from the tokenizer)
+
+  // ---- engine thread only ----
+  ThreadPool threads_;
+  PagedKvPool pool_;
+  PagedKvStore store_;
+  PrefixCache cache_;
+  std::vector<std::unique_ptr<Seq>> owned_;  // every unfinished request
+  std::vector<Seq*> running_;                // admission order (oldest first)
+  std::deque<Seq*> waiting_;                 // FCFS; preempted ones at the front
+  Batch batch_;
+  std::vector<float> logits_;  // [n_out, n_vocab]
+  struct StepOut {
+    Seq* seq;
+    int64_t n_tokens;  // batch tokens of this sequence this step
+    bool logits;       // its last one wants logits (one row of logits_)
+  };
+  std::vector<StepOut> outs_;          // this step's sequences, in batch order
+  std::vector<Seq*> decode_scratch_;   // running_ copy (preemption edits running_)
+  int32_t next_seq_id_ = 0;
+  uint64_t next_admit_ = 0;
+  EngineStats counters_;       // counters the snapshot copies
+
+  // ---- guarded by mu_ ----
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // wakes the engine thread
+  std::condition_variable reset_cv_; // wakes reset_prefix_cache() callers
+  std::vector<std::unique_ptr<Seq>> inbox_;
+  std::vector<uint64_t> cancels_;
+  std::unordered_set<uint64_t> live_ids_;  // accepted, not finished
+  uint64_t next_request_id_ = 1;
+  int64_t refused_busy_ = 0;
+  bool stopping_ = false;
+  bool reset_requested_ = false;
+  bool thread_started_ = false;  // started_, readable by other threads
+  uint64_t resets_done_ = 0;
+  EngineStats snapshot_;
+
+  std::thread thread_;
+  bool started_ = false;
+};
+
+}  // namespace pagoda
