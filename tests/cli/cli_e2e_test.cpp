@@ -192,12 +192,24 @@ TEST_F(Cli, BadKvFlagsNameTheFlagAndExitOne) {
   EXPECT_NE(s.err.find("--kv-cache-bytes"), std::string::npos) << s.err;
 }
 
-TEST_F(Cli, KvBudgetTooSmallForTheRunIsRejectedWithBothNumbers) {
+TEST_F(Cli, KvBudgetFullEndsGenerationWithLength) {
   if (!has_stories()) GTEST_SKIP();
-  RunResult r = run("generate -m " + kStories + " -p \"Once upon a time\" -n 500 --kv-cache-bytes 64KiB");
+  // 64 KiB holds 3 blocks of 32 tokens for stories260K (20 KiB each in f16).
+  RunResult r = run("generate -m " + kStories + " -p \"Once upon a time\" -n 500 --temp 0 --kv-cache-bytes 64KiB");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("generation: 92 tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("finished by length"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, PromptLargerThanTheKvBudgetIsRefusedInOneLine) {
+  if (!has_stories()) GTEST_SKIP();
+  std::string prompt;
+  for (int i = 0; i < 40; ++i) prompt += "Once upon a time there was a cat. ";
+  RunResult r = run("generate -m " + kStories + " -p \"" + prompt + "\" --kv-cache-bytes 64KiB");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 3) << r.err;  // model, load time, error
-  EXPECT_NE(r.err.find("error"), std::string::npos) << r.err;
+  const size_t at = r.err.find("pagoda: error:");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin() + at, r.err.end(), '\n'), 1) << r.err;
 }
 
 TEST_F(Cli, GenerateThroughQuantizedKvKeepsTheGreedyStoryStart) {
