@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   add("generate", "Generate text from a prompt, streaming it to stdout", pagoda::cli::add_generate);
   add("bench-model", "Measure prompt-processing and generation speed, with the decode roofline",
       pagoda::cli::add_bench_model);
+  add("bench-engine", "Measure aggregate generation speed for N concurrent streams through the engine",
+      pagoda::cli::add_bench_engine);
   add("inspect", "Print a GGUF file's metadata and tensor table", pagoda::cli::add_inspect);
   add("tokenize", "Print the token ids (and pieces) of a text", pagoda::cli::add_tokenize);
   add("synth", "Write a random-weight model of a real shape as GGUF", pagoda::cli::add_synth);
