@@ -6,6 +6,8 @@
 // conversation, and turns whose cached prefix was partly evicted in between — on
 // stories260K and synthetic llama / qwen2 / qwen3 models, with f16 and q8 KV.
 #include <gtest/gtest.h>
+
+#include "model_fixtures.h"
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,22 +24,12 @@
 namespace pagoda {
 namespace {
 
-const std::string kStories = std::string(PAGODA_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
+using test::argmax;
+using test::kStories;
+using test::load;
+using test::Loaded;
 constexpr int kBlock = 16;
 
-int32_t argmax(const float* x, int64_t n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
-
-struct Loaded {
-  std::shared_ptr<const gguf::GgufFile> file;
-  std::unique_ptr<Model> model;
-};
-
-Loaded load(const std::string& path) {
-  Loaded l;
-  l.file = std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(path));
-  l.model = Model::load(l.file);
-  return l;
-}
 
 // One model, one pool, one cache: a minimal engine. Sequences in one call are admitted
 // one by one (prefill of each uncached suffix), then decoded together, one batch per step.

@@ -7,6 +7,8 @@
 //   and q4 within 5% (measured values printed), for q4 K and q4 V alone and together, on
 //   every model (stories260K's K outlier channels included: kv_types.h).
 #include <gtest/gtest.h>
+
+#include "model_fixtures.h"
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,7 +26,10 @@
 namespace pagoda {
 namespace {
 
-const std::string kStories = std::string(PAGODA_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
+using test::argmax;
+using test::kStories;
+using test::load;
+using test::Loaded;
 
 const char* kText =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with "
@@ -39,19 +44,6 @@ const char* kText =
     "The next morning, Lily woke up early. She looked out of the window and saw a little bird sitting "
     "on a branch. The bird was singing a happy song. Lily smiled and sang along with the bird.";
 
-int32_t argmax(const float* x, int64_t n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
-
-struct Loaded {
-  std::shared_ptr<const gguf::GgufFile> file;
-  std::unique_ptr<Model> model;
-};
-
-Loaded load(const std::string& path) {
-  Loaded l;
-  l.file = std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(path));
-  l.model = Model::load(l.file);
-  return l;
-}
 
 KvGeometry geometry(const ModelConfig& c) { return KvGeometry{c.n_layers, c.n_kv_heads, c.head_dim}; }
 
