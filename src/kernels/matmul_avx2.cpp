@@ -153,31 +153,6 @@ void float_micro(const WeightMatrix& w, const float* x, int64_t r0, int64_t t0, 
     }
 }
 
-// Columns in chunks of kFloatKc: a 4-row x 2-token micro-tile then reads 4
-// KiB of f16 weights and 4 KiB of activations per chunk, all from L1, where
-// whole 2048-column rows (16 + 16 KiB per micro-tile) streamed from L2 at
-// 32 B/cycle and held the FMAs to ~45% of peak. Chunk boundaries depend only
-// on n_cols, so the summation order is the same for every tiling.
-constexpr int64_t kFloatKc = 512;
-
-// Calls pass(k0, k1, r0, r1) over the tile. With more tokens than one
-// micro-tile holds, chunks are the outer loop (the chunk's weights are reused
-// from L1/L2 by every token micro-tile); with few (decode), each group of 4
-// rows runs through all its chunks before the next, so weights stream
-// sequentially from DRAM. Both orders add the same chunk sums in the same
-// order into y, so a token's result does not depend on the batch around it.
-template <class Pass>
-void walk_chunks(int64_t n_cols, const Tile& tile, int64_t micro_tokens, Pass&& pass) {
-  if (tile.tok_end - tile.tok_begin > micro_tokens) {
-    for (int64_t k0 = 0; k0 < n_cols; k0 += kFloatKc)
-      pass(k0, std::min(n_cols, k0 + kFloatKc), tile.row_begin, tile.row_end);
-    return;
-  }
-  for (int64_t r = tile.row_begin; r < tile.row_end; r += 4)
-    for (int64_t k0 = 0; k0 < n_cols; k0 += kFloatKc)
-      pass(k0, std::min(n_cols, k0 + kFloatKc), r, std::min(tile.row_end, r + 4));
-}
-
 template <GgmlType T>
 void float_tile(const WeightMatrix& w, const float* x, const Tile& tile, float* y) {
   // Columns [k0, k1) of rows [r0, r1) for all the tile's tokens.
