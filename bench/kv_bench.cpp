@@ -13,6 +13,7 @@
 //   BM_KvBytesPerToken/<type>: counters only — KV bytes per token (llama3.2-1b geometry).
 // Threads: PAGODA_BENCH_THREADS (default: all the process may use).
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -170,7 +171,7 @@ SynthModel& synth_model() {
     s.ffn_dim = 1024;
     s.n_vocab = 512;
     s.ctx_len = 8192;
-    const std::string path = (std::filesystem::temp_directory_path() / "pagoda_kv_bench.gguf").string();
+    const std::string path = (std::filesystem::temp_directory_path() / ("pagoda_kv_bench_" + std::to_string(::getpid()) + ".gguf")).string();
     write_synthetic_model(s, path);
     SynthModel out;
     out.file = std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(path));

@@ -15,6 +15,7 @@
 //     (what the engine pays per finished request on a hit: hashing).
 // Threads: PAGODA_BENCH_THREADS (default: all the process may use).
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -62,7 +63,7 @@ BenchModel& bench_model() {
     SynthSpec s;
     s.dim = 512, s.n_layers = 8, s.n_heads = 8, s.n_kv_heads = 2, s.ffn_dim = 1536, s.n_vocab = 4096;
     s.ctx_len = 4096, s.type = GgmlType::Q8_0, s.seed = 3;
-    const std::string path = (std::filesystem::temp_directory_path() / "pagoda_prefix_cache_bench.gguf").string();
+    const std::string path = (std::filesystem::temp_directory_path() / ("pagoda_prefix_cache_bench_" + std::to_string(::getpid()) + ".gguf")).string();
     write_synthetic_model(s, path);
     BenchModel b;
     b.file = std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(path));

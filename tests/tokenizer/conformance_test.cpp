@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "gguf/gguf.h"
@@ -157,7 +158,7 @@ std::string gguf_from_tokenizer_json(const std::string& json_path, const std::st
   w.set("tokenizer.ggml.merges", gguf::Value::str_array(merges));
   w.set("tokenizer.ggml.bos_token_id", gguf::Value::u32(static_cast<uint32_t>(bos)));
   w.set("tokenizer.ggml.eos_token_id", gguf::Value::u32(static_cast<uint32_t>(eos)));
-  const std::string path = testing::TempDir() + out_name;
+  const std::string path = testing::TempDir() + std::to_string(::getpid()) + "_" + out_name;
   w.write(path);
   return path;
 }
