@@ -35,7 +35,6 @@ KvCache make_kv_cache(const ModelConfig& c, const KvOptions& options) {
 }
 
 void reserve_or_throw(KvCache& kv, SeqId seq, int64_t n_tokens) {
-  if (auto msg = kv.pool->never_fits(n_tokens)) throw Error(*msg);
   AllocResult r = kv.store->reserve(seq, n_tokens);
   if (!r.ok()) throw Error(r.message);
 }

@@ -32,8 +32,8 @@ struct KvCache {
 };
 KvCache make_kv_cache(const ModelConfig& config, const KvOptions& options);
 
-// Reserves positions [0, n_tokens) for `seq`; throws pagoda::Error with both
-// numbers when the budget cannot hold them.
+// Reserves positions [0, n_tokens) for `seq`; throws pagoda::Error with the
+// pool's one-line message (both numbers) when the budget cannot hold them.
 void reserve_or_throw(KvCache& kv, SeqId seq, int64_t n_tokens);
 
 }  // namespace pagoda::cli

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 
@@ -47,9 +48,11 @@ std::vector<int32_t> parse_token_list(const std::string& text) {
     while (j < text.size() && text[j] >= '0' && text[j] <= '9') ++j;
     if (j == i || (j < text.size() && text[j] != ',' && text[j] != ' '))
       throw Error("invalid token list '" + text + "': expected integers separated by commas or spaces");
-    long long v = std::stoll(text.substr(i, j - i));
-    if (v < INT32_MIN || v > INT32_MAX) throw Error("token id " + text.substr(i, j - i) + " out of range");
-    ids.push_back(static_cast<int32_t>(v));
+    int32_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data() + i, text.data() + j, v);
+    if (ec != std::errc() || end != text.data() + j)
+      throw Error("token id " + text.substr(i, j - i) + " is out of range");
+    ids.push_back(v);
     i = j;
   }
   return ids;

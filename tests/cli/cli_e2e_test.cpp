@@ -219,4 +219,12 @@ TEST_F(Cli, GenerateThroughQuantizedKvKeepsTheGreedyStoryStart) {
   EXPECT_EQ(r.out.rfind(", there was a little girl named Lily.", 0), 0u) << r.out;
 }
 
+TEST_F(Cli, HugeTokenIdIsAOneLineErrorNotAnInternalError) {
+  if (!has_stories()) GTEST_SKIP();
+  RunResult r = run("logits -m " + kStories + " --tokens 1,99999999999999999999 --out " + (dir_ / "x.f32").string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("out of range"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
+}
+
 }  // namespace
