@@ -143,6 +143,7 @@ std::optional<std::string> Engine::validate(const Request& r) const {
   if (auto msg = r.sampling.validate(n_vocab_)) return *msg;
   if (r.max_tokens == 0 || r.max_tokens < -1) return "max_tokens must be >= 1 or -1";
   if (r.min_tokens < 0) return "min_tokens must be >= 0";
+  if (r.top_logprobs < 0 || r.top_logprobs > 20) return "top_logprobs must be in [0, 20]";
   if (!tokenizer_ && !r.stop.empty()) return "stop strings need a tokenizer";
   // +1: the first generated token needs a slot too.
   if (auto msg = pool_.never_fits(static_cast<int64_t>(r.prompt.size()) + 1)) return *msg;
@@ -431,6 +432,7 @@ void Engine::sample_and_stream(Seq* s, std::span<float> logits) {
   ev.token_id = tok;
   ev.step = counters_.steps;
   ev.logprob = s->req.logprobs ? token_logprob(logits, tok) : std::numeric_limits<float>::quiet_NaN();
+  if (s->req.logprobs && s->req.top_logprobs > 0) ev.top_logprobs = top_logprobs(logits, s->req.top_logprobs);
   bool stopped = false;
   if (s->decoder && !eog) {
     StopStringMatcher::Result r = s->stops.push(s->decoder->push(tok));

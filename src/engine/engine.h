@@ -117,6 +117,7 @@ struct Request {
   int64_t min_tokens = 0;       // EOS/EOT are banned (logit -inf) before this many
   bool ignore_eos = false;
   bool logprobs = false;        // fill TokenEvent::logprob (one log-softmax per token)
+  int top_logprobs = 0;         // with logprobs: also the n most likely alternatives
   std::vector<std::string> stop;  // stop strings (need a tokenizer)
   std::string cache_key;          // prefix-cache namespace salt ("" shared)
   bool use_cache = true;
@@ -132,6 +133,7 @@ struct TokenEvent {
   int32_t token_id = 0;
   std::string text;      // safe-to-show text this token completed (may be empty)
   float logprob = 0.0f;  // natural log; NaN unless Request::logprobs
+  std::vector<TokenLogprob> top_logprobs;  // Request::top_logprobs best, most likely first
   int64_t step = 0;      // engine step that produced it (tests: gap bounds)
 };
 

@@ -103,6 +103,7 @@ class RecordingSink final : public RequestSink {
     std::lock_guard<std::mutex> lk(mu_);
     tokens_.push_back(ev.token_id);
     logprobs_.push_back(ev.logprob);
+    top_.push_back(ev.top_logprobs);
     steps_.push_back(ev.step);
     times_.push_back(std::chrono::steady_clock::now());
     text_ += ev.text;
@@ -130,6 +131,7 @@ class RecordingSink final : public RequestSink {
   }
   std::vector<int32_t> tokens() const { std::lock_guard<std::mutex> lk(mu_); return tokens_; }
   std::vector<float> logprobs() const { std::lock_guard<std::mutex> lk(mu_); return logprobs_; }
+  std::vector<std::vector<TokenLogprob>> top() const { std::lock_guard<std::mutex> lk(mu_); return top_; }
   std::vector<int64_t> steps() const { std::lock_guard<std::mutex> lk(mu_); return steps_; }
   std::vector<std::chrono::steady_clock::time_point> times() const { std::lock_guard<std::mutex> lk(mu_); return times_; }
   std::string text() const { std::lock_guard<std::mutex> lk(mu_); return text_; }
@@ -142,6 +144,7 @@ class RecordingSink final : public RequestSink {
   std::condition_variable cv_;
   std::vector<int32_t> tokens_;
   std::vector<float> logprobs_;
+  std::vector<std::vector<TokenLogprob>> top_;
   std::vector<int64_t> steps_;
   std::vector<std::chrono::steady_clock::time_point> times_;
   std::string text_;
@@ -564,6 +567,36 @@ TEST(EngineModel, ReportsCachedTokensAndTimings) {
     EXPECT_GE(x.timings.total_ms, x.timings.ttft_ms);
   }
   EXPECT_GE(e.stats().cache.hits, 1);
+}
+
+TEST(EngineModel, TopLogprobsListTheGreedyTokenFirstInDescendingOrder) {
+  Loaded l = load_synth();
+  Model& m = *l.model;
+  Request r;
+  r.prompt = random_tokens(20, 256, 5);
+  r.max_tokens = 6;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0;
+  r.logprobs = true;
+  r.top_logprobs = 5;
+  Engine e(m, nullptr, engine_config(m, 2, 256, false));
+  e.start();
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(e.submit(r, sink).ok());
+  ASSERT_TRUE(sink->wait_done());
+  const auto tops = sink->top();
+  const auto toks = sink->tokens();
+  const auto lps = sink->logprobs();
+  ASSERT_EQ(tops.size(), 6u);
+  for (size_t i = 0; i < tops.size(); ++i) {
+    ASSERT_EQ(tops[i].size(), 5u);
+    EXPECT_EQ(tops[i][0].token_id, toks[i]);  // greedy picks the most likely
+    EXPECT_FLOAT_EQ(tops[i][0].logprob, lps[i]);
+    for (size_t j = 1; j < 5; ++j) EXPECT_LE(tops[i][j].logprob, tops[i][j - 1].logprob);
+  }
+  Request bad = r;
+  bad.top_logprobs = 21;
+  EXPECT_EQ(e.submit(bad, std::make_shared<RecordingSink>()).status, SubmitResult::Status::Invalid);
 }
 
 TEST(EngineModel, CancelsAQueuedRequestBeforeItRuns) {
