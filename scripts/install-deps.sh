@@ -4,9 +4,9 @@
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config
-  nlohmann-json3-dev libcli11-dev libpcre2-dev libssl-dev
+  nlohmann-json3-dev libcli11-dev libpcre2-dev libssl-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-numpy
+  python3 python3-numpy python3-jinja2
 )
 missing=()
 for p in "${packages[@]}"; do

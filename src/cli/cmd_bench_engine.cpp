@@ -48,6 +48,7 @@ class CollectSink final : public RequestSink {
 
 Runner add_bench_engine(CLI::App& app) {
   struct Opts {
+    std::string quantize;
     std::string model;
     std::vector<int> streams = {1, 2, 4, 8, 16};
     int n_prompt = 64, n_gen = 64, threads = 0;
@@ -56,7 +57,7 @@ Runner add_bench_engine(CLI::App& app) {
     KvOptions kv;
   };
   auto o = std::make_shared<Opts>();
-  app.add_option("-m,--model", o->model, "GGUF model")->required();
+  app.add_option("-m,--model", o->model, "GGUF model file or Hugging Face model directory")->required();
   app.add_option("--streams", o->streams, "Concurrent stream counts to measure")->delimiter(',')->capture_default_str()
       ->check(CLI::Range(1, 256));
   app.add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens per stream")->capture_default_str()->check(CLI::Range(1, 1 << 16));
@@ -65,10 +66,11 @@ Runner add_bench_engine(CLI::App& app) {
   app.add_option("--max-batch-tokens", o->max_batch_tokens, "Tokens per forward step")->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
   app.add_flag("--json", o->json, "Print one JSON object");
+  add_quantize_option(app, o->quantize);
   o->kv.add_to(app);
   return [o] {
     KvConfig kc = o->kv.resolve();
-    LoadedModel lm = load_model(o->model, false);
+    LoadedModel lm = load_model(o->model, LoadOptions{false, parse_quantize(o->quantize)});
     const ModelConfig& c = lm.model->config();
     const int threads = o->threads > 0 ? o->threads : ThreadPool::default_num_threads();
     nlohmann::json rows = nlohmann::json::array();

@@ -23,22 +23,24 @@ double median(std::vector<double> v) {
 
 Runner add_bench_model(CLI::App& app) {
   struct Opts {
+    std::string quantize;
     std::string model;
     int n_prompt = 512, n_gen = 128, threads = 0, repeats = 3;
     bool json = false;
     KvOptions kv;
   };
   auto o = std::make_shared<Opts>();
-  app.add_option("-m,--model", o->model, "GGUF model")->required();
+  app.add_option("-m,--model", o->model, "GGUF model file or Hugging Face model directory")->required();
   app.add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens (0 skips)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
   app.add_option("-n,--n-gen", o->n_gen, "Generated tokens (0 skips)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
   app.add_option("-t,--threads", o->threads, "Worker threads (default: all cores)");
   app.add_option("-r,--repeats", o->repeats, "Repeats (median reported)")->capture_default_str()->check(CLI::Range(1, 1000));
   app.add_flag("--json", o->json, "Print one JSON object");
+  add_quantize_option(app, o->quantize);
   o->kv.add_to(app);
   return [o] {
     o->kv.resolve();  // bad KV flags fail before the model loads
-    LoadedModel lm = load_model(o->model, false);
+    LoadedModel lm = load_model(o->model, LoadOptions{false, parse_quantize(o->quantize)});
     const ModelConfig& c = lm.model->config();
     const int threads = o->threads > 0 ? o->threads : ThreadPool::default_num_threads();
     ThreadPool pool(threads);

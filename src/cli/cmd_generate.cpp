@@ -38,6 +38,7 @@ class StdoutSink final : public RequestSink {
 
 Runner add_generate(CLI::App& app) {
   struct Opts {
+    std::string quantize;
     std::string model, prompt;
     int n_predict = 128;
     int threads = 0;
@@ -48,7 +49,7 @@ Runner add_generate(CLI::App& app) {
     KvOptions kv;
   };
   auto o = std::make_shared<Opts>();
-  app.add_option("-m,--model", o->model, "GGUF model")->required();
+  app.add_option("-m,--model", o->model, "GGUF model file or Hugging Face model directory")->required();
   app.add_option("-p,--prompt", o->prompt, "Prompt text")->required();
   app.add_option("-n,--n-predict", o->n_predict, "Tokens to generate")->capture_default_str()->check(CLI::Range(1, 1 << 24));
   app.add_option("--temp", o->sp.temperature, "Temperature (0 = greedy)")->capture_default_str()->check(CLI::Range(0.0, 100.0));
@@ -64,12 +65,13 @@ Runner add_generate(CLI::App& app) {
   app.add_option("-c,--ctx-size", o->ctx_size, "Context size (default: the model's)");
   app.add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens");
   app.add_option("--stop", o->stops, "Stop string (repeatable)");
+  add_quantize_option(app, o->quantize);
   o->kv.add_to(app);
   return [o] {
     if (auto err = o->sp.validate()) throw Error(*err);
     EngineConfig ec;
     ec.kv = o->kv.resolve();  // bad KV flags fail before the model loads
-    LoadedModel lm = load_model(o->model, true);
+    LoadedModel lm = load_model(o->model, LoadOptions{true, parse_quantize(o->quantize)});
     const ModelConfig& c = lm.model->config();
     const Tokenizer& tok = *lm.tokenizer;
     ec.threads = o->threads > 0 ? o->threads : ThreadPool::default_num_threads();
@@ -77,6 +79,7 @@ Runner add_generate(CLI::App& app) {
     ec.max_queue = 1;
     ec.ctx_size = o->ctx_size > 0 ? o->ctx_size : c.ctx_len;
     ec.model_id = o->model;
+    ec.extra_eog_ids = lm.generation.eos_token_ids;
     std::fprintf(stderr, "model: %s (%s), %d threads, %s\n", o->model.c_str(), c.summary().c_str(), ec.threads,
                  cpu_features_string().c_str());
     std::fprintf(stderr, "load time: %.2f s\n", lm.load_seconds);

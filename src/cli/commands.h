@@ -20,5 +20,9 @@ Runner add_inspect(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_synth(CLI::App& app);
 Runner add_logits(CLI::App& app);
+Runner add_serve(CLI::App& app);
+Runner add_chat_template(CLI::App& app);
+Runner add_convert(CLI::App& app);
+Runner add_bench(CLI::App& app);
 
 }  // namespace pagoda::cli

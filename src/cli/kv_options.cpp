@@ -27,6 +27,29 @@ KvConfig KvOptions::resolve() const {
   return kc;
 }
 
+void PromptCacheOptions::add_to(CLI::App& app) {
+  app.add_option("--prompt-cache", enabled, "Prefix cache on|off")->capture_default_str();
+  app.add_option("--prompt-cache-bytes", bytes,
+                 "Cap on cached KV bytes no request uses (e.g. 2GiB, or unlimited: only pool pressure evicts)")
+      ->capture_default_str();
+  app.add_option("--prompt-cache-max-entries", max_entries, "Cap on cached sequences (or unlimited)")
+      ->capture_default_str();
+  app.add_option("--prompt-cache-ttl", ttl, "Drop cached blocks unused this long: 300s, 5m, 1.5h, or none")
+      ->capture_default_str();
+  app.add_option("--prompt-cache-min-prefix", min_prefix, "Shortest cached prefix (tokens) worth reusing")
+      ->capture_default_str();
+}
+
+PrefixCacheConfig PromptCacheOptions::resolve() const {
+  PrefixCacheConfig c;
+  c.enabled = parse_prompt_cache_switch(enabled);
+  c.capacity_bytes = parse_prompt_cache_bytes(bytes);
+  c.max_entries = parse_prompt_cache_max_entries(max_entries);
+  c.ttl_ms = parse_prompt_cache_ttl(ttl);
+  c.min_prefix_tokens = parse_prompt_cache_min_prefix(min_prefix);
+  return c;
+}
+
 KvCache make_kv_cache(const ModelConfig& c, const KvOptions& options) {
   KvCache kv;
   kv.pool = std::make_unique<PagedKvPool>(KvGeometry{c.n_layers, c.n_kv_heads, c.head_dim}, options.resolve());

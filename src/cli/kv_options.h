@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cache/prefix_cache_config.h"
 #include "kv/paged_kv_pool.h"
 #include "kv/paged_kv_store.h"
 #include "model/config.h"
@@ -23,6 +24,20 @@ struct KvOptions {
   void add_to(CLI::App& app);
   // Validates the flags (pagoda::Error naming the flag) and resolves the budget.
   KvConfig resolve() const;
+};
+
+// The prefix-cache flags (serve): --prompt-cache, --prompt-cache-bytes,
+// --prompt-cache-max-entries, --prompt-cache-ttl, --prompt-cache-min-prefix.
+struct PromptCacheOptions {
+  std::string enabled = "on";
+  std::string bytes = "unlimited";
+  std::string max_entries = "unlimited";
+  std::string ttl = "none";
+  std::string min_prefix = "1";
+
+  void add_to(CLI::App& app);
+  // Validates the flags (pagoda::Error naming the flag).
+  PrefixCacheConfig resolve() const;
 };
 
 // A pool sized by `options` for `config`'s geometry, and a store over it.

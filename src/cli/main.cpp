@@ -22,6 +22,12 @@ int main(int argc, char** argv) {
   add("inspect", "Print a GGUF file's metadata and tensor table", pagoda::cli::add_inspect);
   add("tokenize", "Print the token ids (and pieces) of a text", pagoda::cli::add_tokenize);
   add("synth", "Write a random-weight model of a real shape as GGUF", pagoda::cli::add_synth);
+  add("serve", "Serve the model over an OpenAI-compatible HTTP API", pagoda::cli::add_serve);
+  add("chat-template", "Render a conversation with a Jinja chat template (for checking a template by hand)",
+      pagoda::cli::add_chat_template);
+  add("convert", "Convert a Hugging Face model directory (safetensors) to GGUF", pagoda::cli::add_convert);
+  add("bench", "Benchmark any OpenAI-compatible server with a realistic workload (latency percentiles, throughput)",
+      pagoda::cli::add_bench);
   add("logits", "Write the raw logits of a token sequence (for reference checks)", pagoda::cli::add_logits);
 
   try {

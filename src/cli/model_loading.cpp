@@ -16,13 +16,38 @@ double now_seconds() {
 }
 
 LoadedModel load_model(const std::string& path, bool require_tokenizer) {
+  LoadOptions options;
+  options.require_tokenizer = require_tokenizer;
+  return load_model(path, options);
+}
+
+LoadedModel load_model(const std::string& path, const LoadOptions& options) {
   LoadedModel lm;
   double t0 = now_seconds();
-  lm.file = std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(path));
-  if (require_tokenizer) {
-    if (!lm.file->has("tokenizer.ggml.model"))
-      throw Error(path + ": has no tokenizer (tokenizer.ggml.model missing)");
-    lm.tokenizer = Tokenizer::from_gguf(*lm.file);
+  ModelConfig config;
+  std::shared_ptr<const WeightSource> weights;
+  if (is_model_directory(path)) {
+    HfModelDir dir = HfModelDir::open(path);
+    if (options.require_tokenizer) {
+      if (dir.tokenizer_json.empty()) throw Error(path + ": has no tokenizer (tokenizer.json missing)");
+      lm.tokenizer = Tokenizer::from_hf_json(dir.tokenizer_json, dir.tokenizer_config_json);
+    }
+    lm.chat_template = dir.chat_template;
+    lm.generation = dir.generation;
+    config = dir.config;
+    weights = load_hf_weights(dir);
+  } else {
+    lm.file = std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(path));
+    if (options.require_tokenizer) {
+      if (!lm.file->has("tokenizer.ggml.model"))
+        throw Error(path + ": has no tokenizer (tokenizer.ggml.model missing)");
+      lm.tokenizer = Tokenizer::from_gguf(*lm.file);
+    }
+    lm.chat_template = lm.file->get_string("tokenizer.chat_template").value_or("");
+    if (options.quantize) {
+      config = ModelConfig::from_gguf(*lm.file);
+      weights = gguf_weight_source(lm.file);
+    }
   }
   LoadProgress progress;
   const bool tty = isatty(STDERR_FILENO);
@@ -32,9 +57,19 @@ LoadedModel load_model(const std::string& path, bool require_tokenizer) {
         std::fprintf(stderr, "\rloading model: %zu/%zu tensors%s", done, total, done == total ? "\n" : "");
     };
   }
-  lm.model = Model::load(lm.file, progress);
+  if (options.quantize) weights = requantize(std::move(weights), *options.quantize);
+  lm.model = weights ? Model::load(config, std::move(weights), progress) : Model::load(lm.file, progress);
   lm.load_seconds = now_seconds() - t0;
   return lm;
+}
+
+void add_quantize_option(CLI::App& app, std::string& value) {
+  app.add_option("--quantize", value, "Quantize the weight matrices at load time: q8_0, q4_0 or q4_k");
+}
+
+std::optional<GgmlType> parse_quantize(const std::string& value) {
+  if (value.empty()) return std::nullopt;
+  return parse_weight_type(value, "--quantize");
 }
 
 std::vector<int32_t> parse_token_list(const std::string& text) {

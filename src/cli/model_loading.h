@@ -1,26 +1,49 @@
-// Shared by the subcommands: open a GGUF, load its tokenizer and model, with a
-// progress line on a terminal.
+// Shared by the subcommands: open a model — a GGUF file or a Hugging Face
+// directory (config.json + safetensors + tokenizer.json: model/hf_model.h) —
+// load its tokenizer and weights, with a progress line on a terminal.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "gguf/gguf.h"
+#include "model/hf_model.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda::cli {
 
 struct LoadedModel {
-  std::shared_ptr<const gguf::GgufFile> file;
+  std::shared_ptr<const gguf::GgufFile> file;  // null for a Hugging Face directory
   std::unique_ptr<Tokenizer> tokenizer;  // loaded only when required
   std::unique_ptr<Model> model;
+  // tokenizer.chat_template for GGUF; chat_template.jinja or tokenizer_config.json's
+  // chat_template for a directory ("" when the model has none).
+  std::string chat_template;
+  // generation_config.json of a directory (all unset for GGUF). Its eos_token_ids
+  // are extra end-of-generation tokens on top of tokenizer->is_eog().
+  GenerationDefaults generation;
   double load_seconds = 0;
+};
+
+struct LoadOptions {
+  bool require_tokenizer = false;
+  // Re-encode the weight matrices at load time (q8_0, q4_0, q4_k, f16, ...); nullopt keeps them.
+  std::optional<GgmlType> quantize;
 };
 
 // Throws pagoda::Error. The tokenizer is loaded only when `require_tokenizer`
 // (logits and bench-model never need one).
 LoadedModel load_model(const std::string& path, bool require_tokenizer);
+LoadedModel load_model(const std::string& path, const LoadOptions& options);
+
+// Registers `--quantize TYPE` on a command; parse the value with parse_quantize().
+void add_quantize_option(CLI::App& app, std::string& value);
+// "" -> nullopt; "q8_0" / "q4_0" / "q4_k" (and f32 / f16 / bf16) -> the type;
+// anything else throws pagoda::Error naming --quantize.
+std::optional<GgmlType> parse_quantize(const std::string& value);
 
 // Parses "1,2,3" or "1 2 3" into ids; throws pagoda::Error on anything else.
 std::vector<int32_t> parse_token_list(const std::string& text);

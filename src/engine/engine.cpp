@@ -96,11 +96,20 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& con
       pool_(geometry_of(model.config()), resolved(config_.kv)),
       store_(pool_),
       cache_(pool_, config_.model_id, config_.cache) {
+  n_text_vocab_ = n_vocab_;
   if (tokenizer_) {
     const int32_t n = std::min<int32_t>(n_vocab_, tokenizer_->n_vocab());
     for (int32_t id = 0; id < n; ++id)
       if (tokenizer_->is_eog(id)) eog_ids_.push_back(id);
+    n_text_vocab_ = n;
   }
+  for (int32_t id : config_.extra_eog_ids) {
+    if (id < 0 || id >= n_vocab_)
+      throw Error("end-of-generation token id " + std::to_string(id) + " is outside the vocabulary (" +
+                  std::to_string(n_vocab_) + ")");
+    if (std::find(eog_ids_.begin(), eog_ids_.end(), id) == eog_ids_.end()) eog_ids_.push_back(id);
+  }
+  std::sort(eog_ids_.begin(), eog_ids_.end());
   publish_stats();
 }
 
@@ -255,6 +264,7 @@ void Engine::drain_inbox() {
   }
   if (reset) {
     cache_.reset();
+    publish_stats();  // a caller of reset_prefix_cache() sees the emptied cache in stats()
     std::lock_guard<std::mutex> lk(mu_);
     ++resets_done_;
     reset_cv_.notify_all();
@@ -412,6 +422,9 @@ void Engine::step() {
 void Engine::sample_and_stream(Seq* s, std::span<float> logits) {
   if (!s->req.ignore_eos && s->generated() < s->req.min_tokens)
     for (int32_t id : eog_ids_) logits[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
+  // Rows past the tokenizer's vocabulary are padding (HF vocab_size rounded up): no text.
+  if (n_text_vocab_ < n_vocab_)
+    std::fill(logits.begin() + n_text_vocab_, logits.end(), -std::numeric_limits<float>::infinity());
   const int32_t tok = s->sampler.sample(logits);
   s->sampler.accept(tok);
   s->tokens.push_back(tok);
@@ -426,7 +439,7 @@ void Engine::sample_and_stream(Seq* s, std::span<float> logits) {
   }
   s->last_token = now;
 
-  const bool eog = !s->req.ignore_eos && tokenizer_ && tokenizer_->is_eog(tok);
+  const bool eog = !s->req.ignore_eos && std::binary_search(eog_ids_.begin(), eog_ids_.end(), tok);
   TokenEvent ev;
   ev.request_id = s->id;
   ev.token_id = tok;

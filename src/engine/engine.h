@@ -106,6 +106,7 @@ struct EngineConfig {
   KvConfig kv;                     // budget_bytes 0: resolve_kv_budget's default
   PrefixCacheConfig cache;
   std::string model_id = "model";  // prefix-cache namespace (what identifies the weights)
+  std::vector<int32_t> extra_eog_ids;  // also end generation (generation_config.json eos_token_id)
   bool check_invariants = false;   // tests: check_invariants() (and the pool's and cache's)
                                    // after every step; always on in debug builds
 };
@@ -223,7 +224,8 @@ class Engine {
   // running sequences hold stay with them). Requires: started.
   void reset_prefix_cache();
 
-  const EngineConfig& config() const { return config_; }
+  const EngineConfig& config() const { return config_; }  // ctx_size resolved
+  int32_t n_vocab() const { return n_vocab_; }
 
  private:
   struct Seq;
@@ -248,7 +250,8 @@ class Engine {
   const Tokenizer* tokenizer_;
   EngineConfig config_;
   int32_t n_vocab_ = 0;
-  std::vector<int32_t> eog_ids_;  // tokens that end generation (from the tokenizer)
+  std::vector<int32_t> eog_ids_;  // sorted: tokens that end generation (tokenizer + extra_eog_ids)
+  int32_t n_text_vocab_ = 0;      // ids the tokenizer knows (<= n_vocab_; all without a tokenizer)
 
   // ---- engine thread only ----
   ThreadPool threads_;

@@ -64,7 +64,7 @@ namespace {
 
 class TensorLoader {
  public:
-  explicit TensorLoader(const gguf::GgufFile& f) : f_(f) {}
+  explicit TensorLoader(const WeightSource& f) : f_(f) {}
 
   const gguf::TensorInfo* find(const std::string& name) const { return f_.find_tensor(name); }
 
@@ -115,19 +115,26 @@ class TensorLoader {
   }
 
  private:
-  const gguf::GgufFile& f_;
+  const WeightSource& f_;
 };
 
 }  // namespace
 
 std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::GgufFile> file,
                                    const LoadProgress& progress) {
-  std::unique_ptr<Model> m(new Model());
+  const ModelConfig config = ModelConfig::from_gguf(*file);
+  std::unique_ptr<Model> m = load(config, gguf_weight_source(file), progress);
   m->file_ = std::move(file);
-  const gguf::GgufFile& f = *m->file_;
-  m->config_ = ModelConfig::from_gguf(f);
+  return m;
+}
+
+std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<const WeightSource> weights,
+                                   const LoadProgress& progress) {
+  std::unique_ptr<Model> m(new Model());
+  m->weights_ = std::move(weights);
+  m->config_ = config;
   const ModelConfig& c = m->config_;
-  TensorLoader ld(f);
+  TensorLoader ld(*m->weights_);
 
   m->token_embd_ = &ld.require("token_embd.weight", {c.dim, c.n_vocab});
   m->output_norm_ = ld.vector("output_norm.weight", c.dim);
@@ -202,7 +209,7 @@ size_t Model::weight_bytes() const {
 
 size_t Model::file_tensor_bytes() const {
   size_t b = 0;
-  for (const auto& t : file_->tensors()) b += t.n_bytes;
+  for (const auto& t : weights_->tensors()) b += t.n_bytes;
   return b;
 }
 

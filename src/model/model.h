@@ -3,8 +3,10 @@
 // Contract:
 // - load() validates the architecture and every tensor (present, shape, type)
 //   and throws pagoda::Error naming the file and tensor on any problem. Weights
-//   stay in their GGUF (possibly quantized) form, viewed through the GGUF
-//   mapping, which the Model keeps alive (shared_ptr). Non-copyable.
+//   stay in their GGUF (possibly quantized) form, viewed through the
+//   WeightSource (a GGUF mapping, or a Hugging Face directory's safetensors
+//   mappings and owned copies: model/hf_model.h), which the Model keeps alive
+//   (shared_ptr). Non-copyable.
 // - forward() runs one batch: any number of tokens, each with its sequence id
 //   and position (positions of one sequence strictly increasing and contiguous
 //   with what the KvStore already holds). It writes K/V of every token into the
@@ -21,10 +23,12 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "common/thread_pool.h"
 #include "gguf/gguf.h"
 #include "kernels/matmul.h"
 #include "model/config.h"
+#include "model/weights.h"
 #include "kv/kv_store.h"
 
 namespace pagoda {
@@ -60,12 +64,22 @@ class Model {
   // Throws pagoda::Error (see contract).
   static std::unique_ptr<Model> load(std::shared_ptr<const gguf::GgufFile> file,
                                      const LoadProgress& progress = {});
+  // From a config and tensors in GGUF naming (e.g. a Hugging Face directory).
+  // Requires: config valid (as from_gguf / from_hf_json return it).
+  static std::unique_ptr<Model> load(const ModelConfig& config, std::shared_ptr<const WeightSource> weights,
+                                     const LoadProgress& progress = {});
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const { return config_; }
-  const gguf::GgufFile& file() const { return *file_; }
+  // Requires: loaded from a GGUF file (has_file()).
+  const gguf::GgufFile& file() const {
+    PAGODA_CHECK(file_ != nullptr, "model was not loaded from a GGUF file");
+    return *file_;
+  }
+  bool has_file() const { return file_ != nullptr; }
+  const WeightSource& weights() const { return *weights_; }
 
   // Requires: every token id in [0, n_vocab), positions < kv.capacity(seq).
   // Throws pagoda::Error for out-of-range tokens or positions (bad input).
@@ -81,7 +95,8 @@ class Model {
   struct Scratch;
   Model() = default;
 
-  std::shared_ptr<const gguf::GgufFile> file_;
+  std::shared_ptr<const gguf::GgufFile> file_;  // null unless loaded from GGUF
+  std::shared_ptr<const WeightSource> weights_;
   ModelConfig config_;
   const gguf::TensorInfo* token_embd_ = nullptr;
   std::vector<float> output_norm_;  // [dim]

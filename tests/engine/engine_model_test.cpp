@@ -599,6 +599,44 @@ TEST(EngineModel, TopLogprobsListTheGreedyTokenFirstInDescendingOrder) {
   EXPECT_EQ(e.submit(bad, std::make_shared<RecordingSink>()).status, SubmitResult::Status::Invalid);
 }
 
+TEST(EngineModel, ExtraEndOfGenerationIdsStopGeneration) {
+  Loaded l = load_synth();
+  Model& m = *l.model;
+  Request r;
+  r.prompt = random_tokens(12, 256, 9);
+  r.max_tokens = 8;
+  r.sampling.temperature = 0;
+  std::vector<int32_t> free_run;
+  {
+    Engine e(m, nullptr, engine_config(m, 2, 256, false));
+    e.start();
+    auto sink = std::make_shared<RecordingSink>();
+    ASSERT_TRUE(e.submit(r, sink).ok());
+    ASSERT_TRUE(sink->wait_done());
+    free_run = sink->tokens();
+    ASSERT_EQ(free_run.size(), 8u);
+  }
+  EngineConfig c = engine_config(m, 2, 256, false);
+  c.extra_eog_ids = {free_run[3]};
+  Engine e(m, nullptr, c);
+  e.start();
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(e.submit(r, sink).ok());
+  ASSERT_TRUE(sink->wait_done());
+  const auto first = std::find(free_run.begin(), free_run.end(), free_run[3]);
+  EXPECT_EQ(sink->tokens(), std::vector<int32_t>(free_run.begin(), first + 1));
+  EXPECT_EQ(sink->result().finish, FinishReason::Stop);
+  Request keep = r;
+  keep.ignore_eos = true;  // ignore_eos covers the extra ids too
+  auto sink2 = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(e.submit(keep, sink2).ok());
+  ASSERT_TRUE(sink2->wait_done());
+  EXPECT_EQ(sink2->tokens(), free_run);
+  EngineConfig bad = engine_config(m, 2, 256, false);
+  bad.extra_eog_ids = {static_cast<int32_t>(m.config().n_vocab)};
+  EXPECT_THROW(Engine(m, nullptr, bad), Error);
+}
+
 TEST(EngineModel, CancelsAQueuedRequestBeforeItRuns) {
   Loaded l = load_synth();
   Model& m = *l.model;

@@ -1,0 +1,222 @@
+// `pagoda serve`: the OpenAI-compatible HTTP server.
+//
+// Start-up order: the HTTP listener comes up first (so /health answers 503 while the
+// model loads), then the model, the chat template (checked here: a template using an
+// unsupported feature stops start-up, not a request), the engine, and readiness.
+// Shutdown (SIGINT / SIGTERM): stop accepting, let running requests finish for up to
+// --shutdown-timeout seconds, cancel the rest (their clients get an error event),
+// flush, close, exit 0.
+#include <signal.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/kv_options.h"
+#include "cli/model_loading.h"
+#include "common/error.h"
+#include "engine/engine.h"
+#include "server/api_server.h"
+#include "server/chat_template.h"
+#include "server/http_server.h"
+
+namespace pagoda::cli {
+
+namespace {
+
+std::string read_text_file(const std::string& path, const char* what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(std::string(what) + " " + path + ": cannot open");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  return s.substr(i);
+}
+
+// The model's name in the API: --alias, else the file (or directory) name.
+std::string default_model_id(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const size_t slash = p.find_last_of('/');
+  return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
+// Every long option of `app` is also read from PAGODA_<NAME> (dashes as underscores).
+void add_env_names(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options([](CLI::Option* o) { return !o->get_lnames().empty(); })) {
+    std::string env = "PAGODA_";
+    for (char c : opt->get_lnames().front()) env += c == '-' ? '_' : static_cast<char>(std::toupper(c));
+    opt->envname(env);
+  }
+}
+
+}  // namespace
+
+Runner add_serve(CLI::App& app) {
+  struct Opts {
+    std::string model, host = "127.0.0.1", api_key, api_key_file, chat_template_file, alias;
+    int port = 8080, threads = 0, parallel = 4, max_queue = 64, io_threads = 2;
+    int64_t ctx_size = 0, max_batch_tokens = 512;
+    std::string max_body_bytes = "8MiB", quantize;
+    double shutdown_timeout = 10, request_timeout = 0;
+    bool no_log = false;
+    KvOptions kv;
+    PromptCacheOptions cache;
+  };
+  auto o = std::make_shared<Opts>();
+  app.add_option("-m,--model", o->model, "GGUF model file or Hugging Face model directory")->required();
+  app.add_option("--host", o->host, "Address to bind (loopback unless told otherwise)")->capture_default_str();
+  app.add_option("--port", o->port, "TCP port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+  auto* key = app.add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (not on /health)");
+  app.add_option("--api-key-file", o->api_key_file, "Read the API key from a file (first line)")->excludes(key);
+  app.add_option("--alias", o->alias, "Model name in the API (default: the file name)");
+  app.add_option("-t,--threads", o->threads, "Kernel worker threads (default: all cores)");
+  app.add_option("--parallel", o->parallel, "Requests generating at once")->capture_default_str()->check(CLI::Range(1, 1024));
+  app.add_option("--max-queue", o->max_queue, "Requests waiting beyond --parallel before 429")->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("-c,--ctx-size", o->ctx_size, "Tokens per sequence (default: the model's context length)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  app.add_option("--max-batch-tokens", o->max_batch_tokens, "Tokens per forward step (decode + chunked prefill)")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  app.add_option("--chat-template-file", o->chat_template_file, "Jinja chat template to use instead of the model's");
+  app.add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (413 beyond)")->capture_default_str();
+  app.add_option("--shutdown-timeout", o->shutdown_timeout, "Seconds running requests get to finish on SIGINT/SIGTERM")
+      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--request-timeout", o->request_timeout, "Cancel a request after this many seconds (0: never)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1e6));
+  app.add_option("--io-threads", o->io_threads, "HTTP I/O threads")->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_flag("--no-log-requests", o->no_log, "Do not log one line per request");
+  add_quantize_option(app, o->quantize);
+  o->kv.add_to(app);
+  o->cache.add_to(app);
+  add_env_names(app);
+
+  return [o] {
+    // Everything the user can get wrong is checked before anything starts.
+    EngineConfig ec;
+    ec.kv = o->kv.resolve();
+    ec.cache = o->cache.resolve();
+    ec.parallel = o->parallel;
+    ec.max_queue = o->max_queue;
+    ec.ctx_size = o->ctx_size;
+    ec.max_batch_tokens = o->max_batch_tokens;
+    ec.threads = o->threads > 0 ? o->threads : ThreadPool::default_num_threads();
+    std::string api_key = o->api_key;
+    if (!o->api_key_file.empty()) {
+      api_key = trim(read_text_file(o->api_key_file, "--api-key-file"));
+      if (api_key.empty()) throw Error("--api-key-file " + o->api_key_file + ": the file is empty");
+    }
+    const uint64_t max_body = parse_byte_size(o->max_body_bytes, "--max-body-bytes");
+    if (max_body == 0) throw Error("--max-body-bytes must be greater than 0");
+    LoadOptions load_options;
+    load_options.quantize = parse_quantize(o->quantize);
+    // A directory always has a tokenizer.json; a GGUF may be weights only (synthetic).
+    load_options.require_tokenizer = std::filesystem::is_directory(o->model);
+    std::optional<server::ChatTemplate> file_template;
+    if (!o->chat_template_file.empty())
+      file_template.emplace(read_text_file(o->chat_template_file, "--chat-template-file"), o->chat_template_file);
+
+    // Signals are taken by sigwait() on this thread: block them before any thread starts
+    // so every thread inherits the mask.
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+
+    server::ApiServerOptions ao;
+    ao.model_id = o->alias.empty() ? default_model_id(o->model) : o->alias;
+    ao.log_requests = !o->no_log;
+    ao.request_timeout_ms = static_cast<int64_t>(o->request_timeout * 1000);
+    server::ApiServer api(ao);
+    server::HttpServerOptions ho;
+    ho.host = o->host;
+    ho.port = static_cast<uint16_t>(o->port);
+    ho.io_threads = o->io_threads;
+    ho.api_key = api_key;
+    ho.max_body_bytes = max_body;
+    ho.on_complete = [&api](const server::HttpRequest& r, int status, double s) { api.on_http_complete(r, status, s); };
+    server::HttpServer http(ho, api.routes());
+    http.start();
+    std::fprintf(stderr, "pagoda serve: listening on http://%s:%u (loading %s)\n", o->host.c_str(), http.port(),
+                 o->model.c_str());
+
+    LoadedModel lm = load_model(o->model, load_options);
+    if (lm.file && lm.file->has("tokenizer.ggml.model") && !lm.tokenizer) lm.tokenizer = Tokenizer::from_gguf(*lm.file);
+    std::optional<server::ChatTemplate> model_template;
+    const server::ChatTemplate* tmpl = nullptr;
+    std::string template_source = "none";
+    if (file_template) {
+      tmpl = &*file_template;
+      template_source = o->chat_template_file;
+    } else if (!lm.chat_template.empty()) {
+      try {
+        model_template.emplace(lm.chat_template, "tokenizer.chat_template");
+      } catch (const Error& e) {
+        throw Error(std::string(e.what()) + " (use --chat-template-file to supply a template pagoda supports)");
+      }
+      tmpl = &*model_template;
+      template_source = "the model's tokenizer.chat_template";
+    } else if (lm.tokenizer) {
+      model_template.emplace(server::ChatTemplate::chatml());
+      tmpl = &*model_template;
+      template_source = "ChatML fallback (the model has no chat template)";
+    }
+    ec.model_id = o->model;
+    ec.extra_eog_ids = lm.generation.eos_token_ids;
+    server::SamplingDefaults defaults;
+    defaults.temperature = lm.generation.temperature;
+    defaults.top_p = lm.generation.top_p;
+    defaults.top_k = lm.generation.top_k;
+    defaults.repetition_penalty = lm.generation.repetition_penalty;
+    Engine engine(*lm.model, lm.tokenizer.get(), ec);
+    engine.start();
+    api.attach(&engine, lm.tokenizer.get(), tmpl, defaults);
+    const EngineStats st = engine.stats();
+    std::fprintf(stderr,
+                 "pagoda serve: ready: model %s (%s), loaded in %.2f s\n"
+                 "  KV budget %llu bytes = %lld tokens (block size %lld, K %s, V %s), ctx %lld, parallel %d, "
+                 "threads %d, io threads %d\n"
+                 "  prefix cache %s, chat template: %s, api key %s\n",
+                 ao.model_id.c_str(), lm.model->config().summary().c_str(), lm.load_seconds,
+                 static_cast<unsigned long long>(st.pool.bytes_budget), static_cast<long long>(st.pool.tokens_capacity),
+                 static_cast<long long>(st.pool.block_size), kv_type_name(ec.kv.k_type), kv_type_name(ec.kv.v_type),
+                 static_cast<long long>(engine.config().ctx_size), ec.parallel, ec.threads, o->io_threads,
+                 ec.cache.enabled ? "on" : "off", template_source.c_str(), api_key.empty() ? "off" : "on");
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    std::fprintf(stderr, "pagoda serve: %s: stopping (up to %.1f s for running requests)\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", o->shutdown_timeout);
+    api.begin_shutdown();
+    http.stop_accepting();
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(static_cast<int64_t>(o->shutdown_timeout * 1000));
+    while (engine.stats().in_flight > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const int64_t cancelled = engine.stats().in_flight;
+    engine.stop();  // cancels what is left; their sinks queue an error event / 503
+    const auto flush_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (http.in_flight() > 0 && std::chrono::steady_clock::now() < flush_deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    http.stop();
+    std::fprintf(stderr, "pagoda serve: stopped (%lld request(s) cancelled at shutdown)\n",
+                 static_cast<long long>(cancelled));
+    return 0;
+  };
+}
+
+}  // namespace pagoda::cli

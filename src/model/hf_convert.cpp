@@ -1,0 +1,251 @@
+// convert_hf_to_gguf (see hf_model.h): what llama.cpp's convert_hf_to_gguf.py
+// writes for these architectures — metadata keys, the permuted llama Q/K
+// (already permuted by load_hf_weights), 1-D tensors as F32, and the vocabulary
+// as tokenizer.ggml.* keys.
+//
+// Tokenizer: byte-level BPE tokenizer.json files (Llama 3, Qwen) become
+// `gpt2` with their merges and the pre-tokenizer named by its regex
+// (llama-bpe / qwen2 / gpt-2). SentencePiece-converted BPE files (Mistral,
+// Llama 2 HF) become `llama` with scores: a token's score is minus the rank of
+// the first merge producing it, so llama.cpp's best-score-first SPM merging
+// picks the same pairs as HF's lowest-rank-first BPE (the HF converter built
+// those merges from SentencePiece scores in the first place). Rejected:
+// llama.cpp's LlamaHfVocab fallback, which writes every score as -1000 and so
+// tokenizes differently from tokenizer.json.
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/error.h"
+#include "gguf/gguf.h"
+#include "model/hf_model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda {
+
+namespace {
+
+using nlohmann::json;
+using gguf::Value;
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) throw Error(path + ": is not a valid JSON object");
+  return j;
+}
+
+// Every object in a (possibly Sequence-nested) normalizer / pre-tokenizer / decoder.
+void collect_steps(const json& j, const char* list_key, std::vector<const json*>& out) {
+  if (!j.is_object()) return;
+  out.push_back(&j);
+  if (auto it = j.find(list_key); it != j.end() && it->is_array())
+    for (const json& s : *it) collect_steps(s, list_key, out);
+}
+
+bool has_type(const std::vector<const json*>& steps, const char* type) {
+  for (const json* s : steps)
+    if (s->value("type", "") == type) return true;
+  return false;
+}
+
+const char* file_type_of(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return "0";
+    case GgmlType::F16: return "1";
+    case GgmlType::Q4_0: return "2";
+    case GgmlType::Q8_0: return "7";
+    case GgmlType::Q4_K: return "14";
+    case GgmlType::BF16: return "32";
+    default: return nullptr;
+  }
+}
+
+constexpr const char* kSpace = "\xE2\x96\x81";  // '▁'
+
+void write_tokenizer(const HfModelDir& d, gguf::GgufWriter& w) {
+  const std::string& path = d.tokenizer_json;
+  const json j = read_json_file(path);
+  const json& model = j.contains("model") ? j["model"] : json();
+  if (!model.is_object() || model.value("type", "") != "BPE")
+    throw Error(path + ": only BPE tokenizers can be converted to GGUF");
+  const json& vocab = model.contains("vocab") ? model["vocab"] : json();
+  if (!vocab.is_object()) throw Error(path + ": model.vocab is not an object");
+
+  // id -> text and type (llama.cpp token types: 1 normal, 2 unknown, 3 control,
+  // 4 user-defined, 5 unused, 6 byte).
+  std::map<int64_t, std::pair<std::string, int32_t>> by_id;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0)
+      throw Error(path + ": model.vocab['" + it.key() + "'] is not a token id");
+    by_id[it.value().get<int64_t>()] = {it.key(), 1};
+  }
+  if (auto at = j.find("added_tokens"); at != j.end() && at->is_array()) {
+    for (const json& a : *at) {
+      if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
+          !a["content"].is_string())
+        throw Error(path + ": added_tokens entry without id / content");
+      by_id[a["id"].get<int64_t>()] = {a["content"].get<std::string>(), a.value("special", false) ? 3 : 4};
+    }
+  }
+  if (by_id.empty()) throw Error(path + ": empty vocabulary");
+  const int64_t n_tok = std::max(by_id.rbegin()->first + 1, d.config.n_vocab);
+  if (n_tok > (int64_t{1} << 24)) throw Error(path + ": vocabulary too large");
+  std::vector<std::string> tokens(static_cast<size_t>(n_tok));
+  std::vector<int32_t> types(static_cast<size_t>(n_tok), 5);
+  for (int64_t i = 0; i < n_tok; ++i) tokens[i] = "[PAD" + std::to_string(i) + "]";  // as llama.cpp pads
+  for (const auto& [id, tt] : by_id) {
+    tokens[id] = tt.first;
+    types[id] = tt.second;
+  }
+
+  std::vector<const json*> pre, norm, dec;
+  if (j.contains("pre_tokenizer")) collect_steps(j["pre_tokenizer"], "pretokenizers", pre);
+  if (j.contains("normalizer")) collect_steps(j["normalizer"], "normalizers", norm);
+  if (j.contains("decoder")) collect_steps(j["decoder"], "decoders", dec);
+  const bool byte_level = has_type(pre, "ByteLevel") || has_type(dec, "ByteLevel");
+
+  // Merges: "a b" strings or [a, b] pairs.
+  std::vector<std::pair<std::string, std::string>> merges;
+  if (auto m = model.find("merges"); m != model.end() && m->is_array()) {
+    for (const json& e : *m) {
+      if (e.is_string()) {
+        const std::string s = e.get<std::string>();
+        const size_t sp = s.find(' ', 1);
+        if (sp == std::string::npos) throw Error(path + ": merge '" + s + "' is not 'left right'");
+        merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+      } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
+        merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
+      } else {
+        throw Error(path + ": model.merges holds an entry that is neither 'a b' nor [a, b]");
+      }
+    }
+  }
+
+  // bos / eos / add_bos as the HF tokenizer itself resolves them.
+  std::unique_ptr<Tokenizer> hf = Tokenizer::from_hf_json(d.tokenizer_json, d.tokenizer_config_json);
+
+  if (byte_level) {
+    std::string regex;
+    for (const json* s : pre)
+      if (s->value("type", "") == "Split" && s->contains("pattern") && (*s)["pattern"].is_object())
+        regex += (*s)["pattern"].value("Regex", "");
+    std::string pre_name;
+    if (regex.empty()) pre_name = "gpt-2";
+    else if (regex.find("\\p{N}{1,3}") != std::string::npos) pre_name = "llama-bpe";
+    else if (regex.find("[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|") != std::string::npos) pre_name = "qwen2";
+    else throw Error(path + ": pre-tokenizer regex is not one pagoda can name in GGUF (llama3, qwen2, gpt-2)");
+    w.set("tokenizer.ggml.model", Value::str("gpt2"));
+    w.set("tokenizer.ggml.pre", Value::str(pre_name));
+    w.set("tokenizer.ggml.tokens", Value::str_array(tokens));
+    w.set("tokenizer.ggml.token_type", Value::i32_array(types));
+    std::vector<std::string> ms;
+    ms.reserve(merges.size());
+    for (const auto& [a, b] : merges) ms.push_back(a + " " + b);
+    w.set("tokenizer.ggml.merges", Value::str_array(ms));
+  } else {
+    if (!model.value("byte_fallback", false) && !has_type(pre, "Metaspace") && !has_type(norm, "Prepend"))
+      throw Error(path + ": BPE tokenizer is neither byte-level nor SentencePiece-style; cannot write GGUF");
+    std::map<std::string, int64_t> text_to_id;
+    for (int64_t i = 0; i < n_tok; ++i) text_to_id.emplace(tokens[i], i);
+    std::vector<float> scores(static_cast<size_t>(n_tok), -1e9f);  // never produced by a merge
+    std::vector<uint8_t> scored(static_cast<size_t>(n_tok), 0);
+    for (size_t r = 0; r < merges.size(); ++r) {
+      auto it = text_to_id.find(merges[r].first + merges[r].second);
+      if (it == text_to_id.end() || scored[it->second]) continue;
+      scores[it->second] = -static_cast<float>(r);
+      scored[it->second] = 1;
+    }
+    const std::string unk = model.value("unk_token", "");
+    for (int64_t i = 0; i < n_tok; ++i) {
+      const std::string& t = tokens[i];
+      if (types[i] != 1) continue;
+      if (t.size() == 6 && t.rfind("<0x", 0) == 0 && t.back() == '>') types[i] = 6;
+      else if (!unk.empty() && t == unk) types[i] = 2;
+      if (!scored[i] && t.size() <= 4) scores[i] = 0.0f;  // single characters: never merge results
+    }
+    // HF's unknown token is an added special token in these files: keep it "unknown".
+    if (!unk.empty())
+      if (auto it = text_to_id.find(unk); it != text_to_id.end()) types[it->second] = 2;
+    bool add_space_prefix = false;
+    for (const json* s : norm)
+      if (s->value("type", "") == "Prepend" && s->value("prepend", "") == kSpace) add_space_prefix = true;
+    for (const json* s : pre)
+      if (s->value("type", "") == "Metaspace" &&
+          (s->value("add_prefix_space", false) || s->value("prepend_scheme", "never") != "never"))
+        add_space_prefix = true;
+    w.set("tokenizer.ggml.model", Value::str("llama"));
+    w.set("tokenizer.ggml.tokens", Value::str_array(tokens));
+    w.set("tokenizer.ggml.scores", Value::f32_array(scores));
+    w.set("tokenizer.ggml.token_type", Value::i32_array(types));
+    w.set("tokenizer.ggml.add_space_prefix", Value::boolean(add_space_prefix));
+    if (!unk.empty())
+      if (auto it = text_to_id.find(unk); it != text_to_id.end())
+        w.set("tokenizer.ggml.unknown_token_id", Value::u32(static_cast<uint32_t>(it->second)));
+  }
+  // 0xFFFFFFFF is how converters say "none" (the GGUF reader maps out-of-range ids to none).
+  auto id_or_none = [](TokenId id) { return Value::u32(id >= 0 ? static_cast<uint32_t>(id) : 0xFFFFFFFFu); };
+  w.set("tokenizer.ggml.bos_token_id", id_or_none(hf->bos()));
+  w.set("tokenizer.ggml.eos_token_id", id_or_none(hf->eos()));
+  w.set("tokenizer.ggml.add_bos_token", Value::boolean(hf->add_bos()));
+  w.set("tokenizer.ggml.add_eos_token", Value::boolean(hf->add_eos()));
+}
+
+}  // namespace
+
+void convert_hf_to_gguf(const HfModelDir& d, const std::string& out_path, std::optional<GgmlType> type) {
+  std::shared_ptr<const WeightSource> weights = load_hf_weights(d);
+  if (type) weights = requantize(weights, *type);
+  const ModelConfig& c = d.config;
+  gguf::GgufWriter w;
+  const std::string a = c.arch_name + ".";
+  auto u32 = [](int64_t v) { return Value::u32(static_cast<uint32_t>(v)); };
+  w.set("general.architecture", Value::str(c.arch_name));
+  w.set("general.name", Value::str(c.name));
+  w.set(a + "context_length", u32(c.ctx_len));
+  w.set(a + "embedding_length", u32(c.dim));
+  w.set(a + "block_count", u32(c.n_layers));
+  w.set(a + "feed_forward_length", u32(c.ffn_dim));
+  w.set(a + "attention.head_count", u32(c.n_heads));
+  w.set(a + "attention.head_count_kv", u32(c.n_kv_heads));
+  if (c.dim % c.n_heads != 0 || c.head_dim != c.dim / c.n_heads) {
+    w.set(a + "attention.key_length", u32(c.head_dim));
+    w.set(a + "attention.value_length", u32(c.head_dim));
+  }
+  w.set(a + "attention.layer_norm_rms_epsilon", Value::f32(c.rms_eps));
+  w.set(a + "rope.freq_base", Value::f32(c.rope_theta));
+  w.set(a + "rope.dimension_count", u32(c.n_rot));
+  w.set(a + "vocab_size", u32(c.n_vocab));
+  if (c.rope_scaling != RopeScalingType::None) {
+    w.set(a + "rope.scaling.type", Value::str(c.rope_scaling == RopeScalingType::Linear ? "linear" : "yarn"));
+    w.set(a + "rope.scaling.factor", Value::f32(c.rope_scaling_factor));
+    if (c.rope_scaling == RopeScalingType::Yarn) {
+      w.set(a + "rope.scaling.original_context_length", u32(c.rope_orig_ctx));
+      if (c.rope_attn_factor != 1.0f) w.set(a + "rope.scaling.attn_factor", Value::f32(c.rope_attn_factor));
+    }
+  }
+  GgmlType matrix_type = GgmlType::F32;
+  if (const gguf::TensorInfo* q = weights->find_tensor("blk.0.attn_q.weight")) matrix_type = q->type;
+  if (const char* ft = file_type_of(matrix_type)) w.set("general.file_type", Value::u32(std::stoul(ft)));
+  if (!d.tokenizer_json.empty()) write_tokenizer(d, w);
+  if (!d.chat_template.empty()) w.set("tokenizer.chat_template", Value::str(d.chat_template));
+
+  std::vector<float> row;
+  for (const gguf::TensorInfo& t : weights->tensors()) {
+    if (t.dims.size() == 1 && t.type != GgmlType::F32) {  // norms and biases as F32, as llama.cpp keeps them
+      row.resize(static_cast<size_t>(t.dims[0]));
+      dequantize_row(t.type, t.data, row.data(), t.dims[0]);
+      w.add_tensor_f32(t.name, GgmlType::F32, t.dims, row.data());
+    } else {
+      w.add_tensor(t.name, t.type, t.dims, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+    }
+  }
+  w.write(out_path);
+}
+
+}  // namespace pagoda

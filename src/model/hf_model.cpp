@@ -1,0 +1,387 @@
+// HfModelDir::open and load_hf_weights (see hf_model.h). The name map and the
+// Q/K permutation follow llama.cpp's convert_hf_to_gguf.py so that a directory
+// and the GGUF converted from it give identical tensors.
+#include "model/hf_model.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/error.h"
+#include "kernels/ops.h"
+#include "safetensors/safetensors.h"
+
+namespace pagoda {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+json read_json(const std::string& path) {
+  const std::string text = read_text(path);
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw Error(path + ": is not valid JSON");
+  if (!j.is_object()) throw Error(path + ": is not a JSON object");
+  return j;
+}
+
+// Typed lookups in config.json: nullopt when absent or null.
+class JsonConfig {
+ public:
+  JsonConfig(const json& j, std::string path) : j_(j), path_(std::move(path)) {}
+
+  std::optional<int64_t> opt_int(const json& obj, const char* key) const {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number_integer()) throw Error(path_ + ": key '" + key + "' is not an integer");
+    return it->get<int64_t>();
+  }
+  std::optional<double> opt_float(const json& obj, const char* key) const {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number()) throw Error(path_ + ": key '" + key + "' is not a number");
+    return it->get<double>();
+  }
+  int64_t positive(const char* key, std::optional<int64_t> fallback = std::nullopt) const {
+    auto v = opt_int(j_, key);
+    if (!v && !fallback) throw Error(path_ + ": key '" + std::string(key) + "' is missing");
+    const int64_t x = v ? *v : *fallback;
+    if (x <= 0 || x > (int64_t{1} << 32))
+      throw Error(path_ + ": key '" + std::string(key) + "' has invalid value " + std::to_string(x));
+    return x;
+  }
+  // int or list of ints -> ids.
+  std::vector<int32_t> ids(const json& obj, const char* key) const {
+    std::vector<int32_t> out;
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return out;
+    auto one = [&](const json& v) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+        throw Error(path_ + ": key '" + std::string(key) + "' holds something other than a token id");
+      out.push_back(static_cast<int32_t>(v.get<int64_t>()));
+    };
+    if (it->is_array()) {
+      for (const json& v : *it) one(v);
+    } else {
+      one(*it);
+    }
+    return out;
+  }
+  const json& root() const { return j_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  const json& j_;
+  std::string path_;
+};
+
+std::string join(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
+
+std::string shape_string(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+void parse_rope_scaling(const JsonConfig& cfg, const json& rs, HfModelDir& d) {
+  ModelConfig& c = d.config;
+  std::string type;
+  if (auto it = rs.find("rope_type"); it != rs.end() && it->is_string()) type = it->get<std::string>();
+  else if (auto it2 = rs.find("type"); it2 != rs.end() && it2->is_string()) type = it2->get<std::string>();
+  const double factor = cfg.opt_float(rs, "factor").value_or(1.0);
+  if (type.empty() || type == "default") return;
+  if (!(factor > 0.0)) throw Error(cfg.path() + ": rope_scaling.factor must be > 0");
+  if (type == "llama3") {
+    Llama3RopeScaling l;
+    l.factor = static_cast<float>(factor);
+    l.low_freq_factor = static_cast<float>(cfg.opt_float(rs, "low_freq_factor").value_or(1.0));
+    l.high_freq_factor = static_cast<float>(cfg.opt_float(rs, "high_freq_factor").value_or(4.0));
+    l.orig_ctx = cfg.opt_int(rs, "original_max_position_embeddings").value_or(8192);
+    if (!(l.high_freq_factor > l.low_freq_factor) || l.orig_ctx <= 0)
+      throw Error(cfg.path() + ": rope_scaling (llama3) needs high_freq_factor > low_freq_factor and "
+                  "original_max_position_embeddings > 0");
+    d.llama3_rope = l;
+  } else if (type == "linear") {
+    if (factor != 1.0) {
+      c.rope_scaling = RopeScalingType::Linear;
+      c.rope_scaling_factor = static_cast<float>(factor);
+    }
+  } else if (type == "yarn") {
+    if (factor != 1.0) {
+      c.rope_scaling = RopeScalingType::Yarn;
+      c.rope_scaling_factor = static_cast<float>(factor);
+      c.rope_orig_ctx = cfg.opt_int(rs, "original_max_position_embeddings").value_or(c.ctx_len);
+      if (c.rope_orig_ctx <= 0) throw Error(cfg.path() + ": rope_scaling.original_max_position_embeddings must be > 0");
+      c.rope_attn_factor = static_cast<float>(cfg.opt_float(rs, "attention_factor").value_or(1.0));
+    }
+  } else {
+    throw Error(cfg.path() + ": unsupported rope_scaling type '" + type +
+                "' (supported: default, linear, llama3, yarn)");
+  }
+}
+
+ModelConfig parse_config(const json& j, const std::string& path, HfModelDir& d) {
+  JsonConfig cfg(j, path);
+  ModelConfig c;
+  auto mt = j.find("model_type");
+  if (mt == j.end() || !mt->is_string()) throw Error(path + ": key 'model_type' is missing");
+  d.model_type = mt->get<std::string>();
+  if (d.model_type == "llama" || d.model_type == "mistral") {
+    c.arch = Arch::Llama;
+    c.arch_name = "llama";  // llama.cpp converts both to general.architecture = llama
+  } else if (d.model_type == "qwen2") {
+    c.arch = Arch::Qwen2;
+    c.arch_name = "qwen2";
+    c.rope_neox = true;
+    c.has_qkv_bias = true;
+  } else if (d.model_type == "qwen3") {
+    c.arch = Arch::Qwen3;
+    c.arch_name = "qwen3";
+    c.rope_neox = true;
+    c.has_qk_norm = true;
+  } else {
+    throw Error(path + ": unsupported model_type '" + d.model_type + "' (supported: llama, mistral, qwen2, qwen3)");
+  }
+  if (c.arch == Arch::Llama) {
+    if (auto it = j.find("attention_bias"); it != j.end() && it->is_boolean() && it->get<bool>())
+      throw Error(path + ": attention_bias = true is not supported for " + d.model_type);
+  }
+  c.name = fs::path(d.dir).filename().string();
+  if (c.name.empty()) c.name = fs::path(d.dir).parent_path().filename().string();
+  c.dim = cfg.positive("hidden_size");
+  c.n_layers = cfg.positive("num_hidden_layers");
+  c.ffn_dim = cfg.positive("intermediate_size");
+  c.n_heads = cfg.positive("num_attention_heads");
+  c.n_kv_heads = cfg.positive("num_key_value_heads", c.n_heads);
+  c.ctx_len = cfg.positive("max_position_embeddings", 2048);
+  c.n_vocab = cfg.positive("vocab_size");
+  if (!cfg.opt_int(j, "head_dim") && c.dim % c.n_heads != 0)
+    throw Error(path + ": hidden_size " + std::to_string(c.dim) + " is not divisible by num_attention_heads " +
+                std::to_string(c.n_heads));
+  c.head_dim = cfg.positive("head_dim", c.dim / c.n_heads);
+  if (c.n_heads % c.n_kv_heads != 0)
+    throw Error(path + ": num_attention_heads " + std::to_string(c.n_heads) +
+                " is not a multiple of num_key_value_heads " + std::to_string(c.n_kv_heads));
+  if (c.head_dim % 2 != 0) throw Error(path + ": head_dim " + std::to_string(c.head_dim) + " must be even");
+  c.n_rot = c.head_dim;
+  c.rms_eps = static_cast<float>(cfg.opt_float(j, "rms_norm_eps").value_or(1e-6));
+  if (!(c.rms_eps > 0.0f)) throw Error(path + ": rms_norm_eps must be > 0");
+  // transformers >= 4.56 may nest rope_theta and the scaling in rope_parameters.
+  const json* rope_params = nullptr;
+  if (auto it = j.find("rope_parameters"); it != j.end() && it->is_object()) rope_params = &*it;
+  double theta = cfg.opt_float(j, "rope_theta").value_or(0.0);
+  if (theta == 0.0 && rope_params) theta = cfg.opt_float(*rope_params, "rope_theta").value_or(0.0);
+  c.rope_theta = static_cast<float>(theta == 0.0 ? 10000.0 : theta);
+  if (!(c.rope_theta > 1.0f)) throw Error(path + ": rope_theta must be > 1");
+  c.rope_orig_ctx = c.ctx_len;
+  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) throw Error(path + ": rope_scaling is not an object");
+    parse_rope_scaling(cfg, *it, d);
+  } else if (rope_params) {
+    parse_rope_scaling(cfg, *rope_params, d);
+  }
+  if (auto it = j.find("tie_word_embeddings"); it != j.end() && !it->is_null()) {
+    if (!it->is_boolean()) throw Error(path + ": tie_word_embeddings is not a boolean");
+    d.tie_word_embeddings = it->get<bool>();
+  }
+  if (auto bos = cfg.ids(j, "bos_token_id"); !bos.empty()) d.bos_token_id = bos[0];
+  d.eos_token_ids = cfg.ids(j, "eos_token_id");
+  return c;
+}
+
+std::string read_chat_template(const std::string& dir, const std::string& tokenizer_config) {
+  const std::string jinja = join(dir, "chat_template.jinja");
+  if (fs::is_regular_file(jinja)) return read_text(jinja);
+  if (tokenizer_config.empty()) return "";
+  const json j = read_json(tokenizer_config);
+  auto it = j.find("chat_template");
+  if (it == j.end() || it->is_null()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_array()) {
+    std::string first;
+    for (const json& e : *it) {
+      if (!e.is_object() || !e.contains("template") || !e["template"].is_string())
+        throw Error(tokenizer_config + ": chat_template list entries must be {name, template} objects");
+      const std::string name = e.value("name", "");
+      if (name == "default") return e["template"].get<std::string>();
+      if (first.empty()) first = e["template"].get<std::string>();
+    }
+    return first;
+  }
+  throw Error(tokenizer_config + ": chat_template is neither a string nor a list");
+}
+
+// One expected tensor: HF name, GGUF name, HF (row-major) shape, and for llama Q/K the head count to permute by.
+struct Expected {
+  std::string hf, gguf;
+  std::vector<int64_t> shape;
+  int64_t permute_heads = 0;
+};
+
+std::vector<Expected> expected_tensors(const HfModelDir& d) {
+  const ModelConfig& c = d.config;
+  std::vector<Expected> e;
+  e.push_back({"model.embed_tokens.weight", "token_embd.weight", {c.n_vocab, c.dim}});
+  e.push_back({"model.norm.weight", "output_norm.weight", {c.dim}});
+  if (!d.tie_word_embeddings) e.push_back({"lm_head.weight", "output.weight", {c.n_vocab, c.dim}});
+  const bool permute = c.arch == Arch::Llama;
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string h = "model.layers." + std::to_string(i) + ".";
+    const std::string g = "blk." + std::to_string(i) + ".";
+    e.push_back({h + "input_layernorm.weight", g + "attn_norm.weight", {c.dim}});
+    e.push_back({h + "self_attn.q_proj.weight", g + "attn_q.weight", {c.q_dim(), c.dim}, permute ? c.n_heads : 0});
+    e.push_back({h + "self_attn.k_proj.weight", g + "attn_k.weight", {c.kv_dim(), c.dim}, permute ? c.n_kv_heads : 0});
+    e.push_back({h + "self_attn.v_proj.weight", g + "attn_v.weight", {c.kv_dim(), c.dim}});
+    e.push_back({h + "self_attn.o_proj.weight", g + "attn_output.weight", {c.dim, c.q_dim()}});
+    if (c.has_qkv_bias) {
+      e.push_back({h + "self_attn.q_proj.bias", g + "attn_q.bias", {c.q_dim()}});
+      e.push_back({h + "self_attn.k_proj.bias", g + "attn_k.bias", {c.kv_dim()}});
+      e.push_back({h + "self_attn.v_proj.bias", g + "attn_v.bias", {c.kv_dim()}});
+    }
+    if (c.has_qk_norm) {
+      e.push_back({h + "self_attn.q_norm.weight", g + "attn_q_norm.weight", {c.head_dim}});
+      e.push_back({h + "self_attn.k_norm.weight", g + "attn_k_norm.weight", {c.head_dim}});
+    }
+    e.push_back({h + "post_attention_layernorm.weight", g + "ffn_norm.weight", {c.dim}});
+    e.push_back({h + "mlp.gate_proj.weight", g + "ffn_gate.weight", {c.ffn_dim, c.dim}});
+    e.push_back({h + "mlp.up_proj.weight", g + "ffn_up.weight", {c.ffn_dim, c.dim}});
+    e.push_back({h + "mlp.down_proj.weight", g + "ffn_down.weight", {c.dim, c.ffn_dim}});
+  }
+  return e;
+}
+
+// llama.cpp LlamaModel.permute: rows of each head reordered from [2, head_dim/2]
+// (HF rotate_half halves) to [head_dim/2, 2] (GGML's adjacent pairs):
+// out row h*hd + 2*i + j = in row h*hd + j*hd/2 + i.
+std::vector<uint8_t> permute_rows(const uint8_t* src, int64_t n_rows, size_t row_bytes, int64_t n_heads) {
+  std::vector<uint8_t> out(static_cast<size_t>(n_rows) * row_bytes);
+  const int64_t hd = n_rows / n_heads, half = hd / 2;
+  for (int64_t h = 0; h < n_heads; ++h)
+    for (int64_t i = 0; i < half; ++i)
+      for (int64_t j = 0; j < 2; ++j)
+        std::memcpy(out.data() + (h * hd + 2 * i + j) * row_bytes, src + (h * hd + j * half + i) * row_bytes,
+                    row_bytes);
+  return out;
+}
+
+}  // namespace
+
+GenerationDefaults read_generation_config(const std::string& path) {
+  GenerationDefaults g;
+  if (!fs::is_regular_file(path)) return g;
+  const json j = read_json(path);
+  JsonConfig cfg(j, path);
+  if (auto v = cfg.opt_float(j, "temperature")) g.temperature = static_cast<float>(*v);
+  if (auto v = cfg.opt_float(j, "top_p")) g.top_p = static_cast<float>(*v);
+  if (auto v = cfg.opt_int(j, "top_k")) g.top_k = static_cast<int32_t>(*v);
+  if (auto v = cfg.opt_float(j, "repetition_penalty")) g.repetition_penalty = static_cast<float>(*v);
+  g.eos_token_ids = cfg.ids(j, "eos_token_id");
+  return g;
+}
+
+bool is_model_directory(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec);
+}
+
+HfModelDir HfModelDir::open(const std::string& dir) {
+  HfModelDir d;
+  d.dir = dir;
+  if (!is_model_directory(dir)) throw Error(dir + ": not a directory");
+  const std::string config = join(dir, "config.json");
+  if (!fs::is_regular_file(config))
+    throw Error(dir + ": not a Hugging Face model directory: config.json is missing");
+  d.config = parse_config(read_json(config), config, d);
+  if (const std::string t = join(dir, "tokenizer.json"); fs::is_regular_file(t)) d.tokenizer_json = t;
+  if (const std::string t = join(dir, "tokenizer_config.json"); fs::is_regular_file(t)) d.tokenizer_config_json = t;
+  d.chat_template = read_chat_template(dir, d.tokenizer_config_json);
+  d.generation = read_generation_config(join(dir, "generation_config.json"));
+  return d;
+}
+
+std::shared_ptr<const WeightSource> load_hf_weights(const HfModelDir& d) {
+  using safetensors::SafetensorsFile;
+  using safetensors::TensorEntry;
+  auto out = std::make_shared<OwnedWeightSource>(d.dir);
+  // HF name -> (file, entry).
+  std::map<std::string, std::pair<const SafetensorsFile*, const TensorEntry*>, std::less<>> by_name;
+  std::map<std::string, std::shared_ptr<const SafetensorsFile>> shards;  // file name -> file
+  auto open_shard = [&](const std::string& name) -> const SafetensorsFile* {
+    auto it = shards.find(name);
+    if (it != shards.end()) return it->second.get();
+    auto f = std::make_shared<const SafetensorsFile>(SafetensorsFile::open(join(d.dir, name)));
+    out->keep_alive(f);
+    return shards.emplace(name, f).first->second.get();
+  };
+  const std::string index = join(d.dir, "model.safetensors.index.json");
+  std::string where;  // for "missing" errors
+  if (fs::is_regular_file(index)) {
+    const json j = read_json(index);
+    auto wm = j.find("weight_map");
+    if (wm == j.end() || !wm->is_object()) throw Error(index + ": weight_map is missing or not an object");
+    for (auto it = wm->begin(); it != wm->end(); ++it) {
+      if (!it.value().is_string()) throw Error(index + ": weight_map entry '" + it.key() + "' is not a file name");
+      const std::string shard = it.value().get<std::string>();
+      const fs::path sp(shard);
+      if (shard.empty() || sp.is_absolute() || shard.find("..") != std::string::npos)
+        throw Error(index + ": weight_map names shard '" + shard + "' outside the directory");
+      if (!fs::is_regular_file(join(d.dir, shard)))
+        throw Error(index + ": shard '" + shard + "' (holding tensor '" + it.key() + "') is missing");
+      const SafetensorsFile* f = open_shard(shard);
+      const TensorEntry* e = f->find(it.key());
+      if (!e) throw Error(index + ": maps tensor '" + it.key() + "' to shard '" + shard + "', which does not hold it");
+      by_name[it.key()] = {f, e};
+    }
+    where = "model.safetensors.index.json";
+  } else {
+    const std::string single = "model.safetensors";
+    if (!fs::is_regular_file(join(d.dir, single)))
+      throw Error(d.dir + ": no model.safetensors or model.safetensors.index.json");
+    const SafetensorsFile* f = open_shard(single);
+    for (const TensorEntry& e : f->tensors()) by_name[e.name] = {f, &e};
+    where = single;
+  }
+
+  for (const Expected& x : expected_tensors(d)) {
+    auto it = by_name.find(x.hf);
+    if (it == by_name.end()) throw Error(d.dir + ": tensor '" + x.hf + "' is missing (not in " + where + ")");
+    const SafetensorsFile& f = *it->second.first;
+    const TensorEntry& e = *it->second.second;
+    if (!e.type)
+      throw Error(f.path() + ": tensor '" + x.hf + "' has dtype " + e.dtype + " (supported: F32, F16, BF16)");
+    if (e.shape != x.shape)
+      throw Error(f.path() + ": tensor '" + x.hf + "' has shape " + e.shape_string() + ", expected " +
+                  shape_string(x.shape) + " from config.json");
+    std::vector<int64_t> dims(x.shape.rbegin(), x.shape.rend());  // ggml order
+    if (x.permute_heads > 0) {
+      const size_t rb = row_bytes(*e.type, x.shape[1]);
+      out->add_owned(x.gguf, *e.type, dims, permute_rows(e.data, x.shape[0], rb, x.permute_heads));
+    } else {
+      out->add_view(x.gguf, *e.type, dims, e.data);
+    }
+  }
+  if (d.llama3_rope) {
+    const ModelConfig& c = d.config;
+    const Llama3RopeScaling& l = *d.llama3_rope;
+    std::vector<float> ff(static_cast<size_t>(c.n_rot / 2));
+    llama3_freq_factors(ff.data(), c.n_rot, c.rope_theta, l.factor, l.low_freq_factor, l.high_freq_factor,
+                        l.orig_ctx);
+    std::vector<uint8_t> bytes(ff.size() * sizeof(float));
+    std::memcpy(bytes.data(), ff.data(), bytes.size());
+    out->add_owned("rope_freqs.weight", GgmlType::F32, {c.n_rot / 2}, std::move(bytes));
+  }
+  return out;
+}
+
+}  // namespace pagoda

@@ -1,0 +1,89 @@
+// Hugging Face model directories: config.json + model.safetensors (or shards
+// listed in model.safetensors.index.json) + tokenizer.json, tokenizer_config.json,
+// chat_template.jinja and generation_config.json.
+//
+// Contract:
+// - HfModelDir::open() reads the small JSON files only (no weights): the
+//   architecture config (model_type llama / mistral / qwen2 / qwen3) into a
+//   ModelConfig equal to what ModelConfig::from_gguf() returns for the GGUF
+//   that convert_hf_to_gguf() writes, the chat template and the generation
+//   defaults. load_hf_weights() maps the safetensors files and presents their
+//   tensors under GGUF names and in GGUF layout: F32 / F16 / BF16 matrices are
+//   viewed in the mapping without a copy, except the Q and K projections of
+//   llama / mistral, whose rows are permuted into owned buffers exactly as
+//   llama.cpp's convert_hf_to_gguf.py does (LlamaModel.permute), because
+//   pagoda's llama path applies GGML's interleaved RoPE to the permuted layout
+//   (qwen2 / qwen3 use NeoX RoPE on the unpermuted weights, as in GGUF). A
+//   llama3 rope_scaling becomes a computed rope_freqs.weight, as the converter
+//   writes it.
+// - Every problem throws pagoda::Error with one line naming the file and what is
+//   wrong (missing file, bad JSON, unsupported model_type / dtype / rope scaling,
+//   shape against config.json, tensor missing, index naming a missing shard,
+//   and every safetensors header fault: safetensors/safetensors.h).
+// - Plain values, read-only after open(); the weight source keeps its mappings alive.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace pagoda {
+
+// Sampling defaults a model directory ships in generation_config.json; unset
+// fields are absent from the file. The server uses them where a request leaves
+// a parameter out.
+struct GenerationDefaults {
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  std::optional<int32_t> top_k;
+  std::optional<float> repetition_penalty;
+  // eos_token_id (int or list): extra end-of-generation token ids.
+  std::vector<int32_t> eos_token_ids;
+};
+
+// Parses generation_config.json; nullopt-valued defaults when the file is absent.
+// Throws pagoda::Error naming the file when it exists but is malformed.
+GenerationDefaults read_generation_config(const std::string& path);
+
+struct Llama3RopeScaling {
+  float factor = 8.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int64_t orig_ctx = 8192;
+};
+
+struct HfModelDir {
+  std::string dir;
+  std::string model_type;  // config.json model_type
+  ModelConfig config;
+  bool tie_word_embeddings = false;
+  std::optional<Llama3RopeScaling> llama3_rope;
+  std::optional<int32_t> bos_token_id;   // config.json
+  std::vector<int32_t> eos_token_ids;    // config.json (int or list)
+  std::string tokenizer_json;            // path, "" when absent
+  std::string tokenizer_config_json;     // path, "" when absent
+  std::string chat_template;             // chat_template.jinja, else tokenizer_config.json; "" if none
+  GenerationDefaults generation;
+
+  // Throws pagoda::Error (see contract).
+  static HfModelDir open(const std::string& dir);
+};
+
+// True when `path` is a directory (the caller then treats it as a HF model directory).
+bool is_model_directory(const std::string& path);
+
+// The directory's weights under GGUF names; see the contract. Throws pagoda::Error.
+std::shared_ptr<const WeightSource> load_hf_weights(const HfModelDir& dir);
+
+// Writes `out_path` as a GGUF v3 file llama.cpp can load: architecture metadata,
+// the tokenizer (tokenizer.ggml.*, from tokenizer.json) and chat template, and
+// the weights, matrices as `type` (nullopt: as stored, F32 / F16 / BF16) and 1-D
+// tensors as F32. Throws pagoda::Error.
+void convert_hf_to_gguf(const HfModelDir& dir, const std::string& out_path, std::optional<GgmlType> type);
+
+}  // namespace pagoda

@@ -1,0 +1,98 @@
+#include "model/weights.h"
+
+#include "common/error.h"
+
+namespace pagoda {
+
+namespace {
+
+class GgufWeightSource final : public WeightSource {
+ public:
+  explicit GgufWeightSource(std::shared_ptr<const gguf::GgufFile> f) : f_(std::move(f)) {}
+  const std::string& path() const override { return f_->path(); }
+  const std::vector<gguf::TensorInfo>& tensors() const override { return f_->tensors(); }
+  const gguf::TensorInfo* find_tensor(std::string_view name) const override { return f_->find_tensor(name); }
+
+ private:
+  std::shared_ptr<const gguf::GgufFile> f_;
+};
+
+uint64_t tensor_bytes(GgmlType type, const std::vector<int64_t>& dims) {
+  uint64_t rows = 1;
+  for (size_t i = 1; i < dims.size(); ++i) rows *= static_cast<uint64_t>(dims[i]);
+  return rows * row_bytes(type, dims.empty() ? 0 : dims[0]);
+}
+
+}  // namespace
+
+std::shared_ptr<const WeightSource> gguf_weight_source(std::shared_ptr<const gguf::GgufFile> file) {
+  return std::make_shared<GgufWeightSource>(std::move(file));
+}
+
+const gguf::TensorInfo* OwnedWeightSource::find_tensor(std::string_view name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+void OwnedWeightSource::add_view(const std::string& name, GgmlType type, std::vector<int64_t> dims,
+                                 const uint8_t* data) {
+  PAGODA_CHECK(!index_.count(name), "duplicate tensor " + name);
+  PAGODA_CHECK(!dims.empty() && dims[0] % traits(type).block_size == 0, "bad dims for tensor " + name);
+  gguf::TensorInfo t;
+  t.name = name;
+  t.type_id = static_cast<uint32_t>(type);
+  t.type_known = true;
+  t.type = type;
+  t.n_bytes = tensor_bytes(type, dims);
+  t.dims = std::move(dims);
+  t.data = data;
+  index_[name] = tensors_.size();
+  tensors_.push_back(std::move(t));
+}
+
+void OwnedWeightSource::add_owned(const std::string& name, GgmlType type, std::vector<int64_t> dims,
+                                  std::vector<uint8_t> bytes) {
+  PAGODA_CHECK(bytes.size() == tensor_bytes(type, dims), "byte size mismatch for tensor " + name);
+  owned_.push_back(std::make_unique<std::vector<uint8_t>>(std::move(bytes)));
+  add_view(name, type, std::move(dims), owned_.back()->data());
+}
+
+std::shared_ptr<const WeightSource> requantize(std::shared_ptr<const WeightSource> src, GgmlType type) {
+  auto out = std::make_shared<OwnedWeightSource>(src->path());
+  const int64_t blk = traits(type).block_size;
+  std::vector<float> row;
+  for (const gguf::TensorInfo& t : src->tensors()) {
+    const bool matrix = t.dims.size() == 2 && t.type_known && t.name.size() > 7 &&
+                        t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
+    GgmlType target = type;
+    if (matrix && t.dims[0] % blk != 0) {
+      const bool plain = t.type == GgmlType::F32 || t.type == GgmlType::F16 || t.type == GgmlType::BF16;
+      target = plain ? t.type : GgmlType::F16;
+    }
+    if (!matrix || target == t.type) {
+      out->add_view(t.name, t.type, t.dims, t.data);
+      continue;
+    }
+    const int64_t n_cols = t.dims[0], n_rows = t.dims[1];
+    const size_t in_row = row_bytes(t.type, n_cols), out_row = row_bytes(target, n_cols);
+    std::vector<uint8_t> bytes(out_row * static_cast<size_t>(n_rows));
+    row.resize(static_cast<size_t>(n_cols));
+    for (int64_t r = 0; r < n_rows; ++r) {
+      dequantize_row(t.type, t.data + in_row * r, row.data(), n_cols);
+      quantize_row(target, row.data(), bytes.data() + out_row * r, n_cols);
+    }
+    out->add_owned(t.name, target, t.dims, std::move(bytes));
+  }
+  out->keep_alive(std::move(src));
+  return out;
+}
+
+GgmlType parse_weight_type(const std::string& name, const std::string& what) {
+  auto t = parse_type_name(name);
+  if (!t || !(*t == GgmlType::F32 || *t == GgmlType::F16 || *t == GgmlType::BF16 || *t == GgmlType::Q8_0 ||
+              *t == GgmlType::Q4_0 || *t == GgmlType::Q4_K))
+    throw Error(what + ": unsupported type '" + name + "' (supported: f32, f16, bf16, q8_0, q4_0, q4_k)");
+  return *t;
+}
+
+}  // namespace pagoda

@@ -1,0 +1,546 @@
+#include "server/api_server.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <random>
+#include <thread>
+
+#include "common/error.h"
+#include "server/openai_protocol.h"
+
+namespace pagoda::server {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+HttpResponse json_response(int status, const json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = dump(body);
+  return r;
+}
+
+// "chatcmpl-" + 24 hex digits: a per-process random stem and a counter, unique within
+// a process and unlikely to repeat across restarts.
+std::string make_id(const char* prefix, uint64_t n) {
+  static const uint64_t stem = std::random_device{}() * 0x9E3779B97F4A7C15ull;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s%016llx%08llx", prefix, static_cast<unsigned long long>(stem),
+                static_cast<unsigned long long>(n & 0xffffffffu));
+  return buf;
+}
+
+const char* finish_reason_text(FinishReason r) { return r == FinishReason::Length ? "length" : "stop"; }
+
+// The text a token's logprob entry shows: its piece with special tokens rendered.
+std::string piece_of(const Tokenizer* tok, int32_t id) {
+  return tok ? tok->token_to_piece(id, true) : std::to_string(id);
+}
+
+void log_line(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
+
+// The engine thread's side of one completion request: formats JSON and queues it on
+// the exchange. Never blocks (HttpExchange::send only queues).
+class CompletionSink final : public RequestSink {
+ public:
+  struct Params {
+    ApiKind kind = ApiKind::Chat;
+    bool stream = false, include_usage = false, logprobs = false, log = true;
+    std::string id, model, method, path;
+    int64_t created = 0;
+    const Tokenizer* tokenizer = nullptr;
+    ServerMetrics* metrics = nullptr;
+    bool ignore_eos = false;
+  };
+  CompletionSink(Params p, std::shared_ptr<HttpExchange> ex) : p_(std::move(p)), ex_(std::move(ex)) {}
+
+  void on_token(const TokenEvent& ev) override {
+    const bool eog_token = ev.text.empty() && !p_.ignore_eos && p_.tokenizer && p_.tokenizer->is_eog(ev.token_id);
+    TokenLogprobInfo info;
+    const bool with_lp = p_.logprobs && !eog_token;
+    if (with_lp) {
+      info.token = piece_of(p_.tokenizer, ev.token_id);
+      info.logprob = ev.logprob;
+      for (const TokenLogprob& t : ev.top_logprobs) info.top.push_back({piece_of(p_.tokenizer, t.token_id), t.logprob});
+    }
+    if (!p_.stream) {
+      if (with_lp) lps_.push_back(std::move(info));
+      return;
+    }
+    if (ev.text.empty() && !with_lp) return;
+    json lp = nullptr;
+    if (with_lp) {
+      std::vector<TokenLogprobInfo> one{std::move(info)};
+      lp = p_.kind == ApiKind::Chat ? chat_logprobs_json(one) : completion_logprobs_json(one, text_offset_);
+    }
+    text_offset_ += ev.text.size();
+    if (p_.kind == ApiKind::Chat) {
+      ex_->send(sse_event(chat_chunk_content(p_.id, p_.created, p_.model, ev.text, lp, p_.include_usage)));
+    } else {
+      ex_->send(sse_event(completion_chunk(p_.id, p_.created, p_.model, ev.text, lp, std::nullopt, p_.include_usage)));
+    }
+  }
+
+  void on_finish(const RequestResult& r) override {
+    if (p_.metrics) p_.metrics->record_finished(r);
+    Usage usage{r.prompt_tokens, r.generated_tokens, r.cached_tokens};
+    int status = 200;
+    if (r.finish == FinishReason::Cancelled) {
+      // The client left (or the server is shutting down / the request timed out):
+      // tell a client that is still there, in the shape it expects.
+      status = 503;
+      const std::string msg = "request cancelled before it finished (client disconnected, timeout or shutdown)";
+      if (p_.stream) {
+        ex_->send("data: " + error_json(503, msg) + "\n\n");
+        ex_->send(std::string(kSseDone));
+        ex_->finish();
+      } else {
+        ex_->respond(error_response(503, msg));
+      }
+    } else if (p_.stream) {
+      const std::string reason = finish_reason_text(r.finish);
+      if (p_.kind == ApiKind::Chat) {
+        if (!r.final_text.empty())
+          ex_->send(sse_event(chat_chunk_content(p_.id, p_.created, p_.model, r.final_text, nullptr, p_.include_usage)));
+        ex_->send(sse_event(chat_chunk_finish(p_.id, p_.created, p_.model, reason, p_.include_usage)));
+      } else {
+        ex_->send(sse_event(completion_chunk(p_.id, p_.created, p_.model, r.final_text, nullptr, reason, p_.include_usage)));
+      }
+      if (p_.include_usage) ex_->send(sse_event(usage_chunk(p_.kind, p_.id, p_.created, p_.model, usage)));
+      ex_->send(std::string(kSseDone));
+      ex_->finish();
+    } else {
+      const std::string reason = finish_reason_text(r.finish);
+      json lp = nullptr;
+      if (p_.logprobs)
+        lp = p_.kind == ApiKind::Chat ? chat_logprobs_json(lps_) : completion_logprobs_json(lps_, 0);
+      HttpResponse resp;
+      resp.body = p_.kind == ApiKind::Chat
+                      ? chat_response_json(p_.id, p_.created, p_.model, r.text, reason, usage, lp)
+                      : completion_response_json(p_.id, p_.created, p_.model, r.text, reason, usage, lp);
+      ex_->respond(std::move(resp));
+    }
+    if (p_.log) {
+      char buf[512];
+      std::snprintf(buf, sizeof buf,
+                    "%s %s %d finish=%s prompt=%lld cached=%lld generated=%lld queue=%.1fms ttft=%.1fms total=%.1fms%s",
+                    p_.method.c_str(), p_.path.c_str(), status, finish_reason_name(r.finish),
+                    static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.cached_tokens),
+                    static_cast<long long>(r.generated_tokens), r.timings.queue_ms, r.timings.ttft_ms,
+                    r.timings.total_ms, p_.stream ? " stream" : "");
+      log_line(buf);
+    }
+  }
+
+  void on_error(uint64_t, const std::string& message) override {
+    if (p_.metrics) p_.metrics->record_error();
+    const std::string msg = "generation failed: " + message;
+    if (p_.stream) {
+      ex_->send("data: " + error_json(500, msg) + "\n\n");
+      ex_->send(std::string(kSseDone));
+      ex_->finish();
+    } else {
+      ex_->respond(error_response(500, msg));
+    }
+    if (p_.log) log_line(p_.method + " " + p_.path + " 500 error: " + message);
+  }
+
+ private:
+  Params p_;
+  std::shared_ptr<HttpExchange> ex_;
+  std::vector<TokenLogprobInfo> lps_;  // non-streaming: every token's logprobs
+  size_t text_offset_ = 0;
+};
+
+bool is_completion_path(const std::string& path) {
+  return path == "/v1/chat/completions" || path == "/v1/completions";
+}
+
+json pool_stats_json(const PoolStats& p) {
+  return json{{"block_size", p.block_size},
+              {"blocks_budget", p.blocks_budget},
+              {"blocks_committed", p.blocks_committed},
+              {"blocks_live", p.blocks_live},
+              {"blocks_cached", p.blocks_cached},
+              {"blocks_evictable", p.blocks_evictable},
+              {"blocks_free", p.blocks_free},
+              {"blocks_available", p.blocks_available},
+              {"bytes_per_block", p.bytes_per_block},
+              {"bytes_budget", p.bytes_budget},
+              {"bytes_reserved", p.bytes_reserved},
+              {"bytes_in_use", p.bytes_in_use},
+              {"tokens_capacity", p.tokens_capacity},
+              {"tokens_in_use", p.tokens_in_use}};
+}
+
+json cache_stats_json(const CacheStats& c) {
+  auto unlimited_bytes = [](uint64_t v) -> json {
+    return v == PrefixCacheConfig::kUnlimitedBytes ? json(nullptr) : json(v);
+  };
+  auto unlimited_entries = [](int64_t v) -> json {
+    return v == PrefixCacheConfig::kUnlimitedEntries ? json(nullptr) : json(v);
+  };
+  return json{{"enabled", c.enabled},
+              {"entries", c.entries},
+              {"cached_blocks", c.cached_blocks},
+              {"cached_bytes", c.cached_bytes},
+              {"cached_tokens", c.cached_blocks * c.pool.block_size},
+              {"evictable_blocks", c.evictable_blocks},
+              {"evictable_bytes", c.evictable_bytes},
+              {"capacity_bytes", unlimited_bytes(c.capacity_bytes)},
+              {"max_entries", unlimited_entries(c.max_entries)},
+              {"ttl_ms", c.ttl_ms},
+              {"min_prefix_tokens", c.min_prefix_tokens},
+              {"lookups", c.lookups},
+              {"hits", c.hits},
+              {"queried_tokens", c.queried_tokens},
+              {"hit_tokens", c.hit_tokens},
+              {"hit_rate", c.hit_rate()},
+              {"inserts", c.inserts},
+              {"inserted_blocks", c.inserted_blocks},
+              {"shared_on_insert", c.shared_on_insert},
+              {"superseded_blocks", c.superseded_blocks},
+              {"evictions_lru", c.evictions_lru},
+              {"evictions_capacity", c.evictions_capacity},
+              {"evictions_ttl", c.evictions_ttl},
+              {"evictions_max_entries", c.evictions_max_entries},
+              {"evictions_pool_pressure", c.evictions_pool_pressure},
+              {"evicted_blocks", c.evicted_blocks},
+              {"resets", c.resets}};
+}
+
+}  // namespace
+
+ApiServer::ApiServer(ApiServerOptions options) : options_(std::move(options)) {}
+ApiServer::~ApiServer() {
+  while (resets_running_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+std::vector<Route> ApiServer::routes() {
+  auto bind = [this](void (ApiServer::*fn)(const HttpRequest&, std::shared_ptr<HttpExchange>)) {
+    return [this, fn](const HttpRequest& r, std::shared_ptr<HttpExchange> ex) { (this->*fn)(r, std::move(ex)); };
+  };
+  return {
+      {"POST", "/v1/chat/completions", true, bind(&ApiServer::handle_chat)},
+      {"POST", "/v1/completions", true, bind(&ApiServer::handle_completion)},
+      {"GET", "/v1/models", true, bind(&ApiServer::handle_models)},
+      {"GET", "/health", false, bind(&ApiServer::handle_health)},
+      {"POST", "/tokenize", true, bind(&ApiServer::handle_tokenize)},
+      {"POST", "/detokenize", true, bind(&ApiServer::handle_detokenize)},
+      {"POST", "/apply-template", true, bind(&ApiServer::handle_apply_template)},
+      {"GET", "/v1/cache/stats", true, bind(&ApiServer::handle_cache_stats)},
+      {"POST", "/v1/cache/reset", true, bind(&ApiServer::handle_cache_reset)},
+      {"GET", "/metrics", true, bind(&ApiServer::handle_metrics)},
+  };
+}
+
+void ApiServer::on_http_complete(const HttpRequest& req, int status, double seconds) {
+  metrics_.record_http(status);
+  // Completion requests that reached the engine log their own line when they end.
+  if (!options_.log_requests || (is_completion_path(req.path) && status == 200)) return;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%s %s %d %.1fms", req.method.c_str(), req.path.c_str(), status, seconds * 1e3);
+  log_line(buf);
+}
+
+void ApiServer::attach(Engine* engine, const Tokenizer* tokenizer, const ChatTemplate* chat_template,
+                       SamplingDefaults defaults) {
+  sampling_defaults_ = defaults;
+  tokenizer_ = tokenizer;
+  chat_template_ = chat_template;
+  engine_.store(engine, std::memory_order_release);
+}
+
+void ApiServer::begin_shutdown() { shutting_down_.store(true); }
+
+namespace {
+HttpResponse loading_response() { return error_response(503, "the model is loading; try again shortly"); }
+}  // namespace
+
+void ApiServer::handle_health(const HttpRequest&, std::shared_ptr<HttpExchange> ex) {
+  if (!ready()) {
+    HttpResponse r = error_response(503, "the model is loading");
+    ex->respond(std::move(r));
+    return;
+  }
+  ex->respond(json_response(200, json{{"status", "ok"}}));
+}
+
+void ApiServer::handle_models(const HttpRequest&, std::shared_ptr<HttpExchange> ex) {
+  Engine* e = engine_.load(std::memory_order_acquire);
+  if (!e) return void(ex->respond(loading_response()));
+  static const int64_t created = unix_now();
+  json model{{"id", options_.model_id}, {"object", "model"}, {"created", created}, {"owned_by", "pagoda"},
+             {"meta", {{"n_ctx", e->config().ctx_size}, {"n_vocab", tokenizer_ ? tokenizer_->n_vocab() : 0}}}};
+  ex->respond(json_response(200, json{{"object", "list"}, {"data", json::array({model})}}));
+}
+
+namespace {
+
+// The prompt tokens of a rendered chat or a completion prompt text: special tokens
+// spelled in the text become those tokens (templates write <|im_start|> etc.), and BOS
+// is added when the model wants one and the text does not already start with it.
+std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, const std::string& text) {
+  std::vector<int32_t> ids = tok.encode(text, /*add_special=*/false, /*parse_special=*/true);
+  if (tok.add_bos() && tok.bos() >= 0 && (ids.empty() || ids.front() != tok.bos())) ids.insert(ids.begin(), tok.bos());
+  return ids;
+}
+
+// OpenAI sends tool_calls[].function.arguments as a JSON string; chat templates
+// (Llama 3.1, Hermes, Qwen...) expect the object (they call |tojson or .items() on it).
+// As vLLM and llama-server do, an argument string that parses as a JSON object is
+// handed to the template as that object; anything else stays a string.
+json with_parsed_tool_arguments(const json& messages) {
+  json out = messages;
+  for (json& m : out) {
+    if (!m.is_object() || !m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
+    for (json& call : m["tool_calls"]) {
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+      json& fn = call["function"];
+      if (!fn.contains("arguments") || !fn["arguments"].is_string()) continue;
+      json parsed = json::parse(fn["arguments"].get<std::string>(), nullptr, false);
+      if (parsed.is_object()) fn["arguments"] = std::move(parsed);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+  Engine* e = engine_.load(std::memory_order_acquire);
+  if (!e) return void(ex->respond(loading_response()));
+  try {
+    CompletionRequest cr = parse_chat_request(req.body, n_vocab(), sampling_defaults_);
+    if (!tokenizer_ || !chat_template_)
+      throw ApiError(400, "this model has no tokenizer: use /v1/completions with token ids");
+    ChatTemplate::Inputs in;
+    in.messages = with_parsed_tool_arguments(cr.messages);
+    in.tools = cr.tools;
+    in.add_generation_prompt = true;
+    if (tokenizer_->bos() >= 0) in.bos_token = tokenizer_->token_text(tokenizer_->bos());
+    if (tokenizer_->eos() >= 0) in.eos_token = tokenizer_->token_text(tokenizer_->eos());
+    in.extra = cr.chat_template_kwargs;
+    std::string prompt;
+    try {
+      prompt = chat_template_->apply(in);
+    } catch (const Error& err) {
+      throw ApiError(400, std::string("chat template: ") + err.what(), "messages");
+    }
+    start_generation(req, ex, cr, tokenize_prompt(*tokenizer_, prompt));
+  } catch (const ApiError& err) {
+    ex->respond(error_response(err.status, err.what(), err.param));
+  }
+}
+
+void ApiServer::handle_completion(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+  Engine* e = engine_.load(std::memory_order_acquire);
+  if (!e) return void(ex->respond(loading_response()));
+  try {
+    CompletionRequest cr = parse_completion_request(req.body, n_vocab(), sampling_defaults_);
+    std::vector<int32_t> prompt;
+    if (cr.prompt_tokens) {
+      prompt = *cr.prompt_tokens;
+    } else {
+      if (!tokenizer_) throw ApiError(400, "this model has no tokenizer: send the prompt as token ids", "prompt");
+      prompt = tokenize_prompt(*tokenizer_, *cr.prompt_text);
+    }
+    start_generation(req, ex, cr, std::move(prompt));
+  } catch (const ApiError& err) {
+    ex->respond(error_response(err.status, err.what(), err.param));
+  }
+}
+
+int32_t ApiServer::n_vocab() const {
+  Engine* e = engine_.load(std::memory_order_acquire);
+  return e ? e->n_vocab() : -1;
+}
+
+void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex,
+                                 const CompletionRequest& cr, std::vector<int32_t> prompt) {
+  Engine* e = engine_.load(std::memory_order_acquire);
+  if (!cr.model.empty() && cr.model != options_.model_id)
+    throw ApiError(404, "the model '" + cr.model + "' does not exist; this server serves '" + options_.model_id + "'",
+                   "model");
+  if (shutting_down_.load()) throw ApiError(503, "the server is shutting down");
+  if (prompt.empty()) throw ApiError(400, "the prompt is empty", cr.kind == ApiKind::Chat ? "messages" : "prompt");
+  const int64_t ctx = e->config().ctx_size;
+  if (static_cast<int64_t>(prompt.size()) >= ctx)
+    throw ApiError(400,
+                   "the prompt has " + std::to_string(prompt.size()) + " tokens but the context is " +
+                       std::to_string(ctx) + " tokens (at least one must be left to generate)",
+                   cr.kind == ApiKind::Chat ? "messages" : "prompt");
+
+  Request r;
+  r.prompt = std::move(prompt);
+  r.sampling = cr.sampling;
+  r.max_tokens = cr.max_tokens;
+  r.min_tokens = cr.min_tokens;
+  r.ignore_eos = cr.ignore_eos;
+  r.logprobs = cr.logprobs;
+  r.top_logprobs = cr.top_logprobs;
+  r.stop = cr.stop;
+  r.cache_key = cr.cache_key;
+  r.use_cache = cr.cache_prompt;
+  r.timeout_ms = options_.request_timeout_ms;
+
+  CompletionSink::Params p;
+  p.kind = cr.kind;
+  p.stream = cr.stream;
+  p.include_usage = cr.include_usage;
+  p.logprobs = cr.logprobs;
+  p.log = options_.log_requests;
+  p.id = make_id(cr.kind == ApiKind::Chat ? "chatcmpl-" : "cmpl-", next_id_.fetch_add(1));
+  p.model = options_.model_id;
+  p.method = req.method;
+  p.path = req.path;
+  p.created = unix_now();
+  p.tokenizer = tokenizer_;
+  p.metrics = &metrics_;
+  p.ignore_eos = cr.ignore_eos;
+  const bool stream = cr.stream;
+  const ApiKind kind = cr.kind;
+  const std::string id = p.id;
+  const int64_t created = p.created;
+
+  // The stream's headers and the role chunk go out before submit(): the engine thread
+  // may start sending tokens as soon as submit() returns.
+  if (stream) {
+    ex->start_stream(200, "text/event-stream");
+    if (kind == ApiKind::Chat) ex->send(sse_event(chat_chunk_role(id, created, options_.model_id, cr.include_usage)));
+  }
+  auto sink = std::make_shared<CompletionSink>(std::move(p), ex);
+  SubmitResult sr = e->submit(std::move(r), sink);
+  if (!sr.ok()) {
+    int status = 400;
+    if (sr.status == SubmitResult::Status::Busy) status = shutting_down_.load() ? 503 : 429;
+    metrics_.record_refused(sr.status == SubmitResult::Status::Busy ? "busy" : "invalid");
+    if (stream) {
+      // Headers are out: the error goes in the stream.
+      ex->send("data: " + error_json(status, sr.message) + "\n\n");
+      ex->send(std::string(kSseDone));
+      ex->finish();
+    } else {
+      HttpResponse resp = error_response(status, sr.message);
+      if (status == 429) resp.headers.emplace_back("Retry-After", "1");
+      ex->respond(std::move(resp));
+    }
+    return;
+  }
+  const uint64_t rid = sr.request_id;
+  ex->on_close([e, rid] { e->cancel(rid); });
+}
+
+void ApiServer::handle_tokenize(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+  if (!ready()) return void(ex->respond(loading_response()));
+  try {
+    if (!tokenizer_) throw ApiError(400, "this model has no tokenizer");
+    TokenizeRequest tr = parse_tokenize_request(req.body);
+    std::vector<int32_t> ids = tokenizer_->encode(tr.content, tr.add_special, /*parse_special=*/true);
+    std::vector<std::string> pieces;
+    if (tr.with_pieces)
+      for (int32_t id : ids) pieces.push_back(tokenizer_->token_to_piece(id, true));
+    HttpResponse r;
+    r.body = tokenize_response_json(ids, tr.with_pieces ? &pieces : nullptr);
+    ex->respond(std::move(r));
+  } catch (const ApiError& err) {
+    ex->respond(error_response(err.status, err.what(), err.param));
+  }
+}
+
+void ApiServer::handle_detokenize(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+  if (!ready()) return void(ex->respond(loading_response()));
+  try {
+    if (!tokenizer_) throw ApiError(400, "this model has no tokenizer");
+    std::vector<int32_t> ids = parse_detokenize_request(req.body, tokenizer_->n_vocab());
+    ex->respond(json_response(200, json{{"content", tokenizer_->decode(ids)}}));
+  } catch (const ApiError& err) {
+    ex->respond(error_response(err.status, err.what(), err.param));
+  }
+}
+
+void ApiServer::handle_apply_template(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+  if (!ready()) return void(ex->respond(loading_response()));
+  try {
+    if (!tokenizer_ || !chat_template_) throw ApiError(400, "this model has no tokenizer or chat template");
+    ApplyTemplateRequest ar = parse_apply_template_request(req.body);
+    ChatTemplate::Inputs in;
+    in.messages = with_parsed_tool_arguments(ar.messages);
+    in.tools = ar.tools;
+    in.add_generation_prompt = ar.add_generation_prompt;
+    if (tokenizer_->bos() >= 0) in.bos_token = tokenizer_->token_text(tokenizer_->bos());
+    if (tokenizer_->eos() >= 0) in.eos_token = tokenizer_->token_text(tokenizer_->eos());
+    std::string prompt;
+    try {
+      prompt = chat_template_->apply(in);
+    } catch (const Error& err) {
+      throw ApiError(400, std::string("chat template: ") + err.what(), "messages");
+    }
+    ex->respond(json_response(200, json{{"prompt", prompt}}));
+  } catch (const ApiError& err) {
+    ex->respond(error_response(err.status, err.what(), err.param));
+  }
+}
+
+void ApiServer::handle_cache_stats(const HttpRequest&, std::shared_ptr<HttpExchange> ex) {
+  Engine* e = engine_.load(std::memory_order_acquire);
+  if (!e) return void(ex->respond(loading_response()));
+  const EngineStats s = e->stats();
+  json body{{"pool", pool_stats_json(s.pool)},
+            {"prefix_cache", cache_stats_json(s.cache)},
+            {"engine",
+             {{"running", s.running},
+              {"waiting", s.waiting},
+              {"in_flight", s.in_flight},
+              {"blocks_held", s.blocks_held},
+              {"steps", s.steps},
+              {"preemptions", s.preemptions},
+              {"tokens_generated", s.tokens_generated},
+              {"tokens_prefilled", s.tokens_prefilled}}}};
+  ex->respond(json_response(200, body));
+}
+
+void ApiServer::handle_cache_reset(const HttpRequest&, std::shared_ptr<HttpExchange> ex) {
+  Engine* e = engine_.load(std::memory_order_acquire);
+  if (!e) return void(ex->respond(loading_response()));
+  // reset_prefix_cache() waits for the engine thread (up to one step): not on an I/O
+  // thread. Resets are rare; a short-lived thread is simpler than a worker pool.
+  resets_running_.fetch_add(1);
+  std::thread([this, e, ex] {
+    std::unique_lock<std::mutex> lk(reset_mu_);
+    const EngineStats before = e->stats();
+    e->reset_prefix_cache();
+    const EngineStats after = e->stats();
+    const int64_t freed_blocks = std::max<int64_t>(0, before.pool.blocks_evictable - after.pool.blocks_evictable);
+    json body{{"freed_entries", std::max<int64_t>(0, before.cache.entries - after.cache.entries)},
+              {"freed_blocks", freed_blocks},
+              {"freed_bytes", static_cast<uint64_t>(freed_blocks) * after.pool.bytes_per_block},
+              {"uncached_blocks", std::max<int64_t>(0, before.cache.cached_blocks - after.cache.cached_blocks)},
+              {"prefix_cache", cache_stats_json(after.cache)}};
+    ex->respond(json_response(200, body));
+    lk.unlock();
+    resets_running_.fetch_sub(1);
+  }).detach();
+}
+
+void ApiServer::handle_metrics(const HttpRequest&, std::shared_ptr<HttpExchange> ex) {
+  Engine* e = engine_.load(std::memory_order_acquire);
+  if (!e) return void(ex->respond(loading_response()));
+  HttpResponse r;
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  r.body = metrics_.render(e->stats());
+  ex->respond(std::move(r));
+}
+
+}  // namespace pagoda::server

@@ -1,0 +1,97 @@
+// ApiServer — the OpenAI-compatible API of `pagoda serve`: binds the HTTP routes to
+// the Engine, the tokenizer and the chat template.
+//
+// Contract:
+// - Threads: route handlers run on HttpServer I/O threads; they parse, render the
+//   chat template, tokenize and submit to the Engine, then return. The Engine thread
+//   answers through a per-request sink (CompletionSink in api_server.cpp) that only
+//   formats JSON and queues bytes on the HttpExchange (never blocks). A client that
+//   disconnects fires HttpExchange::on_close, which cancels its request
+//   (Engine::cancel); the engine releases its KV blocks within one step.
+// - Readiness: until attach() is called (the model is loading) every route but /health
+//   answers 503; /health answers 503 {"status":"loading"} and then 200 {"status":"ok"}.
+//   begin_shutdown() makes new completion requests answer 503.
+// - Borrowed: the Engine, Tokenizer and ChatTemplate passed to attach() must outlive the
+//   HTTP server's I/O threads (stop the HttpServer before destroying them).
+// - Status codes: 400 for any client error the protocol layer or the engine's
+//   validation reports (a prompt longer than the context names both numbers), 404
+//   for an unknown model, 429 when the engine's queue is full (Retry-After: 1), 503
+//   while loading or shutting down, 500 only when the engine fails a forward.
+// - Logging: one line per request on stderr: method, path, status, prompt / cached /
+//   generated tokens, queue / TTFT / total ms (completion routes log when generation
+//   ends; others when answered).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "server/chat_template.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/openai_protocol.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda::server {
+
+struct ApiServerOptions {
+  std::string model_id = "model";  // reported by /v1/models; requests naming another get 404
+  bool log_requests = true;
+  int64_t request_timeout_ms = 0;  // > 0: a request still running this long is cancelled
+};
+
+class ApiServer {
+ public:
+  explicit ApiServer(ApiServerOptions options);
+  ~ApiServer();
+
+  // The routes to give the HttpServer; they refer to this object.
+  std::vector<Route> routes();
+  // Called for every answered HTTP request (HttpServerOptions::on_complete).
+  void on_http_complete(const HttpRequest& req, int status, double seconds);
+
+  // The model is loaded: from now on requests are served. tokenizer may be null
+  // (synthetic models: token-id prompts only, no chat).
+  // `defaults` fill the sampling fields a request leaves out (generation_config.json).
+  void attach(Engine* engine, const Tokenizer* tokenizer, const ChatTemplate* chat_template,
+              SamplingDefaults defaults = {});
+  void begin_shutdown();
+  bool ready() const { return engine_.load() != nullptr; }
+
+  ServerMetrics& metrics() { return metrics_; }
+
+ private:
+  void handle_chat(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void handle_completion(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void handle_models(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void handle_health(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void handle_tokenize(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void handle_detokenize(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void handle_apply_template(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void handle_cache_stats(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void handle_cache_reset(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void handle_metrics(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  // Validates what the protocol layer cannot (model name, context length), submits
+  // and wires the sink and the disconnect callback. Throws ApiError.
+  void start_generation(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex,
+                        const CompletionRequest& cr, std::vector<int32_t> prompt);
+  int32_t n_vocab() const;  // -1 before attach()
+
+  ApiServerOptions options_;
+  std::atomic<Engine*> engine_{nullptr};
+  const Tokenizer* tokenizer_ = nullptr;        // set before engine_ (release/acquire)
+  const ChatTemplate* chat_template_ = nullptr;
+  SamplingDefaults sampling_defaults_;
+  std::atomic<bool> shutting_down_{false};
+  std::atomic<uint64_t> next_id_{1};
+  ServerMetrics metrics_;
+  std::mutex reset_mu_;  // one /v1/cache/reset at a time
+  std::atomic<int> resets_running_{0};  // reset threads alive; the destructor waits for 0
+};
+
+}  // namespace pagoda::server

@@ -1,0 +1,91 @@
+// ChatTemplate (see chat_template.h): builds the transformers context and runs
+// jinja::Template, mapping its errors to one-line pagoda::Error messages.
+#include "server/chat_template.h"
+
+#include <cstdlib>
+#include <ctime>
+
+#include "common/error.h"
+#include "server/jinja_lexer.h"
+#include "server/jinja_template.h"
+
+namespace pagoda::server {
+
+namespace {
+
+const char* kChatML =
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
+
+// strftime_now(fmt): the local time now, or midnight of PAGODA_FIXED_DATE
+// (YYYY-MM-DD) when that is set, so that tests and reproductions are stable.
+std::string strftime_now(const std::string& fmt) {
+  std::tm tm{};
+  const char* fixed = std::getenv("PAGODA_FIXED_DATE");
+  int y = 0, m = 0, d = 0;
+  if (fixed && std::sscanf(fixed, "%d-%d-%d", &y, &m, &d) == 3) {
+    tm.tm_year = y - 1900;
+    tm.tm_mon = m - 1;
+    tm.tm_mday = d;
+    tm.tm_isdst = -1;
+    std::time_t t = std::mktime(&tm);
+    localtime_r(&t, &tm);
+  } else {
+    std::time_t t = std::time(nullptr);
+    localtime_r(&t, &tm);
+  }
+  char buf[512];
+  size_t n = fmt.empty() ? 0 : std::strftime(buf, sizeof buf, fmt.c_str(), &tm);
+  return std::string(buf, n);
+}
+
+// "chat template NAME" for messages (the default name already says it).
+std::string label(const std::string& name) {
+  return name.rfind("chat template", 0) == 0 ? name : "chat template " + name;
+}
+
+}  // namespace
+
+ChatTemplate::ChatTemplate(std::string source, std::string name) : source_(std::move(source)), name_(std::move(name)) {
+  try {
+    tmpl_ = std::make_unique<jinja::Template>(source_);
+  } catch (const jinja::SyntaxError& e) {
+    throw Error(label(name_) + ": line " + std::to_string(e.line) + ": " + e.what());
+  }
+}
+
+ChatTemplate::~ChatTemplate() = default;
+ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
+ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
+
+ChatTemplate ChatTemplate::chatml() { return ChatTemplate(kChatML, "chatml"); }
+
+std::string ChatTemplate::apply(const Inputs& in) const {
+  using jinja::Value;
+  std::vector<std::pair<std::string, Value>> vars;
+  vars.emplace_back("messages", Value::from_json(in.messages));
+  if (!in.tools.is_null()) vars.emplace_back("tools", Value::from_json(in.tools));
+  vars.emplace_back("add_generation_prompt", Value(in.add_generation_prompt));
+  vars.emplace_back("bos_token", Value(in.bos_token));
+  vars.emplace_back("eos_token", Value(in.eos_token));
+  if (in.extra.is_object())
+    for (auto it = in.extra.begin(); it != in.extra.end(); ++it) vars.emplace_back(it.key(), Value::from_json(it.value()));
+  vars.emplace_back("raise_exception", Value::callable("raise_exception", [](jinja::RenderState&, jinja::CallArgs& a) -> Value {
+                      throw jinja::RaisedError(a.pos.empty() ? "" : a.pos[0].to_str());
+                    }));
+  vars.emplace_back("strftime_now", Value::callable("strftime_now", [](jinja::RenderState&, jinja::CallArgs& a) -> Value {
+                      if (a.pos.empty() || !a.pos[0].is_string()) throw jinja::RuntimeError("strftime_now(format) needs a string");
+                      return Value(strftime_now(a.pos[0].str()));
+                    }));
+  try {
+    return tmpl_->render(vars);
+  } catch (const jinja::RaisedError& e) {
+    throw Error(e.what());
+  } catch (const jinja::RuntimeError& e) {
+    throw Error(label(name_) + ": line " + std::to_string(e.line) + ": " + e.what());
+  }
+}
+
+}  // namespace pagoda::server

@@ -1,0 +1,143 @@
+// HttpServer — the HTTP/1.1 transport of `pagoda serve` (Boost.Beast over Asio).
+//
+// Contract:
+// - Threads: `io_threads` threads run one io_context; every connection is an async
+//   state machine on its own strand, so hundreds of idle or streaming connections
+//   cost buffers, not threads. Handlers are called on an I/O thread and must not
+//   block for long (tokenizing a prompt is fine; waiting for generation is not: a
+//   handler that needs the engine submits and returns, and the engine thread answers
+//   later through the HttpExchange, which is thread-safe).
+// - Routing: exact path match after stripping the query string. Unknown path: 404;
+//   known path, other method: 405 (with an Allow header). Both as OpenAI-style
+//   error objects (error_json). `OPTIONS` on any route answers 204 with CORS headers.
+// - Auth: when api_key is set, a route with `auth` needs `Authorization: Bearer KEY`
+//   (compared in constant time over the whole key); otherwise 401. Routes without
+//   `auth` (/health) stay open.
+// - Limits: a body over max_body_bytes is answered 413 without reading it all; a
+//   request whose headers do not arrive within header_timeout is dropped (so is one
+//   whose body does not arrive within header_timeout after its headers); keep-alive
+//   connections idle for idle_timeout are closed. A timeout <= 0 disables it.
+// - Exchanges: each request gets one HttpExchange. The handler (or any thread, later)
+//   answers exactly once, either with respond() or with start_stream() followed by
+//   any number of send() and one finish(). A second answer is ignored.
+// - Slow clients: bytes queued for a connection but not yet written are bounded by
+//   max_pending_bytes; a send() that would exceed it, or a write that does not
+//   complete within write_timeout (the client stopped reading), drops the connection.
+//   A dropped or disconnected client fires the exchange's on_close callback exactly
+//   once (on an I/O thread): the server cancels the request behind it. While a
+//   response is pending, the connection keeps a read posted, so a client that closes
+//   its socket is noticed within one I/O round trip even when nothing is being sent.
+// - Shutdown: stop_accepting() closes the listener (new connections are refused);
+//   in_flight() counts exchanges not yet answered/finished; stop() closes every
+//   connection (firing on_close for unanswered exchanges) and joins the I/O threads.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace pagoda::server {
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string path;    // target without the query string
+  std::string query;   // after '?', raw ("" when none)
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string body;
+  std::string remote;  // "ip:port" of the client
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra headers
+};
+
+// An OpenAI-style error body: {"error":{"message","type","param","code"}}. `type` is
+// derived from the status when empty (400 invalid_request_error, 401
+// authentication_error, 404 not_found_error, 413/429 ..., 5xx server_error); param
+// and code are JSON null when empty. `code` defaults to the status as a number.
+std::string error_json(int status, std::string_view message, std::string_view type = {},
+                       std::string_view param = {});
+HttpResponse error_response(int status, std::string_view message, std::string_view param = {});
+
+// The answer side of one request. Thread-safe; every method may be called from any
+// thread, after the handler has returned too. Holding the shared_ptr keeps it alive
+// (not the connection: a closed connection makes every call a no-op).
+class HttpExchange {
+ public:
+  virtual ~HttpExchange() = default;
+  // Answers with a complete response. Returns false when the client is gone.
+  virtual bool respond(HttpResponse response) = 0;
+  // Starts a streamed (chunked) response, e.g. text/event-stream for SSE.
+  virtual bool start_stream(int status, std::string content_type,
+                            std::vector<std::pair<std::string, std::string>> headers = {}) = 0;
+  // Queues one chunk (e.g. "data: {...}\n\n"). False when the client is gone or was
+  // dropped for exceeding max_pending_bytes (on_close fires then).
+  virtual bool send(std::string chunk) = 0;
+  // Ends the stream (terminating chunk); the connection may be kept alive.
+  virtual void finish() = 0;
+  // Called once if the client disconnects or is dropped before the exchange was
+  // answered or finished. Set it in the handler; if the client is already gone
+  // when it is set, it is called at once (on the calling thread).
+  virtual void on_close(std::function<void()> callback) = 0;
+  // True once the client is gone.
+  virtual bool closed() const = 0;
+};
+
+using HttpHandler = std::function<void(const HttpRequest&, std::shared_ptr<HttpExchange>)>;
+
+struct Route {
+  std::string method;  // "GET" / "POST"
+  std::string path;    // exact
+  bool auth = true;    // needs the API key when one is set
+  HttpHandler handler;
+};
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;  // 0: pick a free port (see HttpServer::port())
+  int io_threads = 2;
+  std::string api_key;   // "" = no auth
+  size_t max_body_bytes = 8u << 20;
+  size_t max_pending_bytes = 1u << 20;
+  double write_timeout_s = 30;
+  double header_timeout_s = 30;
+  double idle_timeout_s = 60;
+  // Called after every answered request (any status), on an I/O thread, for the
+  // access log and metrics: the request, the status, and seconds from the request's
+  // arrival to its last byte queued.
+  std::function<void(const HttpRequest&, int status, double seconds)> on_complete;
+};
+
+class HttpServer {
+ public:
+  // Binds and listens (throws pagoda::Error naming host:port when it cannot); does
+  // not start the I/O threads.
+  HttpServer(HttpServerOptions options, std::vector<Route> routes);
+  ~HttpServer();  // stop()
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  void start();           // starts the I/O threads
+  uint16_t port() const;  // the bound port
+  void stop_accepting();  // closes the listener
+  int64_t in_flight() const;  // exchanges not yet answered / finished
+  int64_t connections() const;
+  // Closes everything, joins the threads; idempotent. Requires: not called from an I/O
+  // thread (a handler or a callback), which it would join.
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pagoda::server

@@ -1,0 +1,48 @@
+// jinja builtins — the filters, tests, attribute/item lookup and Python methods
+// (str, dict, list) available to chat templates, with jinja2 + Python semantics
+// under ImmutableSandboxedEnvironment (methods that mutate a list or dict raise
+// "unsafe", as the sandbox does).
+//
+// Contract:
+// - is_filter / is_test / is_method say what the parser may accept; everything
+//   they accept is implemented by apply_filter / apply_test / get_attr.
+// - Filters and tests are pure functions of their arguments; the only shared
+//   state is the RenderState passed in (one per render). Thread-safe.
+// - Failures throw RuntimeError (one line).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "server/jinja_value.h"
+
+namespace pagoda::server::jinja {
+
+bool is_filter(std::string_view name);
+bool is_test(std::string_view name);
+bool is_method(std::string_view name);
+
+Value apply_filter(RenderState& st, const std::string& name, const Value& input, CallArgs& args);
+bool apply_test(RenderState& st, const std::string& name, const Value& v, CallArgs& args);
+
+// jinja2 Environment.getattr / getitem: `obj.name` tries the attribute (a bound
+// method of a str/dict/list) then the item; `obj[key]` the item then the
+// attribute. Missing -> undefined; on an undefined obj -> RuntimeError.
+Value get_attr(const Value& obj, const std::string& name);
+Value get_item(const Value& obj, const Value& key);
+
+// Calls a callable value; an undefined callee raises (as jinja2's Undefined does).
+Value call_value(RenderState& st, const Value& callee, CallArgs& args);
+
+// Python `item in container` (substring, element, or key).
+bool value_in(const Value& item, const Value& container);
+
+// Python len(); RuntimeError for types without one.
+int64_t py_len(const Value& v);
+// Python iteration: list/tuple items, dict keys, string characters; undefined
+// iterates as empty. RuntimeError for the rest.
+List iterate(const Value& v);
+// Python slicing with Python's index rules.
+Value slice(const Value& v, const Value& start, const Value& stop, const Value& step);
+
+}  // namespace pagoda::server::jinja

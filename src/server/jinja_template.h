@@ -1,0 +1,62 @@
+// jinja::Template — a parsed Jinja template (the chat-template dialect of
+// Hugging Face transformers: jinja2 with trim_blocks, lstrip_blocks,
+// loopcontrols, in an immutable sandbox), rendered many times.
+//
+// Contract:
+// - The constructor tokenizes and parses the whole template; it throws
+//   SyntaxError (message + line) on a syntax error or on a tag, filter, test or
+//   method the engine does not implement (see jinja_parser.h for the one
+//   jinja2-compatible exception inside {% if %}).
+// - render() is const and thread-safe: the AST is immutable and each call owns
+//   its scopes, values and output. Variables come in as (name, Value) pairs;
+//   they are visible to the whole template, and callables among them (globals
+//   such as raise_exception) are called with the render's state.
+// - Rendering is bounded by Limits; exceeding one throws RuntimeError. A
+//   runtime failure throws RuntimeError with the template line, or RaisedError
+//   when a global raised it on the template's behalf.
+// - Undefined values follow jinja2's default Undefined: they print as "", are
+//   falsy, iterate as empty, compare unequal to everything but undefined, and
+//   raise on attribute access, subscripting, calling and arithmetic.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "server/jinja_ast.h"
+#include "server/jinja_value.h"
+
+namespace pagoda::server::jinja {
+
+struct Limits {
+  size_t max_output_bytes = size_t{16} << 20;  // 16 MiB: ~100x the longest real prompt
+  int64_t max_loop_iterations = 1'000'000;     // summed over all loops of one render
+  int max_call_depth = 100;                    // macro nesting (recursive schema printers use < 10)
+};
+
+// Per-render state shared by the interpreter and the builtins.
+struct RenderState {
+  const Limits* limits = nullptr;
+  std::string* out = nullptr;  // where output goes now (a macro or block set renders into its own)
+  size_t total_bytes = 0;      // all bytes written to any buffer in this render
+  int64_t iterations = 0;
+  int depth = 0;
+  enum class Flow { Normal, Break, Continue } flow = Flow::Normal;
+};
+
+class Template {
+ public:
+  explicit Template(const std::string& source, Limits limits = {});
+  ~Template();
+  Template(const Template&) = delete;
+  Template& operator=(const Template&) = delete;
+
+  std::string render(const std::vector<std::pair<std::string, Value>>& vars) const;
+
+ private:
+  Body body_;
+  Limits limits_;
+};
+
+}  // namespace pagoda::server::jinja

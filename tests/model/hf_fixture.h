@@ -1,0 +1,165 @@
+// Writes synthetic Hugging Face model directories (config.json, safetensors
+// shards + index, tokenizer files from ../shared/models) for the hf_* tests.
+#pragma once
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "safetensors/safetensors.h"
+#include "tensor/types.h"
+
+namespace pagoda::test {
+
+struct HfSpec {
+  std::string model_type = "llama";  // llama | mistral | qwen2 | qwen3
+  int64_t dim = 32, n_layers = 2, n_heads = 4, n_kv_heads = 2, head_dim = 0, ffn = 48;
+  int64_t vocab = 0;                 // 0: the tokenizer's size
+  GgmlType dtype = GgmlType::F32;    // F32, F16 or BF16
+  bool tied = false;
+  int n_shards = 2;                  // 1: model.safetensors
+  std::string tokenizer = "mistral-7b-v0.1-tokenizer";  // folder under models/
+  std::string rope = "none";         // none | llama3 | linear | yarn
+  uint64_t seed = 7;
+};
+
+inline std::string shared_models() { return std::string(PAGODA_SHARED_DIR) + "/models/"; }
+
+// Tokens in a tokenizer.json (model vocab + added tokens).
+inline int64_t tokenizer_size(const std::string& tokenizer_json) {
+  std::ifstream in(tokenizer_json);
+  nlohmann::json j = nlohmann::json::parse(in);
+  int64_t n = 0;
+  for (auto it = j["model"]["vocab"].begin(); it != j["model"]["vocab"].end(); ++it)
+    n = std::max<int64_t>(n, it.value().get<int64_t>() + 1);
+  for (const auto& a : j["added_tokens"]) n = std::max<int64_t>(n, a["id"].get<int64_t>() + 1);
+  return n;
+}
+
+// Tensors in HF naming with their row-major shapes and seeded values.
+struct HfTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+
+inline std::vector<HfTensor> hf_tensors(const HfSpec& s, int64_t vocab) {
+  uint64_t state = s.seed * 0x9E3779B97F4A7C15ull + 1;
+  auto uniform = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>((state >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+  };
+  const int64_t hd = s.head_dim ? s.head_dim : s.dim / s.n_heads;
+  const int64_t q_dim = s.n_heads * hd, kv_dim = s.n_kv_heads * hd;
+  std::vector<HfTensor> out;
+  auto mat = [&](const std::string& name, int64_t rows, int64_t cols, float stddev) {
+    HfTensor t{name, {rows, cols}, std::vector<float>(static_cast<size_t>(rows * cols))};
+    for (float& x : t.values) x = uniform() * stddev * 1.7320508f;
+    out.push_back(std::move(t));
+  };
+  auto vec = [&](const std::string& name, int64_t n, bool norm) {
+    HfTensor t{name, {n}, std::vector<float>(static_cast<size_t>(n))};
+    for (float& x : t.values) x = norm ? 1.0f + 0.1f * uniform() : 0.1f * uniform();
+    out.push_back(std::move(t));
+  };
+  const float s_dim = 1.0f / std::sqrt(static_cast<float>(s.dim));
+  mat("model.embed_tokens.weight", vocab, s.dim, 1.0f);
+  for (int64_t i = 0; i < s.n_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    vec(p + "input_layernorm.weight", s.dim, true);
+    mat(p + "self_attn.q_proj.weight", q_dim, s.dim, s_dim);
+    mat(p + "self_attn.k_proj.weight", kv_dim, s.dim, s_dim);
+    mat(p + "self_attn.v_proj.weight", kv_dim, s.dim, s_dim);
+    if (s.model_type == "qwen2") {
+      vec(p + "self_attn.q_proj.bias", q_dim, false);
+      vec(p + "self_attn.k_proj.bias", kv_dim, false);
+      vec(p + "self_attn.v_proj.bias", kv_dim, false);
+    }
+    if (s.model_type == "qwen3") {
+      vec(p + "self_attn.q_norm.weight", hd, true);
+      vec(p + "self_attn.k_norm.weight", hd, true);
+    }
+    mat(p + "self_attn.o_proj.weight", s.dim, q_dim, 1.0f / std::sqrt(static_cast<float>(q_dim)));
+    vec(p + "post_attention_layernorm.weight", s.dim, true);
+    mat(p + "mlp.gate_proj.weight", s.ffn, s.dim, s_dim);
+    mat(p + "mlp.up_proj.weight", s.ffn, s.dim, s_dim);
+    mat(p + "mlp.down_proj.weight", s.dim, s.ffn, 1.0f / std::sqrt(static_cast<float>(s.ffn)));
+  }
+  vec("model.norm.weight", s.dim, true);
+  if (!s.tied) mat("lm_head.weight", vocab, s.dim, s_dim);
+  return out;
+}
+
+inline void write_text(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+}
+
+inline nlohmann::json hf_config(const HfSpec& s, int64_t vocab) {
+  nlohmann::json c = {{"model_type", s.model_type},
+                      {"hidden_size", s.dim},
+                      {"intermediate_size", s.ffn},
+                      {"num_hidden_layers", s.n_layers},
+                      {"num_attention_heads", s.n_heads},
+                      {"num_key_value_heads", s.n_kv_heads},
+                      {"max_position_embeddings", 4096},
+                      {"rms_norm_eps", 1e-6},
+                      {"rope_theta", s.rope == "llama3" ? 500000.0 : 10000.0},
+                      {"tie_word_embeddings", s.tied},
+                      {"vocab_size", vocab},
+                      {"bos_token_id", 1},
+                      {"eos_token_id", 2},
+                      {"torch_dtype", s.dtype == GgmlType::F32 ? "float32" : "bfloat16"}};
+  if (s.head_dim) c["head_dim"] = s.head_dim;
+  if (s.rope == "llama3")
+    c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 1024}};
+  if (s.rope == "linear") c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  if (s.rope == "yarn")
+    c["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 1024}};
+  return c;
+}
+
+// Writes the directory; returns the vocabulary size used.
+inline int64_t write_hf_dir(const HfSpec& s, const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  const std::string tok_dir = shared_models() + s.tokenizer + "/";
+  fs::copy_file(tok_dir + "tokenizer.json", dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+  if (fs::exists(tok_dir + "tokenizer_config.json"))
+    fs::copy_file(tok_dir + "tokenizer_config.json", dir / "tokenizer_config.json",
+                  fs::copy_options::overwrite_existing);
+  const int64_t vocab = s.vocab ? s.vocab : tokenizer_size(tok_dir + "tokenizer.json");
+  write_text(dir / "config.json", hf_config(s, vocab).dump(2));
+  write_text(dir / "generation_config.json",
+             R"({"temperature": 0.6, "top_p": 0.9, "top_k": 20, "eos_token_id": [2, 7]})");
+  const std::vector<HfTensor> ts = hf_tensors(s, vocab);
+  if (s.n_shards <= 1) {
+    safetensors::SafetensorsWriter w;
+    w.set_metadata("format", "pt");
+    for (const HfTensor& t : ts) w.add_f32(t.name, s.dtype, t.shape, t.values.data());
+    w.write((dir / "model.safetensors").string());
+    return vocab;
+  }
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (int sh = 0; sh < s.n_shards; ++sh) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", sh + 1, s.n_shards);
+    safetensors::SafetensorsWriter w;
+    w.set_metadata("format", "pt");
+    for (size_t i = 0; i < ts.size(); ++i) {
+      if (static_cast<int>(i * s.n_shards / ts.size()) != sh) continue;
+      w.add_f32(ts[i].name, s.dtype, ts[i].shape, ts[i].values.data());
+      weight_map[ts[i].name] = name;
+    }
+    w.write((dir / name).string());
+  }
+  nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", weight_map}};
+  write_text(dir / "model.safetensors.index.json", index.dump(2));
+  return vocab;
+}
+
+}  // namespace pagoda::test

@@ -1,0 +1,275 @@
+// A Hugging Face directory and the GGUF converted from it are the same model:
+// for llama / mistral, qwen2 and qwen3 shapes, F32 and BF16 safetensors in two
+// shards, tied and untied embeddings, the logits of every prompt position are
+// bit-identical (the converter keeps the stored dtype; --type f32 from BF16 is
+// compared within rounding), the two tokenizers give the same ids, and greedy
+// text is identical.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
+
+#include "hf_fixture.h"
+#include "kv/kv_store.h"
+#include "model/hf_model.h"
+#include "model/model.h"
+#include "model_fixtures.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kPrompt = "Once upon a time, a little robot said: \"Hello, world!\" 123";
+
+struct Side {
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<Model> model;
+  std::shared_ptr<const gguf::GgufFile> file;
+};
+
+std::vector<float> prompt_logits(Model& m, const std::vector<int32_t>& prompt, ThreadPool& pool) {
+  const ModelConfig& c = m.config();
+  ContiguousKvCache kv(c.n_layers, c.n_kv_heads, c.head_dim, 256, 1);
+  Batch b;
+  for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], static_cast<int64_t>(i), 0, true);
+  std::vector<float> logits;
+  m.forward(b, kv, pool, logits);
+  return logits;
+}
+
+std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int n, ThreadPool& pool) {
+  const ModelConfig& c = m.config();
+  ContiguousKvCache kv(c.n_layers, c.n_kv_heads, c.head_dim, 256, 1);
+  Batch b;
+  for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], static_cast<int64_t>(i), 0, i + 1 == prompt.size());
+  std::vector<float> logits;
+  m.forward(b, kv, pool, logits);
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    const int32_t t = test::argmax(logits.data(), c.n_vocab);
+    out.push_back(t);
+    b.clear();
+    b.add(t, static_cast<int64_t>(prompt.size() + i), 0, true);
+    m.forward(b, kv, pool, logits);
+  }
+  return out;
+}
+
+class HfModel : public ::testing::TestWithParam<test::HfSpec> {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("pagoda_hf_model_" + std::to_string(::getpid()) + "_" +
+                                         std::to_string(counter_++));
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  fs::path root_;
+  static inline int counter_ = 0;
+};
+
+void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
+  EXPECT_EQ(a.summary(), b.summary());
+  EXPECT_EQ(a.arch, b.arch);
+  EXPECT_EQ(a.n_rot, b.n_rot);
+  EXPECT_EQ(a.rms_eps, b.rms_eps);
+  EXPECT_EQ(a.rope_theta, b.rope_theta);
+  EXPECT_EQ(a.rope_scaling, b.rope_scaling);
+  EXPECT_EQ(a.rope_scaling_factor, b.rope_scaling_factor);
+  EXPECT_EQ(a.rope_orig_ctx, b.rope_orig_ctx);
+  EXPECT_EQ(a.rope_neox, b.rope_neox);
+  EXPECT_EQ(a.has_qkv_bias, b.has_qkv_bias);
+  EXPECT_EQ(a.has_qk_norm, b.has_qk_norm);
+}
+
+TEST_P(HfModel, DirectoryAndConvertedGgufGiveIdenticalLogitsTokensAndText) {
+  const test::HfSpec spec = GetParam();
+  const fs::path dir = root_ / "model";
+  test::write_hf_dir(spec, dir);
+  ThreadPool pool(2);
+
+  Side hf;
+  HfModelDir d = HfModelDir::open(dir.string());
+  hf.tok = Tokenizer::from_hf_json(d.tokenizer_json, d.tokenizer_config_json);
+  hf.model = Model::load(d.config, load_hf_weights(d));
+  EXPECT_FALSE(d.chat_template.empty() && spec.tokenizer != "mistral-7b-v0.1-tokenizer");
+  EXPECT_EQ(d.generation.top_k, 20);
+  EXPECT_EQ(d.generation.eos_token_ids, (std::vector<int32_t>{2, 7}));
+
+  const std::string gguf_path = (root_ / "model.gguf").string();
+  convert_hf_to_gguf(d, gguf_path, std::nullopt);
+  Side gg;
+  gg.file = std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(gguf_path));
+  gg.tok = Tokenizer::from_gguf(*gg.file);
+  gg.model = Model::load(gg.file);
+  expect_same_config(hf.model->config(), gg.model->config());
+  EXPECT_EQ(gg.file->get_string("tokenizer.chat_template").value_or(""), d.chat_template);
+
+  // Tokenizers agree (plain text, specials, multi-byte UTF-8).
+  for (const std::string& text : {std::string(kPrompt), std::string(" leading  spaces\n\ttabs"),
+                                 std::string("caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC 🙂"), std::string("")}) {
+    EXPECT_EQ(hf.tok->encode(text, true, true), gg.tok->encode(text, true, true)) << text;
+  }
+  EXPECT_EQ(hf.tok->bos(), gg.tok->bos());
+  EXPECT_EQ(hf.tok->eos(), gg.tok->eos());
+  EXPECT_EQ(hf.tok->add_bos(), gg.tok->add_bos());
+
+  const std::vector<int32_t> prompt = hf.tok->encode(kPrompt, true, true);
+  ASSERT_FALSE(prompt.empty());
+  const std::vector<float> a = prompt_logits(*hf.model, prompt, pool);
+  const std::vector<float> b = prompt_logits(*gg.model, prompt, pool);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(a.size(), prompt.size() * static_cast<size_t>(hf.model->config().n_vocab));
+  size_t n_diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) n_diff += a[i] != b[i];
+  EXPECT_EQ(n_diff, 0u) << "first logit " << a[0] << " vs " << b[0];
+
+  const std::vector<int32_t> ga = greedy(*hf.model, prompt, 12, pool);
+  const std::vector<int32_t> gb = greedy(*gg.model, prompt, 12, pool);
+  EXPECT_EQ(ga, gb);
+  EXPECT_EQ(hf.tok->decode(ga), gg.tok->decode(gb));
+
+  // BF16 converted to F32 (and F32 converted to F32): the same values, computed
+  // by the F32 kernels; equal within the accumulated rounding of two matmul paths.
+  if (spec.dtype != GgmlType::F32) {
+    const std::string f32_path = (root_ / "model-f32.gguf").string();
+    convert_hf_to_gguf(d, f32_path, GgmlType::F32);
+    auto m = Model::load(std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(f32_path)));
+    const std::vector<float> c = prompt_logits(*m, prompt, pool);
+    ASSERT_EQ(c.size(), a.size());
+    double max_abs = 0, max_ref = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      max_abs = std::max(max_abs, static_cast<double>(std::fabs(a[i] - c[i])));
+      max_ref = std::max(max_ref, static_cast<double>(std::fabs(a[i])));
+    }
+    EXPECT_LE(max_abs, 1e-2 * std::max(1.0, max_ref)) << "max |bf16 - f32| " << max_abs;
+  }
+}
+
+test::HfSpec spec(std::string type, GgmlType dt, bool tied, std::string tok, std::string rope = "none",
+                  int64_t head_dim = 0) {
+  test::HfSpec s;
+  s.model_type = std::move(type);
+  s.dtype = dt;
+  s.tied = tied;
+  s.tokenizer = std::move(tok);
+  s.rope = std::move(rope);
+  s.head_dim = head_dim;
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, HfModel,
+    ::testing::Values(spec("llama", GgmlType::F32, false, "mistral-7b-v0.1-tokenizer"),
+                      spec("mistral", GgmlType::BF16, true, "mistral-7b-v0.1-tokenizer"),
+                      spec("llama", GgmlType::BF16, false, "llama3-tokenizer", "llama3"),
+                      spec("llama", GgmlType::F32, true, "llama3-tokenizer", "linear"),
+                      spec("qwen2", GgmlType::F32, true, "qwen3-tokenizer"),
+                      spec("qwen2", GgmlType::BF16, false, "qwen3-tokenizer", "yarn"),
+                      spec("qwen3", GgmlType::F32, false, "qwen3-tokenizer", "none", 16),
+                      spec("qwen3", GgmlType::BF16, true, "qwen3-tokenizer", "none", 16)),
+    [](const auto& info) {
+      const test::HfSpec& s = info.param;
+      return s.model_type + "_" + type_name(s.dtype) + (s.tied ? "_tied" : "_untied") + "_" +
+             (s.tokenizer.substr(0, s.tokenizer.find('-'))) + "_rope_" + s.rope;
+    });
+
+// The llama Q/K permutation is llama.cpp's: a GGUF written with the HF weights
+// unpermuted (what a converter without the permutation would write) gives
+// different logits, so the test above would catch a missing permutation.
+TEST(HfPermutation, UnpermutedLlamaWeightsChangeTheLogits) {
+  const fs::path root = fs::temp_directory_path() / ("pagoda_hf_perm_" + std::to_string(::getpid()));
+  test::HfSpec s = spec("llama", GgmlType::F32, false, "mistral-7b-v0.1-tokenizer");
+  test::write_hf_dir(s, root);
+  HfModelDir d = HfModelDir::open(root.string());
+  d.config.arch = Arch::Qwen2;  // no permutation at load ...
+  d.config.has_qkv_bias = false;
+  auto unpermuted = load_hf_weights(d);
+  d.config.arch = Arch::Llama;
+  auto permuted = load_hf_weights(d);
+  const gguf::TensorInfo* a = unpermuted->find_tensor("blk.0.attn_q.weight");
+  const gguf::TensorInfo* b = permuted->find_tensor("blk.0.attn_q.weight");
+  ASSERT_TRUE(a && b);
+  ASSERT_EQ(a->n_bytes, b->n_bytes);
+  EXPECT_NE(std::memcmp(a->data, b->data, a->n_bytes), 0);
+  // Row 1 of head 0 after permutation is HF row head_dim/2 (the first row of the second half).
+  const int64_t hd = s.dim / s.n_heads;
+  EXPECT_EQ(std::memcmp(b->data + 1 * s.dim * 4, a->data + (hd / 2) * s.dim * 4, s.dim * 4), 0);
+  EXPECT_EQ(std::memcmp(b->data + 2 * s.dim * 4, a->data + 1 * s.dim * 4, s.dim * 4), 0);
+  // V is never permuted: a view into the mapping.
+  EXPECT_EQ(std::memcmp(unpermuted->find_tensor("blk.0.attn_v.weight")->data,
+                        permuted->find_tensor("blk.0.attn_v.weight")->data, a->n_bytes / 2), 0);
+  fs::remove_all(root);
+}
+
+// --quantize / convert --type: re-encoding at load time gives exactly the
+// weights `pagoda convert --type` writes, and stays close to the F32 model.
+TEST(HfQuantize, LoadTimeQuantizationEqualsConvertedGgufAndStaysClose) {
+  const fs::path root = fs::temp_directory_path() / ("pagoda_hf_quant_" + std::to_string(::getpid()));
+  test::HfSpec s;
+  s.dim = 256, s.ffn = 256, s.vocab = 96, s.n_heads = 4, s.n_kv_heads = 2;  // rows multiple of 256 for q4_k
+  test::write_hf_dir(s, root / "model");
+  HfModelDir d = HfModelDir::open((root / "model").string());
+  ThreadPool pool(2);
+  const std::vector<int32_t> prompt = {1, 5, 9, 17, 33, 65, 2, 7};
+  auto f32 = Model::load(d.config, load_hf_weights(d));
+  const std::vector<float> ref = prompt_logits(*f32, prompt, pool);
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::F16}) {
+    SCOPED_TRACE(type_name(type));
+    auto weights = requantize(load_hf_weights(d), type);
+    EXPECT_EQ(weights->find_tensor("blk.1.ffn_down.weight")->type, type);
+    EXPECT_EQ(weights->find_tensor("output_norm.weight")->type, GgmlType::F32);
+    auto q = Model::load(d.config, weights);
+    const std::vector<float> a = prompt_logits(*q, prompt, pool);
+    const std::string path = (root / "q.gguf").string();
+    convert_hf_to_gguf(d, path, type);
+    auto file = std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(path));
+    EXPECT_EQ(file->find_tensor("blk.0.attn_q.weight")->type, type);
+    auto g = Model::load(file);
+    const std::vector<float> b = prompt_logits(*g, prompt, pool);
+    ASSERT_EQ(a.size(), ref.size());
+    EXPECT_EQ(a, b);
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      err += (a[i] - ref[i]) * (a[i] - ref[i]);
+      norm += ref[i] * ref[i];
+    }
+    const double rel = std::sqrt(err / norm);
+    EXPECT_LT(rel, type == GgmlType::Q8_0 || type == GgmlType::F16 ? 0.02 : 0.25) << "relative RMS error " << rel;
+  }
+  EXPECT_THROW(parse_weight_type("q5_1", "--quantize"), Error);
+  fs::remove_all(root);
+}
+
+// Through the binary: `pagoda convert` then `pagoda generate` greedy on the
+// directory and on the GGUF print the same text.
+TEST(HfBinary, GenerateOnDirectoryAndConvertedGgufPrintsTheSameText) {
+  const std::string bin = PAGODA_BINARY;
+  if (!fs::exists(bin)) GTEST_SKIP() << "pagoda binary not built";
+  const fs::path root = fs::temp_directory_path() / ("pagoda_hf_bin_" + std::to_string(::getpid()));
+  test::HfSpec s = spec("qwen2", GgmlType::BF16, false, "qwen3-tokenizer");
+  test::write_hf_dir(s, root / "model");
+  const std::string dir = (root / "model").string(), gguf_path = (root / "m.gguf").string();
+  ASSERT_EQ(std::system((bin + " convert '" + dir + "' -o '" + gguf_path + "' 2>/dev/null").c_str()), 0);
+  auto run = [&](const std::string& model, const std::string& out) {
+    const std::string cmd = bin + " generate -m '" + model + "' -p 'Once upon a time' -n 16 --temp 0 -t 2 >'" +
+                            out + "' 2>/dev/null";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::ifstream in(out, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string a = run(dir, (root / "a.txt").string());
+  const std::string b = run(gguf_path, (root / "b.txt").string());
+  EXPECT_GT(a.size(), 1u);
+  EXPECT_EQ(a, b);
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace pagoda

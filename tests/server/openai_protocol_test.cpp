@@ -1,0 +1,802 @@
+#include "server/openai_protocol.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace pagoda::server {
+namespace {
+
+constexpr int32_t kVocab = 1000;
+
+// A chat body with one user message plus `extra` fields ("" or a ",..." tail).
+std::string chat_body(const std::string& extra = "") {
+  return R"({"model":"m","messages":[{"role":"user","content":"hi"}])" + extra + "}";
+}
+std::string completion_body(const std::string& extra = "") {
+  return R"({"model":"m","prompt":"hello")" + extra + "}";
+}
+
+CompletionRequest chat(const std::string& extra) { return parse_chat_request(chat_body(extra), kVocab); }
+CompletionRequest completion(const std::string& extra) {
+  return parse_completion_request(completion_body(extra), kVocab);
+}
+
+// Expects a 400 whose param is `param` and whose message contains `needle`.
+#define EXPECT_API_ERROR(stmt, param_, needle)                                              \
+  do {                                                                                      \
+    try {                                                                                   \
+      stmt;                                                                                 \
+      ADD_FAILURE() << "no ApiError from " #stmt;                                           \
+    } catch (const ApiError& e) {                                                           \
+      EXPECT_EQ(e.status, 400) << e.what();                                                 \
+      EXPECT_EQ(e.param, std::string(param_)) << e.what();                                  \
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)                      \
+          << "message: " << e.what() << "\nwanted: " << needle;                             \
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "multi-line message"; \
+    }                                                                                       \
+  } while (0)
+
+// ---- valid_utf8 ----------------------------------------------------------------
+
+TEST(ValidUtf8, AcceptsWellFormedText) {
+  EXPECT_TRUE(valid_utf8(""));
+  EXPECT_TRUE(valid_utf8("plain ascii"));
+  EXPECT_TRUE(valid_utf8("caf\xC3\xA9"));                  // U+00E9
+  EXPECT_TRUE(valid_utf8("\xE2\x82\xAC"));                 // U+20AC
+  EXPECT_TRUE(valid_utf8("\xF0\x9F\x98\x80"));             // U+1F600
+  EXPECT_TRUE(valid_utf8("\xF4\x8F\xBF\xBF"));             // U+10FFFF, the last code point
+  EXPECT_TRUE(valid_utf8("\xED\x9F\xBF\xEE\x80\x80"));     // U+D7FF, U+E000 around surrogates
+  EXPECT_TRUE(valid_utf8(std::string("a\0b", 3)));         // NUL is a character
+}
+
+TEST(ValidUtf8, RejectsOverlongs) {
+  EXPECT_FALSE(valid_utf8("\xC0\xAF"));          // '/' in two bytes
+  EXPECT_FALSE(valid_utf8("\xC1\xBF"));
+  EXPECT_FALSE(valid_utf8("\xE0\x80\xAF"));      // '/' in three
+  EXPECT_FALSE(valid_utf8("\xE0\x9F\xBF"));      // U+07FF in three
+  EXPECT_FALSE(valid_utf8("\xF0\x8F\xBF\xBF"));  // U+FFFF in four
+}
+
+TEST(ValidUtf8, RejectsSurrogates) {
+  EXPECT_FALSE(valid_utf8("\xED\xA0\x80"));  // U+D800
+  EXPECT_FALSE(valid_utf8("\xED\xBF\xBF"));  // U+DFFF
+  EXPECT_FALSE(valid_utf8("\xED\xA0\xBD\xED\xB8\x80"));  // CESU-8 pair
+}
+
+TEST(ValidUtf8, RejectsCodePointsAboveMax) {
+  EXPECT_FALSE(valid_utf8("\xF4\x90\x80\x80"));  // U+110000
+  EXPECT_FALSE(valid_utf8("\xF5\x80\x80\x80"));
+  EXPECT_FALSE(valid_utf8("\xF8\x88\x80\x80\x80"));  // old 5-byte form
+  EXPECT_FALSE(valid_utf8("\xFF"));
+  EXPECT_FALSE(valid_utf8("\xFE"));
+}
+
+TEST(ValidUtf8, RejectsTruncatedAndStraySequences) {
+  EXPECT_FALSE(valid_utf8("\xC3"));
+  EXPECT_FALSE(valid_utf8("\xE2\x82"));
+  EXPECT_FALSE(valid_utf8("\xF0\x9F\x98"));
+  EXPECT_FALSE(valid_utf8("ab\xF0\x9F"));
+  EXPECT_FALSE(valid_utf8("\x80"));              // lone continuation
+  EXPECT_FALSE(valid_utf8("\xC3\xA9\xA9"));      // extra continuation
+  EXPECT_FALSE(valid_utf8("\xC3(" ));            // lead then ASCII
+  EXPECT_FALSE(valid_utf8("\xE2\x28\xA1"));
+}
+
+TEST(SanitizeUtf8, ReplacesEachMaximalSubpartWithOneReplacementChar) {
+  const std::string R = "\xEF\xBF\xBD";
+  EXPECT_EQ(sanitize_utf8(""), "");
+  EXPECT_EQ(sanitize_utf8("caf\xC3\xA9 \xF0\x9F\x98\x80"), "caf\xC3\xA9 \xF0\x9F\x98\x80");
+  EXPECT_EQ(sanitize_utf8("\xE2\x82"), R);              // truncated: one U+FFFD
+  EXPECT_EQ(sanitize_utf8("a\xF0\x9F\x98"), "a" + R);
+  EXPECT_EQ(sanitize_utf8("\xC0\xAF"), R + R);           // overlong lead is not a prefix
+  EXPECT_EQ(sanitize_utf8("\xED\xA0\x80"), R + R + R);   // surrogate: ED then two strays
+  EXPECT_EQ(sanitize_utf8("\xF4\x90\x80\x80"), R + R + R + R);
+  EXPECT_EQ(sanitize_utf8("\xE2\x82("), R + "(");
+  EXPECT_EQ(sanitize_utf8("\x80\x80"), R + R);
+  for (const char* s : {"\xE2\x82", "\xC0\xAF", "\xED\xA0\x80", "\xFF", "x\xF0\x9F"})
+    EXPECT_TRUE(valid_utf8(sanitize_utf8(s))) << s;
+}
+
+// ---- body ------------------------------------------------------------------------
+
+TEST(ParseBody, InvalidJsonIs400WithOneLineMessage) {
+  EXPECT_API_ERROR(parse_chat_request("{", kVocab), "", "invalid JSON: ");
+  EXPECT_API_ERROR(parse_chat_request("", kVocab), "", "invalid JSON: ");
+  EXPECT_API_ERROR(parse_chat_request("{\"a\":\n\n}", kVocab), "", "invalid JSON: ");
+  EXPECT_API_ERROR(parse_completion_request("{'prompt':'x'}", kVocab), "", "invalid JSON: ");
+  EXPECT_API_ERROR(parse_chat_request(chat_body() + "x", kVocab), "", "invalid JSON: ");
+  // A number beyond double's range is nlohmann's out_of_range, still a 400.
+  EXPECT_API_ERROR(chat(R"(,"temperature":1e999)"), "", "invalid JSON: number overflow");
+  EXPECT_API_ERROR(chat(R"(,"logit_bias":{"1":-1e400})"), "", "invalid JSON: ");
+  // A huge bad token is not quoted whole.
+  try {
+    parse_completion_request("{\"prompt\":\"" + std::string(100000, 'a') + "\xC3\"}", kVocab);
+    ADD_FAILURE();
+  } catch (const ApiError& e) {
+    EXPECT_LT(std::string(e.what()).size(), 400u);
+    EXPECT_TRUE(valid_utf8(e.what()));
+  }
+  // No "[json.exception..." prefix leaks out.
+  try {
+    parse_chat_request("{", kVocab);
+  } catch (const ApiError& e) {
+    EXPECT_EQ(std::string(e.what()).find("json.exception"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ParseBody, InvalidUtf8InJsonTextIsRejectedByTheParser) {
+  // nlohmann's lexer refuses ill-formed UTF-8 in strings, so it never reaches a field.
+  EXPECT_API_ERROR(parse_completion_request("{\"prompt\":\"a\xC3\"}", kVocab), "", "invalid JSON");
+  EXPECT_API_ERROR(parse_completion_request("{\"prompt\":\"\xED\xA0\x80\"}", kVocab), "",
+                   "invalid JSON");
+  EXPECT_API_ERROR(parse_completion_request("{\"prompt\":\"\xC0\xAF\"}", kVocab), "", "invalid JSON");
+  EXPECT_API_ERROR(parse_completion_request("{\"prompt\":\"\xF4\x90\x80\x80\"}", kVocab), "",
+                   "invalid JSON");
+  EXPECT_API_ERROR(parse_chat_request("{\"messages\":[{\"role\":\"user\",\"content\":\"\xFF\"}]}", kVocab),
+                   "", "invalid JSON");
+  EXPECT_API_ERROR(parse_chat_request(chat_body(",\"stop\":\"\xE2\x82\""), kVocab), "", "invalid JSON");
+  // A lone surrogate written as an escape is refused too.
+  EXPECT_API_ERROR(parse_completion_request(R"({"prompt":"\ud800"})", kVocab), "", "invalid JSON");
+  // The echoed bytes in the message are made valid UTF-8.
+  try {
+    parse_completion_request("{\"prompt\":\"a\xC3\"}", kVocab);
+  } catch (const ApiError& e) {
+    EXPECT_TRUE(valid_utf8(e.what())) << e.what();
+  }
+  // A well-formed escape pair decodes to one code point.
+  auto r = parse_completion_request(R"({"prompt":"\ud83d\ude00"})", kVocab);
+  EXPECT_EQ(*r.prompt_text, "\xF0\x9F\x98\x80");
+}
+
+TEST(ParseBody, NonObjectBodyIs400) {
+  EXPECT_API_ERROR(parse_chat_request("[]", kVocab), "", "must be a JSON object");
+  EXPECT_API_ERROR(parse_chat_request("\"text\"", kVocab), "", "must be a JSON object");
+  EXPECT_API_ERROR(parse_completion_request("42", kVocab), "", "must be a JSON object");
+  EXPECT_API_ERROR(parse_completion_request("null", kVocab), "", "must be a JSON object");
+}
+
+TEST(ParseBody, DeepNestingIsRefused) {
+  std::string deep = completion_body(",\"x\":" + std::string(100000, '[') + std::string(100000, ']'));
+  EXPECT_API_ERROR(parse_completion_request(deep, kVocab), "", "nested deeper than");
+  // 60 levels are fine (ignored unknown field).
+  std::string ok = completion_body(",\"x\":" + std::string(60, '[') + std::string(60, ']'));
+  EXPECT_NO_THROW(parse_completion_request(ok, kVocab));
+}
+
+TEST(ParseBody, UnknownFieldsAreIgnored) {
+  EXPECT_NO_THROW(chat(R"(,"frobnicate":{"a":[1,2]},"service_tier":"auto")"));
+}
+
+// ---- defaults ----------------------------------------------------------------------
+
+TEST(ParseChat, DefaultsAreOpenAIs) {
+  CompletionRequest r = parse_chat_request(R"({"messages":[{"role":"user","content":"hi"}]})", kVocab);
+  EXPECT_EQ(r.kind, ApiKind::Chat);
+  EXPECT_EQ(r.model, "");
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 1.0f);
+  EXPECT_TRUE(r.sampling.top_k == -1 || r.sampling.top_k == 0);
+  EXPECT_FLOAT_EQ(r.sampling.min_p, 0.0f);
+  EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.0f);
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty, 0.0f);
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, 0.0f);
+  EXPECT_EQ(r.sampling.seed, SamplingParams::kRandomSeed);
+  EXPECT_TRUE(r.sampling.logit_bias.empty());
+  EXPECT_EQ(r.max_tokens, -1);
+  EXPECT_EQ(r.min_tokens, 0);
+  EXPECT_FALSE(r.ignore_eos);
+  EXPECT_TRUE(r.stop.empty());
+  EXPECT_FALSE(r.stream);
+  EXPECT_FALSE(r.include_usage);
+  EXPECT_FALSE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 0);
+  EXPECT_EQ(r.cache_key, "");
+  EXPECT_TRUE(r.cache_prompt);
+  EXPECT_EQ(r.user, "");
+  EXPECT_TRUE(r.tools.is_null());
+  EXPECT_TRUE(r.chat_template_kwargs.is_null());
+  EXPECT_FALSE(r.prompt_text.has_value());
+  EXPECT_FALSE(r.prompt_tokens.has_value());
+  EXPECT_FALSE(r.sampling.validate(kVocab).has_value());
+}
+
+TEST(ParseChat, NullMeansNotGiven) {
+  CompletionRequest r = chat(R"(,"temperature":null,"max_tokens":null,"stop":null,"logit_bias":null,
+      "seed":null,"n":null,"stream":null,"stream_options":null,"tools":null,"user":null,"logprobs":null)");
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);
+  EXPECT_EQ(r.max_tokens, -1);
+  EXPECT_TRUE(r.stop.empty());
+  EXPECT_TRUE(r.tools.is_null());
+}
+
+// ---- sampling fields: good and bad -------------------------------------------------
+
+TEST(ParseSampling, Temperature) {
+  EXPECT_FLOAT_EQ(chat(R"(,"temperature":0)").sampling.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(chat(R"(,"temperature":0.7)").sampling.temperature, 0.7f);
+  EXPECT_FLOAT_EQ(chat(R"(,"temperature":2)").sampling.temperature, 2.0f);
+  EXPECT_API_ERROR(chat(R"(,"temperature":"0.7")"), "temperature", "'temperature' must be a number");
+  EXPECT_API_ERROR(chat(R"(,"temperature":true)"), "temperature", "must be a number");
+  EXPECT_API_ERROR(chat(R"(,"temperature":2.01)"), "temperature", "'temperature' must be in [0, 2]");
+  EXPECT_API_ERROR(chat(R"(,"temperature":-0.1)"), "temperature", "(got -0.1)");
+}
+
+TEST(ParseSampling, TopP) {
+  EXPECT_FLOAT_EQ(chat(R"(,"top_p":0.9)").sampling.top_p, 0.9f);
+  EXPECT_FLOAT_EQ(chat(R"(,"top_p":1)").sampling.top_p, 1.0f);
+  EXPECT_API_ERROR(chat(R"(,"top_p":0)"), "top_p", "'top_p' must be in (0, 1]");
+  EXPECT_API_ERROR(chat(R"(,"top_p":1.5)"), "top_p", "must be in (0, 1]");
+  EXPECT_API_ERROR(chat(R"(,"top_p":[1])"), "top_p", "must be a number");
+}
+
+TEST(ParseSampling, TopK) {
+  EXPECT_EQ(chat(R"(,"top_k":40)").sampling.top_k, 40);
+  EXPECT_EQ(chat(R"(,"top_k":-1)").sampling.top_k, -1);
+  EXPECT_EQ(chat(R"(,"top_k":0)").sampling.top_k, 0);
+  EXPECT_EQ(chat(R"(,"top_k":40.0)").sampling.top_k, 40);  // an integral number is an integer
+  EXPECT_API_ERROR(chat(R"(,"top_k":-2)"), "top_k", "'top_k' must be >= -1");
+  EXPECT_API_ERROR(chat(R"(,"top_k":4.5)"), "top_k", "'top_k' must be an integer");
+  EXPECT_API_ERROR(chat(R"(,"top_k":"40")"), "top_k", "must be an integer");
+  EXPECT_EQ(chat(R"(,"top_k":10000000000)").sampling.top_k, INT32_MAX);  // more than the vocab: off
+}
+
+TEST(ParseSampling, MinP) {
+  EXPECT_FLOAT_EQ(chat(R"(,"min_p":0.05)").sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(chat(R"(,"min_p":1)").sampling.min_p, 1.0f);
+  EXPECT_API_ERROR(chat(R"(,"min_p":-0.01)"), "min_p", "'min_p' must be in [0, 1]");
+  EXPECT_API_ERROR(chat(R"(,"min_p":1.01)"), "min_p", "must be in [0, 1]");
+  EXPECT_API_ERROR(chat(R"(,"min_p":{})"), "min_p", "must be a number");
+}
+
+TEST(ParseSampling, Penalties) {
+  CompletionRequest r = chat(R"(,"presence_penalty":-2,"frequency_penalty":2,"repetition_penalty":1.1)");
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty, -2.0f);
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, 2.0f);
+  EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.1f);
+  EXPECT_EQ(r.sampling.penalty_last_n, -1);  // OpenAI: over every generated token
+  EXPECT_API_ERROR(chat(R"(,"presence_penalty":2.5)"), "presence_penalty", "must be in [-2, 2]");
+  EXPECT_API_ERROR(chat(R"(,"frequency_penalty":-3)"), "frequency_penalty", "must be in [-2, 2]");
+  EXPECT_API_ERROR(chat(R"(,"presence_penalty":"1")"), "presence_penalty", "must be a number");
+  EXPECT_API_ERROR(chat(R"(,"repetition_penalty":0)"), "repetition_penalty", "must be > 0");
+  EXPECT_API_ERROR(chat(R"(,"repetition_penalty":-1)"), "repetition_penalty", "must be > 0");
+  EXPECT_API_ERROR(chat(R"(,"repetition_penalty":null,"frequency_penalty":false)"), "frequency_penalty",
+                   "must be a number");
+}
+
+TEST(ParseSampling, SeedTakesAnyInt64) {
+  EXPECT_EQ(chat(R"(,"seed":42)").sampling.seed, 42u);
+  EXPECT_EQ(chat(R"(,"seed":0)").sampling.seed, 0u);
+  EXPECT_EQ(chat(R"(,"seed":-2)").sampling.seed, static_cast<uint64_t>(int64_t{-2}));
+  EXPECT_EQ(chat(R"(,"seed":-1)").sampling.seed, SamplingParams::kRandomSeed);
+  EXPECT_EQ(chat(R"(,"seed":9223372036854775807)").sampling.seed, uint64_t{9223372036854775807u});
+  EXPECT_EQ(chat(R"(,"seed":-9223372036854775808)").sampling.seed, uint64_t{1} << 63);
+  EXPECT_API_ERROR(chat(R"(,"seed":9223372036854775808)"), "seed", "'seed' is out of range");
+  EXPECT_API_ERROR(chat(R"(,"seed":1.5)"), "seed", "'seed' must be an integer");
+  EXPECT_API_ERROR(chat(R"(,"seed":"7")"), "seed", "must be an integer");
+  EXPECT_API_ERROR(chat(R"(,"seed":1e300)"), "seed", "must be an integer");
+}
+
+TEST(ParseSampling, LogitBias) {
+  CompletionRequest r = chat(R"(,"logit_bias":{"5":-100,"999":100,"0":2.5})");
+  ASSERT_EQ(r.sampling.logit_bias.size(), 3u);
+  EXPECT_EQ(r.sampling.logit_bias[0], (std::pair<int32_t, float>{5, -100.0f}));
+  EXPECT_EQ(r.sampling.logit_bias[1], (std::pair<int32_t, float>{999, 100.0f}));
+  EXPECT_EQ(r.sampling.logit_bias[2], (std::pair<int32_t, float>{0, 2.5f}));
+  EXPECT_TRUE(chat(R"(,"logit_bias":{})").sampling.logit_bias.empty());
+  EXPECT_API_ERROR(chat(R"(,"logit_bias":{"abc":1})"), "logit_bias", "key \"abc\" is not a token id");
+  EXPECT_API_ERROR(chat(R"(,"logit_bias":{"05":1})"), "logit_bias", "is not a token id");
+  EXPECT_API_ERROR(chat(R"(,"logit_bias":{"+5":1})"), "logit_bias", "is not a token id");
+  EXPECT_API_ERROR(chat(R"(,"logit_bias":{"5 ":1})"), "logit_bias", "is not a token id");
+  EXPECT_API_ERROR(chat(R"(,"logit_bias":{"":1})"), "logit_bias", "is not a token id");
+  EXPECT_API_ERROR(chat(R"(,"logit_bias":{"99999999999999999999999":1})"), "logit_bias",
+                   "is not a token id");
+  EXPECT_API_ERROR(chat(R"(,"logit_bias":{"1000":1})"), "logit_bias",
+                   "token id 1000 is outside the vocabulary [0, 1000)");
+  EXPECT_API_ERROR(chat(R"(,"logit_bias":{"-1":1})"), "logit_bias", "token id -1 is outside");
+  EXPECT_API_ERROR(chat(R"(,"logit_bias":{"5":100.5})"), "logit_bias", "must be in [-100, 100]");
+  EXPECT_API_ERROR(chat(R"(,"logit_bias":{"5":"1"})"), "logit_bias", "value for token 5 must be a number");
+  EXPECT_API_ERROR(chat(R"(,"logit_bias":[1,2])"), "logit_bias", "'logit_bias' must be an object");
+  // A key with a newline is echoed escaped: the message stays on one line.
+  EXPECT_API_ERROR(chat(R"(,"logit_bias":{"a\nb":1})"), "logit_bias", "\"a\\nb\"");
+}
+
+TEST(ParseSampling, ValidateIsTheFinalCheck) {
+  // n_vocab bounds ids through SamplingParams::validate too; all good here.
+  CompletionRequest r = chat(R"(,"temperature":0,"top_k":1,"logit_bias":{"1":-100})");
+  EXPECT_FALSE(r.sampling.validate(kVocab).has_value());
+}
+
+// ---- generation limits, n, stop -----------------------------------------------------
+
+TEST(ParseLimits, MaxTokensAndAlias) {
+  EXPECT_EQ(chat(R"(,"max_tokens":16)").max_tokens, 16);
+  EXPECT_EQ(chat(R"(,"max_completion_tokens":8)").max_tokens, 8);
+  EXPECT_EQ(chat(R"(,"max_tokens":16,"max_completion_tokens":8)").max_tokens, 8);  // alias wins
+  EXPECT_EQ(chat(R"(,"max_completion_tokens":8,"max_tokens":16)").max_tokens, 8);
+  EXPECT_API_ERROR(chat(R"(,"max_tokens":0)"), "max_tokens", "'max_tokens' must be >= 1 (got 0)");
+  EXPECT_API_ERROR(chat(R"(,"max_tokens":-1)"), "max_tokens", "must be >= 1");
+  EXPECT_API_ERROR(chat(R"(,"max_completion_tokens":0)"), "max_completion_tokens", "must be >= 1");
+  EXPECT_API_ERROR(chat(R"(,"max_tokens":"16")"), "max_tokens", "'max_tokens' must be an integer");
+  EXPECT_API_ERROR(chat(R"(,"max_tokens":1.5)"), "max_tokens", "must be an integer");
+  // The losing alias is still validated.
+  EXPECT_API_ERROR(chat(R"(,"max_tokens":0,"max_completion_tokens":8)"), "max_tokens", "must be >= 1");
+}
+
+TEST(ParseLimits, MinTokens) {
+  EXPECT_EQ(chat(R"(,"min_tokens":0)").min_tokens, 0);
+  EXPECT_EQ(chat(R"(,"min_tokens":5,"max_tokens":5)").min_tokens, 5);
+  EXPECT_EQ(chat(R"(,"min_tokens":500)").min_tokens, 500);  // no max_tokens: no bound
+  EXPECT_API_ERROR(chat(R"(,"min_tokens":-1)"), "min_tokens", "'min_tokens' must be >= 0");
+  EXPECT_API_ERROR(chat(R"(,"min_tokens":6,"max_tokens":5)"), "min_tokens", "must not exceed 'max_tokens'");
+  EXPECT_API_ERROR(chat(R"(,"min_tokens":"1")"), "min_tokens", "must be an integer");
+}
+
+TEST(ParseLimits, NMustBeOne) {
+  EXPECT_NO_THROW(chat(R"(,"n":1)"));
+  EXPECT_API_ERROR(chat(R"(,"n":2)"), "n", "'n' must be 1");
+  EXPECT_API_ERROR(chat(R"(,"n":0)"), "n", "'n' must be 1");
+  EXPECT_API_ERROR(chat(R"(,"n":"1")"), "n", "must be an integer");
+  EXPECT_API_ERROR(completion(R"(,"n":3)"), "n", "'n' must be 1");
+}
+
+TEST(ParseLimits, IgnoreEos) {
+  EXPECT_TRUE(chat(R"(,"ignore_eos":true)").ignore_eos);
+  EXPECT_API_ERROR(chat(R"(,"ignore_eos":1)"), "ignore_eos", "'ignore_eos' must be a boolean");
+}
+
+TEST(ParseStop, StringOrArray) {
+  EXPECT_EQ(chat(R"(,"stop":"END")").stop, (std::vector<std::string>{"END"}));
+  EXPECT_EQ(chat(R"(,"stop":["a","\n\n"])").stop, (std::vector<std::string>{"a", "\n\n"}));
+  EXPECT_TRUE(chat(R"(,"stop":[])").stop.empty());
+  std::string sixteen = R"(,"stop":["1","2","3","4","5","6","7","8","9","10","11","12","13","14","15","16")";
+  EXPECT_EQ(chat(sixteen + "]").stop.size(), 16u);
+  EXPECT_API_ERROR(chat(sixteen + ",\"17\"]"), "stop", "at most 16 strings (got 17)");
+  EXPECT_API_ERROR(chat(R"(,"stop":"")"), "stop", "must not be empty");
+  EXPECT_API_ERROR(chat(R"(,"stop":["a",""])"), "stop", "must not be empty");
+  EXPECT_API_ERROR(chat(R"(,"stop":["a",1])"), "stop", "'stop' must be a string or an array of strings");
+  EXPECT_API_ERROR(chat(R"(,"stop":5)"), "stop", "must be a string or an array");
+  EXPECT_API_ERROR(chat(R"(,"stop":{"a":1})"), "stop", "must be a string or an array");
+}
+
+// ---- stream, logprobs ------------------------------------------------------------------
+
+TEST(ParseStream, StreamAndOptions) {
+  CompletionRequest r = chat(R"(,"stream":true,"stream_options":{"include_usage":true})");
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_FALSE(chat(R"(,"stream":true,"stream_options":{})").include_usage);
+  // stream_options without stream is accepted (OpenAI refuses it; harmless here).
+  EXPECT_TRUE(chat(R"(,"stream_options":{"include_usage":true})").include_usage);
+  EXPECT_API_ERROR(chat(R"(,"stream":"yes")"), "stream", "'stream' must be a boolean");
+  EXPECT_API_ERROR(chat(R"(,"stream_options":true)"), "stream_options", "must be an object");
+  EXPECT_API_ERROR(chat(R"(,"stream_options":{"include_usage":1})"), "stream_options.include_usage",
+                   "must be a boolean");
+}
+
+TEST(ParseLogprobs, ChatBoolAndTopLogprobs) {
+  CompletionRequest r = chat(R"(,"logprobs":true,"top_logprobs":20)");
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 20);
+  EXPECT_TRUE(chat(R"(,"logprobs":true)").logprobs);
+  EXPECT_EQ(chat(R"(,"logprobs":true)").top_logprobs, 0);
+  EXPECT_NO_THROW(chat(R"(,"top_logprobs":0)"));
+  EXPECT_API_ERROR(chat(R"(,"top_logprobs":3)"), "top_logprobs", "requires 'logprobs': true");
+  EXPECT_API_ERROR(chat(R"(,"logprobs":false,"top_logprobs":3)"), "top_logprobs", "requires");
+  EXPECT_API_ERROR(chat(R"(,"logprobs":true,"top_logprobs":21)"), "top_logprobs", "must be in [0, 20]");
+  EXPECT_API_ERROR(chat(R"(,"logprobs":true,"top_logprobs":-1)"), "top_logprobs", "must be in [0, 20]");
+  EXPECT_API_ERROR(chat(R"(,"logprobs":1)"), "logprobs", "'logprobs' must be a boolean");
+  EXPECT_API_ERROR(chat(R"(,"logprobs":true,"top_logprobs":"2")"), "top_logprobs", "must be an integer");
+}
+
+TEST(ParseLogprobs, CompletionIntegerMeansOnWithAlternatives) {
+  CompletionRequest r = completion(R"(,"logprobs":3)");
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 3);
+  r = completion(R"(,"logprobs":0)");
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 0);
+  EXPECT_FALSE(completion("").logprobs);
+  EXPECT_FALSE(completion(R"(,"logprobs":null)").logprobs);
+  EXPECT_API_ERROR(completion(R"(,"logprobs":6)"), "logprobs", "must be in [0, 5]");
+  EXPECT_API_ERROR(completion(R"(,"logprobs":-1)"), "logprobs", "must be in [0, 5]");
+  EXPECT_API_ERROR(completion(R"(,"logprobs":true)"), "logprobs", "'logprobs' must be an integer");
+}
+
+// ---- cache key and the rest ---------------------------------------------------------------
+
+TEST(ParseCache, CacheKeyConstruction) {
+  EXPECT_EQ(chat("").cache_key, "");
+  EXPECT_EQ(chat(R"(,"prompt_cache_key":"k1")").cache_key, "k:k1");
+  EXPECT_EQ(chat(R"(,"cache_salt":"s1")").cache_key, "s:s1");
+  EXPECT_EQ(chat(R"(,"prompt_cache_key":"k1","cache_salt":"s1")").cache_key, "k:k1\x1fs:s1");
+  EXPECT_EQ(chat(R"(,"prompt_cache_key":"","cache_salt":"")").cache_key, "");
+  // Same salt, different keys: different namespaces.
+  EXPECT_NE(chat(R"(,"prompt_cache_key":"a","cache_salt":"s")").cache_key,
+            chat(R"(,"prompt_cache_key":"b","cache_salt":"s")").cache_key);
+  // A key alone never equals a salt alone.
+  EXPECT_NE(chat(R"(,"prompt_cache_key":"x")").cache_key, chat(R"(,"cache_salt":"x")").cache_key);
+  // No key can spell another tenant's salt.
+  EXPECT_API_ERROR(chat(R"(,"prompt_cache_key":"a\u001fs:s")"), "prompt_cache_key", "U+001F");
+  EXPECT_API_ERROR(chat(R"(,"cache_salt":"a\u001f")"), "cache_salt", "U+001F");
+  EXPECT_API_ERROR(chat(R"(,"prompt_cache_key":5)"), "prompt_cache_key", "must be a string");
+  EXPECT_API_ERROR(chat(R"(,"cache_salt":["s"])"), "cache_salt", "must be a string");
+}
+
+TEST(ParseCache, CachePromptUserModel) {
+  CompletionRequest r = chat(R"(,"cache_prompt":false,"user":"u-1")");
+  EXPECT_FALSE(r.cache_prompt);
+  EXPECT_EQ(r.user, "u-1");
+  EXPECT_EQ(r.model, "m");
+  EXPECT_API_ERROR(chat(R"(,"cache_prompt":"no")"), "cache_prompt", "must be a boolean");
+  EXPECT_API_ERROR(chat(R"(,"user":1)"), "user", "'user' must be a string");
+  EXPECT_API_ERROR(parse_chat_request(R"({"model":1,"messages":[{"role":"user","content":"x"}]})", kVocab),
+                   "model", "'model' must be a string");
+}
+
+// ---- chat messages ---------------------------------------------------------------------------
+
+TEST(ParseMessages, KeepsMessagesAndJoinsTextParts) {
+  CompletionRequest r = parse_chat_request(R"({"messages":[
+      {"role":"system","content":"be brief"},
+      {"role":"developer","content":"dev"},
+      {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}],"name":"bob"},
+      {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
+        "function":{"name":"f","arguments":"{}"}}]},
+      {"role":"tool","content":"42","tool_call_id":"c1"},
+      {"role":"user","content":[]}]})",
+                                           kVocab);
+  ASSERT_EQ(r.messages.size(), 6u);
+  EXPECT_EQ(r.messages[0]["role"], "system");
+  EXPECT_EQ(r.messages[0]["content"], "be brief");
+  EXPECT_EQ(r.messages[1]["role"], "developer");
+  EXPECT_EQ(r.messages[2]["content"], "ab");
+  EXPECT_EQ(r.messages[2]["name"], "bob");
+  EXPECT_TRUE(r.messages[3]["content"].is_null());
+  EXPECT_EQ(r.messages[3]["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_EQ(r.messages[4]["tool_call_id"], "c1");
+  EXPECT_EQ(r.messages[5]["content"], "");
+}
+
+TEST(ParseMessages, AssistantWithToolCallsMayOmitContent) {
+  CompletionRequest r = parse_chat_request(
+      R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[]}]})", kVocab);
+  EXPECT_TRUE(r.messages[1].contains("content"));
+  EXPECT_TRUE(r.messages[1]["content"].is_null());
+}
+
+TEST(ParseMessages, BadShapesAre400) {
+  auto parse = [](const std::string& messages) {
+    return parse_chat_request(R"({"messages":)" + messages + "}", kVocab);
+  };
+  EXPECT_API_ERROR(parse_chat_request("{}", kVocab), "messages", "'messages' is required");
+  EXPECT_API_ERROR(parse("[]"), "messages", "'messages' must not be empty");
+  EXPECT_API_ERROR(parse(R"("hi")"), "messages", "'messages' must be an array");
+  EXPECT_API_ERROR(parse(R"(["hi"])"), "messages[0]", "'messages[0]' must be an object");
+  EXPECT_API_ERROR(parse(R"([{"content":"x"}])"), "messages[0].role", "is required");
+  EXPECT_API_ERROR(parse(R"([{"role":1,"content":"x"}])"), "messages[0].role", "must be a string");
+  EXPECT_API_ERROR(parse(R"([{"role":"robot","content":"x"}])"), "messages[0].role",
+                   "must be one of system, user, assistant, tool, developer (got \"robot\")");
+  EXPECT_API_ERROR(parse(R"([{"role":"user"}])"), "messages[0].content", "is required");
+  EXPECT_API_ERROR(parse(R"([{"role":"user","content":null}])"), "messages[0].content", "is required");
+  EXPECT_API_ERROR(parse(R"([{"role":"assistant","content":null}])"), "messages[0].content", "is required");
+  EXPECT_API_ERROR(parse(R"([{"role":"user","content":"a"},{"role":"user","content":5}])"),
+                   "messages[1].content", "must be a string or an array of content parts");
+  EXPECT_API_ERROR(parse(R"([{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}])"),
+                   "messages[0].content[0]", "only text content parts are supported");
+  EXPECT_API_ERROR(parse(R"([{"role":"user","content":[{"text":"no type"}]}])"), "messages[0].content[0]",
+                   "only text content parts are supported");
+  EXPECT_API_ERROR(parse(R"([{"role":"user","content":["raw"]}])"), "messages[0].content[0]",
+                   "must be an object");
+  EXPECT_API_ERROR(parse(R"([{"role":"user","content":[{"type":"text","text":5}]}])"),
+                   "messages[0].content[0].text", "must be a string");
+  EXPECT_API_ERROR(parse(R"([{"role":"assistant","content":"x","tool_calls":{}}])"),
+                   "messages[0].tool_calls", "must be an array");
+}
+
+TEST(ParseChat, ToolsAndTemplateKwargs) {
+  CompletionRequest r = chat(R"(,"tools":[{"type":"function","function":{"name":"f"}}],
+      "chat_template_kwargs":{"enable_thinking":false})");
+  ASSERT_TRUE(r.tools.is_array());
+  EXPECT_EQ(r.tools[0]["function"]["name"], "f");
+  EXPECT_EQ(r.chat_template_kwargs["enable_thinking"], false);
+  EXPECT_API_ERROR(chat(R"(,"tools":{})"), "tools", "'tools' must be an array");
+  EXPECT_API_ERROR(chat(R"(,"chat_template_kwargs":[])"), "chat_template_kwargs", "must be an object");
+}
+
+// ---- completion prompts ---------------------------------------------------------------------
+
+TEST(ParsePrompt, StringTokensOrSingletonArray) {
+  CompletionRequest r = completion("");
+  EXPECT_EQ(r.kind, ApiKind::Completion);
+  ASSERT_TRUE(r.prompt_text.has_value());
+  EXPECT_EQ(*r.prompt_text, "hello");
+  EXPECT_FALSE(r.prompt_tokens.has_value());
+
+  r = parse_completion_request(R"({"prompt":[1,2,999]})", kVocab);
+  ASSERT_TRUE(r.prompt_tokens.has_value());
+  EXPECT_EQ(*r.prompt_tokens, (std::vector<int32_t>{1, 2, 999}));
+  EXPECT_FALSE(r.prompt_text.has_value());
+
+  r = parse_completion_request(R"({"prompt":["only one"]})", kVocab);
+  EXPECT_EQ(*r.prompt_text, "only one");
+  r = parse_completion_request(R"({"prompt":[[7,8]]})", kVocab);
+  EXPECT_EQ(*r.prompt_tokens, (std::vector<int32_t>{7, 8}));
+}
+
+TEST(ParsePrompt, BadPromptsAre400) {
+  auto parse = [](const std::string& prompt) {
+    return parse_completion_request(R"({"prompt":)" + prompt + "}", kVocab);
+  };
+  EXPECT_API_ERROR(parse_completion_request("{}", kVocab), "prompt", "'prompt' is required");
+  EXPECT_API_ERROR(parse("null"), "prompt", "'prompt' is required");
+  EXPECT_API_ERROR(parse(R"("")"), "prompt", "must not be empty");
+  EXPECT_API_ERROR(parse("[]"), "prompt", "must not be empty");
+  EXPECT_API_ERROR(parse(R"([""])"), "prompt", "must not be empty");
+  EXPECT_API_ERROR(parse("[[]]"), "prompt", "must not be empty");
+  EXPECT_API_ERROR(parse(R"(["a","b"])"), "prompt", "batches of prompts are not supported");
+  EXPECT_API_ERROR(parse("[[1],[2]]"), "prompt", "batches of prompts are not supported");
+  EXPECT_API_ERROR(parse("[1000]"), "prompt", "token id 1000 is outside the vocabulary [0, 1000)");
+  EXPECT_API_ERROR(parse("[-1]"), "prompt", "token id -1 is outside");
+  EXPECT_API_ERROR(parse("[1,2.5]"), "prompt", "array of token ids");
+  EXPECT_API_ERROR(parse(R"([1,"a"])"), "prompt", "array of token ids");
+  EXPECT_API_ERROR(parse("5"), "prompt", "must be a string or an array of token ids");
+  EXPECT_API_ERROR(parse("{}"), "prompt", "must be a string or an array of token ids");
+}
+
+TEST(ParsePrompt, CompletionOnlyFields) {
+  EXPECT_FALSE(completion(R"(,"echo":false)").echo);
+  EXPECT_API_ERROR(completion(R"(,"echo":true)"), "echo", "'echo' is not supported");
+  EXPECT_NO_THROW(completion(R"(,"best_of":1)"));
+  EXPECT_API_ERROR(completion(R"(,"best_of":2)"), "best_of", "'best_of' must be 1");
+  EXPECT_NO_THROW(completion(R"(,"suffix":"")"));
+  EXPECT_API_ERROR(completion(R"(,"suffix":"x")"), "suffix", "not supported");
+  // The shared fields work on completions too.
+  CompletionRequest r = completion(R"(,"max_tokens":4,"stop":"\n","temperature":0,"seed":3)");
+  EXPECT_EQ(r.max_tokens, 4);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"\n"}));
+  EXPECT_EQ(r.sampling.temperature, 0.0f);
+  EXPECT_EQ(r.sampling.seed, 3u);
+}
+
+// ---- responses ---------------------------------------------------------------------------------
+
+TEST(Responses, UsageJson) {
+  ordered_json u = usage_json({.prompt_tokens = 10, .completion_tokens = 5, .cached_tokens = 4});
+  EXPECT_EQ(u.dump(), R"({"prompt_tokens":10,"completion_tokens":5,"total_tokens":15,)"
+                      R"("prompt_tokens_details":{"cached_tokens":4}})");
+}
+
+TEST(Responses, ChatCompletionShape) {
+  std::string body = chat_response_json("chatcmpl-1", 1700000000, "m", "Hello!", "stop",
+                                        {.prompt_tokens = 3, .completion_tokens = 2, .cached_tokens = 1},
+                                        nullptr);
+  ordered_json j = ordered_json::parse(body);
+  EXPECT_EQ(j["id"], "chatcmpl-1");
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["created"], 1700000000);
+  EXPECT_EQ(j["model"], "m");
+  ASSERT_EQ(j["choices"].size(), 1u);
+  const ordered_json& c = j["choices"][0];
+  EXPECT_EQ(c["index"], 0);
+  EXPECT_EQ(c["message"]["role"], "assistant");
+  EXPECT_EQ(c["message"]["content"], "Hello!");
+  EXPECT_TRUE(c.contains("logprobs"));
+  EXPECT_TRUE(c["logprobs"].is_null());
+  EXPECT_EQ(c["finish_reason"], "stop");
+  EXPECT_EQ(j["usage"]["total_tokens"], 5);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 1);
+  // Field order as OpenAI's.
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : j.items()) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"id", "object", "created", "model", "choices", "usage"}));
+}
+
+TEST(Responses, TextCompletionShape) {
+  ordered_json lp = completion_logprobs_json({{"a", -0.5f, {}}}, 0);
+  std::string body = completion_response_json("cmpl-1", 5, "m", "abc", "length",
+                                              {.prompt_tokens = 1, .completion_tokens = 3}, lp);
+  ordered_json j = ordered_json::parse(body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["choices"][0]["index"], 0);
+  EXPECT_EQ(j["choices"][0]["text"], "abc");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"][0], "a");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+}
+
+TEST(Responses, InvalidUtf8TextStillGivesValidJson) {
+  std::string body = chat_response_json("id", 0, "m", "ab\xE2\x82", "length", {}, nullptr);
+  EXPECT_TRUE(valid_utf8(body));
+  ordered_json j = ordered_json::parse(body);
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "ab\xEF\xBF\xBD");
+}
+
+TEST(Responses, ChatLogprobsWithInvalidUtf8Token) {
+  // "\xE2\x82" is the first two bytes of U+20AC: a token that cuts a character.
+  std::vector<TokenLogprobInfo> toks = {
+      {"\xE2\x82", -0.25f, {{"\xE2\x82", -0.25f}, {"x", -2.0f}}},
+      {"\xAC!", -1.0f, {}},
+      {"ok", -std::numeric_limits<float>::infinity(), {}},
+  };
+  ordered_json lp = chat_logprobs_json(toks);
+  std::string text = dump_json(lp);
+  ASSERT_TRUE(valid_utf8(text));
+  ordered_json j = ordered_json::parse(text);
+  ASSERT_EQ(j["content"].size(), 3u);
+  const ordered_json& t0 = j["content"][0];
+  EXPECT_EQ(t0["token"], "\xEF\xBF\xBD");  // one U+FFFD for the cut sequence
+  EXPECT_EQ(t0["bytes"], ordered_json::parse("[226,130]"));
+  EXPECT_DOUBLE_EQ(t0["logprob"].get<double>(), -0.25);
+  ASSERT_EQ(t0["top_logprobs"].size(), 2u);
+  EXPECT_EQ(t0["top_logprobs"][0]["token"], "\xEF\xBF\xBD");
+  EXPECT_EQ(t0["top_logprobs"][0]["bytes"], ordered_json::parse("[226,130]"));
+  EXPECT_EQ(t0["top_logprobs"][1]["token"], "x");
+  EXPECT_EQ(t0["top_logprobs"][1]["bytes"], ordered_json::parse("[120]"));
+  EXPECT_EQ(j["content"][1]["token"], "\xEF\xBF\xBD!");
+  EXPECT_EQ(j["content"][1]["bytes"], ordered_json::parse("[172,33]"));
+  EXPECT_TRUE(j["content"][1]["top_logprobs"].is_array());
+  EXPECT_EQ(j["content"][2]["logprob"], -9999.0);  // -inf: JSON has no infinity
+  // Logprobs print as the float's shortest decimal.
+  std::string one = dump_json(chat_logprobs_json({{"a", -0.1f, {}}}));
+  EXPECT_NE(one.find("\"logprob\":-0.1,"), std::string::npos) << one;
+}
+
+TEST(Responses, CompletionLogprobsLegacyFormat) {
+  std::vector<TokenLogprobInfo> toks = {
+      {"He", -0.5f, {{"He", -0.5f}, {"She", -1.5f}}},
+      {"llo", -0.25f, {{"llo", -0.25f}}},
+      {"\xE2\x82", -1.0f, {{"\xE2\x82", -1.0f}, {"\xE2\x83", -2.0f}}},  // both map to U+FFFD
+  };
+  ordered_json j = ordered_json::parse(dump_json(completion_logprobs_json(toks, 10)));
+  EXPECT_EQ(j["tokens"], ordered_json::parse(R"(["He","llo","\ufffd"])"));
+  EXPECT_EQ(j["token_logprobs"], ordered_json::parse("[-0.5,-0.25,-1.0]"));
+  EXPECT_EQ(j["top_logprobs"][0], ordered_json::parse(R"({"He":-0.5,"She":-1.5})"));
+  EXPECT_EQ(j["top_logprobs"][1], ordered_json::parse(R"({"llo":-0.25})"));
+  EXPECT_EQ(j["top_logprobs"][2], ordered_json::parse(R"({"\ufffd":-1.0})"));  // the better stays
+  EXPECT_EQ(j["text_offset"], ordered_json::parse("[10,12,15]"));
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : j.items()) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"tokens", "token_logprobs", "top_logprobs", "text_offset"}));
+}
+
+// ---- streaming -------------------------------------------------------------------------------
+
+TEST(Streaming, SseEventFormat) {
+  ordered_json c = chat_chunk_content("id", 1, "m", "hi", nullptr, false);
+  std::string ev = sse_event(c);
+  ASSERT_GE(ev.size(), 8u);
+  EXPECT_EQ(ev.substr(0, 6), "data: ");
+  EXPECT_EQ(ev.substr(ev.size() - 2), "\n\n");
+  std::string payload = ev.substr(6, ev.size() - 8);
+  EXPECT_EQ(payload.find('\n'), std::string::npos);  // one line of JSON
+  EXPECT_EQ(ordered_json::parse(payload), c);
+  EXPECT_EQ(kSseDone, "data: [DONE]\n\n");
+  // Invalid UTF-8 in a chunk does not throw.
+  std::string bad = sse_event(chat_chunk_content("id", 1, "m", "\xF0\x9F", nullptr, false));
+  EXPECT_TRUE(valid_utf8(bad));
+}
+
+TEST(Streaming, ChatChunks) {
+  ordered_json role = chat_chunk_role("chatcmpl-1", 7, "m");
+  EXPECT_EQ(role["object"], "chat.completion.chunk");
+  EXPECT_EQ(role["id"], "chatcmpl-1");
+  EXPECT_EQ(role["created"], 7);
+  EXPECT_EQ(role["choices"][0]["index"], 0);
+  EXPECT_EQ(role["choices"][0]["delta"], ordered_json::parse(R"({"role":"assistant","content":""})"));
+  EXPECT_TRUE(role["choices"][0]["finish_reason"].is_null());
+  EXPECT_FALSE(role.contains("usage"));
+  EXPECT_TRUE(chat_chunk_role("c", 7, "m", true)["usage"].is_null());
+  EXPECT_TRUE(chat_chunk_role("c", 7, "m", true).contains("usage"));
+
+  ordered_json lp = chat_logprobs_json({{"hi", -0.5f, {}}});
+  ordered_json content = chat_chunk_content("chatcmpl-1", 7, "m", "hi", lp, true);
+  EXPECT_EQ(content["choices"][0]["delta"], ordered_json::parse(R"({"content":"hi"})"));
+  EXPECT_EQ(content["choices"][0]["logprobs"]["content"][0]["token"], "hi");
+  EXPECT_TRUE(content["choices"][0]["finish_reason"].is_null());
+  EXPECT_TRUE(content.contains("usage"));
+  EXPECT_TRUE(content["usage"].is_null());
+  EXPECT_FALSE(chat_chunk_content("c", 7, "m", "hi", nullptr, false).contains("usage"));
+
+  ordered_json fin = chat_chunk_finish("chatcmpl-1", 7, "m", "length", false);
+  EXPECT_EQ(fin["choices"][0]["delta"], ordered_json::object());
+  EXPECT_EQ(fin["choices"][0]["finish_reason"], "length");
+  EXPECT_FALSE(fin.contains("usage"));
+  EXPECT_TRUE(chat_chunk_finish("c", 7, "m", "stop", true)["usage"].is_null());
+
+  ordered_json usage = usage_chunk(ApiKind::Chat, "chatcmpl-1", 7, "m", {.prompt_tokens = 2, .completion_tokens = 3});
+  EXPECT_EQ(usage["object"], "chat.completion.chunk");
+  EXPECT_EQ(usage["choices"], ordered_json::array());
+  EXPECT_EQ(usage["usage"]["total_tokens"], 5);
+}
+
+TEST(Streaming, CompletionChunks) {
+  ordered_json c = completion_chunk("cmpl-1", 9, "m", "tok", nullptr, std::nullopt, false);
+  EXPECT_EQ(c["object"], "text_completion");
+  EXPECT_EQ(c["choices"][0]["text"], "tok");
+  EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
+  EXPECT_TRUE(c["choices"][0].contains("logprobs"));
+  EXPECT_FALSE(c.contains("usage"));
+  ordered_json last = completion_chunk("cmpl-1", 9, "m", "", nullptr, std::string("stop"), true);
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+  EXPECT_TRUE(last["usage"].is_null());
+  ordered_json usage = usage_chunk(ApiKind::Completion, "cmpl-1", 9, "m", {.prompt_tokens = 1});
+  EXPECT_EQ(usage["object"], "text_completion");
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["prompt_tokens"], 1);
+}
+
+// ---- llama-server utility endpoints -------------------------------------------------------------
+
+TEST(Tokenize, ParseRequest) {
+  TokenizeRequest r = parse_tokenize_request(R"({"content":"hello"})");
+  EXPECT_EQ(r.content, "hello");
+  EXPECT_FALSE(r.add_special);
+  EXPECT_FALSE(r.with_pieces);
+  r = parse_tokenize_request(R"({"content":"","add_special":true,"with_pieces":true})");
+  EXPECT_EQ(r.content, "");
+  EXPECT_TRUE(r.add_special);
+  EXPECT_TRUE(r.with_pieces);
+  EXPECT_API_ERROR(parse_tokenize_request("{}"), "content", "'content' is required");
+  EXPECT_API_ERROR(parse_tokenize_request(R"({"content":1})"), "content", "must be a string");
+  EXPECT_API_ERROR(parse_tokenize_request(R"({"content":"x","add_special":"yes"})"), "add_special",
+                   "must be a boolean");
+  EXPECT_API_ERROR(parse_tokenize_request("[1]"), "", "must be a JSON object");
+}
+
+TEST(Tokenize, ResponseShapes) {
+  EXPECT_EQ(tokenize_response_json({1, 2, 3}, nullptr), R"({"tokens":[1,2,3]})");
+  EXPECT_EQ(tokenize_response_json({}, nullptr), R"({"tokens":[]})");
+  std::vector<std::string> pieces = {"He", "\xE2\x82", "\xAC"};
+  std::string body = tokenize_response_json({5, 6, 7}, &pieces);
+  EXPECT_TRUE(valid_utf8(body));
+  EXPECT_EQ(ordered_json::parse(body), ordered_json::parse(
+      R"({"tokens":[{"id":5,"piece":"He"},{"id":6,"piece":[226,130]},{"id":7,"piece":[172]}]})"));
+}
+
+TEST(Detokenize, ParseRequest) {
+  EXPECT_EQ(parse_detokenize_request(R"({"tokens":[1,2,999]})", kVocab), (std::vector<int32_t>{1, 2, 999}));
+  EXPECT_TRUE(parse_detokenize_request("{}", kVocab).empty());
+  EXPECT_TRUE(parse_detokenize_request(R"({"tokens":[]})", kVocab).empty());
+  EXPECT_API_ERROR(parse_detokenize_request(R"({"tokens":[1000]})", kVocab), "tokens", "outside the vocabulary");
+  EXPECT_API_ERROR(parse_detokenize_request(R"({"tokens":[-1]})", kVocab), "tokens", "outside the vocabulary");
+  EXPECT_API_ERROR(parse_detokenize_request(R"({"tokens":["a"]})", kVocab), "tokens", "token ids");
+  EXPECT_API_ERROR(parse_detokenize_request(R"({"tokens":"1 2"})", kVocab), "tokens", "must be an array");
+}
+
+TEST(ApplyTemplate, ParseRequest) {
+  ApplyTemplateRequest r = parse_apply_template_request(
+      R"({"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}],"tools":[]})");
+  EXPECT_EQ(r.messages[0]["content"], "x");
+  EXPECT_TRUE(r.tools.is_array());
+  EXPECT_TRUE(r.add_generation_prompt);
+  r = parse_apply_template_request(R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":false})");
+  EXPECT_FALSE(r.add_generation_prompt);
+  EXPECT_TRUE(r.tools.is_null());
+  EXPECT_API_ERROR(parse_apply_template_request("{}"), "messages", "is required");
+  EXPECT_API_ERROR(parse_apply_template_request(R"({"messages":[]})"), "messages", "must not be empty");
+  EXPECT_API_ERROR(parse_apply_template_request(R"({"messages":[{"role":"user","content":"x"}],
+      "add_generation_prompt":1})"), "add_generation_prompt", "must be a boolean");
+}
+
+}  // namespace
+}  // namespace pagoda::server
+
+namespace pagoda::server {
+TEST(SamplingDefaults, FillOnlyTheFieldsARequestLeavesOut) {
+  SamplingDefaults d;
+  d.temperature = 0.6f;
+  d.top_k = 20;
+  CompletionRequest r = parse_completion_request(R"({"prompt":"x","top_k":5})", 100, d);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.6f);
+  EXPECT_EQ(r.sampling.top_k, 5);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 1.0f);
+  CompletionRequest c = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"temperature":0})", 100, d);
+  EXPECT_FLOAT_EQ(c.sampling.temperature, 0.0f);
+  EXPECT_EQ(c.sampling.top_k, 20);
+}
+}  // namespace pagoda::server
