@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds pagoda and generates text with the default model.
+# Installs dependencies, builds pagoda and serves the default model over the
+# OpenAI-compatible HTTP API on http://127.0.0.1:8080 (Ctrl-C stops it).
 # The default model is ../shared/models/stories260K/stories260K.gguf; PAGODA_MODEL
-# or the first argument overrides it.
+# or the first argument (a GGUF file or a Hugging Face directory) overrides it.
+# Further arguments go to `pagoda serve` (e.g. --port 9000 --api-key KEY).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cmake --preset release >/dev/null
 cmake --build --preset release --target pagoda
 model="${1:-${PAGODA_MODEL:-../shared/models/stories260K/stories260K.gguf}}"
-if [ ! -f "$model" ]; then
-  echo "run-default: no model at $model (pass a GGUF path or set PAGODA_MODEL)" >&2
+[ $# -gt 0 ] && shift
+if [ ! -e "$model" ]; then
+  echo "run-default: no model at $model (pass a GGUF file or model directory, or set PAGODA_MODEL)" >&2
   exit 1
 fi
-exec build/release/pagoda generate -m "$model" -p "Once upon a time" -n 60 --temp 0
+exec build/release/pagoda serve -m "$model" "$@"

@@ -303,6 +303,26 @@ TEST(ServeOptions, ApiKeyFromTheEnvironmentGuardsEverythingButHealth) {
   EXPECT_EQ(http(port, "GET", "/v1/models", {}, {"Authorization: Bearer sekrit"}).status, 200);
 }
 
+TEST(ServeOptions, ApiKeyFileIsReadAndAnEmptyOneIsRefused) {
+  const std::string path = "/tmp/pagoda_api_key_" + std::to_string(::getpid());
+  {
+    std::ofstream f(path);
+    f << "from-a-file\n";
+  }
+  ServerProcess s({"-m", kStories, "-t", "1", "--kv-cache-bytes", "8MiB", "--api-key-file", path});
+  const uint16_t port = s.start();
+  ASSERT_NE(port, 0) << s.log();
+  expect_error(http(port, "GET", "/v1/models", {}, {"Authorization: Bearer from-a-fil"}), 401);
+  EXPECT_EQ(http(port, "GET", "/v1/models", {}, {"Authorization: Bearer from-a-file"}).status, 200);
+  {
+    std::ofstream f(path);
+  }
+  ServerProcess empty({"-m", kStories, "--api-key-file", path});
+  EXPECT_EQ(empty.wait_exit(20), 1);
+  EXPECT_NE(empty.log().find("empty"), std::string::npos) << empty.log();
+  ::unlink(path.c_str());
+}
+
 TEST(ServeOptions, FullQueueAnswers429) {
   ServerProcess s({"-m", kStories, "-t", "1", "--parallel", "1", "--max-queue", "0", "--kv-cache-bytes", "8MiB"});
   const uint16_t port = s.start();
