@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <mutex>
 #include <ctime>
 #include <random>
 #include <thread>
@@ -65,6 +66,19 @@ class CompletionSink final : public RequestSink {
   };
   CompletionSink(Params p, std::shared_ptr<HttpExchange> ex) : p_(std::move(p)), ex_(std::move(ex)) {}
 
+  // Streaming: the handler calls this once submit() has accepted the request, so a
+  // refused request still gets a plain HTTP error status. What the engine thread
+  // produced before that is queued here and sent right after the headers.
+  void start_stream() {
+    std::lock_guard<std::mutex> lk(mu_);
+    ex_->start_stream(200, "text/event-stream");
+    if (p_.kind == ApiKind::Chat) ex_->send(sse_event(chat_chunk_role(p_.id, p_.created, p_.model, p_.include_usage)));
+    for (std::string& chunk : pending_) ex_->send(std::move(chunk));
+    pending_.clear();
+    if (pending_finish_) ex_->finish();
+    started_ = true;
+  }
+
   void on_token(const TokenEvent& ev) override {
     const bool eog_token = ev.text.empty() && !p_.ignore_eos && p_.tokenizer && p_.tokenizer->is_eog(ev.token_id);
     TokenLogprobInfo info;
@@ -86,9 +100,9 @@ class CompletionSink final : public RequestSink {
     }
     text_offset_ += ev.text.size();
     if (p_.kind == ApiKind::Chat) {
-      ex_->send(sse_event(chat_chunk_content(p_.id, p_.created, p_.model, ev.text, lp, p_.include_usage)));
+      emit(sse_event(chat_chunk_content(p_.id, p_.created, p_.model, ev.text, lp, p_.include_usage)));
     } else {
-      ex_->send(sse_event(completion_chunk(p_.id, p_.created, p_.model, ev.text, lp, std::nullopt, p_.include_usage)));
+      emit(sse_event(completion_chunk(p_.id, p_.created, p_.model, ev.text, lp, std::nullopt, p_.include_usage)));
     }
   }
 
@@ -102,9 +116,9 @@ class CompletionSink final : public RequestSink {
       status = 503;
       const std::string msg = "request cancelled before it finished (client disconnected, timeout or shutdown)";
       if (p_.stream) {
-        ex_->send("data: " + error_json(503, msg) + "\n\n");
-        ex_->send(std::string(kSseDone));
-        ex_->finish();
+        emit("data: " + error_json(503, msg) + "\n\n");
+        emit(std::string(kSseDone));
+        end_stream();
       } else {
         ex_->respond(error_response(503, msg));
       }
@@ -112,14 +126,14 @@ class CompletionSink final : public RequestSink {
       const std::string reason = finish_reason_text(r.finish);
       if (p_.kind == ApiKind::Chat) {
         if (!r.final_text.empty())
-          ex_->send(sse_event(chat_chunk_content(p_.id, p_.created, p_.model, r.final_text, nullptr, p_.include_usage)));
-        ex_->send(sse_event(chat_chunk_finish(p_.id, p_.created, p_.model, reason, p_.include_usage)));
+          emit(sse_event(chat_chunk_content(p_.id, p_.created, p_.model, r.final_text, nullptr, p_.include_usage)));
+        emit(sse_event(chat_chunk_finish(p_.id, p_.created, p_.model, reason, p_.include_usage)));
       } else {
-        ex_->send(sse_event(completion_chunk(p_.id, p_.created, p_.model, r.final_text, nullptr, reason, p_.include_usage)));
+        emit(sse_event(completion_chunk(p_.id, p_.created, p_.model, r.final_text, nullptr, reason, p_.include_usage)));
       }
-      if (p_.include_usage) ex_->send(sse_event(usage_chunk(p_.kind, p_.id, p_.created, p_.model, usage)));
-      ex_->send(std::string(kSseDone));
-      ex_->finish();
+      if (p_.include_usage) emit(sse_event(usage_chunk(p_.kind, p_.id, p_.created, p_.model, usage)));
+      emit(std::string(kSseDone));
+      end_stream();
     } else {
       const std::string reason = finish_reason_text(r.finish);
       json lp = nullptr;
@@ -147,9 +161,9 @@ class CompletionSink final : public RequestSink {
     if (p_.metrics) p_.metrics->record_error();
     const std::string msg = "generation failed: " + message;
     if (p_.stream) {
-      ex_->send("data: " + error_json(500, msg) + "\n\n");
-      ex_->send(std::string(kSseDone));
-      ex_->finish();
+      emit("data: " + error_json(500, msg) + "\n\n");
+      emit(std::string(kSseDone));
+      end_stream();
     } else {
       ex_->respond(error_response(500, msg));
     }
@@ -159,7 +173,29 @@ class CompletionSink final : public RequestSink {
  private:
   Params p_;
   std::shared_ptr<HttpExchange> ex_;
+  // Engine thread: one SSE event, queued until start_stream() has sent the headers.
+  void emit(std::string chunk) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (started_) {
+      ex_->send(std::move(chunk));
+    } else {
+      pending_.push_back(std::move(chunk));
+    }
+  }
+  void end_stream() {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (started_) {
+      ex_->finish();
+    } else {
+      pending_finish_ = true;
+    }
+  }
+
   std::vector<TokenLogprobInfo> lps_;  // non-streaming: every token's logprobs
+  std::mutex mu_;                      // started_, pending_, pending_finish_ (handler vs engine thread)
+  bool started_ = false;
+  bool pending_finish_ = false;
+  std::vector<std::string> pending_;
   size_t text_offset_ = 0;
 };
 
@@ -410,34 +446,19 @@ void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<H
   p.metrics = &metrics_;
   p.ignore_eos = cr.ignore_eos;
   const bool stream = cr.stream;
-  const ApiKind kind = cr.kind;
-  const std::string id = p.id;
-  const int64_t created = p.created;
 
-  // The stream's headers and the role chunk go out before submit(): the engine thread
-  // may start sending tokens as soon as submit() returns.
-  if (stream) {
-    ex->start_stream(200, "text/event-stream");
-    if (kind == ApiKind::Chat) ex->send(sse_event(chat_chunk_role(id, created, options_.model_id, cr.include_usage)));
-  }
   auto sink = std::make_shared<CompletionSink>(std::move(p), ex);
   SubmitResult sr = e->submit(std::move(r), sink);
   if (!sr.ok()) {
     int status = 400;
     if (sr.status == SubmitResult::Status::Busy) status = shutting_down_.load() ? 503 : 429;
     metrics_.record_refused(sr.status == SubmitResult::Status::Busy ? "busy" : "invalid");
-    if (stream) {
-      // Headers are out: the error goes in the stream.
-      ex->send("data: " + error_json(status, sr.message) + "\n\n");
-      ex->send(std::string(kSseDone));
-      ex->finish();
-    } else {
-      HttpResponse resp = error_response(status, sr.message);
-      if (status == 429) resp.headers.emplace_back("Retry-After", "1");
-      ex->respond(std::move(resp));
-    }
+    HttpResponse resp = error_response(status, sr.message);
+    if (status == 429) resp.headers.emplace_back("Retry-After", "1");
+    ex->respond(std::move(resp));
     return;
   }
+  if (stream) sink->start_stream();
   const uint64_t rid = sr.request_id;
   ex->on_close([e, rid] { e->cancel(rid); });
 }

@@ -13,6 +13,9 @@
 //   begin_shutdown() makes new completion requests answer 503.
 // - Borrowed: the Engine, Tokenizer and ChatTemplate passed to attach() must outlive the
 //   HTTP server's I/O threads (stop the HttpServer before destroying them).
+// - Streaming: the SSE headers go out only once the engine has accepted the request, so
+//   a refused streaming request gets a real HTTP status (429, 400), not 200 and an error
+//   event; events the engine produces before the headers are queued in the sink.
 // - Status codes: 400 for any client error the protocol layer or the engine's
 //   validation reports (a prompt longer than the context names both numbers), 404
 //   for an unknown model, 429 when the engine's queue is full (Retry-After: 1), 503

@@ -392,6 +392,8 @@ TEST(ServeOptions, FullQueueAnswers429) {
   r = http(port, "POST", "/v1/completions", json{{"prompt", "Twice"}, {"max_tokens", 2}}.dump());
   expect_error(r, 429);
   EXPECT_EQ(r.headers["retry-after"], "1");
+  // A streaming request that is refused gets the status too, not a 200 with an error event.
+  expect_error(http(port, "POST", "/v1/completions", json{{"prompt", "Thrice"}, {"stream", true}}.dump()), 429);
   EXPECT_EQ(s.signal_and_wait(SIGTERM, 20), 0) << s.log();
   slow.join();
 }
