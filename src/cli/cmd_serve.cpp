@@ -55,7 +55,9 @@ std::string default_model_id(const std::string& path) {
 
 // Every long option of `app` is also read from PAGODA_<NAME> (dashes as underscores).
 void add_env_names(CLI::App& app) {
-  for (CLI::Option* opt : app.get_options([](CLI::Option* o) { return !o->get_lnames().empty(); })) {
+  for (CLI::Option* opt : app.get_options([](CLI::Option* o) {
+         return !o->get_lnames().empty() && o->get_lnames().front().rfind("help", 0) != 0;
+       })) {
     std::string env = "PAGODA_";
     for (char c : opt->get_lnames().front()) env += c == '-' ? '_' : static_cast<char>(std::toupper(c));
     opt->envname(env);
