@@ -2,15 +2,19 @@
 # Installs dependencies, builds pagoda and serves the default model over the
 # OpenAI-compatible HTTP API on http://127.0.0.1:8080 (Ctrl-C stops it).
 # The default model is ../shared/models/stories260K/stories260K.gguf; PAGODA_MODEL
-# or the first argument (a GGUF file or a Hugging Face directory) overrides it.
+# or a first argument that is not a flag (a GGUF file or a Hugging Face directory)
+# overrides it.
 # Further arguments go to `pagoda serve` (e.g. --port 9000 --api-key KEY).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cmake --preset release >/dev/null
 cmake --build --preset release --target pagoda
-model="${1:-${PAGODA_MODEL:-../shared/models/stories260K/stories260K.gguf}}"
-[ $# -gt 0 ] && shift
+model="${PAGODA_MODEL:-../shared/models/stories260K/stories260K.gguf}"
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then  # a first argument that is not a flag is the model
+  model="$1"
+  shift
+fi
 if [ ! -e "$model" ]; then
   echo "run-default: no model at $model (pass a GGUF file or model directory, or set PAGODA_MODEL)" >&2
   exit 1
