@@ -1,0 +1,316 @@
+// HttpServer connections over real sockets (harness: http_test_harness.h): streaming from
+// another thread with chunked decoding, on_close on client disconnects (mid-stream and
+// unanswered), slow-client drops (pending bytes and write timeout), header / idle
+// timeouts, 200 idle connections on two I/O threads, garbage input, handler exceptions,
+// stop() and stop_accepting() with open connections.
+#include "server/http_test_harness.h"
+
+namespace pagoda::server {
+namespace {
+
+using namespace http_test;
+
+TEST_F(HttpServerTest, StreamsChunksFromAnotherThreadInOrder) {
+  start();
+  Client c(port);
+  c.send(post("/stream", "{}"));
+  auto ex = box.take();
+  ASSERT_TRUE(ex);
+  EXPECT_EQ(server->in_flight(), 1);
+  std::string expected;
+  for (int i = 0; i < 100; ++i) expected += "data: " + std::to_string(i) + "\n\n";
+  std::thread engine([ex] {
+    for (int i = 0; i < 100; ++i) EXPECT_TRUE(ex->send("data: " + std::to_string(i) + "\n\n"));
+    ex->finish();
+    EXPECT_FALSE(ex->send("late"));  // after finish: ignored
+    EXPECT_FALSE(ex->respond({}));   // a second answer: ignored
+  });
+  auto r = c.read_response();
+  engine.join();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->header("content-type"), "text/event-stream");
+  EXPECT_EQ(r->header("cache-control"), "no-cache");
+  EXPECT_EQ(r->header("transfer-encoding"), "chunked");
+  ASSERT_EQ(r->chunks.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(r->chunks[i], "data: " + std::to_string(i) + "\n\n");
+  EXPECT_EQ(r->body, expected);
+  EXPECT_EQ(server->in_flight(), 0);
+  EXPECT_EQ(probe.count.load(), 0);
+  // The connection is kept alive after the stream.
+  c.send(get("/health"));
+  r = c.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  std::lock_guard lock(mu);
+  EXPECT_EQ(completed.front(), "POST /stream 200");
+}
+
+TEST_F(HttpServerTest, ClientCloseMidStreamFiresOnCloseWithinASecond) {
+  start();
+  Client c(port);
+  c.send(post("/stream", "{}"));
+  auto ex = box.take();
+  ASSERT_TRUE(ex);
+  std::atomic<bool> stop{false};
+  std::thread engine([&] {
+    while (!stop.load() && ex->send("data: tick\n\n")) std::this_thread::sleep_for(5ms);
+  });
+  auto first = c.read_response(0.2);  // the stream never ends: times out after some chunks
+  EXPECT_FALSE(first);
+  const auto t0 = Clock::now();
+  c.close();
+  EXPECT_TRUE(probe.wait(1000ms));
+  EXPECT_LT(seconds_since(t0), 1.0);
+  stop.store(true);
+  engine.join();
+  EXPECT_EQ(probe.count.load(), 1);
+  EXPECT_TRUE(ex->closed());
+  EXPECT_FALSE(ex->send("more"));
+  ex->finish();  // no-op
+  EXPECT_EQ(probe.count.load(), 1);
+  EXPECT_TRUE(eventually([&] { return server->in_flight() == 0 && server->connections() == 0; }));
+}
+
+TEST_F(HttpServerTest, ClientCloseWhileUnansweredFiresOnCloseOnce) {
+  start();
+  Client c(port);
+  c.send(get("/hold"));
+  auto ex = box.take();
+  ASSERT_TRUE(ex);
+  EXPECT_EQ(server->in_flight(), 1);
+  EXPECT_FALSE(ex->closed());
+  c.close();
+  EXPECT_TRUE(probe.wait(1000ms));
+  EXPECT_TRUE(ex->closed());
+  EXPECT_FALSE(ex->respond({200, "text/plain", "late", {}}));
+  EXPECT_EQ(server->in_flight(), 0);
+  // Set after the close: called at once, on this thread.
+  bool called = false;
+  ex->on_close([&] { called = true; });
+  EXPECT_TRUE(called);
+  EXPECT_EQ(probe.count.load(), 1);
+  EXPECT_TRUE(eventually([&] { return server->connections() == 0; }));
+}
+
+TEST_F(HttpServerTest, AnsweredExchangeNeverFiresOnClose) {
+  start();
+  Client c(port);
+  c.send(get("/hold"));
+  auto ex = box.take();
+  ASSERT_TRUE(ex);
+  EXPECT_TRUE(ex->respond({200, "text/plain", "done", {}}));
+  auto r = c.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "done");
+  c.close();
+  EXPECT_TRUE(eventually([&] { return server->connections() == 0; }));
+  bool called = false;
+  ex->on_close([&] { called = true; });
+  EXPECT_FALSE(called);
+  EXPECT_EQ(probe.count.load(), 0);
+}
+
+TEST_F(HttpServerTest, SlowClientIsDroppedOverPendingBytesAndOthersAreServed) {
+  HttpServerOptions o;
+  o.max_pending_bytes = 256u << 10;
+  o.write_timeout_s = 30;  // the drop must come from the byte bound
+  start(o);
+  Client slow(port, 4096);
+  slow.send(post("/stream", "{}"));
+  auto ex = box.take();
+  ASSERT_TRUE(ex);
+  const auto t0 = Clock::now();
+  size_t sent = 0;
+  const std::string chunk(64u << 10, 'x');
+  std::thread engine([&] {
+    // The kernel buffers a few MiB on loopback before the server's queue grows.
+    while (sent < (512u << 20) && ex->send(chunk)) sent += chunk.size();
+  });
+  EXPECT_TRUE(probe.wait(1500ms));
+  engine.join();
+  EXPECT_LT(seconds_since(t0), 1.5);
+  EXPECT_LT(sent, 512u << 20);
+  EXPECT_TRUE(ex->closed());
+  EXPECT_EQ(probe.count.load(), 1);
+  EXPECT_EQ(health_status(), 200);
+  EXPECT_TRUE(eventually([&] { return server->in_flight() == 0 && server->connections() == 0; }));
+}
+
+TEST_F(HttpServerTest, StalledWriteIsDroppedAfterWriteTimeout) {
+  HttpServerOptions o;
+  o.max_pending_bytes = 256u << 20;
+  o.write_timeout_s = 0.3;
+  start(o);
+  Client slow(port, 4096);
+  slow.send(post("/stream", "{}"));
+  auto ex = box.take();
+  ASSERT_TRUE(ex);
+  std::atomic<bool> stop{false};
+  std::thread engine([&] {
+    const std::string chunk(64u << 10, 'y');
+    while (!stop.load() && ex->send(chunk)) std::this_thread::sleep_for(1ms);
+  });
+  EXPECT_TRUE(probe.wait(1500ms));
+  stop.store(true);
+  engine.join();
+  EXPECT_EQ(probe.count.load(), 1);
+  EXPECT_TRUE(eventually([&] { return server->connections() == 0; }));
+  EXPECT_EQ(health_status(), 200);
+}
+
+TEST_F(HttpServerTest, HeaderAndIdleTimeoutsCloseConnections) {
+  HttpServerOptions o;
+  o.header_timeout_s = 0.2;
+  o.idle_timeout_s = 0.3;
+  start(o);
+  Client silent(port);  // connects, says nothing
+  Client partial(port);
+  partial.send("GET /health HTTP/1.1\r\nHost:");
+  const auto t0 = Clock::now();
+  EXPECT_TRUE(silent.wait_closed(1.5));
+  EXPECT_TRUE(partial.wait_closed(1.5));
+  EXPECT_LT(seconds_since(t0), 1.0);
+
+  Client idle(port);
+  idle.send(get("/health"));
+  ASSERT_TRUE(idle.read_response());
+  const auto t1 = Clock::now();
+  EXPECT_TRUE(idle.wait_closed(1.5));
+  EXPECT_GT(seconds_since(t1), 0.2);
+  EXPECT_TRUE(eventually([&] { return server->connections() == 0; }));
+}
+
+TEST_F(HttpServerTest, TwoHundredIdleConnectionsOnTwoThreads) {
+  HttpServerOptions o;
+  o.io_threads = 2;
+  start(o);
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 200; ++i) {
+    clients.push_back(std::make_unique<Client>(port));
+    ASSERT_TRUE(clients.back()->connected());
+  }
+  EXPECT_TRUE(eventually([&] { return server->connections() == 200; }));
+  for (auto& c : clients) c->send(get("/health"));
+  for (auto& c : clients) {
+    auto r = c->read_response();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+  }
+  clients.clear();
+  EXPECT_TRUE(eventually([&] { return server->connections() == 0; }));
+}
+
+TEST_F(HttpServerTest, GarbageGets400AndTheServerSurvives) {
+  start();
+  std::mt19937 rng(7);
+  std::string random_bytes(4096, '\0');
+  for (char& ch : random_bytes) ch = static_cast<char>(rng());
+  random_bytes[0] = '\x01';  // not a token character: the request line is refused at once
+  const std::vector<std::string> inputs = {
+      std::string("\0\x01\x02garbage\r\n\r\n", 14),
+      "GET\r\n\r\n",
+      "GET / HTTP/9.9\r\n\r\n",
+      "GET /health HTTP/1.1\r\nBad Header\r\n\r\n",
+      "GET /health HTTP/1.1\r\nContent-Length: nope\r\n\r\n",
+      "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+      random_bytes + "\r\n\r\n",
+  };
+  for (const std::string& input : inputs) {
+    Client c(port);
+    c.send(input);
+    auto r = c.read_response();
+    ASSERT_TRUE(r) << input.substr(0, 40);
+    EXPECT_EQ(r->status, 400) << input.substr(0, 40);
+    EXPECT_EQ(nlohmann::json::parse(r->body)["error"]["type"], "invalid_request_error");
+    EXPECT_TRUE(c.wait_closed());
+  }
+  {  // headers over 64 KiB
+    Client c(port);
+    c.send("GET /health HTTP/1.1\r\nX-Big: " + std::string(100u << 10, 'a') + "\r\n\r\n");
+    auto r = c.read_response();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 431);
+  }
+  {  // half a request, then a half-close: closed quietly
+    Client c(port);
+    c.send("GET /hea");
+    c.shutdown_write();
+    EXPECT_TRUE(c.wait_closed());
+  }
+  {  // connect and vanish
+    Client c(port);
+    c.send(std::string(1, '\xff'));
+  }
+  EXPECT_EQ(health_status(), 200);
+  EXPECT_TRUE(eventually([&] { return server->connections() == 0; }));
+}
+
+TEST_F(HttpServerTest, HandlerThatThrowsGets500WithItsMessage) {
+  start();
+  Client c(port);
+  c.send(get("/throw"));
+  auto r = c.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 500);
+  const auto j = nlohmann::json::parse(r->body);
+  EXPECT_EQ(j["error"]["message"], "boom");
+  EXPECT_EQ(j["error"]["type"], "server_error");
+  c.send(get("/health"));
+  r = c.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST_F(HttpServerTest, StopWithOpenConnectionsIsPromptAndFiresOnClose) {
+  start();
+  std::vector<std::unique_ptr<Client>> clients;
+  std::vector<std::shared_ptr<HttpExchange>> held;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(std::make_unique<Client>(port));
+    clients.back()->send(get("/hold"));
+    held.push_back(box.take());
+    ASSERT_TRUE(held.back());
+  }
+  clients.push_back(std::make_unique<Client>(port));
+  clients.back()->send(post("/stream", "{}"));
+  held.push_back(box.take());
+  ASSERT_TRUE(held.back());
+  for (int i = 0; i < 2; ++i) clients.push_back(std::make_unique<Client>(port));  // idle
+  EXPECT_TRUE(eventually([&] { return server->connections() == 6; }));
+  EXPECT_EQ(server->in_flight(), 4);
+  const auto t0 = Clock::now();
+  server->stop();
+  EXPECT_LT(seconds_since(t0), 1.0);
+  EXPECT_EQ(probe.count.load(), 4);
+  EXPECT_EQ(server->connections(), 0);
+  EXPECT_EQ(server->in_flight(), 0);
+  for (auto& ex : held) {
+    EXPECT_TRUE(ex->closed());
+    EXPECT_FALSE(ex->respond({}));
+  }
+  for (auto& c : clients) EXPECT_TRUE(c->wait_closed(1.0));
+  server->stop();  // idempotent
+  Client late(port);
+  EXPECT_FALSE(late.connected());
+}
+
+TEST_F(HttpServerTest, StopAcceptingRefusesNewConnectionsAndKeepsServingOpenOnes) {
+  start();
+  Client c(port);
+  c.send(get("/hold"));
+  auto ex = box.take();
+  ASSERT_TRUE(ex);
+  server->stop_accepting();
+  Client late(port);
+  EXPECT_FALSE(late.connected());
+  EXPECT_EQ(server->in_flight(), 1);
+  EXPECT_TRUE(ex->respond({200, "text/plain", "drained", {}}));
+  auto r = c.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "drained");
+  EXPECT_EQ(server->in_flight(), 0);
+}
+
+}  // namespace
+}  // namespace pagoda::server
