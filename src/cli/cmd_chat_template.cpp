@@ -2,28 +2,19 @@
 // prints the prompt to stdout byte for byte (no newline added), for checking a
 // template by hand and for the conformance test against Python jinja2.
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "cli/commands.h"
 #include "common/error.h"
 #include "server/chat_template.h"
+#include "common/text_file.h"
 
 namespace pagoda::cli {
 
 namespace {
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 nlohmann::ordered_json read_json(const std::string& path) {
   try {
-    return nlohmann::ordered_json::parse(read_file(path));
+    return nlohmann::ordered_json::parse(read_text_file(path));
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": invalid JSON: " + e.what());
   }
@@ -46,7 +37,7 @@ Runner add_chat_template(CLI::App& app) {
   app.add_option("--tools", o->tools, "JSON file with the tools list (overrides one in --messages)");
   app.add_option("--kwargs", o->kwargs, "JSON file with an object of extra template variables");
   return [o]() -> int {
-    server::ChatTemplate tmpl(read_file(o->tmpl), o->tmpl);
+    server::ChatTemplate tmpl(read_text_file(o->tmpl), o->tmpl);
     server::ChatTemplate::Inputs in;
     nlohmann::ordered_json m = read_json(o->messages);
     if (m.is_array()) {

@@ -13,8 +13,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "cli/commands.h"
@@ -25,17 +23,19 @@
 #include "server/api_server.h"
 #include "server/chat_template.h"
 #include "server/http_server.h"
+#include "common/text_file.h"
 
 namespace pagoda::cli {
 
 namespace {
 
-std::string read_text_file(const std::string& path, const char* what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(std::string(what) + " " + path + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+// A file named by a flag; the error names the flag too.
+std::string read_flag_file(const std::string& path, const char* flag) {
+  try {
+    return read_text_file(path);
+  } catch (const Error& e) {
+    throw Error(std::string(flag) + " " + e.what());
+  }
 }
 
 std::string trim(std::string s) {
@@ -117,7 +117,7 @@ Runner add_serve(CLI::App& app) {
     ec.threads = o->threads > 0 ? o->threads : ThreadPool::default_num_threads();
     std::string api_key = o->api_key;
     if (!o->api_key_file.empty()) {
-      api_key = trim(read_text_file(o->api_key_file, "--api-key-file"));
+      api_key = trim(read_flag_file(o->api_key_file, "--api-key-file"));
       if (api_key.empty()) throw Error("--api-key-file " + o->api_key_file + ": the file is empty");
     }
     const uint64_t max_body = parse_byte_size(o->max_body_bytes, "--max-body-bytes");
@@ -128,7 +128,7 @@ Runner add_serve(CLI::App& app) {
     load_options.require_tokenizer = std::filesystem::is_directory(o->model);
     std::optional<server::ChatTemplate> file_template;
     if (!o->chat_template_file.empty())
-      file_template.emplace(read_text_file(o->chat_template_file, "--chat-template-file"), o->chat_template_file);
+      file_template.emplace(read_flag_file(o->chat_template_file, "--chat-template-file"), o->chat_template_file);
 
     // Signals are taken by sigwait() on this thread: block them before any thread starts
     // so every thread inherits the mask.

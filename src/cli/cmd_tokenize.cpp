@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
+#include "common/text_file.h"
 
 namespace pagoda::cli {
 
@@ -31,13 +32,7 @@ Runner add_tokenize(CLI::App& app) {
   app.add_flag("--no-parse-special", o->no_parse_special, "Treat special-token text as plain text");
   return [o] {
     std::string text = o->text;
-    if (!o->file.empty()) {
-      std::ifstream in(o->file, std::ios::binary);
-      if (!in) throw Error(o->file + ": cannot open");
-      std::stringstream ss;
-      ss << in.rdbuf();
-      text = ss.str();
-    }
+    if (!o->file.empty()) text = read_text_file(o->file);
     std::unique_ptr<Tokenizer> tok;
     if (ends_with(o->model, ".json")) {
       std::string cfg = o->model.substr(0, o->model.find_last_of('/') + 1) + "tokenizer_config.json";

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/text_file.h"
 
 namespace pagoda::loadgen {
 
@@ -271,9 +272,7 @@ void write_results_file(const std::string& path, const RunResults& results) {
 }
 
 RunResults read_results_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open");
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json j = nlohmann::json::parse(read_text_file(path), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw Error(path + ": not valid JSON");
   try {
     return results_from_json(j);

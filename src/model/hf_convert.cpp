@@ -13,15 +13,14 @@
 // llama.cpp's LlamaHfVocab fallback, which writes every score as -1000 and so
 // tokenizes differently from tokenizer.json.
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common/error.h"
 #include "gguf/gguf.h"
 #include "model/hf_model.h"
 #include "tokenizer/tokenizer.h"
+#include "common/text_file.h"
 
 namespace pagoda {
 
@@ -31,11 +30,7 @@ using nlohmann::json;
 using gguf::Value;
 
 json read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  json j = json::parse(read_text_file(path), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) throw Error(path + ": is not a valid JSON object");
   return j;
 }

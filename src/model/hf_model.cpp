@@ -4,14 +4,13 @@
 #include "model/hf_model.h"
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common/error.h"
 #include "kernels/ops.h"
 #include "safetensors/safetensors.h"
+#include "common/text_file.h"
 
 namespace pagoda {
 
@@ -20,16 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 json read_json(const std::string& path) {
-  const std::string text = read_text(path);
+  const std::string text = read_text_file(path);
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw Error(path + ": is not valid JSON");
   if (!j.is_object()) throw Error(path + ": is not a JSON object");
@@ -202,7 +193,7 @@ ModelConfig parse_config(const json& j, const std::string& path, HfModelDir& d) 
 
 std::string read_chat_template(const std::string& dir, const std::string& tokenizer_config) {
   const std::string jinja = join(dir, "chat_template.jinja");
-  if (fs::is_regular_file(jinja)) return read_text(jinja);
+  if (fs::is_regular_file(jinja)) return read_text_file(jinja);
   if (tokenizer_config.empty()) return "";
   const json j = read_json(tokenizer_config);
   auto it = j.find("chat_template");

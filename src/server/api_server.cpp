@@ -354,6 +354,22 @@ json with_parsed_tool_arguments(const json& messages) {
 
 }  // namespace
 
+std::string ApiServer::render_chat(const ordered_json& messages, const ordered_json& tools,
+                                   bool add_generation_prompt, const ordered_json& extra) const {
+  ChatTemplate::Inputs in;
+  in.messages = with_parsed_tool_arguments(messages);
+  in.tools = tools;
+  in.add_generation_prompt = add_generation_prompt;
+  if (tokenizer_->bos() >= 0) in.bos_token = tokenizer_->token_text(tokenizer_->bos());
+  if (tokenizer_->eos() >= 0) in.eos_token = tokenizer_->token_text(tokenizer_->eos());
+  in.extra = extra;
+  try {
+    return chat_template_->apply(in);
+  } catch (const Error& err) {
+    throw ApiError(400, std::string("chat template: ") + err.what(), "messages");
+  }
+}
+
 void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
   Engine* e = engine_.load(std::memory_order_acquire);
   if (!e) return void(ex->respond(loading_response()));
@@ -361,19 +377,7 @@ void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<HttpExchange
     CompletionRequest cr = parse_chat_request(req.body, n_vocab(), sampling_defaults_);
     if (!tokenizer_ || !chat_template_)
       throw ApiError(400, "this model has no tokenizer: use /v1/completions with token ids");
-    ChatTemplate::Inputs in;
-    in.messages = with_parsed_tool_arguments(cr.messages);
-    in.tools = cr.tools;
-    in.add_generation_prompt = true;
-    if (tokenizer_->bos() >= 0) in.bos_token = tokenizer_->token_text(tokenizer_->bos());
-    if (tokenizer_->eos() >= 0) in.eos_token = tokenizer_->token_text(tokenizer_->eos());
-    in.extra = cr.chat_template_kwargs;
-    std::string prompt;
-    try {
-      prompt = chat_template_->apply(in);
-    } catch (const Error& err) {
-      throw ApiError(400, std::string("chat template: ") + err.what(), "messages");
-    }
+    const std::string prompt = render_chat(cr.messages, cr.tools, true, cr.chat_template_kwargs);
     start_generation(req, ex, cr, tokenize_prompt(*tokenizer_, prompt));
   } catch (const ApiError& err) {
     ex->respond(error_response(err.status, err.what(), err.param));
@@ -496,18 +500,7 @@ void ApiServer::handle_apply_template(const HttpRequest& req, std::shared_ptr<Ht
   try {
     if (!tokenizer_ || !chat_template_) throw ApiError(400, "this model has no tokenizer or chat template");
     ApplyTemplateRequest ar = parse_apply_template_request(req.body);
-    ChatTemplate::Inputs in;
-    in.messages = with_parsed_tool_arguments(ar.messages);
-    in.tools = ar.tools;
-    in.add_generation_prompt = ar.add_generation_prompt;
-    if (tokenizer_->bos() >= 0) in.bos_token = tokenizer_->token_text(tokenizer_->bos());
-    if (tokenizer_->eos() >= 0) in.eos_token = tokenizer_->token_text(tokenizer_->eos());
-    std::string prompt;
-    try {
-      prompt = chat_template_->apply(in);
-    } catch (const Error& err) {
-      throw ApiError(400, std::string("chat template: ") + err.what(), "messages");
-    }
+    const std::string prompt = render_chat(ar.messages, ar.tools, ar.add_generation_prompt, nullptr);
     ex->respond(json_response(200, json{{"prompt", prompt}}));
   } catch (const ApiError& err) {
     ex->respond(error_response(err.status, err.what(), err.param));

@@ -84,6 +84,11 @@ class ApiServer {
   void start_generation(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex,
                         const CompletionRequest& cr, std::vector<int32_t> prompt);
   int32_t n_vocab() const;  // -1 before attach()
+  // The chat template applied to a conversation, with the model's BOS / EOS text and
+  // string tool-call arguments parsed. Requires: a tokenizer and a template. Throws
+  // ApiError 400 when the template raises.
+  std::string render_chat(const ordered_json& messages, const ordered_json& tools, bool add_generation_prompt,
+                          const ordered_json& extra) const;
 
   ApiServerOptions options_;
   std::atomic<Engine*> engine_{nullptr};

@@ -53,6 +53,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/ascii.h"
 #include "common/error.h"
 #include "server/http_wire.h"
 
@@ -344,7 +345,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     request_.query = q == std::string_view::npos ? std::string() : std::string(target.substr(q + 1));
     for (const auto& field : msg) {
       auto [it, inserted] =
-          request_.headers.emplace(lower(sv(field.name_string())), std::string(sv(field.value())));
+          request_.headers.emplace(ascii_lower(sv(field.name_string())), std::string(sv(field.value())));
       if (!inserted) {
         it->second += ", ";
         it->second += sv(field.value());

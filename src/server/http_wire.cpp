@@ -6,21 +6,15 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "common/ascii.h"
+
 namespace pagoda::server {
 namespace http_wire {
 
 namespace http = boost::beast::http;
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
-}
-
 bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && lower(a) == lower(b);
+  return a.size() == b.size() && ascii_lower(a) == ascii_lower(b);
 }
 
 // Compares a presented key with the configured one. The loop runs over the configured

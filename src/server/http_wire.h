@@ -13,7 +13,6 @@
 
 namespace pagoda::server::http_wire {
 
-std::string lower(std::string_view s);  // ASCII only
 bool iequals(std::string_view a, std::string_view b);
 
 // Compares a presented key with the configured one in time that depends on neither the

@@ -7,50 +7,11 @@
 #include <utility>
 
 #include "common/error.h"
+#include "tokenizer/utf8.h"
 
 namespace pagoda::server {
 
 namespace {
-
-// ---- UTF-8 ------------------------------------------------------------------
-
-// The well-formed UTF-8 sequence at s[i] (Unicode 15, table 3-7): returns its length,
-// or 0 when the bytes there are not one, with *maximal_subpart set to the length of the
-// longest prefix that could still have begun a well-formed sequence (at least 1): the
-// span one U+FFFD replaces, as the Unicode standard recommends (and as WHATWG's decoder
-// and Python's errors="replace" do).
-size_t utf8_sequence_at(std::string_view s, size_t i, size_t* maximal_subpart) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = byte(i);
-  if (c < 0x80) return 1;
-  size_t len = 0;
-  unsigned char lo = 0x80, hi = 0xBF;  // range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) {
-    len = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    if (c == 0xE0) lo = 0xA0;  // no overlongs
-    if (c == 0xED) hi = 0x9F;  // no surrogates
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    if (c == 0xF0) lo = 0x90;  // no overlongs
-    if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
-  } else {
-    *maximal_subpart = 1;  // 80..C1 (continuation, overlong lead) and F5..FF
-    return 0;
-  }
-  size_t good = 1;
-  for (size_t k = 1; k < len; ++k) {
-    if (i + k >= s.size()) break;
-    const unsigned char d = byte(i + k);
-    const unsigned char lo_k = k == 1 ? lo : 0x80, hi_k = k == 1 ? hi : 0xBF;
-    if (d < lo_k || d > hi_k) break;
-    ++good;
-  }
-  if (good == len) return len;
-  *maximal_subpart = good;
-  return 0;
-}
 
 // ---- errors -----------------------------------------------------------------
 
@@ -465,35 +426,16 @@ void parse_prompt(const ordered_json& body, int32_t n_vocab, CompletionRequest& 
 
 // ---- public: parsing ----------------------------------------------------------------
 
+// Both delegate to the tokenizer's scanner (maximal-subpart U+FFFD substitution, the
+// one the streaming decoder uses), so the server and the tokenizer agree on validity.
 std::string sanitize_utf8(std::string_view s) {
   std::string out;
   out.reserve(s.size());
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t subpart = 0;
-    const size_t len = utf8_sequence_at(s, i, &subpart);
-    if (len) {
-      out.append(s.substr(i, len));
-      i += len;
-    } else {
-      out += "\xEF\xBF\xBD";
-      i += subpart;
-    }
-  }
+  tokenizer_detail::sanitize_utf8(s, /*final=*/true, out);
   return out;
 }
 
-
-bool valid_utf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t subpart = 0;
-    const size_t len = utf8_sequence_at(s, i, &subpart);
-    if (!len) return false;
-    i += len;
-  }
-  return true;
-}
+bool valid_utf8(std::string_view s) { return tokenizer_detail::is_valid_utf8(s); }
 
 std::string dump_json(const ordered_json& j) {
   return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
