@@ -1,0 +1,733 @@
+// HttpServer connections — the Beast HTTP/1.1 state machine. The contract is in
+// http_server.h; the server lifecycle (bind, accept, stop) is in http_server.cpp.
+//
+// The file reads top to bottom: the exchange (the thread-safe answer side), the
+// connection state machine, and the two entry points the server uses. The state shared
+// by server and connections is in http_connection.h; the wire helpers (error bodies,
+// response heads, chunk framing, the key compare) are in http_wire.{h,cpp}.
+//
+// One connection, all on its strand (so no member of Connection needs a lock; only
+// `pending_bytes_` is also touched by exchanges, hence atomic):
+//
+//   wait_request ──readable──> read_header ──headers──> [100 Continue] read_body
+//        ^                                                     │ request
+//        │ keep-alive                                          v
+//   after_exchange <──last byte written── exchange (handler called; a background read
+//        │ close                             stays posted to notice the client leaving)
+//        v
+//     linger (shutdown send, discard input <= 1 s) ──> close
+//
+// Any read/write error, a timeout or a drop ends in close(), which fires the exchange's
+// on_close when it was still unanswered or streaming. Timers: `read_timer_` bounds the
+// wait for a request (header_timeout for the first request of a connection,
+// idle_timeout between keep-alive requests), its headers (header_timeout) and its body
+// (header_timeout again, from the end of the headers) and the linger; `write_timer_`
+// bounds each batch of writes (write_timeout).
+//
+// Ownership: asio handlers own the Connection (shared_ptr); the Connection owns its
+// current Exchange; the Exchange points back weakly, so a connection dies with its
+// last handler and a caller holding an exchange after the close only gets no-ops.
+// Server, connections and exchanges share one ServerShared (options, routes,
+// counters, the registry of open connections), so an exchange that outlives the
+// server still has valid counters to touch (it touches none: it is closed by then).
+
+// ThreadSanitizer does not model std::atomic_thread_fence (-Wtsan warns at every Asio
+// handler); Asio's queues are mutex-guarded, so its fences add nothing TSan needs. Both
+// Asio TUs of the server (this one and http_server.cpp) set it, so they agree.
+#if defined(__SANITIZE_THREAD__) && !defined(BOOST_ASIO_DISABLE_FENCED_BLOCK)
+#define BOOST_ASIO_DISABLE_FENCED_BLOCK 1
+#endif
+
+#include "server/http_connection.h"
+
+#include <algorithm>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include "common/ascii.h"
+#include "common/error.h"
+#include "server/http_wire.h"
+
+namespace pagoda::server::http_detail {
+namespace {
+
+using namespace http_wire;
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using ErrorCode = boost::system::error_code;
+
+// Request headers above 64 KiB are refused with 431: the largest legitimate headers we
+// expect (a long bearer token, cookies from a browser UI) are a few KiB; Beast's
+// default (8 KiB) is tight for browsers, and more only feeds slowloris-style abuse.
+constexpr uint32_t kHeaderLimitBytes = 64u << 10;
+// While an exchange is pending, the background read keeps appending what the client
+// sends (pipelined requests) to the request buffer; past 64 KiB it stops reading, and
+// a close is then noticed only by the next write. Rejected: discarding the bytes
+// (that would corrupt a pipelined request) or dropping the client (pipelining is legal).
+constexpr size_t kMaxBufferedBytes = 64u << 10;
+constexpr size_t kBackgroundReadBytes = 4096;
+// After the last response of a connection that will not be kept alive, we shut down
+// our send side and discard input for up to 1 s / 1 MiB before closing: closing with
+// unread input makes the kernel send RST, which can destroy the response (e.g. a 413
+// whose body the client is still sending) before the client reads it.
+constexpr double kLingerSeconds = 1.0;
+constexpr size_t kLingerMaxBytes = 1u << 20;
+
+}  // namespace
+
+void log_error(const std::string& what) { std::fprintf(stderr, "pagoda http: %s\n", what.c_str()); }
+
+namespace {
+
+// Beast 1.74 hands out boost::string_view.
+std::string_view sv(beast::string_view s) { return {s.data(), s.size()}; }
+
+Clock::duration seconds_to_duration(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+}  // namespace
+
+enum class Output { kResponse, kStreamHead, kChunk, kStreamEnd };
+
+// ---------------------------------------------------------------------------------
+// Exchange: the answer side of one request. Every method locks `mu_`; the connection
+// is reached only by posting onto its strand (never run inline, so no lock is held
+// across user code and the strand never waits for `mu_` while the exchange waits for
+// the strand). Phases: unanswered -> (respond) done, or unanswered -> (start_stream)
+// streaming -> (finish) done. `closed_` = no call reaches the connection any more.
+class Exchange final : public HttpExchange {
+ public:
+  Exchange(std::shared_ptr<ServerShared> shared, std::weak_ptr<Connection> conn, bool http11,
+           bool keep_alive)
+      : shared_(std::move(shared)), conn_(std::move(conn)), http11_(http11), keep_alive_(keep_alive) {
+    shared_->in_flight.fetch_add(1);
+  }
+  ~Exchange() override {
+    if (counted_) shared_->in_flight.fetch_sub(1);
+  }
+
+  bool respond(HttpResponse response) override;
+  bool start_stream(int status, std::string content_type,
+                    std::vector<std::pair<std::string, std::string>> headers) override;
+  bool send(std::string chunk) override;
+  void finish() override;
+  void on_close(std::function<void()> callback) override;
+  bool closed() const override {
+    std::lock_guard lock(mu_);
+    return closed_;
+  }
+
+  // Connection side, on its strand: the connection is closed. Fires on_close once if
+  // the exchange was unanswered or streaming.
+  void notify_closed();
+
+ private:
+  enum class Phase { kUnanswered, kStreaming, kDone };
+
+  void release_in_flight_locked() {
+    if (counted_) {
+      counted_ = false;
+      shared_->in_flight.fetch_sub(1);
+    }
+  }
+  // Posts `bytes` to the connection; false (and closed) when it is gone.
+  bool post_locked(std::string bytes, Output kind, int status, bool keep_alive);
+
+  const std::shared_ptr<ServerShared> shared_;
+  const std::weak_ptr<Connection> conn_;
+  const bool http11_;
+  const bool keep_alive_;  // what the request asked for
+
+  mutable std::mutex mu_;
+  Phase phase_ = Phase::kUnanswered;
+  bool closed_ = false;
+  bool close_notified_ = false;     // the connection reported its close
+  bool closed_unanswered_ = false;  // ... while unanswered or streaming
+  bool counted_ = true;             // still counted in in_flight
+  bool chunked_ = false;            // streaming: chunked framing (HTTP/1.1)
+  bool stream_keep_alive_ = false;
+  int stream_status_ = 0;
+  std::function<void()> on_close_;
+};
+
+// ---------------------------------------------------------------------------------
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(tcp::socket socket, std::shared_ptr<ServerShared> shared)
+      : socket_(std::move(socket)),
+        strand_(socket_.get_executor()),
+        shared_(std::move(shared)),
+        read_timer_(strand_),
+        write_timer_(strand_) {
+    ErrorCode ec;
+    const auto ep = socket_.remote_endpoint(ec);
+    if (!ec) remote_ = ep.address().to_string() + ":" + std::to_string(ep.port());
+  }
+
+  // Any thread (the acceptor's). Refuses (closes the socket) when the server stops.
+  void start() {
+    ErrorCode ec;
+    socket_.set_option(tcp::no_delay(true), ec);  // SSE chunks are small: no Nagle delay
+    {
+      // Once registered, stop() may close it on the strand: no socket call after this.
+      std::lock_guard lock(shared_->registry.mu);
+      if (shared_->registry.stopping) {
+        socket_.close(ec);
+        closed_ = true;
+        return;
+      }
+      shared_->registry.open.emplace(this, weak_from_this());
+      shared_->connections.fetch_add(1);
+    }
+    net::post(strand_, [self = shared_from_this()] { self->wait_request(); });
+  }
+
+  // Any thread.
+  void post_close(bool abort) {
+    net::post(strand_, [self = shared_from_this(), abort] { self->close(abort); });
+  }
+
+  // On the strand (or on any thread once no I/O thread runs): closes the socket, fires
+  // the exchange's on_close if it was pending. `abort` resets the connection (RST)
+  // instead of a graceful FIN, dropping whatever the kernel still buffers for it.
+  void close(bool abort) {
+    if (closed_) return;
+    closed_ = true;
+    ErrorCode ec;
+    read_timer_.cancel();
+    write_timer_.cancel();
+    if (abort) socket_.set_option(net::socket_base::linger(true, 0), ec);
+    socket_.close(ec);
+    queue_.clear();
+    {
+      std::lock_guard lock(shared_->registry.mu);
+      shared_->registry.open.erase(this);
+    }
+    shared_->connections.fetch_sub(1);
+    if (auto exchange = std::move(exchange_)) exchange->notify_closed();
+  }
+
+  // On the strand: an exchange's output (see Exchange::post_locked).
+  void output(const Exchange* from, std::string bytes, Output kind, int status, bool keep_alive) {
+    if (closed_ || exchange_.get() != from) return;
+    if (!bytes.empty()) queue_.push_back(std::move(bytes));
+    if (kind == Output::kResponse || kind == Output::kStreamEnd) {
+      exchange_done_ = true;
+      keep_alive_ = keep_alive;
+      report_complete(status);
+    }
+    do_write();
+    if (exchange_done_ && !writing_ && queue_.empty()) after_exchange();
+  }
+
+  const net::any_io_executor& strand() const { return strand_; }
+  // Bytes queued by exchanges (or the server) and not yet written to the socket.
+  std::atomic<size_t> pending_bytes_{0};
+
+ private:
+  // ---- reading a request -------------------------------------------------------
+  void wait_request() {
+    if (closed_) return;
+    if (buffer_.size() > 0) {  // a pipelined request is already here
+      read_header();
+      return;
+    }
+    const auto& o = shared_->options;
+    arm(read_timer_, first_request_ ? o.header_timeout_s : o.idle_timeout_s, false);
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](ErrorCode ec) {
+      if (self->closed_) return;
+      if (ec) {
+        self->close(false);
+        return;
+      }
+      self->read_header();
+    });
+  }
+
+  void read_header() {
+    parser_.emplace();
+    parser_->header_limit(kHeaderLimitBytes);
+    parser_->body_limit(shared_->options.max_body_bytes);
+    arm(read_timer_, shared_->options.header_timeout_s, false);
+    http::async_read_header(socket_, buffer_, *parser_,
+                            [self = shared_from_this()](ErrorCode ec, size_t) { self->on_header(ec); });
+  }
+
+  void on_header(ErrorCode ec) {
+    if (closed_) return;
+    disarm(read_timer_);
+    first_request_ = false;
+    arrival_ = Clock::now();
+    if (ec == http::error::body_limit) fill_request_head();  // the head is parsed: log it
+    if (ec) {
+      on_read_error(ec);
+      return;
+    }
+    fill_request_head();
+    if (parser_->is_done()) {
+      dispatch();
+      return;
+    }
+    const auto& msg = parser_->get();
+    if (msg.version() >= 11 && iequals(sv(msg[http::field::expect]), "100-continue")) {
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      pending_bytes_.fetch_add(kContinue.size());
+      queue_.emplace_back(kContinue);
+      do_write();  // concurrently with the body read below: one read and one write
+    }
+    arm(read_timer_, shared_->options.header_timeout_s, false);
+    http::async_read(socket_, buffer_, *parser_,
+                     [self = shared_from_this()](ErrorCode ec, size_t) { self->on_body(ec); });
+  }
+
+  void on_body(ErrorCode ec) {
+    if (closed_) return;
+    disarm(read_timer_);
+    if (ec) {
+      on_read_error(ec);
+      return;
+    }
+    request_.body = std::move(parser_->get().body());
+    dispatch();
+  }
+
+  void on_read_error(ErrorCode ec) {
+    if (ec == http::error::body_limit) {
+      reply_error(413, "request body exceeds the limit of " +
+                           std::to_string(shared_->options.max_body_bytes) + " bytes");
+    } else if (ec == http::error::header_limit) {
+      reply_error(431, "request headers exceed the limit of " + std::to_string(kHeaderLimitBytes) +
+                           " bytes");
+    } else if (ec.category() == http::make_error_code(http::error::end_of_stream).category() &&
+               ec != http::error::end_of_stream && ec != http::error::partial_message) {
+      reply_error(400, "malformed HTTP request: " + ec.message());
+    } else {
+      close(false);  // the client left (EOF mid-request too), or a socket error
+    }
+  }
+
+  void fill_request_head() {
+    const auto& msg = parser_->get();
+    request_ = HttpRequest();
+    request_.method = std::string(sv(msg.method_string()));
+    const std::string_view target = sv(msg.target());
+    const size_t q = target.find('?');
+    request_.path = std::string(target.substr(0, q));
+    request_.query = q == std::string_view::npos ? std::string() : std::string(target.substr(q + 1));
+    for (const auto& field : msg) {
+      auto [it, inserted] =
+          request_.headers.emplace(ascii_lower(sv(field.name_string())), std::string(sv(field.value())));
+      if (!inserted) {
+        it->second += ", ";
+        it->second += sv(field.value());
+      }
+    }
+    request_.remote = remote_;
+  }
+
+  // ---- one exchange --------------------------------------------------------------
+  std::shared_ptr<Exchange> begin_exchange(bool http11, bool keep_alive) {
+    exchange_ = std::make_shared<Exchange>(shared_, weak_from_this(), http11, keep_alive);
+    exchange_done_ = false;
+    background_read();
+    return exchange_;
+  }
+
+  // A request the parser refused: answer and close (what follows it is unknown).
+  void reply_error(int status, const std::string& message) {
+    request_.remote = remote_;
+    if (arrival_ == Clock::time_point{}) arrival_ = Clock::now();
+    begin_exchange(true, false)->respond(error_response(status, message));
+  }
+
+  void dispatch() {
+    const bool http11 = parser_->get().version() >= 11;
+    const bool keep_alive = parser_->keep_alive();
+    auto exchange = begin_exchange(http11, keep_alive);
+    const auto it = shared_->routes.find(request_.path);
+    if (it == shared_->routes.end()) {
+      exchange->respond(error_response(404, "no route for " + request_.method + " " + request_.path));
+      return;
+    }
+    const std::vector<Route>& routes = it->second;
+    std::string allow;
+    for (const Route& r : routes) allow += r.method + ", ";
+    allow += "OPTIONS";
+    if (request_.method == "OPTIONS") {
+      HttpResponse r;
+      r.status = 204;
+      r.headers = {{"Allow", allow},
+                   {"Access-Control-Allow-Methods", allow},
+                   {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
+                   {"Access-Control-Max-Age", "86400"}};
+      exchange->respond(std::move(r));
+      return;
+    }
+    const auto route = std::find_if(routes.begin(), routes.end(),
+                                    [&](const Route& r) { return r.method == request_.method; });
+    if (route == routes.end()) {
+      HttpResponse r = error_response(405, "method " + request_.method + " not allowed on " + request_.path);
+      r.headers.emplace_back("Allow", allow);
+      exchange->respond(std::move(r));
+      return;
+    }
+    if (route->auth && !authorized()) {
+      HttpResponse r = error_response(401, "invalid or missing API key (Authorization: Bearer ...)");
+      r.headers.emplace_back("WWW-Authenticate", "Bearer");
+      exchange->respond(std::move(r));
+      return;
+    }
+    try {
+      route->handler(request_, exchange);
+    } catch (const std::exception& e) {
+      log_error("handler for " + request_.method + " " + request_.path + " threw: " + e.what());
+      exchange->respond(error_response(500, e.what()));
+    } catch (...) {
+      log_error("handler for " + request_.method + " " + request_.path + " threw");
+      exchange->respond(error_response(500, "internal error"));
+    }
+  }
+
+  bool authorized() const {
+    const std::string& key = shared_->options.api_key;
+    if (key.empty()) return true;
+    const auto it = request_.headers.find("authorization");
+    if (it == request_.headers.end()) return false;
+    std::string_view value = it->second;
+    constexpr std::string_view kScheme = "bearer ";
+    if (value.size() < kScheme.size() || !iequals(value.substr(0, kScheme.size()), kScheme)) return false;
+    value.remove_prefix(kScheme.size());
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    while (!value.empty() && value.back() == ' ') value.remove_suffix(1);
+    return keys_equal(value, key);
+  }
+
+  void report_complete(int status) {
+    const auto& cb = shared_->options.on_complete;
+    if (!cb) return;
+    const double seconds = std::chrono::duration<double>(Clock::now() - arrival_).count();
+    try {
+      cb(request_, status, seconds);
+    } catch (const std::exception& e) {
+      log_error(std::string("on_complete threw: ") + e.what());
+    } catch (...) {
+      log_error("on_complete threw");
+    }
+  }
+
+  // The exchange's answer is complete and written: next request or close.
+  void after_exchange() {
+    exchange_.reset();
+    exchange_done_ = false;
+    parser_.reset();
+    request_ = HttpRequest();
+    arrival_ = Clock::time_point{};
+    if (keep_alive_ && !shared_->stopping.load()) {
+      if (background_read_pending_) {
+        // The next request is read with async_read_header, which must not overlap
+        // the background read: cancel it; its handler (aborted, or with the bytes it
+        // got) continues with wait_request().
+        want_next_request_ = true;
+        ErrorCode ec;
+        socket_.cancel(ec);
+      } else {
+        wait_request();
+      }
+    } else {
+      linger();
+    }
+  }
+
+  // A read posted while an exchange is pending (to notice a client that leaves) and
+  // while lingering (discarding). Appends to `buffer_`, so pipelined bytes are kept.
+  void background_read() {
+    if (background_read_pending_ || closed_) return;
+    if (!lingering_ && buffer_.size() >= kMaxBufferedBytes) return;
+    background_read_pending_ = true;
+    socket_.async_read_some(buffer_.prepare(kBackgroundReadBytes),
+                            [self = shared_from_this()](ErrorCode ec, size_t n) {
+                              self->on_background_read(ec, n);
+                            });
+  }
+
+  void on_background_read(ErrorCode ec, size_t n) {
+    background_read_pending_ = false;
+    if (closed_) return;
+    buffer_.commit(n);
+    if (lingering_) {
+      linger_bytes_ += buffer_.size();
+      buffer_.consume(buffer_.size());
+      if (ec || linger_bytes_ > kLingerMaxBytes) {
+        close(false);
+      } else {
+        background_read();
+      }
+      return;
+    }
+    if (want_next_request_) {
+      want_next_request_ = false;
+      if (ec && ec != net::error::operation_aborted) {
+        close(false);
+      } else {
+        wait_request();
+      }
+      return;
+    }
+    if (ec) {
+      close(false);  // EOF or reset: the client is gone (fires on_close if pending)
+      return;
+    }
+    if (exchange_) background_read();
+  }
+
+  void linger() {
+    lingering_ = true;
+    ErrorCode ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) {
+      close(false);
+      return;
+    }
+    buffer_.consume(buffer_.size());
+    arm(read_timer_, kLingerSeconds, false);
+    background_read();
+  }
+
+  // ---- writing -------------------------------------------------------------------
+  void do_write() {
+    if (writing_ || queue_.empty() || closed_) return;
+    writing_ = true;
+    writing_bytes_ = 0;
+    write_bufs_.clear();
+    // Gather what is queued (many small SSE chunks) into one writev.
+    while (!queue_.empty() && in_write_.size() < 64) {
+      in_write_.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+    for (const std::string& s : in_write_) {
+      write_bufs_.emplace_back(s.data(), s.size());
+      writing_bytes_ += s.size();
+    }
+    arm(write_timer_, shared_->options.write_timeout_s, true);
+    net::async_write(socket_, write_bufs_, [self = shared_from_this()](ErrorCode ec, size_t) {
+      self->on_write(ec);
+    });
+  }
+
+  void on_write(ErrorCode ec) {
+    writing_ = false;
+    if (closed_) return;
+    disarm(write_timer_);
+    if (ec) {
+      close(true);
+      return;
+    }
+    pending_bytes_.fetch_sub(writing_bytes_);
+    in_write_.clear();
+    write_bufs_.clear();
+    if (!queue_.empty()) {
+      do_write();
+    } else if (exchange_done_) {
+      after_exchange();
+    }
+  }
+
+  // ---- timers --------------------------------------------------------------------
+  // A timer's handler checks that the expiry it waited for is still the timer's (a
+  // re-arm or disarm between the expiry and the handler's run leaves it in the
+  // future), so a stale expiry never closes a connection that moved on.
+  void arm(net::steady_timer& timer, double seconds, bool abort) {
+    if (seconds <= 0) {
+      disarm(timer);
+      return;
+    }
+    timer.expires_after(seconds_to_duration(seconds));
+    timer.async_wait([self = shared_from_this(), &timer, abort](ErrorCode ec) {
+      if (ec || self->closed_ || timer.expiry() > Clock::now()) return;
+      self->close(abort);
+    });
+  }
+  static void disarm(net::steady_timer& timer) { timer.expires_at(Clock::time_point::max()); }
+
+  tcp::socket socket_;
+  const net::any_io_executor strand_;
+  const std::shared_ptr<ServerShared> shared_;
+  std::string remote_;
+  net::steady_timer read_timer_;
+  net::steady_timer write_timer_;
+  bool closed_ = false;
+
+  // Reading.
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  bool first_request_ = true;
+  bool background_read_pending_ = false;
+  bool want_next_request_ = false;
+  bool lingering_ = false;
+  size_t linger_bytes_ = 0;
+
+  // The current exchange: from the request's dispatch until its last byte is written.
+  std::shared_ptr<Exchange> exchange_;
+  HttpRequest request_;
+  Clock::time_point arrival_{};
+  bool exchange_done_ = false;  // its answer is complete (all queued)
+  bool keep_alive_ = false;     // ... and the connection stays open after it
+
+  // Writing: `queue_` waits, `in_write_` is being written (`write_bufs_` points into it).
+  std::deque<std::string> queue_;
+  std::vector<std::string> in_write_;
+  std::vector<net::const_buffer> write_bufs_;
+  size_t writing_bytes_ = 0;
+  bool writing_ = false;
+};
+
+// ---------------------------------------------------------------------------------
+bool Exchange::post_locked(std::string bytes, Output kind, int status, bool keep_alive) {
+  std::shared_ptr<Connection> conn = conn_.lock();
+  if (!conn) {
+    closed_ = true;
+    return false;
+  }
+  conn->pending_bytes_.fetch_add(bytes.size());
+  net::post(conn->strand(), [conn, from = this, bytes = std::move(bytes), kind, status, keep_alive]() mutable {
+    conn->output(from, std::move(bytes), kind, status, keep_alive);
+  });
+  return true;
+}
+
+bool Exchange::respond(HttpResponse response) {
+  std::function<void()> dropped;  // destroyed after the unlock: it may own anything
+  std::lock_guard lock(mu_);
+  if (closed_ || phase_ != Phase::kUnanswered) return false;
+  phase_ = Phase::kDone;
+  release_in_flight_locked();
+  dropped = std::move(on_close_);
+  const bool keep_alive = keep_alive_ && !shared_->stopping.load();
+  return post_locked(serialize_response(response, http11_, keep_alive), Output::kResponse,
+                     response.status, keep_alive);
+}
+
+bool Exchange::start_stream(int status, std::string content_type,
+                            std::vector<std::pair<std::string, std::string>> headers) {
+  std::lock_guard lock(mu_);
+  if (closed_ || phase_ != Phase::kUnanswered) return false;
+  phase_ = Phase::kStreaming;
+  chunked_ = http11_;
+  stream_keep_alive_ = keep_alive_ && chunked_ && !shared_->stopping.load();
+  stream_status_ = status;
+  return post_locked(serialize_stream_head(status, content_type, headers, chunked_, stream_keep_alive_),
+                     Output::kStreamHead, status, stream_keep_alive_);
+}
+
+bool Exchange::send(std::string chunk) {
+  std::lock_guard lock(mu_);
+  if (closed_ || phase_ != Phase::kStreaming) return false;
+  if (chunk.empty()) return true;  // an empty chunk would end a chunked stream
+  std::shared_ptr<Connection> conn = conn_.lock();
+  if (!conn) {
+    closed_ = true;
+    return false;
+  }
+  std::string bytes = chunked_ ? frame_chunk(chunk) : std::move(chunk);
+  // Only this exchange adds to the connection's pending bytes while it streams (under
+  // mu_); the strand only subtracts, so the check cannot be raced past the bound.
+  if (conn->pending_bytes_.load() + bytes.size() > shared_->options.max_pending_bytes) {
+    closed_ = true;
+    conn->post_close(true);  // fires on_close on the strand
+    return false;
+  }
+  return post_locked(std::move(bytes), Output::kChunk, stream_status_, stream_keep_alive_);
+}
+
+void Exchange::finish() {
+  std::function<void()> dropped;
+  std::lock_guard lock(mu_);
+  if (closed_ || phase_ != Phase::kStreaming) return;
+  phase_ = Phase::kDone;
+  release_in_flight_locked();
+  dropped = std::move(on_close_);
+  post_locked(chunked_ ? std::string("0\r\n\r\n") : std::string(), Output::kStreamEnd, stream_status_,
+              stream_keep_alive_);
+}
+
+void Exchange::on_close(std::function<void()> callback) {
+  std::function<void()> unused;  // destroyed after the unlock
+  {
+    std::lock_guard lock(mu_);
+    if (!close_notified_) {
+      if (phase_ != Phase::kDone) {
+        unused = std::move(on_close_);
+        on_close_ = std::move(callback);
+      } else {
+        unused = std::move(callback);  // answered: it can never fire
+      }
+      return;
+    }
+    if (!closed_unanswered_) {
+      unused = std::move(callback);
+      return;
+    }
+  }
+  if (callback) callback();  // the client is already gone: at once, on this thread
+}
+
+void Exchange::notify_closed() {
+  std::function<void()> callback;
+  {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+    if (close_notified_) return;
+    close_notified_ = true;
+    if (phase_ == Phase::kDone) return;
+    closed_unanswered_ = true;
+    release_in_flight_locked();
+    callback = std::move(on_close_);
+  }
+  if (!callback) return;
+  try {
+    callback();
+  } catch (const std::exception& e) {
+    log_error(std::string("on_close callback threw: ") + e.what());
+  } catch (...) {
+    log_error("on_close callback threw");
+  }
+}
+
+void serve_connection(tcp::socket socket, std::shared_ptr<ServerShared> shared) {
+  std::make_shared<Connection>(std::move(socket), std::move(shared))->start();
+}
+
+void close_connections(ServerShared& shared, bool posted) {
+  std::vector<std::shared_ptr<Connection>> open;
+  {
+    std::lock_guard lock(shared.registry.mu);
+    shared.registry.stopping = true;
+    for (auto& [ptr, weak] : shared.registry.open) {
+      if (auto conn = weak.lock()) open.push_back(std::move(conn));
+    }
+  }
+  for (const auto& conn : open) {
+    if (posted) {
+      conn->post_close(false);
+    } else {
+      conn->close(false);
+    }
+  }
+}
+
+}  // namespace pagoda::server::http_detail

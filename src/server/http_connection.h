@@ -1,0 +1,54 @@
+// The connection side of HttpServer (internal to src/server): what the server and its
+// connections share, and the entry points the server's lifecycle (http_server.cpp)
+// uses. Connections and exchanges live in http_connection.cpp.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "server/http_server.h"
+
+namespace pagoda::server::http_detail {
+
+class Connection;
+
+// Open connections, so that stop() can close them. Guarded by `mu`; `stopping` is set
+// under it, so a connection accepted during stop() is either in the snapshot stop()
+// takes or refused by add().
+struct Registry {
+  std::mutex mu;
+  bool stopping = false;
+  std::unordered_map<const Connection*, std::weak_ptr<Connection>> open;
+};
+
+struct ServerShared {
+  HttpServerOptions options;
+  std::map<std::string, std::vector<Route>, std::less<>> routes;  // path -> its methods
+  std::atomic<int64_t> in_flight{0};
+  std::atomic<int64_t> connections{0};
+  std::atomic<bool> stopping{false};
+  Registry registry;
+};
+
+// What an exchange hands to its connection (on the strand).
+
+// Serves one accepted socket until it closes; the connection lives in its own handlers.
+// Called on an I/O thread.
+void serve_connection(boost::asio::ip::tcp::socket socket, std::shared_ptr<ServerShared> shared);
+
+// Marks the registry stopping (a connection accepted from now on is refused) and closes
+// every open connection: posted onto its strand when `posted`, else right here (when no
+// I/O thread runs any more). Unanswered exchanges fire on_close.
+void close_connections(ServerShared& shared, bool posted);
+
+void log_error(const std::string& what);  // one line on stderr
+
+}  // namespace pagoda::server::http_detail
