@@ -213,6 +213,25 @@ size_t Model::file_tensor_bytes() const {
   return b;
 }
 
+namespace {
+
+// Runs fn(t0, t1) over [0, n_tokens) in ranges of at least kMinTokens tokens, on the
+// pool when there is more than one range. The per-token row ops (norms, RoPE,
+// residual adds, SwiGLU) ran on the owner thread alone while the other workers idled:
+// ~4% of a 512-token prefill on 2 threads.
+template <class Fn>
+void for_token_ranges(ThreadPool& pool, int64_t n_tokens, Fn&& fn) {
+  constexpr int64_t kMinTokens = 16;
+  const int64_t n_ranges = std::min<int64_t>(pool.num_threads() * 4, n_tokens / kMinTokens);
+  if (n_ranges <= 1 || pool.num_threads() == 1) {
+    fn(int64_t{0}, n_tokens);
+    return;
+  }
+  pool.parallel_for(n_ranges, [&](int64_t i, int) { fn(n_tokens * i / n_ranges, n_tokens * (i + 1) / n_ranges); });
+}
+
+}  // namespace
+
 void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vector<float>& logits) {
   const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(batch.size());
@@ -252,28 +271,35 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
     const Layer& L = *layers_[li];
     const int layer = static_cast<int>(li);
     // --- attention ---
-    for (int64_t t = 0; t < T; ++t) rms_norm(&s.x[t * dim], L.attn_norm.data(), &s.xn[t * dim], dim, c.rms_eps);
+    for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) rms_norm(&s.x[t * dim], L.attn_norm.data(), &s.xn[t * dim], dim, c.rms_eps);
+    });
     const MatmulTarget qkv[] = {{&L.wq, s.q.data()}, {&L.wk, s.k.data()}, {&L.wv, s.v.data()}};
     matmul_multi(qkv, s.xn.data(), T, pool);
-    for (int64_t t = 0; t < T; ++t) {
-      float* qt = &s.q[t * q_dim];
-      float* kt = &s.k[t * kv_dim];
-      float* vt = &s.v[t * kv_dim];
-      if (c.has_qkv_bias) {
-        add_inplace(qt, L.bq.data(), q_dim);
-        add_inplace(kt, L.bk.data(), kv_dim);
-        add_inplace(vt, L.bv.data(), kv_dim);
+    for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        float* qt = &s.q[t * q_dim];
+        float* kt = &s.k[t * kv_dim];
+        float* vt = &s.v[t * kv_dim];
+        if (c.has_qkv_bias) {
+          add_inplace(qt, L.bq.data(), q_dim);
+          add_inplace(kt, L.bk.data(), kv_dim);
+          add_inplace(vt, L.bv.data(), kv_dim);
+        }
+        if (c.has_qk_norm) {
+          for (int64_t h = 0; h < c.n_heads; ++h) rms_norm(qt + h * hd, L.q_norm.data(), qt + h * hd, hd, c.rms_eps);
+          for (int64_t h = 0; h < c.n_kv_heads; ++h)
+            rms_norm(kt + h * hd, L.k_norm.data(), kt + h * hd, hd, c.rms_eps);
+        }
+        const float* rc = &s.rope_cos[t * half_rot];
+        const float* rs = &s.rope_sin[t * half_rot];
+        rope_apply(qt, c.n_heads, hd, c.n_rot, rc, rs, c.rope_neox);
+        rope_apply(kt, c.n_kv_heads, hd, c.n_rot, rc, rs, c.rope_neox);
       }
-      if (c.has_qk_norm) {
-        for (int64_t h = 0; h < c.n_heads; ++h) rms_norm(qt + h * hd, L.q_norm.data(), qt + h * hd, hd, c.rms_eps);
-        for (int64_t h = 0; h < c.n_kv_heads; ++h) rms_norm(kt + h * hd, L.k_norm.data(), kt + h * hd, hd, c.rms_eps);
-      }
-      const float* rc = &s.rope_cos[t * half_rot];
-      const float* rs = &s.rope_sin[t * half_rot];
-      rope_apply(qt, c.n_heads, hd, c.n_rot, rc, rs, c.rope_neox);
-      rope_apply(kt, c.n_kv_heads, hd, c.n_rot, rc, rs, c.rope_neox);
-      kv.store(layer, batch.seq_ids[t], batch.positions[t], kt, vt);
-    }
+    });
+    // The store stays on this thread: it may copy a shared block on write.
+    for (int64_t t = 0; t < T; ++t)
+      kv.store(layer, batch.seq_ids[t], batch.positions[t], &s.k[t * kv_dim], &s.v[t * kv_dim]);
     // The whole batch's attention: the store fans out over (token, KV head) and, for
     // long contexts, over parts of the sequence (KvStore::attend_batch).
     AttnBatch ab;
@@ -288,14 +314,21 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
     ab.scale = attn_scale;
     kv.attend_batch(layer, ab, pool);
     matmul(L.wo, s.attn.data(), T, s.tmp.data(), pool);
-    add_inplace(s.x.data(), s.tmp.data(), T * dim);
     // --- feed-forward (SwiGLU) ---
-    for (int64_t t = 0; t < T; ++t) rms_norm(&s.x[t * dim], L.ffn_norm.data(), &s.xn[t * dim], dim, c.rms_eps);
+    for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+      add_inplace(&s.x[t0 * dim], &s.tmp[t0 * dim], (t1 - t0) * dim);
+      for (int64_t t = t0; t < t1; ++t) rms_norm(&s.x[t * dim], L.ffn_norm.data(), &s.xn[t * dim], dim, c.rms_eps);
+    });
     const MatmulTarget gate_up[] = {{&L.w_gate, s.gate.data()}, {&L.w_up, s.up.data()}};
     matmul_multi(gate_up, s.xn.data(), T, pool);
-    swiglu(s.gate.data(), s.up.data(), s.gate.data(), T * c.ffn_dim);
+    const int64_t ffn = c.ffn_dim;
+    for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+      swiglu(&s.gate[t0 * ffn], &s.up[t0 * ffn], &s.gate[t0 * ffn], (t1 - t0) * ffn);
+    });
     matmul(L.w_down, s.gate.data(), T, s.tmp.data(), pool);
-    add_inplace(s.x.data(), s.tmp.data(), T * dim);
+    for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+      add_inplace(&s.x[t0 * dim], &s.tmp[t0 * dim], (t1 - t0) * dim);
+    });
   }
 
   // Final norm and the vocabulary projection, only for rows that want logits.
