@@ -476,7 +476,7 @@ WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols
   const int64_t n_groups = (n_rows + lanes - 1) / lanes;
   const int64_t n_units = n_cols / unit_cols(type);
   const size_t unit_bytes = packed_unit_bytes(type, lanes);
-  m.owned_.assign(static_cast<size_t>(n_groups * n_units) * unit_bytes, 0);
+  m.owned_ = HugePageBuffer(static_cast<size_t>(n_groups * n_units) * unit_bytes);  // zeroed
   uint8_t* out = m.owned_.data();
   auto pack_groups = [&](int64_t g0, int64_t g1) {
     UnitCodes u;

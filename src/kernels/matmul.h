@@ -24,6 +24,7 @@
 #include <span>
 #include <vector>
 
+#include "common/huge_page_buffer.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu_features.h"
 #include "tensor/types.h"
@@ -62,7 +63,7 @@ class WeightMatrix {
   size_t row_bytes_ = 0;
   const uint8_t* data_ = nullptr;
   Isa isa_ = Isa::Scalar;
-  std::vector<uint8_t> owned_;
+  HugePageBuffer owned_;
 };
 
 // y[n_tokens, n_rows] = x[n_tokens, n_cols] · Wᵀ. Requires: x and y do not alias.

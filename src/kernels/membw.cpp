@@ -7,11 +7,16 @@
 #include <cstring>
 #include <vector>
 
+#include "common/huge_page_buffer.h"
+
 namespace pagoda {
 
 double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int repeats) {
   const size_t n = bytes / sizeof(uint64_t);
-  uint64_t* buf = static_cast<uint64_t*>(std::aligned_alloc(64, n * sizeof(uint64_t)));
+  // Huge pages like the weights it stands in for (HugePageBuffer): the roofline is the
+  // rate at which the weights can stream, not a TLB-miss-bound 4 KiB-page rate.
+  HugePageBuffer mem(n * sizeof(uint64_t));
+  uint64_t* buf = reinterpret_cast<uint64_t*>(mem.data());
   // Touch every page with distinct values so the reads hit real memory, not a shared zero page.
   pool.parallel_for(pool.num_threads(), [&](int64_t t, int) {
     size_t lo = n * t / pool.num_threads(), hi = n * (t + 1) / pool.num_threads();
@@ -38,7 +43,6 @@ double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int repeats) {
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (r > 0) rates.push_back(static_cast<double>(n * sizeof(uint64_t)) / s);  // first run warms up
   }
-  std::free(buf);
   volatile uint64_t keep = 0;
   for (uint64_t v : sinks) keep = keep ^ v;
   (void)keep;
