@@ -205,13 +205,15 @@ EngineStats Engine::stats() const {
   return snapshot_;
 }
 
-void Engine::reset_prefix_cache() {
+Engine::PrefixCacheReset Engine::reset_prefix_cache() {
   std::unique_lock<std::mutex> lk(mu_);
   PAGODA_CHECK(thread_started_, "Engine::reset_prefix_cache before start");
   const uint64_t target = resets_done_ + 1;
   reset_requested_ = true;
   cv_.notify_all();
   reset_cv_.wait(lk, [&] { return resets_done_ >= target || stopping_; });
+  if (resets_done_ < target) return PrefixCacheReset{snapshot_, snapshot_};  // stopped first
+  return last_reset_;
 }
 
 // ---- engine thread -------------------------------------------------------------------------
@@ -263,9 +265,12 @@ void Engine::drain_inbox() {
     if (it != owned_.end()) finish(it->get(), FinishReason::Cancelled);
   }
   if (reset) {
+    publish_stats();
+    const EngineStats before = stats();
     cache_.reset();
     publish_stats();  // a caller of reset_prefix_cache() sees the emptied cache in stats()
     std::lock_guard<std::mutex> lk(mu_);
+    last_reset_ = PrefixCacheReset{before, snapshot_};
     ++resets_done_;
     reset_cv_.notify_all();
   }
@@ -495,6 +500,9 @@ void Engine::finish(Seq* s, FinishReason reason, std::string stop_matched) {
     std::lock_guard<std::mutex> lk(mu_);
     live_ids_.erase(s->id);
   }
+  // Before the client hears of it: a stats() read after the response then shows the
+  // request's blocks released and its prefix cached.
+  publish_stats();
   s->sink->on_finish(r);
 }
 

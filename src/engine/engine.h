@@ -220,9 +220,15 @@ class Engine {
   bool cancel(uint64_t request_id);
   // Any thread: the snapshot published after the last step.
   EngineStats stats() const;
+  // The engine's stats just before and just after a prefix-cache reset, both taken on
+  // the engine thread around it (a stats() snapshot read by the caller first could
+  // predate the last finished request's cache insert).
+  struct PrefixCacheReset {
+    EngineStats before, after;
+  };
   // Any thread; blocks until the engine thread has dropped every cached block (blocks
   // running sequences hold stay with them). Requires: started.
-  void reset_prefix_cache();
+  PrefixCacheReset reset_prefix_cache();
 
   const EngineConfig& config() const { return config_; }  // ctx_size resolved
   int32_t n_vocab() const { return n_vocab_; }
@@ -287,6 +293,7 @@ class Engine {
   bool reset_requested_ = false;
   bool thread_started_ = false;  // started_, readable by other threads
   uint64_t resets_done_ = 0;
+  PrefixCacheReset last_reset_;  // the most recent reset's stats
   EngineStats snapshot_;
 
   std::thread thread_;

@@ -533,9 +533,9 @@ void ApiServer::handle_cache_reset(const HttpRequest&, std::shared_ptr<HttpExcha
   resets_running_.fetch_add(1);
   std::thread([this, e, ex] {
     std::unique_lock<std::mutex> lk(reset_mu_);
-    const EngineStats before = e->stats();
-    e->reset_prefix_cache();
-    const EngineStats after = e->stats();
+    const Engine::PrefixCacheReset reset = e->reset_prefix_cache();
+    const EngineStats& before = reset.before;
+    const EngineStats& after = reset.after;
     const int64_t freed_blocks = std::max<int64_t>(0, before.pool.blocks_evictable - after.pool.blocks_evictable);
     json body{{"freed_entries", std::max<int64_t>(0, before.cache.entries - after.cache.entries)},
               {"freed_blocks", freed_blocks},

@@ -328,21 +328,19 @@ TEST(EngineModel, NoBlocksLeakAfterFinishAndNoneAfterACacheReset) {
     ASSERT_TRUE(e.submit(r, sinks.back()).ok());
   }
   for (auto& s : sinks) ASSERT_TRUE(s->wait_done());
-  EngineStats st;
-  for (int k = 0; k < 2000; ++k) {  // the snapshot after the last finish
-    st = e.stats();
-    if (st.in_flight == 0 && st.running == 0) break;
-    std::this_thread::sleep_for(1ms);
-  }
+  // The snapshot is published before a request's sink hears it finished: no waiting.
+  EngineStats st = e.stats();
+  EXPECT_EQ(st.in_flight, 0);
+  EXPECT_EQ(st.running, 0);
   EXPECT_EQ(st.pool.blocks_live, 0);
   EXPECT_GT(st.cache.cached_blocks, 0);
   EXPECT_EQ(st.pool.blocks_evictable, st.cache.cached_blocks);
-  e.reset_prefix_cache();
-  for (int k = 0; k < 2000; ++k) {
-    st = e.stats();
-    if (st.cache.cached_blocks == 0) break;
-    std::this_thread::sleep_for(1ms);
-  }
+  const Engine::PrefixCacheReset reset = e.reset_prefix_cache();
+  EXPECT_EQ(reset.before.cache.entries, st.cache.entries);
+  EXPECT_EQ(reset.before.cache.cached_blocks, st.cache.cached_blocks);
+  EXPECT_EQ(reset.after.cache.entries, 0);
+  st = e.stats();
+  EXPECT_EQ(st.cache.cached_blocks, 0);
   EXPECT_EQ(st.pool.blocks_live + st.pool.blocks_evictable, 0);
   EXPECT_EQ(st.pool.bytes_in_use, 0u);
   e.stop();
