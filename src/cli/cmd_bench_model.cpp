@@ -88,6 +88,8 @@ Runner add_bench_model(CLI::App& app) {
                           {"repeats", o->repeats},
                           {"prompt_tokens_per_s", pp},
                           {"gen_tokens_per_s", tg},
+                          {"prompt_tokens_per_s_runs", pp_rates},
+                          {"gen_tokens_per_s_runs", tg_rates},
                           {"model_bytes", lm.model->file_tensor_bytes()},
                           {"decode_step_bytes", step_bytes},
                           {"read_bandwidth_bytes_per_s", bw},
@@ -104,8 +106,19 @@ Runner add_bench_model(CLI::App& app) {
     std::printf("model: %s\n  %s\n  tensor bytes %.1f MiB, decode step streams %.1f MiB, %d threads, %s\n",
                 o->model.c_str(), c.summary().c_str(), lm.model->file_tensor_bytes() / 1048576.0,
                 step_bytes / 1048576.0, threads, cpu_features_string().c_str());
-    if (o->n_prompt > 0) std::printf("  prompt processing (pp%d): %8.1f tok/s (median of %d)\n", o->n_prompt, pp, o->repeats);
-    if (o->n_gen > 0) std::printf("  generation        (tg%d): %8.1f tok/s (median of %d)\n", o->n_gen, tg, o->repeats);
+    // The spread is printed beside the median: on a shared machine runs vary by 10-20%.
+    auto range = [](const std::vector<double>& v) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.1f-%.1f", *std::min_element(v.begin(), v.end()),
+                    *std::max_element(v.begin(), v.end()));
+      return std::string(buf);
+    };
+    if (o->n_prompt > 0)
+      std::printf("  prompt processing (pp%d): %8.1f tok/s (median of %d, range %s)\n", o->n_prompt, pp, o->repeats,
+                  range(pp_rates).c_str());
+    if (o->n_gen > 0)
+      std::printf("  generation        (tg%d): %8.1f tok/s (median of %d, range %s)\n", o->n_gen, tg, o->repeats,
+                  range(tg_rates).c_str());
     std::printf("  read bandwidth %.1f GB/s -> decode roofline %.1f tok/s", bw / 1e9, roofline);
     if (o->n_gen > 0) std::printf(" (generation at %.0f%% of it)", 100.0 * tg / roofline);
     std::printf("\n");

@@ -150,10 +150,16 @@ TEST_F(Cli, SynthThenBenchModelReportsJson) {
   fs::path model = dir_ / "tiny-q8.gguf";
   RunResult s = run("synth --shape tiny --type q8_0 -o " + model.string());
   ASSERT_EQ(s.exit_code, 0) << s.err;
-  RunResult b = run("bench-model -m " + model.string() + " -p 16 -n 4 -r 1 -t 2 --json");
+  RunResult b = run("bench-model -m " + model.string() + " -p 16 -n 4 -r 3 -t 2 --json");
   ASSERT_EQ(b.exit_code, 0) << b.err;
   auto j = nlohmann::json::parse(b.out);
   EXPECT_GT(j.at("prompt_tokens_per_s").get<double>(), 0.0);
+  // Every repeat is reported, and the headline figure is their median.
+  std::vector<double> runs = j.at("prompt_tokens_per_s_runs").get<std::vector<double>>();
+  ASSERT_EQ(runs.size(), 3u);
+  std::sort(runs.begin(), runs.end());
+  EXPECT_DOUBLE_EQ(j.at("prompt_tokens_per_s").get<double>(), runs[1]);
+  EXPECT_EQ(j.at("gen_tokens_per_s_runs").size(), 3u);
   EXPECT_GT(j.at("gen_tokens_per_s").get<double>(), 0.0);
   EXPECT_GT(j.at("model_bytes").get<double>(), 0.0);
   EXPECT_EQ(j.at("threads").get<int>(), 2);
