@@ -179,9 +179,9 @@ inline void scale_row(float* o, int64_t hd, float c) {
 // One online-softmax step of a row: folds scores s[0, n) (n >= 1) into its running max
 // *m and sum *l, rescaling its accumulator o [hd] when the max grows (one rescale per
 // chunk), and leaves s[j] = exp(s[j] - *m), the weights of this chunk's V rows.
-// All in registers, with exp_vec inlined: the scalar max / subtract / sum loops and
-// the exp_f32 call per row it replaces were ~40% of prefill attention (64 rows x
-// 32 positions per chunk against 128 KiB of FMAs).
+// All in registers, with exp_vec inlined, instead of scalar max / subtract / sum loops
+// around an exp_f32 call per row (with k_transposed below: kv_bench prefill attention,
+// 512 tokens f16, 21.5 -> 15.6 ms).
 template <class V>
 inline void online_softmax_step(float* s, int64_t n, float* m, float* l, float* o, int64_t hd) {
   using Reg = typename V::Reg;
