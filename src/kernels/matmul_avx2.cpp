@@ -42,6 +42,7 @@ struct V256 {
   using I = __m256i;
   using F = __m256;
   static I load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+  static void store_i(void* p, I v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
   static I zero() { return _mm256_setzero_si256(); }
   static I set1(int32_t v) { return _mm256_set1_epi32(v); }
   static I and_(I a, I b) { return _mm256_and_si256(a, b); }

@@ -40,6 +40,7 @@ struct V512 {
   using I = __m512i;
   using F = __m512;
   static I load(const void* p) { return _mm512_loadu_si512(p); }
+  static void store_i(void* p, I v) { _mm512_storeu_si512(p, v); }
   static I zero() { return _mm512_setzero_si512(); }
   static I set1(int32_t v) { return _mm512_set1_epi32(v); }
   static I and_(I a, I b) { return _mm512_and_si512(a, b); }
