@@ -106,7 +106,7 @@ Runner add_bench_model(CLI::App& app) {
     std::printf("model: %s\n  %s\n  tensor bytes %.1f MiB, decode step streams %.1f MiB, %d threads, %s\n",
                 o->model.c_str(), c.summary().c_str(), lm.model->file_tensor_bytes() / 1048576.0,
                 step_bytes / 1048576.0, threads, cpu_features_string().c_str());
-    // The spread is printed beside the median: on a shared machine runs vary by 10-20%.
+    // The spread is printed beside the median: on a shared machine runs vary by 10-30%.
     auto range = [](const std::vector<double>& v) {
       char buf[64];
       std::snprintf(buf, sizeof buf, "%.1f-%.1f", *std::min_element(v.begin(), v.end()),
