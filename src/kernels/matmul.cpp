@@ -371,7 +371,7 @@ void matmul_quant_scalar(const WeightMatrix& w, const QuantizedActs& a, const Ti
 // Grows to the largest call seen on this thread, then never allocates again.
 struct ActScratch {
   std::vector<int8_t> q;
-  std::vector<float> d, dsum32;
+  std::vector<float> d, dsum32, neg8_dsum32;
   std::vector<int32_t> sum32, sum16;
   std::vector<uint16_t> bf16;
 };
@@ -398,16 +398,18 @@ QuantizedActs quantize_acts(Isa isa, ActKind kind, const float* x, int64_t n_tok
   float* d = grow(s.d, nt * nc / a.d_per);
   int32_t* sum32 = grow(s.sum32, nt * nc / 32);
   float* dsum32 = kind == ActKind::Block32 ? grow(s.dsum32, nt * nc / 32) : nullptr;
+  float* neg8_dsum32 = kind == ActKind::Block32 ? grow(s.neg8_dsum32, nt * nc / 32) : nullptr;
   int32_t* sum16 = kind == ActKind::Super256 ? grow(s.sum16, nt * nc / 16) : nullptr;
   a.q = q;
   a.d = d;
   a.sum32 = sum32;
   a.dsum32 = dsum32;
+  a.neg8_dsum32 = neg8_dsum32;
   a.sum16 = sum16;
   auto row = [&](int64_t t) {
     ActRowOut out{q + t * n_cols, d + t * (n_cols / a.d_per), sum32 + t * (n_cols / 32),
                   dsum32 ? dsum32 + t * (n_cols / 32) : nullptr,
-                  sum16 ? sum16 + t * (n_cols / 16) : nullptr};
+                  sum16 ? sum16 + t * (n_cols / 16) : nullptr, neg8_dsum32 ? neg8_dsum32 + t * (n_cols / 32) : nullptr};
     switch (isa) {
       case Isa::Avx512: quantize_act_row_avx512(kind, x + t * n_cols, n_cols, out); break;
       case Isa::Avx2: quantize_act_row_avx2(kind, x + t * n_cols, n_cols, out); break;

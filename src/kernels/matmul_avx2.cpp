@@ -205,6 +205,7 @@ void quantize_act_row_avx2(ActKind kind, const float* x, int64_t n_cols, const A
       const int32_t s = quant16(xb, idv, q) + quant16(xb + 16, idv, q + 16);
       out.sum32[b] = s;
       out.dsum32[b] = d * static_cast<float>(s);
+      out.neg8_dsum32[b] = -8.0f * out.dsum32[b];
     } else {
       for (int i = 0; i < 16; ++i) out.sum16[b * 16 + i] = quant16(xb + 16 * i, idv, q + 16 * i);
       for (int j = 0; j < 8; ++j) out.sum32[b * 8 + j] = out.sum16[b * 16 + 2 * j] + out.sum16[b * 16 + 2 * j + 1];

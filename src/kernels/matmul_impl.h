@@ -86,6 +86,7 @@ struct QuantizedActs {
   const float* d = nullptr;        // [n_tokens, n_scales]: per 32 (Block32) or 256 (Super256)
   const int32_t* sum32 = nullptr;  // [n_tokens, n_cols / 32] sum of q over each 32
   const float* dsum32 = nullptr;   // Block32: [n_tokens, n_cols / 32] d * sum32
+  const float* neg8_dsum32 = nullptr;  // Block32: -8 * dsum32, Q4_0's offset term
   const int32_t* sum16 = nullptr;  // Super256: [n_tokens, n_cols / 16] sum of q over each 16
   int64_t d_per = 32;              // values per scale: 32 (Block32) or 256 (Super256)
   int64_t n_scales() const { return n_cols / d_per; }
@@ -101,6 +102,7 @@ struct ActRowOut {
   int32_t* sum32;
   float* dsum32;   // Block32 only
   int32_t* sum16;  // Super256 only
+  float* neg8_dsum32;  // Block32 only
 };
 void quantize_act_row_scalar(ActKind kind, const float* x, int64_t n_cols, const ActRowOut& out);
 void quantize_act_row_avx2(ActKind kind, const float* x, int64_t n_cols, const ActRowOut& out);

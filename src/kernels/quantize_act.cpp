@@ -43,6 +43,7 @@ void quantize_act_row_scalar(ActKind kind, const float* x, int64_t n_cols, const
       out.d[b] = d;
       out.sum32[b] = s;
       out.dsum32[b] = d * static_cast<float>(s);
+      out.neg8_dsum32[b] = -8.0f * out.dsum32[b];
     }
     return;
   }

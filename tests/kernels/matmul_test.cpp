@@ -326,9 +326,9 @@ TEST(Matmul, SimdActivationQuantizersMatchScalarBitForBit) {
     const int64_t per = kind == ActKind::Block32 ? 32 : 256;
     struct Buf {
       std::vector<int8_t> q = std::vector<int8_t>(1024);
-      std::vector<float> d = std::vector<float>(32), dsum32 = std::vector<float>(32);
+      std::vector<float> d = std::vector<float>(32), dsum32 = std::vector<float>(32), neg8 = std::vector<float>(32);
       std::vector<int32_t> sum32 = std::vector<int32_t>(32), sum16 = std::vector<int32_t>(64);
-      ActRowOut out() { return {q.data(), d.data(), sum32.data(), dsum32.data(), sum16.data()}; }
+      ActRowOut out() { return {q.data(), d.data(), sum32.data(), dsum32.data(), sum16.data(), neg8.data()}; }
     } ref, got;
     quantize_act_row_scalar(kind, x.data(), n_cols, ref.out());
     for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
@@ -341,6 +341,8 @@ TEST(Matmul, SimdActivationQuantizersMatchScalarBitForBit) {
       EXPECT_EQ(ref.sum32, got.sum32) << isa_name(isa);
       if (kind == ActKind::Block32) {
         EXPECT_EQ(ref.dsum32, got.dsum32) << isa_name(isa);
+        EXPECT_EQ(ref.neg8, got.neg8) << isa_name(isa);
+        for (int64_t b = 0; b < n_cols / 32; ++b) EXPECT_EQ(ref.neg8[b], -8.0f * ref.dsum32[b]) << "block " << b;
       } else {
         EXPECT_EQ(ref.sum16, got.sum16) << isa_name(isa);
       }
