@@ -22,7 +22,6 @@
 #include <cstdint>
 #include <memory>
 #include <span>
-#include <vector>
 
 #include "common/huge_page_buffer.h"
 #include "common/thread_pool.h"

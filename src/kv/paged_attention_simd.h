@@ -21,7 +21,6 @@
 #include <limits>
 
 #include "kernels/exp_simd.h"
-#include "kernels/ops.h"
 #include "kv/paged_attention.h"
 #include "tensor/types.h"
 
