@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the OpenAI SDK suite's npm packages (tests/sdk/package-lock.json) into
+# tests/sdk/node_modules: `npm ci`, nothing global. Idempotent and quiet: when node_modules
+# already matches the lock file (a stamp of its sha256) it prints nothing and changes nothing.
+# Without node/npm it only says so: the suite is registered with ctest only where node exists.
+set -euo pipefail
+cd "$(dirname "$0")/../tests/sdk"
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  echo "install-npm-deps: node/npm not found, the OpenAI SDK suite (tests/sdk) will not run" >&2
+  exit 0
+fi
+stamp=node_modules/.pagoda-package-lock.sha256
+want="$(sha256sum package-lock.json | cut -d' ' -f1)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -f node_modules/openai/package.json ]; then
+  exit 0
+fi
+echo "install-npm-deps: npm ci in tests/sdk" >&2
+npm ci --no-audit --no-fund --loglevel=error >/dev/null
+echo "$want" >"$stamp"

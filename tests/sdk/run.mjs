@@ -1,0 +1,143 @@
+#!/usr/bin/env node
+// Runs the OpenAI SDK end-to-end suite against live `pagoda serve` processes.
+//
+//   node tests/sdk/run.mjs --pagoda build/release/pagoda --model ../shared/models/stories260K/stories260K.gguf
+//   (or PAGODA_BINARY / PAGODA_MODEL in the environment; extra arguments go to `node --test`)
+//
+// Starts one server per configuration the tests need, each on a port the kernel picks
+// (`--port 0`; the port is read from the "listening on" line, so two suites running at once
+// never race for a port), waits for /health 200, runs every *.test.mjs under node's built-in
+// test runner with the servers' URLs in the environment, and always stops the servers: SIGTERM,
+// then SIGKILL after 5 s, also when the runner itself is interrupted or a test hangs.
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, createWriteStream } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+
+function parseArgs(argv) {
+  const opts = { pagoda: process.env.PAGODA_BINARY, model: process.env.PAGODA_MODEL, rest: [] };
+  for (let i = 0; i < argv.length; i++) {
+    if (argv[i] === '--pagoda') opts.pagoda = argv[++i];
+    else if (argv[i] === '--model') opts.model = argv[++i];
+    else opts.rest.push(argv[i]);
+  }
+  if (!opts.pagoda || !opts.model) {
+    console.error('usage: run.mjs --pagoda PATH --model MODEL.gguf [node --test args] (or PAGODA_BINARY / PAGODA_MODEL)');
+    process.exit(2);
+  }
+  return opts;
+}
+
+const opts = parseArgs(process.argv.slice(2));
+if (!existsSync(path.join(here, 'node_modules', 'openai', 'package.json'))) {
+  console.error('tests/sdk/node_modules lacks the openai package: run scripts/install-npm-deps.sh');
+  process.exit(1);
+}
+const logDir = mkdtempSync(path.join(tmpdir(), 'pagoda-sdk-'));
+
+// The API key of the authenticated server; the tests read it from PAGODA_SDK_API_KEY.
+const API_KEY = 'sdk-test-key-3b9f';
+
+// name -> extra flags. 64 MiB of KV (≈100k tokens of stories260K) instead of the default
+// budget of most of the machine's memory: four servers share a small CI machine.
+// One engine thread each: the model is 260K parameters, threads only add contention.
+const CONFIGS = {
+  MAIN: [],
+  NOCACHE: ['--prompt-cache', 'off'],
+  AUTH: ['--api-key', API_KEY],
+  // One running request and no queue: a second concurrent request is answered 429.
+  TIGHT: ['--parallel', '1', '--max-queue', '0'],
+};
+
+const servers = [];
+
+function startServer(name, flags) {
+  const args = ['serve', '-m', opts.model, '--port', '0', '-t', '1', '--kv-cache-bytes', '64MiB',
+    '--shutdown-timeout', '1', ...flags];
+  const logPath = path.join(logDir, `${name.toLowerCase()}.log`);
+  const log = createWriteStream(logPath);
+  const child = spawn(opts.pagoda, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const server = { name, child, logPath, url: null, exited: false };
+  servers.push(server);
+  child.stdout.pipe(log);
+  let stderrText = '';
+  const portLine = new Promise((resolve, reject) => {
+    child.stderr.on('data', (chunk) => {
+      log.write(chunk);
+      if (server.url) return;
+      stderrText += chunk.toString();
+      const m = /listening on (http:\/\/[^\s]+)/.exec(stderrText);
+      if (m) { server.url = m[1]; resolve(m[1]); }
+    });
+    child.on('exit', (code, signal) => {
+      server.exited = true;
+      if (!server.url) reject(new Error(`pagoda serve (${name}) exited (${code ?? signal}) before listening:\n${stderrText}`));
+    });
+    child.on('error', reject);
+  });
+  return portLine.then((url) => waitHealthy(server, url));
+}
+
+async function waitHealthy(server, url) {
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    if (server.exited) throw new Error(`pagoda serve (${server.name}) exited while loading; log: ${server.logPath}`);
+    try {
+      const r = await fetch(`${url}/health`);
+      if (r.status === 200) return url;
+    } catch { /* not accepting yet */ }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`pagoda serve (${server.name}) not healthy after 30 s; log: ${server.logPath}`);
+}
+
+function killAllSync(signal) {
+  for (const s of servers) if (!s.exited) { try { s.child.kill(signal); } catch { /* already gone */ } }
+}
+
+async function stopAll() {
+  killAllSync('SIGTERM');
+  await Promise.all(servers.map((s) => s.exited ? null : new Promise((resolve) => {
+    const t = setTimeout(() => { s.child.kill('SIGKILL'); }, 5000);
+    s.child.on('exit', () => { clearTimeout(t); resolve(); });
+  })));
+}
+
+// Whatever ends the runner, no server outlives it.
+process.on('exit', () => killAllSync('SIGKILL'));
+for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+  process.on(sig, () => { killAllSync('SIGKILL'); process.exit(128 + (sig === 'SIGINT' ? 2 : sig === 'SIGTERM' ? 15 : 1)); });
+}
+
+let status = 1;
+try {
+  const urls = await Promise.all(Object.entries(CONFIGS).map(([n, f]) => startServer(n, f)));
+  const env = { ...process.env, PAGODA_SDK_API_KEY: API_KEY };
+  Object.keys(CONFIGS).forEach((n, i) => { env[`PAGODA_SDK_URL_${n}`] = urls[i]; });
+
+  const files = readdirSync(path.join(here, 'test')).filter((f) => f.endsWith('.test.mjs')).sort()
+    .map((f) => path.join(here, 'test', f));
+  // One file at a time: the cache test reads exact cached_tokens and the 429 test needs the
+  // tight server to itself, so files must not interleave their requests (the suite is
+  // seconds long anyway). Per-test timeout 30 s: a hung stream fails its test, not the run.
+  const testArgs = ['--test', '--test-concurrency=1', '--test-timeout=30000', '--test-reporter=spec',
+    ...opts.rest, ...files];
+  const runner = spawn(process.execPath, testArgs, { stdio: 'inherit', env, cwd: here });
+  status = await new Promise((resolve) => runner.on('exit', (code, signal) => resolve(code ?? 1)));
+} catch (e) {
+  console.error(e.message ?? e);
+  status = 1;
+} finally {
+  await stopAll();
+}
+if (status !== 0) {
+  for (const s of servers) {
+    const lines = readFileSync(s.logPath, 'utf8').trimEnd().split('\n');
+    console.error(`--- pagoda serve (${s.name}) log, last 15 of ${lines.length} lines: ${s.logPath}`);
+    console.error(lines.slice(-15).join('\n'));
+  }
+}
+process.exit(status);
