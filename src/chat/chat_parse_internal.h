@@ -1,0 +1,50 @@
+// Internal to src/chat: the parsers behind parse_chat_output() and
+// StreamingChatParser, with a `partial` mode for streaming.
+//
+// Partial mode answers "what will the parse of ANY continuation of this text start
+// with": content / reasoning up to the first place whose meaning depends on text not
+// yet seen (a possible marker prefix, an unfinished call, trailing whitespace that may
+// be dropped), and only calls that are finished. Each partial result is therefore a
+// prefix of the final one, which is what lets the streaming parser emit differences.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "chat/chat_format.h"
+
+namespace pagoda::chat::detail {
+
+struct RawCall {
+  std::string name;
+  std::string arguments;  // JSON object text
+};
+
+struct MessageParts {
+  std::string content;
+  std::string reasoning;
+  std::vector<RawCall> calls;
+};
+
+// The part of the output outside reasoning: content and tool calls in format f.
+// trim_leading: drop whitespace at the start (text right after </think>).
+void parse_content_region(const ChatFormat& f, std::string_view text, const ParseOptions& opts, bool partial,
+                          bool trim_leading, MessageParts& out);
+
+// gpt-oss harmony: channels, reasoning and calls in one pass.
+MessageParts parse_harmony(std::string_view text, const ParseOptions& opts, bool partial);
+
+MessageParts parse_message_parts(const ChatFormat& f, std::string_view text, const ParseOptions& opts,
+                                 bool partial);
+
+ParsedMessage to_parsed_message(MessageParts parts, const ParseOptions& opts);
+
+// Helpers shared by the parsers.
+bool starts_with_at(std::string_view t, size_t i, std::string_view lit);
+// Length of the longest suffix of `t` that is a proper, non-empty prefix of `marker`.
+size_t marker_prefix_suffix(std::string_view t, std::string_view marker);
+std::string rtrim_copy(std::string_view s);
+std::string_view ltrim_view(std::string_view s);
+
+}  // namespace pagoda::chat::detail
