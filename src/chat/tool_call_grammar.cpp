@@ -89,9 +89,11 @@ std::string call_rule(GbnfBuilder& b, const ChatFormat& f, const Tool& t, size_t
   const std::string rule = "tool" + std::to_string(i) + "-call";
   switch (f.tools) {
     case ToolCallFormat::Generic:
-    case ToolCallFormat::Hermes:
       return b.add_rule(rule, lit("{\"name\": " + name_json + ", \"arguments\": ") + " " + args_rule(b, t, i) + " " +
                                   lit("}"));
+    case ToolCallFormat::Hermes:
+      return b.add_rule(rule, lit("<tool_call>\n{\"name\": " + name_json + ", \"arguments\": ") + " " +
+                                  args_rule(b, t, i) + " " + lit("}\n</tool_call>"));
     case ToolCallFormat::Llama3: {
       const char* key = f.syntax == ToolCallSyntax::FireFunction ? "arguments" : "parameters";
       return b.add_rule(rule, lit("{\"name\": " + name_json + ", \"" + key + "\": ") + " " + args_rule(b, t, i) +
