@@ -560,14 +560,16 @@ Region generic(std::string_view text, size_t i, bool partial) {
 
 struct Marker {
   std::string text;
-  enum Kind { ToolCallTag, FunctionTag, MistralCalls, DsCalls, DsCall, DsmlCalls, PythonTag, FuncTools } kind;
+  enum Kind { ToolCallTag, ToolCallsTag, FunctionTag, MistralCalls, DsCalls, DsCall, DsmlCalls, PythonTag, FuncTools } kind;
 };
 
 std::vector<Marker> markers_for(const ChatFormat& f) {
   switch (f.tools) {
     case ToolCallFormat::Hermes:
     case ToolCallFormat::Qwen3Coder:
-      return {{"<tool_call>", Marker::ToolCallTag}, {"<function=", Marker::FunctionTag}};
+      return {{"<tool_call>", Marker::ToolCallTag},
+              {"<tool_calls>", Marker::ToolCallsTag},
+              {"<function=", Marker::FunctionTag}};
     case ToolCallFormat::Mistral: return {{"[TOOL_CALLS]", Marker::MistralCalls}};
     case ToolCallFormat::DeepSeekV3:
     case ToolCallFormat::DeepSeekR1:
@@ -583,6 +585,12 @@ std::vector<Marker> markers_for(const ChatFormat& f) {
 Region parse_marker(const Marker& m, std::string_view text, size_t after, const ParseOptions& opts, bool partial) {
   switch (m.kind) {
     case Marker::ToolCallTag: return tool_call_tag(text, after, opts, partial);
+    case Marker::ToolCallsTag: {
+      // Apriel 1.5: <tool_calls>[{"name", "arguments"}, ...]</tool_calls>
+      Region r = call_array_at(text, after, false);
+      if (r.status != Status::Ok) return r;
+      return close_with(text, std::move(r), "</tool_calls>", partial);
+    }
     case Marker::FunctionTag: {
       Region r = function_block(text, after, opts, partial);
       // A bare <function=...> block may still be closed by a stray </tool_call>.

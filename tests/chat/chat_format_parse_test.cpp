@@ -40,6 +40,7 @@ TEST(ChatFormatParse, SampleOutputs) {
       {"hermes one call", {std::nullopt, "", {{"get_weather", {{"city", "Paris"}}}}}},
       {"hermes content + two calls",
        {"Let me check both.", "", {{"a", {{"x", 1}}}, {"b", {{"y", json::array({1, 2, {{"z", nullptr}}})}}}}}},
+      {"apriel tool_calls array", {std::nullopt, "", {{"a", {{"x", 1}}}, {"b", json::object()}}}},
       {"hermes malformed",
        {"Here: <tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1,}}\n</tool_call> done", "", {}}},
       {"hermes no tools", {"<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>", "", {}}},

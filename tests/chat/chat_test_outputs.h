@@ -46,6 +46,8 @@ inline std::vector<Sample> sample_outputs() {
   s.push_back({"hermes content + two calls", hermes, with_tools(),
                "Let me check both.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1}}\n</tool_call>\n"
                "<tool_call>\n{\"name\": \"b\", \"arguments\": {\"y\": [1, 2, {\"z\": null}]}}\n</tool_call>"});
+  s.push_back({"apriel tool_calls array", hermes, with_tools(),
+               "<tool_calls>[{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", \"arguments\": {}}]</tool_calls>"});
   s.push_back({"hermes malformed", hermes, with_tools(),
                "Here: <tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1,}}\n</tool_call> done"});
   s.push_back({"hermes no tools", hermes, ParseOptions{}, "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>"});
