@@ -102,7 +102,8 @@ std::string unsigned_range_expr(int64_t lo, int64_t hi) {
 // model cannot loop in digits.
 constexpr const char* kFracAny = "(\".\" [0-9]{1,16})?";
 constexpr const char* kFracZero = "(\".\" \"0\"{1,16})?";
-constexpr const char* kFracNonZero = "\".\" [0-9]{0,15} [1-9]";
+// Leading zeros, the first non-zero digit, then anything (at most 31 digits in all).
+constexpr const char* kFracNonZero = "\".\" \"0\"{0,15} [1-9] [0-9]{0,15}";
 
 // Non-negative decimals m (written without sign) with lower <(=) m and m <(=) upper
 // (upper nullopt = up to the magnitude cap).

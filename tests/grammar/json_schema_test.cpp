@@ -84,7 +84,7 @@ TEST(JsonSchemaGbnf, AllOptionalPropertiesCostLinearSpace) {
   // 300 optional properties: a naive expansion is 2^300 orderings; ours is one rule
   // pair per property.
   ojson props = ojson::object();
-  for (int i = 0; i < 300; ++i) props["p" + std::to_string(i)] = {{"type", "boolean"}};
+  for (int i = 0; i < 300; ++i) props[std::string("p").append(std::to_string(i))] = {{"type", "boolean"}};
   ojson schema = {{"type", "object"}, {"properties", props}, {"additionalProperties", false}};
   const std::string g = json_schema_to_gbnf(schema);
   EXPECT_LT(g.size(), 300u * 200u);
@@ -129,7 +129,7 @@ TEST(JsonSchemaGbnf, IntegerRangesAreDigitConstructions) {
 TEST(JsonSchemaGbnf, NumberBoundsHaveNoExponent) {
   const std::string g = compile(R"({"type":"number","exclusiveMinimum":0,"maximum":10})");
   EXPECT_EQ(rule(g, "number"),
-            "([1-9] (\".\" [0-9]{1,16})? | \"0\" \".\" [0-9]{0,15} [1-9] | \"10\" (\".\" \"0\"{1,16})?)");
+            "([1-9] (\".\" [0-9]{1,16})? | \"0\" \".\" \"0\"{0,15} [1-9] [0-9]{0,15} | \"10\" (\".\" \"0\"{1,16})?)");
 }
 
 TEST(JsonSchemaGbnf, ArraysWithBoundsAndPrefixItems) {
@@ -283,7 +283,7 @@ TEST(JsonSchemaGbnf, NestingDepthIsBounded) {
   // A long chain of distinct $refs is a work list, not recursion.
   ojson defs = ojson::object();
   for (int i = 0; i < 2000; ++i)
-    defs["d" + std::to_string(i)] =
+    defs[std::string("d").append(std::to_string(i))] =
         i == 1999 ? ojson{{"type", "null"}}
                   : ojson{{"type", "array"}, {"items", {{"$ref", "#/$defs/d" + std::to_string(i + 1)}}}};
   const std::string g = json_schema_to_gbnf(ojson{{"$defs", defs}, {"$ref", "#/$defs/d0"}});
