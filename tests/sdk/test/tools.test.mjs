@@ -3,8 +3,9 @@
 // grammar, so even stories260K, which has never seen a tool, produces a valid call), streamed
 // as OpenAI tool-call deltas, then a second turn with the call and its result.
 //
-// Parameters are bounded (enums, a string of at most 12 characters, an integer 1..7) so a tiny
-// model reaches the end of the call well within max_tokens.
+// Parameters are bounded (enums, a string of at most 12 characters, an integer 1..7) and
+// parallel_tool_calls is false, so a tiny model reaches the end of its one call well within
+// max_tokens (with parallel calls allowed, stories260K keeps appending calls until the limit).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { client, modelId, collectChatStream } from './lib.mjs';
@@ -77,7 +78,8 @@ function checkToolCallMessage(choice, allowedTools) {
   const m = choice.message;
   assert.equal(m.role, 'assistant');
   assert.equal(m.content, null);
-  assert.ok(Array.isArray(m.tool_calls) && m.tool_calls.length >= 1, JSON.stringify(m));
+  // parallel_tool_calls: false -> exactly one call.
+  assert.ok(Array.isArray(m.tool_calls) && m.tool_calls.length === 1, JSON.stringify(m));
   const ids = new Set();
   for (const call of m.tool_calls) {
     assert.equal(call.type, 'function');
@@ -95,7 +97,7 @@ function checkToolCallMessage(choice, allowedTools) {
 test('tools: named tool_choice forces a valid get_weather call (non-streamed)', async () => {
   const model = await modelId();
   const r = await openai.chat.completions.create({
-    model, messages, tools, tool_choice: named, max_tokens: MAX_TOKENS, temperature: 0,
+    model, messages, tools, tool_choice: named, parallel_tool_calls: false, max_tokens: MAX_TOKENS, temperature: 0,
   });
   const calls = checkToolCallMessage(r.choices[0], [weatherTool]);
   assert.equal(calls[0].function.name, 'get_weather');
@@ -105,19 +107,21 @@ test('tools: named tool_choice forces a valid get_weather call (non-streamed)', 
 test('tools: tool_choice "required" calls one of the offered tools', async () => {
   const model = await modelId();
   const r = await openai.chat.completions.create({
-    model, messages, tools, tool_choice: 'required', max_tokens: MAX_TOKENS, temperature: 0,
+    model, messages, tools, tool_choice: 'required', parallel_tool_calls: false, max_tokens: MAX_TOKENS, temperature: 0,
   });
   checkToolCallMessage(r.choices[0], tools);
   // With the weather tool alone, "required" must call it.
   const one = await openai.chat.completions.create({
-    model, messages, tools: [weatherTool], tool_choice: 'required', max_tokens: MAX_TOKENS, temperature: 0,
+    model, messages, tools: [weatherTool], tool_choice: 'required', parallel_tool_calls: false, max_tokens: MAX_TOKENS, temperature: 0,
   });
   assert.equal(checkToolCallMessage(one.choices[0], [weatherTool])[0].function.name, 'get_weather');
 });
 
 test('tools: streamed call deltas (first with index/id/type/name, then argument fragments) rebuild the call', async () => {
   const model = await modelId();
-  const params = { model, messages, tools, tool_choice: named, max_tokens: MAX_TOKENS, temperature: 0 };
+  const params = {
+    model, messages, tools, tool_choice: named, parallel_tool_calls: false, max_tokens: MAX_TOKENS, temperature: 0,
+  };
   const ref = await openai.chat.completions.create(params);
   const refCalls = checkToolCallMessage(ref.choices[0], [weatherTool]);
 
@@ -164,7 +168,7 @@ test('tools: streamed call deltas (first with index/id/type/name, then argument 
 test('tools: a second turn with the assistant tool_calls and a tool result reuses the cached prefix', async () => {
   const model = await modelId();
   const first = await openai.chat.completions.create({
-    model, messages, tools, tool_choice: named, max_tokens: MAX_TOKENS, temperature: 0,
+    model, messages, tools, tool_choice: named, parallel_tool_calls: false, max_tokens: MAX_TOKENS, temperature: 0,
   });
   const calls = checkToolCallMessage(first.choices[0], [weatherTool]);
   const followUp = [
