@@ -8,7 +8,9 @@
 // (`--port 0`; the port is read from the "listening on" line, so two suites running at once
 // never race for a port), waits for /health 200, runs every *.test.mjs under node's built-in
 // test runner with the servers' URLs in the environment, and always stops the servers: SIGTERM,
-// then SIGKILL after 5 s, also when the runner itself is interrupted or a test hangs.
+// then SIGKILL after 5 s, also when the runner itself is interrupted or a test hangs. A SIGKILL
+// of the runner cannot be caught, so the runner gives up on its own after RUN_DEADLINE_MS,
+// before ctest's TIMEOUT (300 s) would kill it and orphan the servers.
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, createWriteStream } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -52,7 +54,9 @@ const CONFIGS = {
   TIGHT: ['--parallel', '1', '--max-queue', '0'],
 };
 
+const RUN_DEADLINE_MS = 240_000;
 const servers = [];
+let testRunner = null;
 
 function startServer(name, flags) {
   const args = ['serve', '-m', opts.model, '--port', '0', '-t', '1', '--kv-cache-bytes', '64MiB',
@@ -95,6 +99,7 @@ async function waitHealthy(server, url) {
 }
 
 function killAllSync(signal) {
+  if (testRunner && testRunner.exitCode === null) { try { testRunner.kill(signal); } catch { /* gone */ } }
   for (const s of servers) if (!s.exited) { try { s.child.kill(signal); } catch { /* already gone */ } }
 }
 
@@ -125,8 +130,13 @@ try {
   // seconds long anyway). Per-test timeout 30 s: a hung stream fails its test, not the run.
   const testArgs = ['--test', '--test-concurrency=1', '--test-timeout=30000', '--test-reporter=spec',
     ...opts.rest, ...files];
-  const runner = spawn(process.execPath, testArgs, { stdio: 'inherit', env, cwd: here });
-  status = await new Promise((resolve) => runner.on('exit', (code, signal) => resolve(code ?? 1)));
+  testRunner = spawn(process.execPath, testArgs, { stdio: 'inherit', env, cwd: here });
+  const deadline = setTimeout(() => {
+    console.error(`run.mjs: the suite ran past ${RUN_DEADLINE_MS / 1000} s, stopping it`);
+    testRunner.kill('SIGKILL');
+  }, RUN_DEADLINE_MS);
+  status = await new Promise((resolve) => testRunner.on('exit', (code) => resolve(code ?? 1)));
+  clearTimeout(deadline);
 } catch (e) {
   console.error(e.message ?? e);
   status = 1;
