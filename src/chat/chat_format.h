@@ -18,6 +18,11 @@
 //   a marker (a held-back tail is at most the longest marker), one ToolCallStart per
 //   call (index, id, name) then ToolCallArguments fragments whose concatenation is that
 //   call's `arguments`. finish() flushes what was held back.
+//   Held back besides marker prefixes: a trailing run of whitespace (it is dropped
+//   when a call follows), a whole unfinished call, and for the formats whose calls are
+//   the whole output (Generic, a Llama 3 JSON call at the start, <|python_tag|>) the
+//   output until it is known not to be (or finish()). Whitespace next to a call and
+//   after </think> is not content; reasoning is trimmed.
 // - tool_call_grammar() is GBNF for one or more calls in the format's own syntax,
 //   each call's arguments valid against that tool's `parameters` schema; throws
 //   grammar::UnsupportedSchema for a schema outside the supported subset.

@@ -40,6 +40,9 @@ const ordered_json kTools = ordered_json::parse(R"([
     "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}
 ])");
 
+// Templates that write reasoning into the turn (Qwen3, V3.2 with thinking) write this.
+const std::string kReasoning = "The user wants the weather; I will call get_weather.";
+
 ordered_json call(const std::string& id, const std::string& name, const ordered_json& args) {
   return {{"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", args}}}};
 }
@@ -59,7 +62,8 @@ Rendered render_turn(const server::ChatTemplate& t, const ordered_json& calls, c
   // calls only then).
   ordered_json assistant = {{"role", "assistant"},
                             {"content", content.empty() ? ordered_json(nullptr) : ordered_json(content)},
-                            {"tool_calls", calls}};
+                            {"tool_calls", calls},
+                            {"reasoning_content", kReasoning}};
   server::ChatTemplate::Inputs in;
   if (with_tools) in.tools = kTools;
   in.bos_token = "<s>";
@@ -137,7 +141,7 @@ TEST(ChatFormatRender, EveryKnownFormatTemplateRoundTrips) {
   const ordered_json two = ordered_json::array(
       {call("abcDEF123", "get_weather", {{"city", "Paris"}, {"days", 3}}),
        call("ghiJKL456", "search", {{"query", "umbrellas for rain"}})});
-  int checked = 0;
+  int checked = 0, with_reasoning = 0;
   std::set<ToolCallFormat> formats_seen;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.path().extension() != ".jinja") continue;
@@ -173,6 +177,10 @@ TEST(ChatFormatRender, EveryKnownFormatTemplateRoundTrips) {
         }
         const chat::ParsedMessage m = chat::parse_chat_output(f, r.turn, opts);
         expect_calls(m, *calls, where);
+        if (r.turn.find(kReasoning) != std::string::npos) {
+          EXPECT_EQ(m.reasoning_content, kReasoning) << where;
+          ++with_reasoning;
+        }
         // Content around the calls survives (templates that drop it are fine: then none).
         if (!content.empty() && m.content) EXPECT_NE(m.content->find(content), std::string::npos) << where;
         if (content.empty() && m.content) EXPECT_EQ(*m.content, "") << where;
@@ -182,6 +190,7 @@ TEST(ChatFormatRender, EveryKnownFormatTemplateRoundTrips) {
     }
   }
   EXPECT_GE(checked, 40);
+  EXPECT_GE(with_reasoning, 4);  // Qwen3, QwQ, Qwen3.5, Nemotron 3, ... write it back
   for (ToolCallFormat want : {ToolCallFormat::Hermes, ToolCallFormat::Llama3, ToolCallFormat::Mistral,
                               ToolCallFormat::Qwen3Coder, ToolCallFormat::DeepSeekV3, ToolCallFormat::DeepSeekR1})
     EXPECT_TRUE(formats_seen.count(want)) << chat::tool_call_format_name(want) << " never exercised";
