@@ -1134,9 +1134,13 @@ std::string GbnfBuilder::add_rule(std::string_view name, std::string_view body) 
 std::string GbnfBuilder::ws() { return impl_->ws(); }
 
 std::string GbnfBuilder::gbnf(std::string_view root_rule) const {
-  std::string out = "root ::= " + std::string(root_rule) + "\n";
-  for (const auto& [name, body] : impl_->rules)
-    if (name != "root") out += name + " ::= " + body + "\n";
+  // A caller may name its own top rule "root" (add_rule) and pass it here.
+  const bool has_root = impl_->rule_idx.count("root") > 0;
+  if (has_root && root_rule != "root")
+    throw std::invalid_argument("GBNF: a rule named 'root' exists but the root asked for is '" +
+                                std::string(root_rule) + "'");
+  std::string out = has_root ? "" : "root ::= " + std::string(root_rule) + "\n";
+  for (const auto& [name, body] : impl_->rules) out += name + " ::= " + body + "\n";
   return out;
 }
 

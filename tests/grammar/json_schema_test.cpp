@@ -321,6 +321,27 @@ TEST(JsonSchemaGbnf, BuilderSharesRulesAcrossSchemas) {
   const std::string g = b.gbnf(top);
   EXPECT_NO_THROW(Grammar::from_gbnf(g)) << g;
   EXPECT_EQ(rule(g, lit), "\"\\\"get_weather\\\"\"");
+
+  // A caller's own "root" rule is the root.
+  GbnfBuilder r;
+  r.add_rule("root", "\"x\" " + r.ws());
+  EXPECT_EQ(rule(r.gbnf("root"), "root"), "\"x\" ws");
+  EXPECT_THROW(r.gbnf("ws"), std::invalid_argument);
+}
+
+TEST(RegexGbnf, HostileRepetitionsStayBounded) {
+  // The text stays small; expanding it is the grammar compiler's limit to enforce.
+  const std::string g = regex_to_gbnf("((a{1000}){1000}){1000}");
+  EXPECT_LT(g.size(), 200u);
+  try {
+    Grammar::from_gbnf(g);  // rules shared across repetitions: small once compiled
+  } catch (const GrammarError&) {
+  }
+  EXPECT_LT(regex_to_gbnf("a{999999}").size(), 400u);
+  EXPECT_THROW(regex_to_gbnf("a{1000001}"), UnsupportedSchema);
+  std::string deep(150, '(');
+  deep += "a" + std::string(150, ')');
+  EXPECT_THROW(regex_to_gbnf(deep), UnsupportedSchema);
 }
 
 TEST(RegexGbnf, Subset) {
