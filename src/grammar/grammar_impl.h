@@ -190,10 +190,21 @@ struct TokenVocabulary::Impl {
   struct TrieNode {
     uint32_t depth;        // bytes from the root (1 for a first byte)
     int32_t subtree_end;   // index of the first node after this node's subtree
-    int32_t tok_begin;     // tokens whose piece ends here: sorted_tokens[tok_begin, tok_end)
+    // Tokens whose piece ends here: sorted_tokens[tok_begin, tok_end). Tokens are in
+    // preorder, so the subtree's tokens are [tok_begin, subtree_tok_end(i)).
+    int32_t tok_begin;
     int32_t tok_end;
+    int32_t below_idx;     // into below_bytes for subtrees of >= kBelowMinNodes nodes, else -1
     uint8_t byte;
   };
+  // Subtrees this big carry the set of bytes below their root, so a walk can accept
+  // them whole when its state loops on each of those bytes (inside a JSON string).
+  static constexpr int32_t kBelowMinNodes = 16;
+  using ByteSet = std::array<uint64_t, 4>;
+  int32_t subtree_tok_end(size_t i) const {
+    size_t e = static_cast<size_t>(nodes[i].subtree_end);
+    return e < nodes.size() ? nodes[e].tok_begin : static_cast<int32_t>(sorted_tokens.size());
+  }
   uint64_t serial = 0;  // distinct per vocabulary object: part of mask-cache keys
   int32_t n_tokens = 0;
   std::vector<std::string> pieces;
@@ -201,6 +212,7 @@ struct TokenVocabulary::Impl {
   std::vector<uint8_t> is_disallowed;  // [n_tokens]; EOG and empty pieces are not in the trie
   std::vector<int32_t> eog_ids;        // allowed EOG ids (not disallowed)
   std::vector<TrieNode> nodes;
+  std::vector<ByteSet> below_bytes;
   std::vector<int32_t> sorted_tokens;
   uint32_t max_depth = 0;
   size_t mask_words() const { return (static_cast<size_t>(n_tokens) + 31) / 32; }

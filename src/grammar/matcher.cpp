@@ -130,8 +130,14 @@ struct Matcher::State {
     uint32_t heads_begin, heads_end;  // in walk_heads
     Utf8Partial partial;
     bool accepting;
+    TokenVocabulary::Impl::ByteSet loop_known;  // bytes whose transition is known...
+    TokenVocabulary::Impl::ByteSet loops;       // ...and of those, the ones leading back here
   };
   static constexpr int32_t kUnknown = -2, kDead = -1;
+  // Transition rows are kept for the first 4096 states of a walk (4 MiB): a grammar
+  // whose stacks remember the whole prefix (palindromes) makes a state per trie node,
+  // and those past the cap are stepped without a memo instead of growing the table.
+  static constexpr size_t kMaxMemoStates = 4096;
   std::vector<StackHead> walk_heads;
   std::vector<WalkState> walk_states;
   std::vector<int32_t> walk_trans;  // [walk_states.size() * 256]: next state, kUnknown or kDead
@@ -153,6 +159,7 @@ struct Matcher::State {
   void make_key(const StackHead* hs, size_t n, Utf8Partial p, bool acc, std::string& out);
   int32_t intern(size_t out_begin, size_t node_mark, Utf8Partial p, bool acc);
   int32_t transition(int32_t s, uint8_t byte);
+  bool loops_on_all(int32_t s, const TokenVocabulary::Impl::ByteSet& bytes);
   void compute_mask(std::span<uint32_t> mask);
   void fill_mask(std::span<uint32_t> mask);
 };
@@ -272,8 +279,9 @@ int32_t Matcher::State::intern(size_t out_begin, size_t node_mark, Utf8Partial p
     nodes.resize(node_mark);
     return it->second;
   }
-  walk_states.push_back(WalkState{static_cast<uint32_t>(out_begin), static_cast<uint32_t>(walk_heads.size()), p, acc});
-  walk_trans.resize(walk_states.size() * 256, kUnknown);
+  walk_states.push_back(WalkState{static_cast<uint32_t>(out_begin), static_cast<uint32_t>(walk_heads.size()), p, acc,
+                                  {}, {}});
+  if (walk_states.size() <= kMaxMemoStates) walk_trans.resize(walk_states.size() * 256, kUnknown);
   return it->second;
 }
 
@@ -290,6 +298,30 @@ int32_t Matcher::State::transition(int32_t s, uint8_t byte) {
     return kDead;
   }
   return intern(out_begin, node_mark, p2, acc2);
+}
+
+// Whether state s steps back to itself on every byte of `bytes` (then every path
+// below a trie node with those bytes stays in s: the whole subtree is allowed).
+bool Matcher::State::loops_on_all(int32_t s, const TokenVocabulary::Impl::ByteSet& bytes) {
+  if (static_cast<size_t>(s) >= kMaxMemoStates) return false;
+  for (int w = 0; w < 4; ++w)
+    if (bytes[w] & walk_states[s].loop_known[w] & ~walk_states[s].loops[w]) return false;
+  for (int w = 0; w < 4; ++w) {
+    uint64_t todo = bytes[w] & ~walk_states[s].loop_known[w];
+    while (todo) {
+      const int b = w * 64 + __builtin_ctzll(todo);
+      todo &= todo - 1;
+      int32_t next = walk_trans[static_cast<size_t>(s) * 256 + b];
+      if (next == kUnknown) {
+        next = transition(s, static_cast<uint8_t>(b));
+        walk_trans[static_cast<size_t>(s) * 256 + b] = next;
+      }
+      walk_states[s].loop_known[w] |= uint64_t{1} << (b & 63);
+      if (next != s) return false;
+      walk_states[s].loops[w] |= uint64_t{1} << (b & 63);
+    }
+  }
+  return true;
 }
 
 void Matcher::State::compute_mask(std::span<uint32_t> mask) {
@@ -310,21 +342,32 @@ void Matcher::State::compute_mask(std::span<uint32_t> mask) {
     while (i < n) {
       const TokenVocabulary::Impl::TrieNode& t = tn[i];
       const int32_t s = static_cast<int32_t>(lvl_state[t.depth - 1]);
-      int32_t next = walk_trans[static_cast<size_t>(s) * 256 + t.byte];
-      if (next == kUnknown) {
+      int32_t next;
+      if (static_cast<size_t>(s) < kMaxMemoStates) {
+        next = walk_trans[static_cast<size_t>(s) * 256 + t.byte];
+        if (next == kUnknown) {
+          next = transition(s, t.byte);
+          walk_trans[static_cast<size_t>(s) * 256 + t.byte] = next;
+        }
+      } else {
         next = transition(s, t.byte);
-        walk_trans[static_cast<size_t>(s) * 256 + t.byte] = next;
       }
       if (next == kDead) {
         i = static_cast<size_t>(t.subtree_end);
         continue;
       }
       lvl_state[t.depth] = static_cast<uint32_t>(next);
-      for (int32_t k = t.tok_begin; k < t.tok_end; ++k) {
+      int32_t tok_end = t.tok_end;
+      size_t after = i + 1;
+      if (t.below_idx >= 0 && loops_on_all(next, v.below_bytes[static_cast<size_t>(t.below_idx)])) {
+        tok_end = v.subtree_tok_end(i);
+        after = static_cast<size_t>(t.subtree_end);
+      }
+      for (int32_t k = t.tok_begin; k < tok_end; ++k) {
         uint32_t id = static_cast<uint32_t>(sorted[k]);
         mask[id >> 5] |= 1u << (id & 31);
       }
-      ++i;
+      i = after;
     }
     nodes.resize(node_mark);
   }

@@ -64,17 +64,40 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> pieces, std::vector<in
     }
     for (size_t d = lcp; d < s.size(); ++d) {
       path.push_back(static_cast<int32_t>(v.nodes.size()));
-      v.nodes.push_back(Impl::TrieNode{static_cast<uint32_t>(d + 1), 0, 0, 0, static_cast<uint8_t>(s[d])});
+      v.nodes.push_back(Impl::TrieNode{static_cast<uint32_t>(d + 1), 0, static_cast<int32_t>(k),
+                                       static_cast<int32_t>(k), -1, static_cast<uint8_t>(s[d])});
     }
-    Impl::TrieNode& leaf = v.nodes[path.back()];
-    if (leaf.tok_end == 0) leaf.tok_begin = static_cast<int32_t>(k);  // a duplicate piece extends the range
-    leaf.tok_end = static_cast<int32_t>(k + 1);
+    v.nodes[path.back()].tok_end = static_cast<int32_t>(k + 1);  // a duplicate piece extends the range
     v.max_depth = std::max<uint32_t>(v.max_depth, static_cast<uint32_t>(s.size()));
     prev = &s;
   }
   while (!path.empty()) {
     v.nodes[path.back()].subtree_end = static_cast<int32_t>(v.nodes.size());
     path.pop_back();
+  }
+
+  // Bytes below each big subtree's root: children fold into parents in reverse
+  // preorder (a node's parent is the last earlier node one level up).
+  const size_t n = v.nodes.size();
+  std::vector<int32_t> parent(n, -1);
+  std::vector<int32_t> last_at_depth(v.max_depth + 2, -1);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t d = v.nodes[i].depth;
+    parent[i] = d > 1 ? last_at_depth[d - 1] : -1;
+    last_at_depth[d] = static_cast<int32_t>(i);
+  }
+  std::vector<Impl::ByteSet> below(n, Impl::ByteSet{});
+  for (size_t i = n; i-- > 0;) {
+    if (parent[i] < 0) continue;
+    Impl::ByteSet& p = below[parent[i]];
+    for (int w = 0; w < 4; ++w) p[w] |= below[i][w];
+    uint8_t b = v.nodes[i].byte;
+    p[b >> 6] |= uint64_t{1} << (b & 63);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (v.nodes[i].subtree_end - static_cast<int32_t>(i) < Impl::kBelowMinNodes) continue;
+    v.nodes[i].below_idx = static_cast<int32_t>(v.below_bytes.size());
+    v.below_bytes.push_back(below[i]);
   }
 }
 

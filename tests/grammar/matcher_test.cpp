@@ -290,6 +290,33 @@ ws ::= [ ]?)",
   }
 }
 
+// Stacks that remember the whole prefix give a distinct state per trie node: past
+// the walk's memo cap the masks must stay exact.
+TEST(Matcher, PrefixRememberingGrammarMasksStayExact) {
+  auto g = Grammar::from_gbnf(R"(root ::= "a" root "a" | "b" root "b" | "c" root "c" | "d" root "d" | "|")");
+  std::vector<std::string> pieces;
+  const std::string abc = "abcd";
+  for (int len = 1; len <= 6; ++len) {  // every string over abcd up to 6 long: 5460 pieces
+    for (int code = 0; code < (1 << (2 * len)); ++code) {
+      std::string p;
+      for (int k = 0; k < len; ++k) p += abc[(code >> (2 * k)) & 3];
+      pieces.push_back(p);
+    }
+  }
+  pieces.push_back("|");
+  pieces.push_back("|b");
+  pieces.push_back("|dcb");
+  auto v = vocab_of(pieces);
+  Matcher m(g, v);
+  ASSERT_TRUE(m.accept_bytes("abcd"));
+  auto got = mask_of(m);
+  auto want = brute_force_mask(m);
+  EXPECT_EQ(got, want) << first_difference(got, want, *v);
+  const int32_t n = static_cast<int32_t>(pieces.size());
+  EXPECT_FALSE(bit(got, n - 2));  // "|b" after "abcd": the mirror must start with d
+  EXPECT_TRUE(bit(got, n - 1));   // "|dcb"
+}
+
 // Byte-level BPE pieces (GPT-2's printable stand-ins mapped back to bytes).
 std::vector<std::string> load_byte_level_pieces(const std::string& path, std::vector<int32_t>& special) {
   std::ifstream in(path);
