@@ -31,61 +31,7 @@ using detail::kUnbounded;
 // ordered_json throughout: properties are generated in the order the schema lists them.
 using json = nlohmann::ordered_json;
 
-// ---------------------------------------------------------------- GBNF utilities
-
-std::string gbnf_quote(std::string_view bytes) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out = "\"";
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    const auto c = static_cast<unsigned char>(bytes[i]);
-    switch (c) {
-      case '"': out += "\\\""; continue;
-      case '\\': out += "\\\\"; continue;
-      case '\n': out += "\\n"; continue;
-      case '\r': out += "\\r"; continue;
-      case '\t': out += "\\t"; continue;
-      default: break;
-    }
-    if (c < 0x20 || c == 0x7F) {
-      out += std::string("\\x") + kHex[c >> 4] + kHex[c & 15];
-      continue;
-    }
-    if (c < 0x80) {
-      out += static_cast<char>(c);
-      continue;
-    }
-    // A well-formed UTF-8 sequence is copied as is (a reader decoding the grammar as
-    // UTF-8 and one reading bytes agree on it); a stray byte becomes \xNN.
-    const int len = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    bool ok = len > 0 && i + len <= bytes.size();
-    for (int k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(bytes[i + k]) & 0xC0) == 0x80;
-    if (ok) {
-      out.append(bytes.substr(i, len));
-      i += len - 1;
-    } else {
-      out += std::string("\\x") + kHex[c >> 4] + kHex[c & 15];
-    }
-  }
-  return out + "\"";
-}
-
 namespace {
-
-std::string sanitize(std::string_view hint) {
-  std::string out;
-  for (char c : hint) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-    if (ok) {
-      out += c;
-    } else if (!out.empty() && out.back() != '-') {
-      out += '-';
-    }
-  }
-  while (!out.empty() && out.back() == '-') out.pop_back();
-  if (out.size() > 48) out.resize(48);  // names stay readable; uniqueness comes from suffixes
-  while (!out.empty() && out.back() == '-') out.pop_back();
-  return out.empty() ? "r" : out;
-}
 
 std::string pointer_escape(std::string_view s) {
   std::string out;
@@ -109,107 +55,6 @@ std::string where(const std::string& path) { return path.empty() ? "/" : path; }
 }
 
 }  // namespace
-
-std::string GbnfBuilder::Impl::unique_name(std::string_view hint) {
-  const std::string base = sanitize(hint);
-  std::string name = base;
-  // Suffixes continue from the last one handed out for this base, so 2000 "item" rules
-  // cost 2000 probes, not 2000^2 / 2.
-  int& next = next_suffix[base];
-  while (name == "root" || rule_idx.count(name)) name = base + "-" + std::to_string(++next);
-  return name;
-}
-
-std::string GbnfBuilder::Impl::reserve(std::string_view hint) {
-  std::string name = unique_name(hint);
-  rule_idx[name] = rules.size();
-  rules.emplace_back(name, "");
-  return name;
-}
-
-void GbnfBuilder::Impl::set_body(const std::string& name, const std::string& body) {
-  total_bytes += name.size() + body.size() + 6;
-  if (total_bytes > kMaxTotalBytes)
-    throw UnsupportedSchema("schema too large: the grammar would exceed 4 MiB", "", "");
-  rules[rule_idx.at(name)].second = body;
-}
-
-std::string GbnfBuilder::Impl::define(std::string_view hint, const std::string& body) {
-  if (auto it = rule_by_body.find(body); it != rule_by_body.end()) return it->second;
-  std::string name = reserve(hint);
-  set_body(name, body);
-  rule_by_body[body] = name;
-  return name;
-}
-
-std::string GbnfBuilder::Impl::ws() {
-  auto it = common.find("ws");
-  if (it != common.end()) return it->second;
-  // One blank, or one newline and up to 32 blanks of indentation (16 levels of
-  // 2-space pretty printing): enough for every formatting a model uses, and no run of
-  // whitespace can go on. Rejected: [ \t\n]* (a model can loop in it forever).
-  return common["ws"] = define("ws", "([ \\t] | \"\\n\" [ \\t]{0,32})?");
-}
-
-std::string GbnfBuilder::Impl::json_char() {
-  auto it = common.find("char");
-  if (it != common.end()) return it->second;
-  // \u escapes of surrogates only as a high-low pair, so every char is one code point
-  // of the decoded string (minLength / maxLength count these).
-  const std::string hex = define("hex", "[0-9a-fA-F]");
-  const std::string non_surrogate = "([0-9a-cA-Ce-fE-F] " + hex + "{3} | [dD] [0-7] " + hex + "{2})";
-  const std::string pair = "[dD] [89abAB] " + hex + "{2} \"\\\\u\" [dD] [c-fC-F] " + hex + "{2}";
-  return common["char"] = define(
-             "char", "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" (" + non_surrogate + " | " + pair + "))");
-}
-
-std::string GbnfBuilder::Impl::json_string() {
-  auto it = common.find("string");
-  if (it != common.end()) return it->second;
-  return common["string"] = define("string", "\"\\\"\" " + json_char() + "* \"\\\"\"");
-}
-
-std::string GbnfBuilder::Impl::json_integer() {
-  auto it = common.find("integer");
-  if (it != common.end()) return it->second;
-  // 16 digits at most: every double-exact integer (2^53 ~ 9.007e15), and bounded.
-  return common["integer"] = define("integer", "\"-\"? (\"0\" | [1-9] [0-9]{0,15})");
-}
-
-std::string GbnfBuilder::Impl::json_number() {
-  auto it = common.find("number");
-  if (it != common.end()) return it->second;
-  return common["number"] =
-             define("number", json_integer() + " (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?");
-}
-
-std::string GbnfBuilder::Impl::json_value() {
-  auto it = common.find("value");
-  if (it != common.end()) return it->second;
-  const std::string value = reserve("value");
-  common["value"] = value;
-  const std::string w = ws();
-  const std::string object = define("object", "\"{\" " + w + " (" + json_string() + " " + w + " \":\" " + w + " " +
-                                                   value + " " + w + " (\",\" " + w + " " + json_string() + " " + w +
-                                                   " \":\" " + w + " " + value + " " + w + ")*)? \"}\"");
-  const std::string array =
-      define("array", "\"[\" " + w + " (" + value + " " + w + " (\",\" " + w + " " + value + " " + w + ")*)? \"]\"");
-  common["object"] = object;
-  common["array"] = array;
-  set_body(value, object + " | " + array + " | " + json_string() + " | " + json_number() +
-                      " | \"true\" | \"false\" | \"null\"");
-  return value;
-}
-
-std::string GbnfBuilder::Impl::json_object() {
-  json_value();
-  return common["object"];
-}
-
-std::string GbnfBuilder::Impl::json_array() {
-  json_value();
-  return common["array"];
-}
 
 // ---------------------------------------------------------------- schema compiler
 
@@ -541,56 +386,15 @@ class SchemaCompiler {
         const std::string t = json_type_of(v);
         if (!types.count(t) && !(t == "integer" && types.count("number"))) continue;
       }
-      const std::vector<uint32_t> cps = decode_utf8(dump_json(v));
+      const std::vector<uint32_t> cps = detail::decode_utf8(dump_json(v));
       texts.emplace_back(cps.begin(), cps.end());
     }
     if (texts.empty()) throw NeverMatches{path, "no value of enum/const fits"};
     std::sort(texts.begin(), texts.end());
     texts.erase(std::unique(texts.begin(), texts.end()), texts.end());
-    const std::string expr = literal_trie(texts, 0, texts.size(), 0, 0);
+    const std::string expr = detail::literal_trie(b_, name("enum"), texts, 0, texts.size(), 0, 0);
     if (b_.rule_idx.count(expr) || expr.find(' ') == std::string::npos) return expr;
     return b_.define(name("enum"), expr);
-  }
-
-  static std::string literal_of(const std::u32string& text, size_t from, size_t to) {
-    std::string bytes;
-    for (size_t i = from; i < to; ++i) bytes += detail::utf8_encode(text[i]);
-    return gbnf_quote(bytes);
-  }
-
-  // The sorted, distinct texts[lo, hi) that share their first `depth` code points, from
-  // there on, as a prefix tree: at any point of the input only one branch is live, so a
-  // 20000-value enum costs the matcher one parse stack, not 20000 (its limit is 4096).
-  // Branching levels past 200 (hostile: "a", "aa", "aaa", ...) fall back to plain
-  // alternatives, which bounds the recursion.
-  std::string literal_trie(const std::vector<std::u32string>& texts, size_t lo, size_t hi, size_t depth, int level) {
-    const std::u32string& first = texts[lo];
-    const std::u32string& last = texts[hi - 1];
-    size_t common = depth;
-    while (common < first.size() && common < last.size() && first[common] == last[common]) ++common;
-    std::string prefix = common > depth ? literal_of(first, depth, common) : "";
-    if (hi - lo == 1) return prefix.empty() ? "\"\"" : prefix;
-    std::vector<std::string> alts;
-    bool has_empty = false;
-    size_t i = lo;
-    if (first.size() == common) {  // sorted first: the text that ends here
-      has_empty = true;
-      ++i;
-    }
-    while (i < hi) {
-      size_t j = i + 1;
-      while (j < hi && texts[j][common] == texts[i][common]) ++j;
-      if (level >= 200) {
-        for (size_t k = i; k < j; ++k) alts.push_back(literal_of(texts[k], common, texts[k].size()));
-      } else {
-        alts.push_back(literal_trie(texts, i, j, common, level + 1));
-      }
-      i = j;
-    }
-    std::string body;
-    for (size_t k = 0; k < alts.size(); ++k) body += (k ? " | " : "") + alts[k];
-    std::string rest = alts.size() == 1 && !has_empty ? body : b_.define(name("enum"), body) + (has_empty ? "?" : "");
-    return prefix.empty() ? rest : prefix + " " + rest;
   }
 
   // ---- types
@@ -658,61 +462,6 @@ class SchemaCompiler {
 
   // ---- strings
 
-  std::string date_rule() {
-    const std::string mult4 = "(\"0\" [48] | [2468] [048] | [13579] [26])";
-    // Year 0001-9999 (Python's date has no year 0), day valid for its month, and
-    // February 29 only in leap years (divisible by 4; centuries by 400).
-    return b_.define(
-        "date",
-        "([1-9] [0-9]{3} | \"0\" ([1-9] [0-9]{2} | \"0\" ([1-9] [0-9] | \"0\" [1-9]))) \"-\" ("
-        "(\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) | "
-        "(\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | "
-        "\"02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8])) | "
-        "([0-9] [0-9] " + mult4 + " | " + mult4 + " \"00\") \"-02-29\"");
-  }
-
-  std::string time_rule() {
-    // RFC 3339 full-time; seconds 00-59 (a leap second :60 is valid RFC 3339 but not
-    // for Python's datetime), fraction up to 9 digits (nanoseconds).
-    return b_.define("time",
-                     "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,9})? "
-                     "(\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])");
-  }
-
-  // The rule for a string format's content; [min_len, max_len] receives its length range.
-  std::string format_rule(const std::string& format, const std::string& path, int64_t& min_len, int64_t& max_len) {
-    if (format == "date") {
-      min_len = max_len = 10;
-      return date_rule();
-    }
-    if (format == "time") {
-      min_len = 9;
-      max_len = 24;
-      return time_rule();
-    }
-    if (format == "date-time") {
-      min_len = 20;
-      max_len = 35;
-      return b_.define("date-time", date_rule() + " \"T\" " + time_rule());
-    }
-    if (format == "uuid") {
-      min_len = max_len = 36;
-      const std::string hex = "[0-9a-fA-F]";
-      return b_.define("uuid", hex + "{8} \"-\" " + hex + "{4} \"-\" " + hex + "{4} \"-\" " + hex + "{4} \"-\" " +
-                                   hex + "{12}");
-    }
-    if (format == "email") {
-      // local@domain with a dotted domain; local part and labels from the unquoted
-      // ASCII set, bounded as RFC 5321 bounds them (64 / 63 per label, 8 labels here).
-      min_len = 5;
-      max_len = 64 + 1 + 8 * 64;
-      const std::string label = "[A-Za-z0-9] [A-Za-z0-9-]{0,62}";
-      return b_.define("email", "[A-Za-z0-9._%+-]{1,64} \"@\" " + label + " (\".\" " + label + "){1,8}");
-    }
-    unsupported("format", path + "/format",
-                "string format '" + format + "' is not supported (date, time, date-time, uuid, email are)");
-  }
-
   std::string visit_string(const json& s, const std::string& path) {
     const int64_t min_len = count_keyword(s, "minLength", path, 0);
     const int64_t max_len = count_keyword(s, "maxLength", path, kUnbounded);
@@ -735,7 +484,7 @@ class SchemaCompiler {
         lo = r.min_len;
         hi = r.max_len;
       } else {
-        body = format_rule(s["format"].get<std::string>(), path, lo, hi);
+        body = detail::format_rule(b_, s["format"].get<std::string>(), path, lo, hi);
       }
       const std::string what = has_pattern ? "pattern" : "format";
       if (lo < min_len)
@@ -828,84 +577,6 @@ class SchemaCompiler {
 
   // ---- objects
 
-  // A JSON string key (with quotes) whose decoded text is none of `names`: at each trie
-  // node, either close (when the prefix is not a name), or leave the trie with any other
-  // character (then anything), or follow a child. \u escapes are not generated for
-  // these keys, so the characters written are the characters decoded.
-  std::string key_not_in(const std::vector<std::string>& names) {
-    if (names.empty()) return b_.json_string();
-    struct TrieNode {
-      std::map<uint32_t, int> kids;
-      bool terminal = false;
-    };
-    std::vector<TrieNode> trie(1);
-    for (const std::string& n : names) {
-      int cur = 0;
-      for (uint32_t cp : decode_utf8(n)) {
-        auto it = trie[cur].kids.find(cp);
-        if (it == trie[cur].kids.end()) {
-          trie.push_back({});
-          it = trie[cur].kids.emplace(cp, static_cast<int>(trie.size() - 1)).first;
-        }
-        cur = it->second;
-      }
-      trie[cur].terminal = true;
-    }
-    // Any character except '"' (written raw or with a short escape, no \u).
-    const std::string rest = b_.define("key-rest", "(" + short_char_set({}) + ")* \"\\\"\"");
-    std::vector<std::string> node_rules(trie.size());
-    for (size_t i = trie.size(); i-- > 0;) {
-      std::vector<std::string> alts;
-      if (!trie[i].terminal) alts.push_back("\"\\\"\"");
-      detail::CodepointRanges children;
-      for (const auto& [cp, child] : trie[i].kids) {
-        children.emplace_back(cp, cp);
-        alts.push_back(gbnf_quote(json_escape_cp(cp)) + " " + node_rules[child]);
-      }
-      const std::string other = short_char_set(children);
-      if (!other.empty()) alts.push_back("(" + other + ") " + rest);
-      std::string body;
-      for (size_t k = 0; k < alts.size(); ++k) body += (k ? " | " : "") + alts[k];
-      node_rules[i] = b_.define(name("key"), body);
-    }
-    return b_.define(name("other-key"), "\"\\\"\" " + node_rules[0]);
-  }
-
-  // One JSON-string character (raw or short escape) whose decoded value is not in
-  // `excluded`; "" when nothing is left.
-  std::string short_char_set(const detail::CodepointRanges& excluded) {
-    detail::CodepointRanges allowed = detail::complement(excluded);
-    detail::CodepointRanges filtered;
-    // Control characters without a short escape are left out (they would need \u).
-    const detail::CodepointRanges short_ok = detail::normalize(
-        {{'\b', '\b'}, {'\t', '\n'}, {'\f', '\r'}, {0x20, 0xD7FF}, {0xE000, 0x10FFFF}});
-    for (const auto& [a, b2] : allowed)
-      for (const auto& [x, y] : short_ok) {
-        const uint32_t lo = std::max(a, x), hi = std::min(b2, y);
-        if (lo <= hi) filtered.emplace_back(lo, hi);
-      }
-    if (filtered.empty()) return "";
-    return detail::json_string_char_set(b_, filtered);
-  }
-
-  static std::string json_escape_cp(uint32_t cp) {
-    const std::string quoted = dump_json(json(detail::utf8_encode(cp)));
-    return quoted.substr(1, quoted.size() - 2);
-  }
-
-  static std::vector<uint32_t> decode_utf8(const std::string& s) {
-    std::vector<uint32_t> out;
-    for (size_t i = 0; i < s.size();) {
-      const auto c = static_cast<unsigned char>(s[i]);
-      const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
-      uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-      for (int k = 1; k < len && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-      out.push_back(cp);
-      i += len;
-    }
-    return out;
-  }
-
   std::string visit_object(const json& s, const std::string& path, int depth) {
     const std::string w = b_.ws();
     struct Prop {
@@ -961,7 +632,7 @@ class SchemaCompiler {
       props.push_back({key, kv_of(key, extra_value), true});
     }
     std::string extra_kv;
-    if (!extra_value.empty()) extra_kv = key_not_in(names) + " " + w + " \":\" " + w + " " + extra_value + " " + w;
+    if (!extra_value.empty()) extra_kv = detail::key_not_in(b_, prefix_, names) + " " + w + " \":\" " + w + " " + extra_value + " " + w;
     consumed_ = saved_consumed;
 
     // A_i: what may follow once something is written, from property i on; B_i: the
@@ -1084,95 +755,10 @@ class SchemaCompiler {
 
 }  // namespace
 
-// ---------------------------------------------------------------- public API
-
-GbnfBuilder::GbnfBuilder() : impl_(std::make_shared<Impl>()) {}
-
-std::string GbnfBuilder::add_json_schema(const nlohmann::json& schema, std::string_view name_hint) {
-  return add_json_schema(json(schema), name_hint);
-}
-
-std::string GbnfBuilder::add_json_schema(const nlohmann::ordered_json& schema, std::string_view name_hint) {
-  if (!schema.is_object() && !schema.is_boolean())
-    throw std::invalid_argument(std::string("a JSON Schema must be an object or a boolean, not ") + schema.type_name());
-  SchemaCompiler compiler(*impl_, schema, name_hint.empty() ? "" : sanitize(name_hint));
-  std::string expr = compiler.compile();
-  // A rule of its own unless the expression is already a bare rule name.
-  if (!impl_->rule_idx.count(expr)) return impl_->define(name_hint.empty() ? "schema" : name_hint, expr);
-  return expr;
-}
-
-std::string GbnfBuilder::add_any_json_value() { return impl_->json_value(); }
-std::string GbnfBuilder::add_any_json_object() { return impl_->json_object(); }
-
-std::string GbnfBuilder::add_json_string_literal(std::string_view s) {
-  return impl_->define("lit", gbnf_quote(json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace)));
-}
-
-std::string GbnfBuilder::add_regex(std::string_view pattern, std::string_view name_hint) {
-  detail::RegexResult r =
-      detail::regex_expr(*impl_, pattern, detail::RegexMode::kWholeText, name_hint.empty() ? "regex" : name_hint, "");
-  if (!impl_->rule_idx.count(r.expr)) return impl_->define(name_hint.empty() ? "regex" : name_hint, r.expr);
-  return r.expr;
-}
-
-std::string GbnfBuilder::add_rule(std::string_view name, std::string_view body) {
-  const std::string n(name);
-  if (n.empty() || n.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") !=
-                       std::string::npos)
-    throw std::invalid_argument("GBNF rule name '" + n + "' must be [a-zA-Z0-9-]+");
-  if (auto it = impl_->rule_idx.find(n); it != impl_->rule_idx.end()) {
-    if (impl_->rules[it->second].second == body) return n;
-    throw std::invalid_argument("GBNF rule '" + n + "' is already defined with another body");
-  }
-  impl_->rule_idx[n] = impl_->rules.size();
-  impl_->rules.emplace_back(n, "");
-  impl_->set_body(n, std::string(body));
-  return n;
-}
-
-std::string GbnfBuilder::ws() { return impl_->ws(); }
-
-std::string GbnfBuilder::gbnf(std::string_view root_rule) const {
-  // A caller may name its own top rule "root" (add_rule) and pass it here.
-  const bool has_root = impl_->rule_idx.count("root") > 0;
-  if (has_root && root_rule != "root")
-    throw std::invalid_argument("GBNF: a rule named 'root' exists but the root asked for is '" +
-                                std::string(root_rule) + "'");
-  std::string out = has_root ? "" : "root ::= " + std::string(root_rule) + "\n";
-  for (const auto& [name, body] : impl_->rules) out += name + " ::= " + body + "\n";
-  return out;
-}
-
-std::string json_schema_to_gbnf(const nlohmann::json& schema) { return json_schema_to_gbnf(json(schema)); }
-
-std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
-  GbnfBuilder b;
-  const std::string root = b.add_json_schema(schema);
-  return b.gbnf(root);
-}
-
-std::string json_object_gbnf() {
-  GbnfBuilder b;
-  return b.gbnf(b.add_any_json_object());
-}
-
-std::string regex_to_gbnf(std::string_view pattern) {
-  GbnfBuilder b;
-  return b.gbnf(b.add_regex(pattern));
-}
-
-std::string choice_to_gbnf(const std::vector<std::string>& choices) {
-  if (choices.empty()) throw std::invalid_argument("choice: the list of choices is empty");
-  std::string body;
-  std::set<std::string> seen;
-  for (const std::string& c : choices) {
-    if (c.empty()) throw std::invalid_argument("choice: a choice is the empty string");
-    if (!seen.insert(c).second) continue;
-    body += (body.empty() ? "" : " | ") + gbnf_quote(c);
-  }
-  GbnfBuilder b;
-  return b.gbnf(b.add_rule("choice", body));
+std::string detail::compile_json_schema(GbnfBuilder::Impl& b, const nlohmann::ordered_json& schema,
+                                        const std::string& prefix) {
+  SchemaCompiler compiler(b, schema, prefix);
+  return compiler.compile();
 }
 
 }  // namespace pagoda::grammar

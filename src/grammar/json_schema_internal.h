@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "grammar/json_schema.h"
 
 namespace pagoda::grammar {
@@ -100,6 +102,28 @@ struct NumberBound {
 std::string number_range(std::optional<NumberBound> lo, std::optional<NumberBound> hi);
 
 std::string utf8_encode(uint32_t cp);
+// Code points of UTF-8 text (no validation: callers pass text nlohmann produced).
+std::vector<uint32_t> decode_utf8(std::string_view s);
+
+// [a-zA-Z0-9-]+ from any hint ("r" when nothing is left).
+std::string sanitize_rule_name(std::string_view hint);
+
+// The expression (usually a rule name) for `schema`; rule names start with prefix.
+std::string compile_json_schema(GbnfBuilder::Impl& b, const nlohmann::ordered_json& schema,
+                                const std::string& prefix);
+
+// json_schema_strings.cpp.
+// The content rule of a string format (date, time, date-time, uuid, email); the
+// length range of the content (code points) goes to min_len / max_len. Throws
+// UnsupportedSchema naming "format" for others.
+std::string format_rule(GbnfBuilder::Impl& b, const std::string& format, const std::string& path,
+                        int64_t& min_len, int64_t& max_len);
+// The sorted, distinct texts[lo, hi) sharing their first `depth` code points, as GBNF.
+std::string literal_trie(GbnfBuilder::Impl& b, const std::string& rule_hint,
+                         const std::vector<std::u32string>& texts, size_t lo, size_t hi, size_t depth,
+                         int level);
+// A JSON string (quotes included) whose decoded text is none of `names`.
+std::string key_not_in(GbnfBuilder::Impl& b, const std::string& prefix, const std::vector<std::string>& names);
 
 }  // namespace detail
 }  // namespace pagoda::grammar
