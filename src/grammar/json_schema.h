@@ -1,28 +1,57 @@
 // JSON Schema, regular expressions and choices -> GBNF for the grammar engine.
 //
 // Contract:
-// - The supported subset (README "Structured outputs" lists it): type (string,
-//   number, integer, boolean, null, object, array, and a list of types), properties /
-//   required (properties in the schema's order; optional ones may be left out),
-//   additionalProperties (false, true/absent = any extra keys with any JSON, or a
-//   schema), enum, const, anyOf / oneOf (oneOf is generated as anyOf: exclusivity is
-//   not enforced), allOf of one schema, items / prefixItems, minItems / maxItems,
-//   minLength / maxLength, pattern (regex subset below), format for date, time,
-//   date-time, uuid, email-like strings, minimum / maximum / exclusiveMinimum /
-//   exclusiveMaximum for integers (exact) and numbers (sign / integer-part bounds
-//   where exact is not feasible; see json_schema.cpp), $ref to "#/$defs/..." and
-//   "#/definitions/..." (recursive refs allowed), and the annotation keywords that do
-//   not constrain (title, description, default, examples, $schema, $id, $comment,
-//   deprecated, readOnly, writeOnly).
-// - Any other keyword that constrains throws UnsupportedSchema naming it (the server
-//   answers 400): output is never silently unconstrained.
-// - Whitespace between JSON tokens is bounded (no run of whitespace can go on
-//   forever) so a model cannot loop in blanks.
-// - Regex subset (pattern, guided_regex): literals and escapes, ., character classes
-//   with ranges and negation, \d \w \s \D \W \S, groups (capturing, (?:...)),
-//   alternation, * + ? {m} {m,} {m,n}, and ^ / $ only at the ends. Anything else
-//   (backreferences, lookaround, lazy quantifiers' semantics aside) throws
-//   UnsupportedSchema.
+// - Supported subset (README "Structured outputs" lists it):
+//   * type: string, number, integer, boolean, null, object, array, or a list of them.
+//     Without "type", the types whose keywords appear are generated (properties ->
+//     object, items -> array, ...); with none, any JSON value.
+//   * properties / required: properties in the schema's order (use the ordered_json
+//     overloads: nlohmann::json sorts keys), optional ones may be left out (O(n) rules).
+//     Required names not under properties take the additionalProperties schema.
+//   * additionalProperties: false; true or absent = extra keys (any name but the
+//     declared ones) with any JSON value, after the declared properties; a schema.
+//   * enum / const (any JSON values, written compactly; filtered by "type"; combined
+//     with any other constraining keyword -> UnsupportedSchema). Large enums are
+//     prefix-shared, so a 20000-value enum is one parse stack.
+//   * anyOf / oneOf (oneOf generated as anyOf: exclusivity not enforced); sibling
+//     keywords are merged into each branch when they do not interact; allOf of one
+//     schema (more -> UnsupportedSchema "allOf").
+//   * items (schema or, drafts 4-7, array + additionalItems), prefixItems,
+//     minItems / maxItems.
+//   * minLength / maxLength (code points of the decoded string; up to 1,000,000).
+//   * pattern (regex subset below; searched, i.e. unanchored ends take any text).
+//     With minLength/maxLength only when the pattern's own length range fits them.
+//   * format: date, time, date-time (RFC 3339, seconds 00-59, calendar-exact dates with
+//     leap years), uuid, email (local@dotted.domain, ASCII); others -> UnsupportedSchema
+//     "format".
+//   * minimum / maximum / exclusiveMinimum / exclusiveMaximum (draft 4 boolean forms
+//     too): integers exact; numbers exact for integer-valued bounds (then no exponent
+//     is generated); a non-integer bound on a number -> UnsupportedSchema.
+//   * $ref to "#", "#/$defs/...", "#/definitions/..." (any JSON pointer into the
+//     document), recursive refs allowed (rules); a ref cycle that consumes no input
+//     (left recursion) -> UnsupportedSchema "$ref".
+//   * annotations are ignored: title, description, default, examples, $schema, $id,
+//     $comment, deprecated, readOnly, writeOnly (and $defs / definitions themselves).
+// - Any other keyword that constrains (not, if/then/else, patternProperties,
+//   dependentRequired/Schemas, dependencies, uniqueItems, contains, min/maxContains,
+//   multipleOf, min/maxProperties, propertyNames, unevaluated*, $dynamicRef...) throws
+//   UnsupportedSchema naming it (keyword, and path = JSON pointer to it): output is
+//   never silently unconstrained. Keywords of no JSON Schema vocabulary are ignored, as
+//   the spec says. A schema no value satisfies (false, minimum > maximum, ...) throws
+//   UnsupportedSchema; a malformed one (not an object/bool, bad "type", "required" not
+//   a list, ...) std::invalid_argument. Nesting is limited to 64 levels; refs are a
+//   work list, not recursion.
+// - Generated text: numbers have at most 16 integer digits, 16 fraction digits and 3
+//   exponent digits; strings never use \u escapes for surrogates except as a valid
+//   pair; whitespace between tokens is one blank or one newline plus up to 32 blanks,
+//   so no run of whitespace can go on forever.
+// - Regex subset (pattern, guided_regex), Python `re` semantics: literals and escapes
+//   (\n \t \r \f \v \0 \xHH \uHHHH, escaped punctuation), ., classes with ranges and
+//   negation, \d \w \s \D \W \S (ASCII sets; negated ones ASCII-only, see
+//   regex_to_gbnf.cpp), groups ((...), (?:...), (?P<name>...)), alternation,
+//   * + ? {m} {m,} {,n} {m,n} (lazy forms accepted: same language), ^ / $ only at the
+//   ends of top-level alternatives. Anything else (backreferences, lookaround, \b,
+//   flags, possessive quantifiers) throws UnsupportedSchema "pattern".
 #pragma once
 
 #include <memory>
