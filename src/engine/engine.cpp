@@ -24,7 +24,11 @@ const char* finish_reason_name(FinishReason r) {
 struct Engine::Seq {
   Seq(uint64_t id_, Request r, std::shared_ptr<RequestSink> s, int32_t n_vocab, const Tokenizer* tok)
       : id(id_), req(std::move(r)), sink(std::move(s)), sampler(req.sampling, n_vocab), stops(req.stop) {
-    if (tok) decoder.emplace(*tok);
+    if (tok) {
+      StreamDecoderOptions o;
+      o.render_special = req.render_special;
+      decoder.emplace(*tok, o);
+    }
     tokens = req.prompt;
     n_prompt = static_cast<int64_t>(tokens.size());
   }
@@ -35,6 +39,7 @@ struct Engine::Seq {
   Sampler sampler;          // kept across preemptions: RNG draws continue where they stopped
   StopStringMatcher stops;  // likewise: nothing streamed is re-sent
   std::optional<StreamDecoder> decoder;
+  std::optional<grammar::Matcher> matcher;  // Request::grammar, made on the engine thread
   CacheKey key;
   std::vector<int32_t> tokens;  // prompt + generated: what the KV must hold (last one pending)
   int64_t n_prompt = 0;
@@ -154,6 +159,7 @@ std::optional<std::string> Engine::validate(const Request& r) const {
   if (r.min_tokens < 0) return "min_tokens must be >= 0";
   if (r.top_logprobs < 0 || r.top_logprobs > 20) return "top_logprobs must be in [0, 20]";
   if (!tokenizer_ && !r.stop.empty()) return "stop strings need a tokenizer";
+  if (!tokenizer_ && r.grammar) return "a grammar needs a tokenizer";
   // +1: the first generated token needs a slot too.
   if (auto msg = pool_.never_fits(static_cast<int64_t>(r.prompt.size()) + 1)) return *msg;
   return std::nullopt;
@@ -257,6 +263,7 @@ void Engine::drain_inbox() {
   }
   for (auto& s : fresh) {
     s->key = cache_.key(s->req.cache_key, s->req.use_cache && config_.cache.enabled);
+    if (s->req.grammar) s->matcher.emplace(s->req.grammar, grammar_vocab());
     waiting_.push_back(s.get());
     owned_.push_back(std::move(s));
   }
@@ -424,13 +431,42 @@ void Engine::step() {
   }
 }
 
+const std::shared_ptr<const grammar::TokenVocabulary>& Engine::grammar_vocab() {
+  if (grammar_vocab_) return grammar_vocab_;
+  // Each token's bytes as the StreamDecoder emits them mid-text (SPM '▁' as a space),
+  // so the grammar sees exactly the text the client gets. Control tokens and tokens
+  // that produce no bytes are never allowed (an empty token would let a constrained
+  // sequence run without progress); EOS/EOT are handled by the Matcher itself.
+  std::vector<std::string> pieces(static_cast<size_t>(n_vocab_));
+  std::vector<bool> disallowed(static_cast<size_t>(n_vocab_), true);
+  for (int32_t id = 0; id < n_text_vocab_; ++id) {
+    if (tokenizer_->is_special(id)) continue;
+    pieces[static_cast<size_t>(id)] = tokenizer_->token_to_piece(id, /*render_special=*/false);
+    disallowed[static_cast<size_t>(id)] = pieces[static_cast<size_t>(id)].empty();
+  }
+  for (int32_t id : eog_ids_) disallowed[static_cast<size_t>(id)] = false;
+  grammar_vocab_ = std::make_shared<const grammar::TokenVocabulary>(std::move(pieces), eog_ids_, std::move(disallowed));
+  return grammar_vocab_;
+}
+
 void Engine::sample_and_stream(Seq* s, std::span<float> logits) {
-  if (!s->req.ignore_eos && s->generated() < s->req.min_tokens)
+  // Under a grammar, EOS/EOT are the Matcher's to allow (only where the text is
+  // complete), so min_tokens cannot ban them where nothing else is allowed.
+  const bool ban_eog = !s->req.ignore_eos && s->generated() < s->req.min_tokens &&
+                       !(s->matcher && s->matcher->is_accepting());
+  if (ban_eog)
     for (int32_t id : eog_ids_) logits[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
   // Rows past the tokenizer's vocabulary are padding (HF vocab_size rounded up): no text.
   if (n_text_vocab_ < n_vocab_)
     std::fill(logits.begin() + n_text_vocab_, logits.end(), -std::numeric_limits<float>::infinity());
+  if (s->matcher) s->matcher->mask_logits(logits);
   const int32_t tok = s->sampler.sample(logits);
+  // Every logit -inf (logit_bias banned all the grammar allows): the sampler returns
+  // the lowest id, which the grammar may refuse; the request ends rather than emit it.
+  if (s->matcher && !s->matcher->accept_token(tok)) {
+    finish(s, FinishReason::Stop);
+    return;
+  }
   s->sampler.accept(tok);
   s->tokens.push_back(tok);
   s->result.tokens.push_back(tok);
@@ -444,7 +480,8 @@ void Engine::sample_and_stream(Seq* s, std::span<float> logits) {
   }
   s->last_token = now;
 
-  const bool eog = !s->req.ignore_eos && std::binary_search(eog_ids_.begin(), eog_ids_.end(), tok);
+  // Under a grammar an EOS/EOT the Matcher accepted ends the text, ignore_eos or not.
+  const bool eog = (!s->req.ignore_eos || s->matcher) && std::binary_search(eog_ids_.begin(), eog_ids_.end(), tok);
   TokenEvent ev;
   ev.request_id = s->id;
   ev.token_id = tok;
@@ -461,7 +498,7 @@ void Engine::sample_and_stream(Seq* s, std::span<float> logits) {
   s->result.text += ev.text;
   s->sink->on_token(ev);
 
-  if (eog || stopped) {
+  if (eog || stopped || (s->matcher && s->matcher->is_terminated())) {
     finish(s, FinishReason::Stop, s->result.stop_matched);
   } else if ((s->req.max_tokens > 0 && s->generated() >= s->req.max_tokens) ||
              static_cast<int64_t>(s->tokens.size()) >= config_.ctx_size) {

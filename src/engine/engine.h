@@ -54,6 +54,9 @@
 // Prefix cache: a sequence's full prompt blocks are indexed when its prefill completes
 // (so concurrent requests with the same prefix share them); everything it computed is
 // indexed when it finishes, is preempted or is cancelled, then its table is released.
+// Grammars (Request::grammar): the mask is applied before the sampler's chain, so
+// penalties, top-k/p and temperature act on the allowed tokens only; the Matcher lives
+// with the Seq, like the Sampler, so a preempted request resumes in the same state.
 // Sampling: penalties count generated tokens only (prompt tokens are not accept()ed,
 // as vLLM does); EOS/EOT get logit -inf while generated < min_tokens.
 // Invariants (check_invariants(), engine thread, after every step when configured):
@@ -89,6 +92,7 @@
 #include "cache/prefix_cache_config.h"
 #include "common/thread_pool.h"
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "kv/kv_config.h"
 #include "kv/paged_kv_pool.h"
 #include "kv/paged_kv_store.h"
@@ -124,6 +128,14 @@ struct Request {
   bool use_cache = true;
   int64_t timeout_ms = 0;         // > 0: a deadline this long after submit; past it the
                                   // request ends with Cancelled (checked every step)
+  // Structured outputs / tool calls: every sampled token keeps the text a prefix of a
+  // sentence of this grammar (the others' logits are -inf before sampling); EOS/EOT
+  // only where the text is complete, and the request ends (Stop) once nothing but EOS
+  // could follow. Needs a tokenizer. Control tokens are never produced under a grammar.
+  std::shared_ptr<const grammar::Grammar> grammar;
+  // Stream the text of special tokens (not EOS/EOT) too: tool-call and channel markers
+  // (<|python_tag|>, [TOOL_CALLS], harmony's <|channel|>) are special in their vocabularies.
+  bool render_special = false;
 };
 
 enum class FinishReason { Stop, Length, Cancelled, Error };
@@ -245,6 +257,8 @@ class Engine {
   void preempt(Seq* s);
   void release_kv(Seq* s);
   void sample_and_stream(Seq* s, std::span<float> logits);
+  // The grammar view of the vocabulary, built on first use (engine thread).
+  const std::shared_ptr<const grammar::TokenVocabulary>& grammar_vocab();
   void finish(Seq* s, FinishReason reason, std::string stop_matched = {});
   void fail(Seq* s, const std::string& message);
   void remove_from_running(Seq* s);
@@ -279,6 +293,7 @@ class Engine {
   int32_t next_seq_id_ = 0;
   uint64_t next_admit_ = 0;
   EngineStats counters_;       // counters the snapshot copies
+  std::shared_ptr<const grammar::TokenVocabulary> grammar_vocab_;  // see grammar_vocab()
 
   // ---- guarded by mu_ ----
   mutable std::mutex mu_;
