@@ -133,7 +133,7 @@ class StreamingChatParser {
 
 // GBNF for tool calls in format f. tools: the request's `tools` array (OpenAI shape);
 // only_name: a named tool_choice; parallel: more than one call allowed.
-std::string tool_call_grammar(const ChatFormat& f, const nlohmann::json& tools,
+std::string tool_call_grammar(const ChatFormat& f, const nlohmann::ordered_json& tools,
                               const std::optional<std::string>& only_name, bool parallel);
 
 }  // namespace pagoda::chat

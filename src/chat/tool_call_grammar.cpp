@@ -13,7 +13,7 @@
 namespace pagoda::chat {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // schema property order is the generation order
 using grammar::gbnf_quote;
 using grammar::GbnfBuilder;
 

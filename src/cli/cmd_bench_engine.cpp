@@ -12,7 +12,10 @@
 #include "cli/kv_options.h"
 #include "cli/model_loading.h"
 #include "common/error.h"
+#include "common/text_file.h"
 #include "engine/engine.h"
+#include "grammar/grammar.h"
+#include "grammar/json_schema.h"
 
 namespace pagoda::cli {
 
@@ -54,6 +57,7 @@ Runner add_bench_engine(CLI::App& app) {
     int n_prompt = 64, n_gen = 64, threads = 0;
     int64_t max_batch_tokens = 512;
     bool json = false;
+    std::string json_schema_file;
     KvOptions kv;
   };
   auto o = std::make_shared<Opts>();
@@ -66,6 +70,9 @@ Runner add_bench_engine(CLI::App& app) {
   app.add_option("--max-batch-tokens", o->max_batch_tokens, "Tokens per forward step")->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
   app.add_flag("--json", o->json, "Print one JSON object");
+  app.add_option("--json-schema", o->json_schema_file,
+                 "Also run every stream count with each stream's output constrained to this JSON schema "
+                 "(alternating with unconstrained runs; needs a GGUF with a vocabulary)");
   add_quantize_option(app, o->quantize);
   o->kv.add_to(app);
   return [o] {
@@ -73,13 +80,30 @@ Runner add_bench_engine(CLI::App& app) {
     LoadedModel lm = load_model(o->model, LoadOptions{false, parse_quantize(o->quantize)});
     const ModelConfig& c = lm.model->config();
     const int threads = o->threads > 0 ? o->threads : ThreadPool::default_num_threads();
+    // With a schema both modes run with the tokenizer (streamed text is decoded in
+    // both), so the ratio isolates the grammar's cost: masks and matcher steps.
+    std::unique_ptr<Tokenizer> tokenizer;
+    std::shared_ptr<const grammar::Grammar> schema_grammar;
+    if (!o->json_schema_file.empty()) {
+      if (!lm.file || !lm.file->has("tokenizer.ggml.model"))
+        throw Error("--json-schema needs a GGUF model with a vocabulary (pagoda synth --vocab-from ...)");
+      tokenizer = Tokenizer::from_gguf(*lm.file);
+      const nlohmann::json schema =
+          nlohmann::json::parse(read_text_file(o->json_schema_file), nullptr, false);
+      if (schema.is_discarded()) throw Error("--json-schema " + o->json_schema_file + ": not valid JSON");
+      try {
+        schema_grammar = grammar::Grammar::from_gbnf(grammar::json_schema_to_gbnf(schema));
+      } catch (const std::exception& e) {
+        throw Error("--json-schema " + o->json_schema_file + ": " + e.what());
+      }
+    }
     nlohmann::json rows = nlohmann::json::array();
     if (!o->json)
       std::printf("model: %s\n  %s, %d threads, prompt %d + generate %d tokens per stream, prefix cache off\n"
-                  "  %7s %14s %16s %14s %12s\n",
-                  o->model.c_str(), c.summary().c_str(), threads, o->n_prompt, o->n_gen, "streams",
+                  "  %7s %7s %14s %16s %14s %12s\n",
+                  o->model.c_str(), c.summary().c_str(), threads, o->n_prompt, o->n_gen, "streams", "output",
                   "agg decode t/s", "per-stream t/s", "e2e agg t/s", "mean TTFT ms");
-    for (int n : o->streams) {
+    for (int n : o->streams) for (int constrained = 0; constrained <= (schema_grammar ? 1 : 0); ++constrained) {
       EngineConfig ec;
       ec.kv = kc;
       ec.threads = threads;
@@ -88,7 +112,7 @@ Runner add_bench_engine(CLI::App& app) {
       ec.max_batch_tokens = o->max_batch_tokens;
       ec.ctx_size = std::min<int64_t>(c.ctx_len, o->n_prompt + o->n_gen + 1);
       ec.model_id = o->model;
-      Engine engine(*lm.model, nullptr, ec);
+      Engine engine(*lm.model, tokenizer.get(), ec);
       engine.start();
       auto sink = std::make_shared<CollectSink>();
       const double t0 = now_seconds();
@@ -100,6 +124,7 @@ Runner add_bench_engine(CLI::App& app) {
         req.max_tokens = o->n_gen;
         req.ignore_eos = true;
         req.use_cache = false;
+        if (constrained) req.grammar = schema_grammar;
         SubmitResult sub = engine.submit(std::move(req), sink);
         if (!sub.ok()) throw Error(sub.message);
       }
@@ -118,11 +143,12 @@ Runner add_bench_engine(CLI::App& app) {
       }
       const double aggregate = per_stream * n;
       const double e2e = generated / wall;
-      rows.push_back({{"streams", n}, {"aggregate_decode_tokens_per_s", aggregate},
+      const char* output = constrained ? "schema" : "free";
+      rows.push_back({{"streams", n}, {"output", output}, {"aggregate_decode_tokens_per_s", aggregate},
                       {"per_stream_tokens_per_s", per_stream}, {"e2e_tokens_per_s", e2e},
                       {"mean_ttft_ms", ttft}, {"wall_s", wall}});
       if (!o->json)
-        std::printf("  %7d %14.1f %16.1f %14.1f %12.0f\n", n, aggregate, per_stream, e2e, ttft);
+        std::printf("  %7d %7s %14.1f %16.1f %14.1f %12.0f\n", n, output, aggregate, per_stream, e2e, ttft);
       std::fflush(stdout);
     }
     if (o->json) {

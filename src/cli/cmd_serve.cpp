@@ -74,6 +74,7 @@ Runner add_serve(CLI::App& app) {
     std::string max_body_bytes = "8MiB", quantize;
     double shutdown_timeout = 10, request_timeout = 0;
     bool no_log = false;
+    std::string reasoning_format = "auto";
     KvOptions kv;
     PromptCacheOptions cache;
   };
@@ -100,6 +101,9 @@ Runner add_serve(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(0.0, 1e6));
   app.add_option("--io-threads", o->io_threads, "HTTP I/O threads")->capture_default_str()->check(CLI::Range(1, 64));
   app.add_flag("--no-log-requests", o->no_log, "Do not log one line per request");
+  app.add_option("--reasoning-format", o->reasoning_format,
+                 "auto: a thinking model's reasoning goes to reasoning_content; none: it stays in content")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "none"}));
   add_quantize_option(app, o->quantize);
   o->kv.add_to(app);
   o->cache.add_to(app);
@@ -143,6 +147,7 @@ Runner add_serve(CLI::App& app) {
     ao.model_id = o->alias.empty() ? default_model_id(o->model) : o->alias;
     ao.log_requests = !o->no_log;
     ao.request_timeout_ms = static_cast<int64_t>(o->request_timeout * 1000);
+    ao.extract_reasoning = o->reasoning_format == "auto";
     server::ApiServer api(ao);
     server::HttpServerOptions ho;
     ho.host = o->host;
@@ -186,18 +191,20 @@ Runner add_serve(CLI::App& app) {
     defaults.repetition_penalty = lm.generation.repetition_penalty;
     Engine engine(*lm.model, lm.tokenizer.get(), ec);
     engine.start();
-    api.attach(&engine, lm.tokenizer.get(), tmpl, defaults);
+    api.attach(&engine, lm.tokenizer.get(), tmpl, defaults, lm.model->config().arch_name);
     const EngineStats st = engine.stats();
     std::fprintf(stderr,
                  "pagoda serve: ready: model %s (%s), loaded in %.2f s\n"
                  "  KV budget %llu bytes = %lld tokens (block size %lld, K %s, V %s), ctx %lld, parallel %d, "
                  "threads %d, io threads %d\n"
-                 "  prefix cache %s, chat template: %s, api key %s\n",
+                 "  prefix cache %s, chat template: %s (tool calls: %s, reasoning: %s), api key %s\n",
                  ao.model_id.c_str(), lm.model->config().summary().c_str(), lm.load_seconds,
                  static_cast<unsigned long long>(st.pool.bytes_budget), static_cast<long long>(st.pool.tokens_capacity),
                  static_cast<long long>(st.pool.block_size), kv_type_name(ec.kv.k_type), kv_type_name(ec.kv.v_type),
                  static_cast<long long>(engine.config().ctx_size), ec.parallel, ec.threads, o->io_threads,
-                 ec.cache.enabled ? "on" : "off", template_source.c_str(), api_key.empty() ? "off" : "on");
+                 ec.cache.enabled ? "on" : "off", template_source.c_str(),
+                 chat::tool_call_format_name(api.chat_format().tools),
+                 chat::reasoning_format_name(api.chat_format().reasoning), api_key.empty() ? "off" : "on");
 
     int sig = 0;
     sigwait(&sigs, &sig);

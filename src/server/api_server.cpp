@@ -1,5 +1,6 @@
 #include "server/api_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -44,6 +45,12 @@ std::string make_id(const char* prefix, uint64_t n) {
 
 const char* finish_reason_text(FinishReason r) { return r == FinishReason::Length ? "length" : "stop"; }
 
+// OpenAI: "tool_calls" when the model called a tool (and was not cut off).
+std::string chat_finish_reason(FinishReason r, const chat::ParsedMessage& m) {
+  if (r != FinishReason::Length && !m.tool_calls.empty()) return "tool_calls";
+  return finish_reason_text(r);
+}
+
 // The text a token's logprob entry shows: its piece with special tokens rendered.
 std::string piece_of(const Tokenizer* tok, int32_t id) {
   return tok ? tok->token_to_piece(id, true) : std::to_string(id);
@@ -63,8 +70,13 @@ class CompletionSink final : public RequestSink {
     const Tokenizer* tokenizer = nullptr;
     ServerMetrics* metrics = nullptr;
     bool ignore_eos = false;
+    // Chat output parsed into content / reasoning_content / tool_calls.
+    std::optional<chat::ParseOptions> parse;
+    chat::ChatFormat format;
   };
-  CompletionSink(Params p, std::shared_ptr<HttpExchange> ex) : p_(std::move(p)), ex_(std::move(ex)) {}
+  CompletionSink(Params p, std::shared_ptr<HttpExchange> ex) : p_(std::move(p)), ex_(std::move(ex)) {
+    if (p_.parse && p_.stream) parser_.emplace(p_.format, *p_.parse);
+  }
 
   // Streaming: the handler calls this once submit() has accepted the request, so a
   // refused request still gets a plain HTTP error status. What the engine thread
@@ -99,7 +111,9 @@ class CompletionSink final : public RequestSink {
       lp = p_.kind == ApiKind::Chat ? chat_logprobs_json(one) : completion_logprobs_json(one, text_offset_);
     }
     text_offset_ += ev.text.size();
-    if (p_.kind == ApiKind::Chat) {
+    if (parser_) {
+      emit_deltas(parser_->push(ev.text), std::move(lp));
+    } else if (p_.kind == ApiKind::Chat) {
       emit(sse_event(chat_chunk_content(p_.id, p_.created, p_.model, ev.text, lp, p_.include_usage)));
     } else {
       emit(sse_event(completion_chunk(p_.id, p_.created, p_.model, ev.text, lp, std::nullopt, p_.include_usage)));
@@ -123,8 +137,14 @@ class CompletionSink final : public RequestSink {
         ex_->respond(error_response(503, msg));
       }
     } else if (p_.stream) {
-      const std::string reason = finish_reason_text(r.finish);
-      if (p_.kind == ApiKind::Chat) {
+      std::string reason = finish_reason_text(r.finish);
+      if (parser_) {
+        std::vector<chat::ChatDelta> deltas = parser_->push(r.final_text);
+        for (chat::ChatDelta& d : parser_->finish()) deltas.push_back(std::move(d));
+        emit_deltas(std::move(deltas), nullptr);
+        reason = chat_finish_reason(r.finish, parser_->message());
+        emit(sse_event(chat_chunk_finish(p_.id, p_.created, p_.model, reason, p_.include_usage)));
+      } else if (p_.kind == ApiKind::Chat) {
         if (!r.final_text.empty())
           emit(sse_event(chat_chunk_content(p_.id, p_.created, p_.model, r.final_text, nullptr, p_.include_usage)));
         emit(sse_event(chat_chunk_finish(p_.id, p_.created, p_.model, reason, p_.include_usage)));
@@ -140,9 +160,15 @@ class CompletionSink final : public RequestSink {
       if (p_.logprobs)
         lp = p_.kind == ApiKind::Chat ? chat_logprobs_json(lps_) : completion_logprobs_json(lps_, 0);
       HttpResponse resp;
-      resp.body = p_.kind == ApiKind::Chat
-                      ? chat_response_json(p_.id, p_.created, p_.model, r.text, reason, usage, lp)
-                      : completion_response_json(p_.id, p_.created, p_.model, r.text, reason, usage, lp);
+      if (p_.parse) {
+        const chat::ParsedMessage m = chat::parse_chat_output(p_.format, r.text, *p_.parse);
+        resp.body = chat_message_response_json(p_.id, p_.created, p_.model, m, chat_finish_reason(r.finish, m),
+                                               usage, lp);
+      } else {
+        resp.body = p_.kind == ApiKind::Chat
+                        ? chat_response_json(p_.id, p_.created, p_.model, r.text, reason, usage, lp)
+                        : completion_response_json(p_.id, p_.created, p_.model, r.text, reason, usage, lp);
+      }
       ex_->respond(std::move(resp));
     }
     if (p_.log) {
@@ -191,6 +217,17 @@ class CompletionSink final : public RequestSink {
     }
   }
 
+  // Parsed deltas as chunks; a token's logprobs ride on its first chunk (or on an
+  // empty content chunk when the parser held its text back), so none is lost.
+  void emit_deltas(std::vector<chat::ChatDelta> deltas, json lp) {
+    if (deltas.empty() && !lp.is_null()) deltas.push_back(chat::ChatDelta{});
+    for (chat::ChatDelta& d : deltas) {
+      emit(sse_event(chat_chunk_delta(p_.id, p_.created, p_.model, d, lp, p_.include_usage)));
+      lp = nullptr;
+    }
+  }
+
+  std::optional<chat::StreamingChatParser> parser_;  // streaming chat with parsing
   std::vector<TokenLogprobInfo> lps_;  // non-streaming: every token's logprobs
   std::mutex mu_;                      // started_, pending_, pending_finish_ (handler vs engine thread)
   bool started_ = false;
@@ -291,10 +328,11 @@ void ApiServer::on_http_complete(const HttpRequest& req, int status, double seco
 }
 
 void ApiServer::attach(Engine* engine, const Tokenizer* tokenizer, const ChatTemplate* chat_template,
-                       SamplingDefaults defaults) {
+                       SamplingDefaults defaults, const std::string& architecture) {
   sampling_defaults_ = defaults;
   tokenizer_ = tokenizer;
   chat_template_ = chat_template;
+  if (chat_template) chat_format_ = chat::detect_chat_format(chat_template->source(), architecture);
   engine_.store(engine, std::memory_order_release);
 }
 
@@ -352,6 +390,18 @@ json with_parsed_tool_arguments(const json& messages) {
   return out;
 }
 
+// Templates disagree on the shape of an assistant tool-call turn: most call |tojson or
+// .items() on the arguments (they want the object) and test content for none, but some
+// concatenate the arguments as a string (DeepSeek-R1-Distill-Llama) or content with text
+// (Devstral, Ministral 3). So a template that raises on the object shape is rendered
+// again with the arguments as sent and null content as "", as the request gave them.
+json with_string_tool_turns(const json& messages) {
+  json out = messages;
+  for (json& m : out)
+    if (m.is_object() && m.contains("tool_calls") && m["content"].is_null()) m["content"] = "";
+  return out;
+}
+
 }  // namespace
 
 std::string ApiServer::render_chat(const ordered_json& messages, const ordered_json& tools,
@@ -366,6 +416,15 @@ std::string ApiServer::render_chat(const ordered_json& messages, const ordered_j
   try {
     return chat_template_->apply(in);
   } catch (const Error& err) {
+    const bool has_calls = std::any_of(messages.begin(), messages.end(),
+                                       [](const json& m) { return m.is_object() && m.contains("tool_calls"); });
+    if (has_calls) {
+      in.messages = with_string_tool_turns(messages);
+      try {
+        return chat_template_->apply(in);
+      } catch (const Error&) {
+      }
+    }
     throw ApiError(400, std::string("chat template: ") + err.what(), "messages");
   }
 }
@@ -377,8 +436,26 @@ void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<HttpExchange
     CompletionRequest cr = parse_chat_request(req.body, n_vocab(), sampling_defaults_);
     if (!tokenizer_ || !chat_template_)
       throw ApiError(400, "this model has no tokenizer: use /v1/completions with token ids");
-    const std::string prompt = render_chat(cr.messages, cr.tools, true, cr.chat_template_kwargs);
-    start_generation(req, ex, cr, tokenize_prompt(*tokenizer_, prompt));
+    // reasoning_effort reaches the template as a variable (gpt-oss reads it), unless
+    // chat_template_kwargs sets it itself.
+    ordered_json kwargs = cr.chat_template_kwargs;
+    if (!cr.reasoning_effort.empty() && !(kwargs.is_object() && kwargs.contains("reasoning_effort")))
+      kwargs["reasoning_effort"] = cr.reasoning_effort;
+    const std::string prompt = render_chat(cr.messages, cr.tools, true, kwargs);
+    // Output parsing: tool calls when tools may be called, reasoning when the format
+    // has it and --reasoning-format is auto; otherwise the text goes out untouched.
+    std::optional<chat::ParseOptions> parse;
+    const bool calls = cr.tool_choice != ToolChoice::None;
+    const bool reasoning = options_.extract_reasoning && chat_format_.reasoning != chat::ReasoningFormat::None;
+    if (calls || reasoning) {
+      chat::ParseOptions po;
+      po.parse_tool_calls = calls;
+      po.extract_reasoning = reasoning;
+      po.thinking_open_at_start = reasoning && chat::prompt_opens_thinking(chat_format_, prompt);
+      po.call_id_prefix = make_id("call_", next_id_.fetch_add(1)) + "_";
+      parse = po;
+    }
+    start_generation(req, ex, cr, tokenize_prompt(*tokenizer_, prompt), parse);
   } catch (const ApiError& err) {
     ex->respond(error_response(err.status, err.what(), err.param));
   }
@@ -407,8 +484,17 @@ int32_t ApiServer::n_vocab() const {
   return e ? e->n_vocab() : -1;
 }
 
+std::shared_ptr<const grammar::Grammar> ApiServer::output_grammar(const CompletionRequest& cr) {
+  const std::string gbnf = output_grammar_gbnf(cr, chat_format_);
+  if (gbnf.empty()) return nullptr;
+  if (!tokenizer_) throw ApiError(400, "structured outputs need a model with a tokenizer", cr.constraint.param);
+  const bool tools = cr.tool_choice == ToolChoice::Required || cr.tool_choice == ToolChoice::Named;
+  return grammars_.get(gbnf, tools ? "tools" : cr.constraint.param);
+}
+
 void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex,
-                                 const CompletionRequest& cr, std::vector<int32_t> prompt) {
+                                 const CompletionRequest& cr, std::vector<int32_t> prompt,
+                                 std::optional<chat::ParseOptions> parse) {
   Engine* e = engine_.load(std::memory_order_acquire);
   if (!cr.model.empty() && cr.model != options_.model_id)
     throw ApiError(404, "the model '" + cr.model + "' does not exist; this server serves '" + options_.model_id + "'",
@@ -434,6 +520,10 @@ void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<H
   r.cache_key = cr.cache_key;
   r.use_cache = cr.cache_prompt;
   r.timeout_ms = options_.request_timeout_ms;
+  r.grammar = output_grammar(cr);
+  // Markers that are special tokens in their vocabularies ([TOOL_CALLS], <|python_tag|>,
+  // harmony's channels) must reach the parser.
+  r.render_special = parse.has_value() && chat_format_.tools != chat::ToolCallFormat::Generic;
 
   CompletionSink::Params p;
   p.kind = cr.kind;
@@ -449,6 +539,8 @@ void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<H
   p.tokenizer = tokenizer_;
   p.metrics = &metrics_;
   p.ignore_eos = cr.ignore_eos;
+  p.parse = parse;
+  p.format = chat_format_;
   const bool stream = cr.stream;
 
   auto sink = std::make_shared<CompletionSink>(std::move(p), ex);

@@ -38,6 +38,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
+#include "server/structured_output.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda::server {
@@ -46,6 +47,8 @@ struct ApiServerOptions {
   std::string model_id = "model";  // reported by /v1/models; requests naming another get 404
   bool log_requests = true;
   int64_t request_timeout_ms = 0;  // > 0: a request still running this long is cancelled
+  // --reasoning-format auto: thinking goes to reasoning_content; none: it stays in content.
+  bool extract_reasoning = true;
 };
 
 class ApiServer {
@@ -61,12 +64,14 @@ class ApiServer {
   // The model is loaded: from now on requests are served. tokenizer may be null
   // (synthetic models: token-id prompts only, no chat).
   // `defaults` fill the sampling fields a request leaves out (generation_config.json).
+  // `architecture` (general.architecture, "" unknown) helps pick the chat format.
   void attach(Engine* engine, const Tokenizer* tokenizer, const ChatTemplate* chat_template,
-              SamplingDefaults defaults = {});
+              SamplingDefaults defaults = {}, const std::string& architecture = "");
   void begin_shutdown();
   bool ready() const { return engine_.load() != nullptr; }
 
   ServerMetrics& metrics() { return metrics_; }
+  const chat::ChatFormat& chat_format() const { return chat_format_; }
 
  private:
   void handle_chat(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
@@ -81,8 +86,12 @@ class ApiServer {
   void handle_metrics(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
   // Validates what the protocol layer cannot (model name, context length), submits
   // and wires the sink and the disconnect callback. Throws ApiError.
+  // `parse`: chat output to parse into tool calls / reasoning (nullopt: plain text).
   void start_generation(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex,
-                        const CompletionRequest& cr, std::vector<int32_t> prompt);
+                        const CompletionRequest& cr, std::vector<int32_t> prompt,
+                        std::optional<chat::ParseOptions> parse = std::nullopt);
+  // The compiled grammar the request's output must match, or null. Throws ApiError.
+  std::shared_ptr<const grammar::Grammar> output_grammar(const CompletionRequest& cr);
   int32_t n_vocab() const;  // -1 before attach()
   // The chat template applied to a conversation, with the model's BOS / EOS text and
   // string tool-call arguments parsed. Requires: a tokenizer and a template. Throws
@@ -94,6 +103,8 @@ class ApiServer {
   std::atomic<Engine*> engine_{nullptr};
   const Tokenizer* tokenizer_ = nullptr;        // set before engine_ (release/acquire)
   const ChatTemplate* chat_template_ = nullptr;
+  chat::ChatFormat chat_format_;                // detected from the template at attach()
+  GrammarCache grammars_;
   SamplingDefaults sampling_defaults_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> next_id_{1};

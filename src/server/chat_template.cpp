@@ -13,9 +13,28 @@ namespace pagoda::server {
 
 namespace {
 
+// Plain ChatML, plus what an agent's conversation needs (as llama-server's generic
+// format does): the tools and how to call them in a system block, null content as
+// nothing, and an assistant's tool_calls written in the generic JSON call form that the
+// generic parser reads back (so a multi-turn tool conversation renders and re-renders
+// identically, and the prefix cache hits across turns).
 const char* kChatML =
+    "{%- if tools -%}"
+    "{{- '<|im_start|>system\\nYou can call these tools:\\n' + (tools | tojson) + "
+    "'\\nTo call tools, answer with only {\"tool_calls\": [{\"name\": ..., \"arguments\": {...}}]}<|im_end|>\\n' -}}"
+    "{%- endif -%}"
     "{%- for message in messages -%}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- if message['content'] is not none -%}{{- message['content'] -}}{%- endif -%}"
+    "{%- if message['tool_calls'] -%}"
+    "{{- '{\"tool_calls\": [' -}}"
+    "{%- for call in message['tool_calls'] -%}"
+    "{%- if not loop.first -%}{{- ', ' -}}{%- endif -%}"
+    "{{- '{\"name\": ' + (call['function']['name'] | tojson) + ', \"arguments\": ' + (call['function']['arguments'] | tojson) + '}' -}}"
+    "{%- endfor -%}"
+    "{{- ']}' -}}"
+    "{%- endif -%}"
+    "{{- '<|im_end|>\\n' -}}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
 

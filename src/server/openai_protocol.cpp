@@ -1,5 +1,7 @@
 #include "server/openai_protocol.h"
 
+#include "server/openai_fields.h"
+
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -11,7 +13,7 @@
 
 namespace pagoda::server {
 
-namespace {
+namespace fields {
 
 // ---- errors -----------------------------------------------------------------
 
@@ -97,8 +99,7 @@ std::optional<std::string> opt_string(const ordered_json& obj, const std::string
 
 // lo <= v <= hi (each bound inclusive unless said otherwise); the message shows the
 // range in interval notation.
-void check_range(const std::string& key, double v, double lo, double hi, bool lo_open = false,
-                 bool hi_open = false) {
+void check_range(const std::string& key, double v, double lo, double hi, bool lo_open, bool hi_open) {
   const bool ok = (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
   if (!ok)
     bad(key, quoted(key) + " must be in " + (lo_open ? "(" : "[") + fmt_number(lo) + ", " +
@@ -109,6 +110,12 @@ void check_min(const std::string& key, int64_t v, int64_t min) {
   if (v < min)
     bad(key, quoted(key) + " must be >= " + std::to_string(min) + " (got " + std::to_string(v) + ")");
 }
+
+}  // namespace fields
+
+namespace {
+
+using namespace fields;
 
 // ---- the body -----------------------------------------------------------------
 
@@ -215,12 +222,6 @@ ordered_json parse_messages(const ordered_json& body) {
   return out;
 }
 
-ordered_json parse_tools(const ordered_json& body) {
-  const ordered_json* t = find_field(body, "tools");
-  if (!t) return nullptr;
-  if (!t->is_array()) bad("tools", "'tools' must be an array");
-  return *t;
-}
 
 // ---- fields shared by both endpoints --------------------------------------------
 
@@ -437,6 +438,8 @@ std::string sanitize_utf8(std::string_view s) {
 
 bool valid_utf8(std::string_view s) { return tokenizer_detail::is_valid_utf8(s); }
 
+using namespace fields;
+
 std::string dump_json(const ordered_json& j) {
   return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
@@ -452,6 +455,7 @@ CompletionRequest parse_chat_request(std::string_view body_text, int32_t n_vocab
     r.chat_template_kwargs = *k;
   }
   parse_common(body, n_vocab, defaults, r);
+  parse_tool_and_output_fields(body, ApiKind::Chat, r);
   if (auto lp = opt_bool(body, "logprobs")) r.logprobs = *lp;
   if (auto top = opt_integer(body, "top_logprobs")) {
     check_range("top_logprobs", static_cast<double>(*top), 0, 20);
@@ -469,6 +473,7 @@ CompletionRequest parse_completion_request(std::string_view body_text, int32_t n
   r.kind = ApiKind::Completion;
   parse_prompt(body, n_vocab, r);
   parse_common(body, n_vocab, defaults, r);
+  parse_tool_and_output_fields(body, ApiKind::Completion, r);
   if (auto lp = opt_integer(body, "logprobs")) {
     check_range("logprobs", static_cast<double>(*lp), 0, 5);
     r.logprobs = true;

@@ -53,6 +53,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/chat_format.h"
 #include "engine/sampler.h"
 
 namespace pagoda::server {
@@ -70,6 +71,21 @@ class ApiError : public std::runtime_error {
 
 enum class ApiKind { Chat, Completion };
 
+// What the output must match (structured outputs), from response_format or one of the
+// extension fields; at most one per request (two are a 400).
+struct OutputConstraint {
+  enum class Kind { None, JsonObject, JsonSchema, Grammar, Regex, Choice };
+  Kind kind = Kind::None;
+  ordered_json schema;               // JsonSchema
+  std::string text;                  // Grammar (GBNF) / Regex
+  std::vector<std::string> choices;  // Choice
+  std::string param;                 // the request field it came from (for errors)
+};
+
+// tool_choice: Auto (default with tools), None (default without), Required (one or more
+// calls, constrained), Named (a call of tool_choice_name, constrained).
+enum class ToolChoice { Auto, None, Required, Named };
+
 struct CompletionRequest {
   ApiKind kind = ApiKind::Chat;
   std::string model;                 // "" when absent
@@ -78,7 +94,13 @@ struct CompletionRequest {
   // separator; a non-text part is a 400), and null content kept as null. Roles
   // system/user/assistant/tool/developer; tool_calls and tool_call_id kept as sent.
   ordered_json messages = ordered_json::array();
-  ordered_json tools;                // null, or the request's `tools` array as sent
+  ordered_json tools;                // null, or the request's `tools` array (each checked:
+                                     // {"type":"function","function":{"name",...}})
+  ToolChoice tool_choice = ToolChoice::None;
+  std::string tool_choice_name;      // Named
+  bool parallel_tool_calls = true;
+  OutputConstraint constraint;       // response_format / grammar / json_schema / guided_*
+  std::string reasoning_effort;      // "" or low / medium / high (reaches the template)
   ordered_json chat_template_kwargs; // null, or an object (extension, as vLLM)
   // Completion: exactly one of these is set. Token ids must be in [0, n_vocab).
   std::optional<std::string> prompt_text;
@@ -140,6 +162,17 @@ ordered_json completion_logprobs_json(const std::vector<TokenLogprobInfo>& token
 std::string chat_response_json(const std::string& id, int64_t created, const std::string& model,
                                const std::string& text, const std::string& finish_reason,
                                const Usage& usage, const ordered_json& logprobs);
+// The same with a parsed assistant message (openai_tools.cpp): content (null when only
+// tool calls), reasoning_content when there was any, tool_calls [{id, type:"function",
+// function:{name, arguments}}] when any.
+std::string chat_message_response_json(const std::string& id, int64_t created, const std::string& model,
+                                       const chat::ParsedMessage& message, const std::string& finish_reason,
+                                       const Usage& usage, const ordered_json& logprobs);
+// A streaming chunk for one parsed delta (openai_tools.cpp): delta.content,
+// delta.reasoning_content, or delta.tool_calls[{index, id, type, function:{name,
+// arguments:""}}] for a call's start and [{index, function:{arguments}}] for a fragment.
+ordered_json chat_chunk_delta(const std::string& id, int64_t created, const std::string& model,
+                              const chat::ChatDelta& delta, const ordered_json& logprobs, bool include_usage);
 std::string completion_response_json(const std::string& id, int64_t created,
                                      const std::string& model, const std::string& text,
                                      const std::string& finish_reason, const Usage& usage,

@@ -1,0 +1,42 @@
+// Field readers shared by the OpenAI protocol parsers (openai_protocol.cpp,
+// openai_tools.cpp). Internal to src/server.
+//
+// Each opt_* returns nullopt for an absent field or JSON null (OpenAI clients send null
+// for "not given") and throws ApiError 400 naming the field for a wrong type.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "server/openai_protocol.h"
+
+namespace pagoda::server::fields {
+
+[[noreturn]] void bad(const std::string& param, const std::string& message);
+std::string quoted(const std::string& name);
+std::string fmt_number(double v);
+// A client's string for a message: at most 40 bytes, JSON-quoted, valid UTF-8.
+std::string echo(std::string_view s);
+const ordered_json* find_field(const ordered_json& obj, const std::string& key);
+std::optional<double> opt_number(const ordered_json& obj, const std::string& key);
+std::optional<int64_t> opt_integer(const ordered_json& obj, const std::string& key);
+std::optional<bool> opt_bool(const ordered_json& obj, const std::string& key);
+void require_utf8(const std::string& s, const std::string& name);
+std::optional<std::string> opt_string(const ordered_json& obj, const std::string& key);
+// lo <= v <= hi (each bound inclusive unless said otherwise).
+void check_range(const std::string& key, double v, double lo, double hi, bool lo_open = false,
+                 bool hi_open = false);
+void check_min(const std::string& key, int64_t v, int64_t min);
+
+}  // namespace pagoda::server::fields
+
+namespace pagoda::server {
+// openai_tools.cpp: tools, tool_choice, parallel_tool_calls (chat only), response_format
+// and the extension constraint fields (grammar, json_schema, guided_json, guided_regex,
+// guided_choice), reasoning_effort. Throws ApiError 400.
+void parse_tool_and_output_fields(const ordered_json& body, ApiKind kind, CompletionRequest& r);
+// `tools` alone (also /apply-template): null, or an array of checked function tools.
+ordered_json parse_tools(const ordered_json& body);
+}  // namespace pagoda::server

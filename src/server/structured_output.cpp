@@ -1,0 +1,95 @@
+#include "server/structured_output.h"
+
+#include "grammar/json_schema.h"
+
+namespace pagoda::server {
+
+namespace {
+
+ApiError schema_error(const grammar::UnsupportedSchema& e, const std::string& param) {
+  return ApiError(400, param + ": " + e.what(), param);
+}
+
+std::string constraint_gbnf(const OutputConstraint& c) {
+  using Kind = OutputConstraint::Kind;
+  try {
+    switch (c.kind) {
+      case Kind::None:
+        return {};
+      case Kind::JsonObject:
+        return grammar::json_object_gbnf();
+      case Kind::JsonSchema:
+        return grammar::json_schema_to_gbnf(c.schema);
+      case Kind::Grammar:
+        return c.text;
+      case Kind::Regex:
+        return grammar::regex_to_gbnf(c.text);
+      case Kind::Choice:
+        return grammar::choice_to_gbnf(c.choices);
+    }
+  } catch (const grammar::UnsupportedSchema& e) {
+    throw schema_error(e, c.param);
+  } catch (const std::invalid_argument& e) {
+    throw ApiError(400, c.param + ": " + e.what(), c.param);
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string output_grammar_gbnf(const CompletionRequest& r, const chat::ChatFormat& format) {
+  if (r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named) {
+    std::optional<std::string> only;
+    if (r.tool_choice == ToolChoice::Named) only = r.tool_choice_name;
+    try {
+      return chat::tool_call_grammar(format, r.tools, only, r.parallel_tool_calls);
+    } catch (const grammar::UnsupportedSchema& e) {
+      throw schema_error(e, "tools");
+    } catch (const std::invalid_argument& e) {
+      throw ApiError(400, std::string("tools: ") + e.what(), "tools");
+    }
+  }
+  return constraint_gbnf(r.constraint);
+}
+
+std::shared_ptr<const grammar::Grammar> GrammarCache::get(const std::string& gbnf, const std::string& param) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = map_.find(gbnf);
+    if (it != map_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second.pos);
+      ++hits_;
+      return it->second.grammar;
+    }
+  }
+  // Compiled outside the lock: a large schema must not stall other requests' lookups.
+  // Two requests racing on the same new text both compile; the second insert wins.
+  std::shared_ptr<const grammar::Grammar> g;
+  try {
+    g = grammar::Grammar::from_gbnf(gbnf);
+  } catch (const grammar::GrammarError& e) {
+    throw ApiError(400, param + ": " + e.what(), param);
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = map_.find(gbnf);
+  if (it != map_.end()) return it->second.grammar;
+  lru_.push_front(gbnf);
+  map_.emplace(gbnf, Entry{g, lru_.begin()});
+  while (map_.size() > max_entries_) {
+    map_.erase(lru_.back());
+    lru_.pop_back();
+  }
+  return g;
+}
+
+size_t GrammarCache::size() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return map_.size();
+}
+
+uint64_t GrammarCache::hits() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return hits_;
+}
+
+}  // namespace pagoda::server
