@@ -88,11 +88,11 @@ Runner add_bench_engine(CLI::App& app) {
       if (!lm.file || !lm.file->has("tokenizer.ggml.model"))
         throw Error("--json-schema needs a GGUF model with a vocabulary (pagoda synth --vocab-from ...)");
       tokenizer = Tokenizer::from_gguf(*lm.file);
-      const nlohmann::json schema =
-          nlohmann::json::parse(read_text_file(o->json_schema_file), nullptr, false);
+      const nlohmann::ordered_json schema =
+          nlohmann::ordered_json::parse(read_text_file(o->json_schema_file), nullptr, false);
       if (schema.is_discarded()) throw Error("--json-schema " + o->json_schema_file + ": not valid JSON");
       try {
-        schema_grammar = grammar::Grammar::from_gbnf(grammar::json_schema_to_gbnf(schema));
+        schema_grammar = grammar::Grammar::from_gbnf(grammar::json_schema_output_gbnf(schema));
       } catch (const std::exception& e) {
         throw Error("--json-schema " + o->json_schema_file + ": " + e.what());
       }

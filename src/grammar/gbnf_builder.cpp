@@ -223,15 +223,35 @@ std::string GbnfBuilder::gbnf(std::string_view root_rule) const {
 
 std::string json_schema_to_gbnf(const nlohmann::json& schema) { return json_schema_to_gbnf(json(schema)); }
 
+// A whole output may open with one space: SentencePiece vocabularies spell a value at
+// the start of an answer as "▁{" (" {" mid-text), the token a model trained on them
+// prefers; refusing it leaves only the rarer bare "{" and skews the output. JSON parsers
+// skip leading whitespace, so the document is the same. Rejected: a general leading ws
+// run (a model could stall in blanks before the value).
+static std::string whole_output(GbnfBuilder& b, const std::string& value_rule) {
+  return b.gbnf(b.add_rule("output", "\" \"? " + value_rule));
+}
+
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
   GbnfBuilder b;
-  const std::string root = b.add_json_schema(schema);
-  return b.gbnf(root);
+  return b.gbnf(b.add_json_schema(schema));
 }
 
 std::string json_object_gbnf() {
   GbnfBuilder b;
   return b.gbnf(b.add_any_json_object());
+}
+
+std::string json_schema_output_gbnf(const nlohmann::ordered_json& schema) {
+  GbnfBuilder b;
+  const std::string value = b.add_json_schema(schema);
+  return whole_output(b, value);
+}
+
+std::string json_object_output_gbnf() {
+  GbnfBuilder b;
+  const std::string value = b.add_any_json_object();
+  return whole_output(b, value);
 }
 
 std::string regex_to_gbnf(std::string_view pattern) {

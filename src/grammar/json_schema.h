@@ -111,6 +111,10 @@ class GbnfBuilder {
 std::string json_schema_to_gbnf(const nlohmann::json& schema);
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema);  // document order
 std::string json_object_gbnf();
+// The same as a model's whole output (response_format): one optional leading space, so
+// a SentencePiece model's natural "▁{" token stays allowed (see gbnf_builder.cpp).
+std::string json_schema_output_gbnf(const nlohmann::ordered_json& schema);
+std::string json_object_output_gbnf();
 std::string regex_to_gbnf(std::string_view pattern);
 std::string choice_to_gbnf(const std::vector<std::string>& choices);
 

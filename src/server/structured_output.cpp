@@ -17,9 +17,9 @@ std::string constraint_gbnf(const OutputConstraint& c) {
       case Kind::None:
         return {};
       case Kind::JsonObject:
-        return grammar::json_object_gbnf();
+        return grammar::json_object_output_gbnf();
       case Kind::JsonSchema:
-        return grammar::json_schema_to_gbnf(c.schema);
+        return grammar::json_schema_output_gbnf(c.schema);
       case Kind::Grammar:
         return c.text;
       case Kind::Regex:
