@@ -100,9 +100,9 @@ Runner add_bench_engine(CLI::App& app) {
     nlohmann::json rows = nlohmann::json::array();
     if (!o->json)
       std::printf("model: %s\n  %s, %d threads, prompt %d + generate %d tokens per stream, prefix cache off\n"
-                  "  %7s %7s %14s %16s %14s %12s\n",
+                  "  %7s %7s %14s %16s %14s %12s %10s\n",
                   o->model.c_str(), c.summary().c_str(), threads, o->n_prompt, o->n_gen, "streams", "output",
-                  "agg decode t/s", "per-stream t/s", "e2e agg t/s", "mean TTFT ms");
+                  "agg decode t/s", "per-stream t/s", "e2e agg t/s", "mean TTFT ms", "generated");
     for (int n : o->streams) for (int constrained = 0; constrained <= (schema_grammar ? 1 : 0); ++constrained) {
       EngineConfig ec;
       ec.kv = kc;
@@ -146,9 +146,10 @@ Runner add_bench_engine(CLI::App& app) {
       const char* output = constrained ? "schema" : "free";
       rows.push_back({{"streams", n}, {"output", output}, {"aggregate_decode_tokens_per_s", aggregate},
                       {"per_stream_tokens_per_s", per_stream}, {"e2e_tokens_per_s", e2e},
-                      {"mean_ttft_ms", ttft}, {"wall_s", wall}});
+                      {"mean_ttft_ms", ttft}, {"wall_s", wall}, {"generated_tokens", generated}});
       if (!o->json)
-        std::printf("  %7d %7s %14.1f %16.1f %14.1f %12.0f\n", n, output, aggregate, per_stream, e2e, ttft);
+        std::printf("  %7d %7s %14.1f %16.1f %14.1f %12.0f %10lld\n", n, output, aggregate, per_stream, e2e, ttft,
+                    static_cast<long long>(generated));
       std::fflush(stdout);
     }
     if (o->json) {
