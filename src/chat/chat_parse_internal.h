@@ -40,6 +40,15 @@ MessageParts parse_message_parts(const ChatFormat& f, std::string_view text, con
 
 ParsedMessage to_parsed_message(MessageParts parts, const ParseOptions& opts);
 
+// DeepSeek's full-width markers (U+FF5C '｜', U+2581 '▁'), read by the parsers and
+// written by the tool-call grammars.
+inline const std::string kDsCallsBegin = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>";
+inline const std::string kDsCallsEnd = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>";
+inline const std::string kDsCallBegin = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>";
+inline const std::string kDsCallEnd = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>";
+inline const std::string kDsSep = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "sep\xEF\xBD\x9C>";
+inline const std::string kDsml = "\xEF\xBD\x9C" "DSML" "\xEF\xBD\x9C";
+
 // Helpers shared by the parsers.
 bool starts_with_at(std::string_view t, size_t i, std::string_view lit);
 // Length of the longest suffix of `t` that is a proper, non-empty prefix of `marker`.

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "chat/chat_format.h"
+#include "chat/chat_parse_internal.h"
 #include "grammar/json_schema.h"
 
 namespace pagoda::chat {
@@ -16,13 +17,8 @@ namespace {
 using json = nlohmann::ordered_json;  // schema property order is the generation order
 using grammar::gbnf_quote;
 using grammar::GbnfBuilder;
+using namespace detail;  // the DeepSeek markers
 
-const std::string kDsCallsBegin = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>";
-const std::string kDsCallsEnd = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>";
-const std::string kDsCallBegin = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>";
-const std::string kDsCallEnd = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>";
-const std::string kDsSep = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "sep\xEF\xBD\x9C>";
-const std::string kDsml = "\xEF\xBD\x9C" "DSML" "\xEF\xBD\x9C";
 
 struct Tool {
   std::string name;

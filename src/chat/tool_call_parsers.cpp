@@ -43,13 +43,6 @@ Lit expect(std::string_view t, size_t& i, std::string_view lit) {
 // Names: bounded so a marker followed by a wall of text fails fast.
 constexpr size_t kMaxNameBytes = 256;
 
-// DeepSeek's full-width markers (U+FF5C '｜', U+2581 '▁').
-const std::string kDsCallsBegin = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>";
-const std::string kDsCallsEnd = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>";
-const std::string kDsCallBegin = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>";
-const std::string kDsCallEnd = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>";
-const std::string kDsSep = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "sep\xEF\xBD\x9C>";
-const std::string kDsml = "\xEF\xBD\x9C" "DSML" "\xEF\xBD\x9C";
 const std::string kDsmlCallsBegin = "<" + kDsml + "function_calls>";
 const std::string kDsmlCallsEnd = "</" + kDsml + "function_calls>";
 const std::string kDsmlInvoke = "<" + kDsml + "invoke name=\"";

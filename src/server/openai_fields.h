@@ -30,6 +30,13 @@ void check_range(const std::string& key, double v, double lo, double hi, bool lo
                  bool hi_open = false);
 void check_min(const std::string& key, int64_t v, int64_t min);
 
+// Response pieces: {"id","object","created","model"} and one streaming choice
+// {"index":0,"delta","logprobs","finish_reason"}.
+ordered_json chunk_head(const std::string& object, const std::string& id, int64_t created,
+                        const std::string& model);
+ordered_json chat_choice_chunk(ordered_json delta, const ordered_json& logprobs,
+                               const ordered_json& finish_reason);
+
 }  // namespace pagoda::server::fields
 
 namespace pagoda::server {

@@ -547,6 +547,10 @@ ordered_json bytes_json(std::string_view s) {
   return a;
 }
 
+}  // namespace
+
+namespace fields {
+
 ordered_json chunk_head(const std::string& object, const std::string& id, int64_t created,
                         const std::string& model) {
   ordered_json j;
@@ -567,7 +571,7 @@ ordered_json chat_choice_chunk(ordered_json delta, const ordered_json& logprobs,
   return c;
 }
 
-}  // namespace
+}  // namespace fields
 
 ordered_json usage_json(const Usage& u) {
   ordered_json j;

@@ -221,6 +221,8 @@ void parse_tool_and_output_fields(const ordered_json& body, ApiKind kind, Comple
 
 namespace pagoda::server {
 
+using namespace fields;
+
 namespace {
 
 ordered_json tool_call_json(const chat::ToolCall& c) {
@@ -253,11 +255,7 @@ std::string chat_message_response_json(const std::string& id, int64_t created, c
   choice["message"] = std::move(msg);
   choice["logprobs"] = logprobs;
   choice["finish_reason"] = finish_reason;
-  ordered_json j;
-  j["id"] = id;
-  j["object"] = "chat.completion";
-  j["created"] = created;
-  j["model"] = model;
+  ordered_json j = chunk_head("chat.completion", id, created, model);
   j["choices"] = ordered_json::array({std::move(choice)});
   j["usage"] = usage_json(usage);
   return dump_json(j);
@@ -291,17 +289,8 @@ ordered_json chat_chunk_delta(const std::string& id, int64_t created, const std:
       break;
     }
   }
-  ordered_json choice;
-  choice["index"] = 0;
-  choice["delta"] = std::move(delta);
-  choice["logprobs"] = logprobs;
-  choice["finish_reason"] = nullptr;
-  ordered_json j;
-  j["id"] = id;
-  j["object"] = "chat.completion.chunk";
-  j["created"] = created;
-  j["model"] = model;
-  j["choices"] = ordered_json::array({std::move(choice)});
+  ordered_json j = chunk_head("chat.completion.chunk", id, created, model);
+  j["choices"] = ordered_json::array({chat_choice_chunk(std::move(delta), logprobs, nullptr)});
   if (include_usage) j["usage"] = nullptr;
   return j;
 }

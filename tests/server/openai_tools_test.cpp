@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "server/api_error_expect.h"
 #include "server/openai_protocol.h"
 
 namespace pagoda::server {
@@ -21,18 +22,6 @@ CompletionRequest completion(const std::string& extra) {
   return parse_completion_request(R"({"prompt":"hi")" + extra + "}", kVocab);
 }
 
-#define EXPECT_API_ERROR(stmt, param_, needle)                                              \
-  do {                                                                                      \
-    try {                                                                                   \
-      stmt;                                                                                 \
-      ADD_FAILURE() << "no ApiError from " #stmt;                                           \
-    } catch (const ApiError& e) {                                                           \
-      EXPECT_EQ(e.status, 400) << e.what();                                                 \
-      EXPECT_EQ(e.param, std::string(param_)) << e.what();                                  \
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)                      \
-          << "message: " << e.what() << "\nwanted: " << needle;                             \
-    }                                                                                       \
-  } while (0)
 
 TEST(ToolChoice, DefaultsAreAutoWithToolsAndNoneWithout) {
   EXPECT_EQ(chat("").tool_choice, ToolChoice::None);
