@@ -137,3 +137,20 @@ std::string tool_call_grammar(const ChatFormat& f, const nlohmann::ordered_json&
                               const std::optional<std::string>& only_name, bool parallel);
 
 }  // namespace pagoda::chat
+
+namespace pagoda::chat {
+
+// A constrained output of a thinking model may think first: `body_gbnf` (a whole
+// grammar with a `root` rule) extended with rules that allow, before `root`, a thinking
+// block: "<think>" (unless the prompt already opened it: `opened`), any text without
+// "</think>", "</think>", up to three blanks or newlines. The result's start rule is
+// kReasoningRoot. Only for ReasoningFormat::Think; returns body_gbnf unchanged (and
+// "root" as the start rule) for other formats.
+inline constexpr const char* kReasoningRoot = "pagoda-reasoning-root";
+struct ReasoningGrammar {
+  std::string gbnf;
+  std::string root;
+};
+ReasoningGrammar with_reasoning_prefix(const ChatFormat& f, const std::string& body_gbnf, bool opened);
+
+}  // namespace pagoda::chat

@@ -484,12 +484,22 @@ int32_t ApiServer::n_vocab() const {
   return e ? e->n_vocab() : -1;
 }
 
-std::shared_ptr<const grammar::Grammar> ApiServer::output_grammar(const CompletionRequest& cr) {
+std::shared_ptr<const grammar::Grammar> ApiServer::output_grammar(const CompletionRequest& cr,
+                                                                   const std::optional<chat::ParseOptions>& parse) {
   const std::string gbnf = output_grammar_gbnf(cr, chat_format_);
   if (gbnf.empty()) return nullptr;
   if (!tokenizer_) throw ApiError(400, "structured outputs need a model with a tokenizer", cr.constraint.param);
   const bool tools = cr.tool_choice == ToolChoice::Required || cr.tool_choice == ToolChoice::Named;
-  return grammars_.get(gbnf, tools ? "tools" : cr.constraint.param);
+  const std::string param = tools ? "tools" : cr.constraint.param;
+  // A raw GBNF grammar covers the whole output, thinking included (the client wrote
+  // every byte of it); schemas, regexes, choices and tool calls constrain the answer
+  // and leave a thinking model its reasoning first, as vLLM's reasoning parsers do.
+  const bool raw_gbnf = !tools && cr.constraint.kind == OutputConstraint::Kind::Grammar;
+  if (parse && parse->extract_reasoning && !raw_gbnf) {
+    const chat::ReasoningGrammar rg = chat::with_reasoning_prefix(chat_format_, gbnf, parse->thinking_open_at_start);
+    return grammars_.get(rg.gbnf, param, rg.root);
+  }
+  return grammars_.get(gbnf, param);
 }
 
 void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex,
@@ -520,7 +530,7 @@ void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<H
   r.cache_key = cr.cache_key;
   r.use_cache = cr.cache_prompt;
   r.timeout_ms = options_.request_timeout_ms;
-  r.grammar = output_grammar(cr);
+  r.grammar = output_grammar(cr, parse);
   // Markers that are special tokens in their vocabularies ([TOOL_CALLS], <|python_tag|>,
   // harmony's channels) must reach the parser.
   r.render_special = parse.has_value() && chat_format_.tools != chat::ToolCallFormat::Generic;

@@ -90,8 +90,10 @@ class ApiServer {
   void start_generation(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex,
                         const CompletionRequest& cr, std::vector<int32_t> prompt,
                         std::optional<chat::ParseOptions> parse = std::nullopt);
-  // The compiled grammar the request's output must match, or null. Throws ApiError.
-  std::shared_ptr<const grammar::Grammar> output_grammar(const CompletionRequest& cr);
+  // The compiled grammar the request's output must match, or null. With reasoning
+  // extracted (parse), a thinking model may think before it. Throws ApiError.
+  std::shared_ptr<const grammar::Grammar> output_grammar(const CompletionRequest& cr,
+                                                         const std::optional<chat::ParseOptions>& parse);
   int32_t n_vocab() const;  // -1 before attach()
   // The chat template applied to a conversation, with the model's BOS / EOS text and
   // string tool-call arguments parsed. Requires: a tokenizer and a template. Throws

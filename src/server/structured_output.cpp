@@ -52,10 +52,12 @@ std::string output_grammar_gbnf(const CompletionRequest& r, const chat::ChatForm
   return constraint_gbnf(r.constraint);
 }
 
-std::shared_ptr<const grammar::Grammar> GrammarCache::get(const std::string& gbnf, const std::string& param) {
+std::shared_ptr<const grammar::Grammar> GrammarCache::get(const std::string& gbnf, const std::string& param,
+                                                          const std::string& root) {
+  const std::string key = root + '\n' + gbnf;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    auto it = map_.find(gbnf);
+    auto it = map_.find(key);
     if (it != map_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second.pos);
       ++hits_;
@@ -66,15 +68,15 @@ std::shared_ptr<const grammar::Grammar> GrammarCache::get(const std::string& gbn
   // Two requests racing on the same new text both compile; the second insert wins.
   std::shared_ptr<const grammar::Grammar> g;
   try {
-    g = grammar::Grammar::from_gbnf(gbnf);
+    g = grammar::Grammar::from_gbnf(gbnf, root);
   } catch (const grammar::GrammarError& e) {
     throw ApiError(400, param + ": " + e.what(), param);
   }
   std::lock_guard<std::mutex> lk(mu_);
-  auto it = map_.find(gbnf);
+  auto it = map_.find(key);
   if (it != map_.end()) return it->second.grammar;
-  lru_.push_front(gbnf);
-  map_.emplace(gbnf, Entry{g, lru_.begin()});
+  lru_.push_front(key);
+  map_.emplace(key, Entry{g, lru_.begin()});
   while (map_.size() > max_entries_) {
     map_.erase(lru_.back());
     lru_.pop_back();

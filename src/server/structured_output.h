@@ -30,8 +30,10 @@ std::string output_grammar_gbnf(const CompletionRequest& r, const chat::ChatForm
 class GrammarCache {
  public:
   explicit GrammarCache(size_t max_entries = 64) : max_entries_(max_entries) {}
-  // Throws ApiError 400 (param `param`) when the GBNF does not compile.
-  std::shared_ptr<const grammar::Grammar> get(const std::string& gbnf, const std::string& param);
+  // Throws ApiError 400 (param `param`) when the GBNF does not compile. `root`: the
+  // start rule.
+  std::shared_ptr<const grammar::Grammar> get(const std::string& gbnf, const std::string& param,
+                                              const std::string& root = "root");
   size_t size() const;
   uint64_t hits() const;
 

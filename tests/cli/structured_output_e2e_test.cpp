@@ -390,3 +390,35 @@ TEST_F(FamilyTemplates, ThinkingGoesToReasoningContentUnlessReasoningFormatIsNon
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(FamilyTemplates, ThinkingModelsMayReasonBeforeAConstrainedAnswer) {
+  // Qwen3's template (the model opens <think> itself): the schema constrains the answer,
+  // and a thinking block may come first. stories260K seldom thinks on its own, so a
+  // logit_bias on '<' makes some seeds open the block.
+  ServerProcess* p = nullptr;
+  const uint16_t port = start(p, "Qwen-Qwen3-0.6B.jinja");
+  std::unique_ptr<ServerProcess> owner(p);
+  ASSERT_NE(port, 0) << p->log();
+  HttpResult tok = http(port, "POST", "/tokenize", json{{"content", "<"}}.dump());
+  const int lt = json::parse(tok.body)["tokens"].back().get<int>();
+  const std::vector<std::string> choices{"alpha", "beta"};
+  int finished = 0, thought = 0;
+  for (int seed = 0; seed < 16; ++seed) {
+    json j = post_chat(port, {{"messages", json::array({{{"role", "user"}, {"content", "Pick one."}}})},
+                              {"guided_choice", choices}, {"temperature", 1.0}, {"seed", seed},
+                              {"logit_bias", {{std::to_string(lt), 15}}}, {"max_tokens", 60}});
+    const json& msg = j["choices"][0]["message"];
+    // An unclosed block (cut by max_tokens) is all reasoning, as the parsers read it.
+    if (msg.contains("reasoning_content")) ++thought;
+    if (j["choices"][0]["finish_reason"] != "stop") continue;
+    ++finished;
+    const std::string content = msg["content"];
+    EXPECT_NE(std::find(choices.begin(), choices.end(), content), choices.end()) << j.dump();
+  }
+  EXPECT_GT(finished, 0);
+  EXPECT_GT(thought, 0);
+}
+
+}  // namespace
