@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -121,6 +122,22 @@ inline HttpResult parse_response(const std::string& raw) {
   std::string body = raw.substr(head_end + 4);
   r.body = lower(r.headers["transfer-encoding"]) == "chunked" ? dechunk(body) : body;
   return r;
+}
+
+// A request body with 1-4 random edits (delete, insert or replace a byte from
+// `alphabet`, splice in a piece of itself), for fuzzing the HTTP API.
+inline std::string mutate_body(std::string body, std::mt19937_64& rng, const std::string& alphabet) {
+  const int edits = 1 + static_cast<int>(rng() % 4);
+  for (int e = 0; e < edits && !body.empty(); ++e) {
+    const size_t pos = rng() % body.size();
+    switch (rng() % 4) {
+      case 0: body.erase(pos, 1 + rng() % 8); break;
+      case 1: body.insert(pos, 1, alphabet[rng() % alphabet.size()]); break;
+      case 2: body[pos] = alphabet[rng() % alphabet.size()]; break;
+      case 3: body.insert(pos, body.substr(rng() % body.size(), 1 + rng() % 16)); break;
+    }
+  }
+  return body;
 }
 
 inline HttpResult http(uint16_t port, const std::string& method, const std::string& path,

@@ -240,17 +240,7 @@ TEST_F(Serve, FuzzedRequestBodiesNeverCrashTheServer) {
   int answered = 0;
   for (int iter = 0; iter < 300; ++iter) {
     const auto& [path, seed] = seeds[iter % seeds.size()];
-    std::string body = seed;
-    const int edits = 1 + static_cast<int>(rng() % 4);
-    for (int e = 0; e < edits && !body.empty(); ++e) {
-      const size_t pos = rng() % body.size();
-      switch (rng() % 4) {
-        case 0: body.erase(pos, 1 + rng() % 8); break;                                 // delete
-        case 1: body.insert(pos, 1, alphabet[rng() % alphabet.size()]); break;          // insert
-        case 2: body[pos] = alphabet[rng() % alphabet.size()]; break;                   // replace
-        case 3: body.insert(pos, body.substr(rng() % body.size(), 1 + rng() % 16)); break;  // splice
-      }
-    }
+    const std::string body = pagoda::testing::mutate_body(seed, rng, alphabet);
     HttpResult r = http(port_, "POST", path, body);
     ASSERT_NE(r.status, 0) << "no answer for " << path << " " << body;
     EXPECT_LT(r.status, 500) << path << " " << body << " -> " << r.body;
