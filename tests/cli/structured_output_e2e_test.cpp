@@ -458,3 +458,36 @@ TEST_F(Structured, FuzzedToolAndSchemaRequestsNeverCrashTheServer) {
 }
 
 }  // namespace
+
+namespace {
+
+// reasoning_effort and chat_template_kwargs reach the template as variables: a template
+// that writes them makes the prompt (counted in usage.prompt_tokens) longer.
+TEST(TemplateVariables, ReasoningEffortAndKwargsReachTheTemplate) {
+  const std::string path = "/tmp/pagoda_vars_template_" + std::to_string(getpid()) + ".jinja";
+  std::ofstream(path) << "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+                         "{% if reasoning_effort is defined %}[effort {{ reasoning_effort }}]{% endif %}"
+                         "{% if enable_thinking is defined and not enable_thinking %}[no thinking]{% endif %}";
+  ServerProcess server({"-m", kStories, "-t", "1", "--kv-cache-bytes", "16MiB", "--no-log-requests",
+                        "--chat-template-file", path});
+  const uint16_t port = server.start();
+  ASSERT_NE(port, 0) << server.log();
+  auto prompt_tokens = [&](json extra) {
+    json body{{"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}, {"max_tokens", 1}};
+    for (auto& [k, v] : extra.items()) body[k] = v;
+    HttpResult r = http(port, "POST", "/v1/chat/completions", body.dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    return json::parse(r.body)["usage"]["prompt_tokens"].get<int>();
+  };
+  const int plain = prompt_tokens(json::object());
+  const int effort = prompt_tokens({{"reasoning_effort", "high"}});
+  const int no_thinking = prompt_tokens({{"chat_template_kwargs", {{"enable_thinking", false}}}});
+  // chat_template_kwargs wins over reasoning_effort for the same variable.
+  const int kwargs_effort = prompt_tokens({{"reasoning_effort", "high"}, {"chat_template_kwargs", {{"reasoning_effort", "low"}}}});
+  EXPECT_GT(effort, plain + 5);
+  EXPECT_GT(no_thinking, plain + 5);
+  EXPECT_LT(kwargs_effort, effort);  // "low" is shorter than "high"
+  std::remove(path.c_str());
+}
+
+}  // namespace
