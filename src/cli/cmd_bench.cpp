@@ -36,7 +36,8 @@ struct Opts {
   std::vector<std::string> compare;
   int64_t concurrency = 0, requests = 0, input_len = 0, output_len = 128, prefix_len = 2000, turns = 5,
           conversations = 4;
-  double rate = 0, duration = 0, timeout = 60;
+  double rate = 0, duration = 0, timeout = 60, hangup_fraction = 0;
+  int64_t hangup_after = 4;
   uint64_t seed = 0;
   bool quiet = false, no_ignore_eos = false;
 };
@@ -121,6 +122,8 @@ int run(const Opts& o) {
   c.max_duration_s = o.duration > 0 ? o.duration : kDefaultMaxDurationS;
   c.timeout_s = o.timeout;
   c.fixed_output = !o.no_ignore_eos;
+  c.hangup_fraction = o.hangup_fraction;
+  c.hangup_after_chunks = o.hangup_after;
 
   loadgen::TokenCounter counter;
   if (!o.tokenizer.empty()) counter = load_counter(o.tokenizer);
@@ -197,6 +200,13 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--plot", o->plot, "Write an SVG chart (multi-turn: TTFT per turn; else latency CDFs); with --compare, both runs");
   app.add_option("--label", o->label, "Name of this run in reports, plots and --compare");
   app.add_option("--compare", o->compare, "Print two results files side by side with ratios b/a")->expected(2);
+  app.add_option("--hangup-fraction", o->hangup_fraction,
+                 "This fraction of the jobs closes the connection mid-stream (after --hangup-after content chunks); "
+                 "reported as hung up, apart from ok and failed")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--hangup-after", o->hangup_after, "Content chunks a hang-up job reads before closing")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app.add_flag("--no-ignore-eos", o->no_ignore_eos,
                "Do not send ignore_eos / min_tokens (for servers that reject them); output lengths then vary");
   app.add_flag("--quiet", o->quiet, "No progress line on stderr");

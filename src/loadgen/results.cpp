@@ -1,5 +1,7 @@
 #include "loadgen/results.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <fstream>
@@ -17,6 +19,12 @@ double RequestRecord::tpot_ms() const {
   return (e2e_ms - ttft_ms) / static_cast<double>(completion_tokens - 1);
 }
 
+bool job_hangs_up(const BenchConfig& config, int64_t job_idx) {
+  if (config.hangup_fraction <= 0) return false;
+  double f = std::min(config.hangup_fraction, 1.0);
+  return std::floor(static_cast<double>(job_idx + 1) * f) > std::floor(static_cast<double>(job_idx) * f);
+}
+
 Report make_report(const RunResults& results) {
   Report rep;
   rep.duration_s = results.duration_s;
@@ -26,6 +34,10 @@ Report make_report(const RunResults& results) {
   bool multi_turn = results.config.workload.kind == WorkloadKind::kMultiTurn;
   for (const RequestRecord& r : results.records) {
     ++rep.num_sent;
+    if (r.error == kHungUp) {
+      ++rep.num_hung_up;
+      continue;
+    }
     if (!r.ok()) {
       ++rep.num_failed;
       ++rep.errors[r.error];
@@ -118,6 +130,8 @@ ojson config_to_json(const BenchConfig& c) {
   j["label"] = c.label;
   j["token_counts"] = c.tokens_measured ? "measured" : "approx";
   j["tokenizer"] = c.tokenizer;
+  j["hangup_fraction"] = c.hangup_fraction;
+  j["hangup_after_chunks"] = c.hangup_after_chunks;
   return j;
 }
 
@@ -146,6 +160,8 @@ BenchConfig config_from_json(const nlohmann::json& j) {
   c.label = get_or<std::string>(j, "label", "");
   c.tokens_measured = get_or<std::string>(j, "token_counts", "approx") == "measured";
   c.tokenizer = get_or<std::string>(j, "tokenizer", "");
+  c.hangup_fraction = get_or<double>(j, "hangup_fraction", 0);
+  c.hangup_after_chunks = get_or<int64_t>(j, "hangup_after_chunks", 4);
   return c;
 }
 
@@ -206,6 +222,7 @@ ojson report_to_json(const Report& r) {
   j["requests_sent"] = r.num_sent;
   j["requests_ok"] = r.num_ok;
   j["requests_failed"] = r.num_failed;
+  j["requests_hung_up"] = r.num_hung_up;
   j["errors"] = ojson::object();
   for (const auto& [k, v] : r.errors) j["errors"][k] = v;
   j["duration_s"] = r.duration_s;
@@ -325,6 +342,11 @@ std::string format_report(const RunResults& results, const Report& r) {
   line(os, "  requests: %lld sent, %lld ok, %lld failed, in %.2f s", static_cast<long long>(r.num_sent),
        static_cast<long long>(r.num_ok), static_cast<long long>(r.num_failed), r.duration_s);
   for (const auto& [cls, n] : r.errors) line(os, "    %-22s %lld", cls.c_str(), static_cast<long long>(n));
+  if (c.hangup_fraction > 0) {
+    line(os, "  hung up on purpose: %lld (%.0f%% of the jobs, after %lld content chunks: sent, not ok or failed, not in the figures)",
+         static_cast<long long>(r.num_hung_up), 100 * c.hangup_fraction,
+         static_cast<long long>(c.hangup_after_chunks));
+  }
   line(os, "%s", "");
   line(os, "  %-18s %10s %10s %10s %10s", "latency (ms)", "mean", "p50", "p90", "p99");
   summary_row(os, "TTFT", r.ttft_ms);

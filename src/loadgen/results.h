@@ -40,7 +40,21 @@ struct BenchConfig {
   std::string label;
   bool tokens_measured = false;     // lengths measured with a tokenizer (else approx)
   std::string tokenizer;            // the -m path, "" when approximated
+  // Hang-ups: this fraction of the jobs (spread evenly: job j hangs up when
+  // floor((j + 1) * f) > floor(j * f), so every prefix of the jobs holds its share)
+  // closes the connection after hangup_after_chunks content chunks, like a client
+  // that goes away mid-stream. A hung-up request is neither ok nor failed (class
+  // kHungUp, counted in Report::num_hung_up and left out of the latency and token
+  // figures); in a multi-turn job it ends the job.
+  double hangup_fraction = 0;       // 0..1
+  int64_t hangup_after_chunks = 4;  // >= 1
 };
+
+// The record class of a request the client closed on purpose (hangup_fraction).
+inline constexpr const char* kHungUp = "hung_up";
+
+// Whether job `job_idx` is one of the hang-up jobs of `config` (see hangup_fraction).
+bool job_hangs_up(const BenchConfig& config, int64_t job_idx);
 
 struct RequestRecord {
   int64_t job_idx = 0;
@@ -84,6 +98,7 @@ struct TurnReport {
 
 struct Report {
   int64_t num_sent = 0, num_ok = 0, num_failed = 0;
+  int64_t num_hung_up = 0;          // closed by the client on purpose (hangup_fraction)
   std::map<std::string, int64_t> errors;  // class -> count, failures only
   double duration_s = 0;
   Summary ttft_ms, itl_ms, tpot_ms, e2e_ms;

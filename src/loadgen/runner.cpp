@@ -16,12 +16,15 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// One streaming request; fills `rec` and returns the assistant's text.
-std::string send_one(const Url& url, const BenchConfig& config, const std::string& body, RequestRecord& rec) {
+// One streaming request; fills `rec` and returns the assistant's text. With
+// hangup_after > 0 the connection is closed once that many content chunks have
+// arrived (unless the stream ended first), and the record's class is kHungUp.
+std::string send_one(const Url& url, const BenchConfig& config, const std::string& body, int64_t hangup_after,
+                     RequestRecord& rec) {
   SseParser sse;
   StreamAccumulator acc;
   std::vector<std::string> events;
-  bool malformed = false, stream_error = false;
+  bool malformed = false, stream_error = false, hung_up = false;
   std::string detail;
   Clock::time_point t0 = Clock::now();
   Clock::time_point first_content{}, last_content{}, done_at{};
@@ -59,6 +62,10 @@ std::string send_one(const Url& url, const BenchConfig& config, const std::strin
         done_at = now;
         return false;  // do not wait for the server to close the connection
       }
+      if (hangup_after > 0 && acc.num_content_chunks() >= hangup_after) {
+        hung_up = true;
+        return false;  // post_stream closes the socket without reading further
+      }
     }
     if (sse.failed()) {
       malformed = true;
@@ -77,6 +84,11 @@ std::string send_one(const Url& url, const BenchConfig& config, const std::strin
   rec.num_content_chunks = acc.num_content_chunks();
 
   ErrorKind kind = res.error;
+  if (kind == ErrorKind::kNone && hung_up) {
+    rec.error = kHungUp;
+    rec.completion_tokens = acc.num_content_chunks();
+    return acc.text();
+  }
   if (kind == ErrorKind::kNone) {
     if (malformed) {
       kind = ErrorKind::kMalformedSse;
@@ -115,6 +127,8 @@ RunResults run_bench(const BenchConfig& config, const Workload& workload, const 
   PAGODA_CHECK(config.max_duration_s > 0, "max_duration_s must be > 0");
   PAGODA_CHECK(config.timeout_s > 0, "timeout_s must be > 0");
   PAGODA_CHECK(config.concurrency >= 1, "concurrency must be >= 1");
+  PAGODA_CHECK(config.hangup_fraction >= 0 && config.hangup_fraction <= 1, "hangup_fraction must be in [0, 1]");
+  PAGODA_CHECK(config.hangup_after_chunks >= 1, "hangup_after_chunks must be >= 1");
   RunResults results;
   results.config = config;
   results.config.tokens_measured = workload.tokens_measured();
@@ -162,6 +176,7 @@ RunResults run_bench(const BenchConfig& config, const Workload& workload, const 
       if (at >= stop_starting) return;
       std::this_thread::sleep_until(at);
       Job job = workload.job(job_idx);
+      const int64_t hangup_after = job_hangs_up(config, job_idx) ? config.hangup_after_chunks : 0;
       std::vector<std::string> answers;
       int64_t history_tokens = job.system_tokens;
       for (int turn = 0; turn < turns; ++turn) {
@@ -178,7 +193,7 @@ RunResults run_bench(const BenchConfig& config, const Workload& workload, const 
         std::string body =
             request_body(config.endpoint, config.model, job, turn, answers, config.workload.output_len,
                          config.fixed_output);
-        std::string answer = send_one(*url, config, body, rec);
+        std::string answer = send_one(*url, config, body, hangup_after, rec);
         bool ok = rec.ok();
         {
           std::lock_guard<std::mutex> lock(mu);

@@ -18,7 +18,11 @@
 //   completion = content chunks) with usage_reported false.
 // - Failures never throw: each failed request is one record whose `error` names
 //   the class (http_client.h). In a multi-turn job a failed turn ends the job
-//   (the history would be wrong). num ok + num failed == records.size() == sent.
+//   (the history would be wrong). num ok + num failed + num hung up ==
+//   records.size() == sent.
+// - Hang-ups (config.hangup_fraction): the chosen jobs' requests close their
+//   connection after hangup_after_chunks content chunks (class kHungUp), which
+//   ends the job; the server must cancel them and serve the others unharmed.
 // - Only config.url's host and port are contacted.
 // - run_bench() blocks the caller; it starts and joins its own worker threads.
 #pragma once

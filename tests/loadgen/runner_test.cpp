@@ -32,7 +32,7 @@ Report run(const BenchConfig& c, RunResults* out = nullptr) {
   Workload w(c.workload, nullptr);
   RunResults r = run_bench(c, w);
   Report rep = make_report(r);
-  EXPECT_EQ(rep.num_ok + rep.num_failed, rep.num_sent);
+  EXPECT_EQ(rep.num_ok + rep.num_failed + rep.num_hung_up, rep.num_sent);
   EXPECT_EQ(rep.num_sent, static_cast<int64_t>(r.records.size()));
   int64_t failures = 0;
   for (const auto& [cls, n] : rep.errors) failures += n;
@@ -267,6 +267,74 @@ TEST(BenchRunner, DurationBoundsARunAgainstAStallingServer) {
   EXPECT_GE(rep.num_sent, 2);
   EXPECT_LE(rep.num_sent, 2 * 4);  // 2 workers, each at most ceil(0.5 / 0.2) requests
   EXPECT_EQ(rep.errors["timeout"], rep.num_sent);
+}
+
+TEST(BenchRunner, HangUpJobsAreSpreadEvenlyAndExactly) {
+  BenchConfig c;
+  auto count = [&](double f, int64_t jobs) {
+    c.hangup_fraction = f;
+    int64_t n = 0;
+    for (int64_t j = 0; j < jobs; ++j) n += job_hangs_up(c, j) ? 1 : 0;
+    return n;
+  };
+  EXPECT_EQ(count(0, 100), 0);
+  EXPECT_EQ(count(1, 100), 100);
+  EXPECT_EQ(count(0.5, 64), 32);
+  EXPECT_EQ(count(0.25, 100), 25);
+  EXPECT_EQ(count(0.3, 10), 3);
+  c.hangup_fraction = 0.5;  // every other job: 1, 3, 5, ...
+  for (int64_t j = 0; j < 8; ++j) EXPECT_EQ(job_hangs_up(c, j), j % 2 == 1) << j;
+}
+
+TEST(BenchRunner, HangUpJobsCloseMidStreamAndAreCountedApart) {
+  StubServer server;
+  server.set_chunk_delay(std::chrono::milliseconds(2));
+  BenchConfig c = base_config(server.url(), "ok");
+  c.hangup_fraction = 0.5;
+  c.hangup_after_chunks = 3;
+  RunResults results;
+  Report rep = run(c, &results);
+  EXPECT_EQ(rep.num_sent, 12);
+  EXPECT_EQ(rep.num_hung_up, 6);
+  EXPECT_EQ(rep.num_ok, 6);
+  EXPECT_EQ(rep.num_failed, 0);
+  EXPECT_TRUE(rep.errors.empty());
+  // Only the streams that ran to [DONE] are in the figures.
+  EXPECT_EQ(rep.ttft_ms.count, 6);
+  EXPECT_EQ(rep.completion_tokens, 6 * 8);
+  for (const RequestRecord& r : results.records) {
+    if (r.job_idx % 2 == 1) {
+      EXPECT_EQ(r.error, kHungUp) << r.job_idx;
+      EXPECT_EQ(r.num_content_chunks, 3);
+      EXPECT_GE(r.ttft_ms, 0);
+    } else {
+      EXPECT_EQ(r.error, "ok") << r.job_idx << " " << r.detail;
+      EXPECT_EQ(r.num_content_chunks, 8);
+    }
+  }
+  // The counts survive the results file, and the report says what happened.
+  RunResults back = results_from_json(nlohmann::json::parse(results_to_json(results).dump()));
+  EXPECT_EQ(back.config.hangup_fraction, 0.5);
+  EXPECT_EQ(back.config.hangup_after_chunks, 3);
+  EXPECT_EQ(make_report(back).num_hung_up, 6);
+  EXPECT_NE(format_report(results, rep).find("hung up on purpose: 6"), std::string::npos);
+}
+
+TEST(BenchRunner, AHungUpTurnEndsItsConversation) {
+  StubServer server;
+  server.set_chunk_delay(std::chrono::milliseconds(1));
+  BenchConfig c = base_config(server.url(), "ok");
+  c.workload.kind = WorkloadKind::kMultiTurn;
+  c.workload.turns = 3;
+  c.concurrency = 2;
+  c.max_requests = 4 * 3;
+  c.hangup_fraction = 0.5;
+  c.hangup_after_chunks = 2;
+  Report rep = run(c);
+  // Jobs 0 and 2 run their 3 turns; jobs 1 and 3 stop after their first.
+  EXPECT_EQ(rep.num_ok, 6);
+  EXPECT_EQ(rep.num_hung_up, 2);
+  EXPECT_EQ(rep.num_sent, 8);
 }
 
 TEST(BenchRunner, ProgressSeesEveryRecord) {
