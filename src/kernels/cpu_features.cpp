@@ -45,14 +45,19 @@ CpuFeatures detect() {
   return f;
 }
 
-Isa hardware_isa(const CpuFeatures& f) {
-  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.fma && f.f16c)
-    return Isa::Avx512;
-  if (f.avx2 && f.fma && f.f16c) return Isa::Avx2;
+}  // namespace
+
+// BMI2 is required at both levels because the *_avx2.cpp / *_avx512.cpp files are
+// compiled with -mbmi2 (CMakeLists.txt: PAGODA_AVX2_FLAGS / PAGODA_AVX512_FLAGS), so
+// the compiler may emit SHLX / SARX / BZHI / PDEP anywhere in them. Every AVX2 CPU
+// Intel and AMD shipped has BMI2, but some virtual machines and emulators expose AVX2
+// without it; there those kernels would die of SIGILL, so such a CPU runs scalar.
+Isa isa_for_features(const CpuFeatures& f) {
+  const bool avx2_level = f.avx2 && f.fma && f.f16c && f.bmi2;
+  if (avx2_level && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni) return Isa::Avx512;
+  if (avx2_level) return Isa::Avx2;
   return Isa::Scalar;
 }
-
-}  // namespace
 
 const CpuFeatures& cpu_features() {
   static const CpuFeatures f = detect();
@@ -61,7 +66,7 @@ const CpuFeatures& cpu_features() {
 
 Isa best_isa() {
   static const Isa isa = [] {
-    Isa hw = hardware_isa(cpu_features());
+    Isa hw = isa_for_features(cpu_features());
     const char* env = std::getenv("PAGODA_ISA");
     if (!env) return hw;
     Isa want = hw;
@@ -74,7 +79,7 @@ Isa best_isa() {
 }
 
 bool isa_supported(Isa isa) {
-  return static_cast<int>(isa) <= static_cast<int>(hardware_isa(cpu_features()));
+  return static_cast<int>(isa) <= static_cast<int>(isa_for_features(cpu_features()));
 }
 
 const char* isa_name(Isa isa) {
@@ -91,7 +96,7 @@ std::string cpu_features_string() {
   std::string s = isa_name(best_isa());
   s += " (";
   const std::pair<bool, const char*> flags[] = {
-      {f.avx2, "avx2"},         {f.fma, "fma"},           {f.f16c, "f16c"},
+      {f.avx2, "avx2"},         {f.fma, "fma"},           {f.f16c, "f16c"},  {f.bmi2, "bmi2"},
       {f.avx512f, "avx512f"},   {f.avx512bw, "avx512bw"}, {f.avx512vnni, "avx512vnni"},
       {f.avx512bf16, "avx512bf16"}, {f.avxvnni, "avxvnni"}};
   bool first = true;

@@ -25,9 +25,14 @@ struct CpuFeatures {
 
 const CpuFeatures& cpu_features();
 
-// Scalar: portable C++ reference. Avx2: AVX2+FMA+F16C. Avx512: F/BW/VL/DQ + VNNI
-// (BF16 used where present and checked separately).
+// Scalar: portable C++ reference. Avx2: AVX2+FMA+F16C+BMI2 (the flags its files are
+// built with). Avx512: that plus F/BW/VL/DQ + VNNI (BF16 used where present and
+// checked separately).
 enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+
+// The highest level a CPU with these features can run (no PAGODA_ISA cap). Pure, so
+// tests can pass made-up feature sets.
+Isa isa_for_features(const CpuFeatures& f);
 
 // Highest level the CPU supports (capped by PAGODA_ISA).
 Isa best_isa();

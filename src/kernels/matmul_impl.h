@@ -42,8 +42,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
+#include "common/error.h"
 #include "kernels/matmul.h"
+#include "tensor/types.h"
 
 namespace pagoda::matmul_detail {
 
@@ -73,8 +76,11 @@ inline size_t packed_unit_bytes(GgmlType t, int lanes) {
     case GgmlType::Q4_K: return 32 * vb + 20 * l;
     case GgmlType::Q5_K: return 40 * vb + 20 * l;
     case GgmlType::Q6_K: return 48 * vb + 18 * l;
-    default: return 0;
+    default: break;
   }
+  // A size of 0 would make prepare() pack nothing and the kernels read past it.
+  PAGODA_CHECK(false, std::string("packed_unit_bytes: no packed layout for ") + type_name(t));
+  __builtin_unreachable();
 }
 
 // Activations quantized for one matmul call. All arrays are token-major with

@@ -27,10 +27,13 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "common/error.h"
 #include "kernels/matmul_impl.h"
+#include "tensor/types.h"
 
 namespace pagoda::matmul_detail {
 
@@ -447,8 +450,10 @@ void packed_dispatch(const WeightMatrix& w, const QuantizedActs& a, const Tile& 
     case GgmlType::Q4_K: return packed_tile<V, GgmlType::Q4_K>(w, a, tile, y);
     case GgmlType::Q5_K: return packed_tile<V, GgmlType::Q5_K>(w, a, tile, y);
     case GgmlType::Q6_K: return packed_tile<V, GgmlType::Q6_K>(w, a, tile, y);
-    default: return;
+    default: break;
   }
+  // A type prepare() accepts with no kernel here would leave y unwritten.
+  PAGODA_CHECK(false, std::string("matmul: no packed kernel for weight type ") + type_name(w.type()));
 }
 
 }  // namespace pagoda::matmul_detail
