@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <future>
 #include <limits>
+#include <span>
 #include <utility>
 
 #include "common/error.h"
@@ -44,6 +46,11 @@ struct Engine::Seq {
   std::vector<int32_t> tokens;  // prompt + generated: what the KV must hold (last one pending)
   int64_t n_prompt = 0;
   int64_t n_computed = 0;       // leading tokens whose K/V is in the store
+  // Leading computed tokens a finite logits row vouched for: the row at position p
+  // attends to every K/V at positions <= p, so a NaN/inf there would have reached it.
+  // Only these are indexed in the prefix cache (a prefill chunk without a logits row,
+  // or the step whose logits were non-finite, is vouched for by nothing).
+  int64_t n_checked = 0;
   SeqId seq_id = -1;            // while admitted
   bool admitted = false;
   bool ever_admitted = false;
@@ -65,6 +72,16 @@ constexpr bool kDebugBuild = false;
 #else
 constexpr bool kDebugBuild = true;
 #endif
+
+// Weights are input: a corrupt model file makes activations NaN/inf, and a NaN anywhere
+// in the K/V or the residual stream reaches the logits. One pass over the n_vocab floats
+// of each sampled row (128k floats: tens of microseconds, next to the n_vocab x dim
+// output matmul that produced them) catches it before the sampler sees it.
+bool all_finite(std::span<const float> xs) {
+  bool ok = true;
+  for (float x : xs) ok &= std::isfinite(x);  // no early exit: vectorizes
+  return ok;
+}
 
 double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -147,21 +164,26 @@ void Engine::stop() {
   }
 }
 
-std::optional<std::string> Engine::validate(const Request& r) const {
-  if (r.prompt.empty()) return "prompt is empty";
+std::optional<Engine::Invalid> Engine::validate(const Request& r) const {
+  // The one place a request is checked against the model and the engine (the server
+  // checks only the protocol and the model name): these messages reach clients as 400s.
+  auto bad = [](std::string field, std::string message) { return Invalid{std::move(field), std::move(message)}; };
+  if (r.prompt.empty()) return bad("prompt", "the prompt is empty");
   for (int32_t t : r.prompt)
-    if (t < 0 || t >= n_vocab_) return "prompt token " + std::to_string(t) + " is outside the vocabulary";
+    if (t < 0 || t >= n_vocab_)
+      return bad("prompt", "prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                               std::to_string(n_vocab_) + ")");
   if (static_cast<int64_t>(r.prompt.size()) >= config_.ctx_size)
-    return "prompt has " + std::to_string(r.prompt.size()) + " tokens but the context is " +
-           std::to_string(config_.ctx_size) + " (at least one must be left to generate)";
-  if (auto msg = r.sampling.validate(n_vocab_)) return *msg;
-  if (r.max_tokens == 0 || r.max_tokens < -1) return "max_tokens must be >= 1 or -1";
-  if (r.min_tokens < 0) return "min_tokens must be >= 0";
-  if (r.top_logprobs < 0 || r.top_logprobs > 20) return "top_logprobs must be in [0, 20]";
-  if (!tokenizer_ && !r.stop.empty()) return "stop strings need a tokenizer";
-  if (!tokenizer_ && r.grammar) return "a grammar needs a tokenizer";
+    return bad("prompt", "the prompt has " + std::to_string(r.prompt.size()) + " tokens but the context is " +
+                             std::to_string(config_.ctx_size) + " tokens (at least one must be left to generate)");
+  if (auto msg = r.sampling.validate(n_vocab_)) return bad("", *msg);
+  if (r.max_tokens == 0 || r.max_tokens < -1) return bad("max_tokens", "max_tokens must be >= 1 or -1");
+  if (r.min_tokens < 0) return bad("min_tokens", "min_tokens must be >= 0");
+  if (r.top_logprobs < 0 || r.top_logprobs > 20) return bad("top_logprobs", "top_logprobs must be in [0, 20]");
+  if (!tokenizer_ && !r.stop.empty()) return bad("stop", "stop strings need a model with a tokenizer");
+  if (!tokenizer_ && r.grammar) return bad("", "structured outputs need a model with a tokenizer");
   // +1: the first generated token needs a slot too.
-  if (auto msg = pool_.never_fits(static_cast<int64_t>(r.prompt.size()) + 1)) return *msg;
+  if (auto msg = pool_.never_fits(static_cast<int64_t>(r.prompt.size()) + 1)) return bad("prompt", *msg);
   return std::nullopt;
 }
 
@@ -169,9 +191,10 @@ SubmitResult Engine::submit(Request request, std::shared_ptr<RequestSink> sink) 
   PAGODA_CHECK(sink != nullptr, "Engine::submit needs a sink");
   SubmitResult res;
   // validate() reads only config_, n_vocab_ and pool_'s geometry (constant): no lock needed.
-  if (auto msg = validate(request)) {
+  if (auto invalid = validate(request)) {
     res.status = SubmitResult::Status::Invalid;
-    res.message = *msg;
+    res.field = std::move(invalid->field);
+    res.message = std::move(invalid->message);
     return res;
   }
   std::lock_guard<std::mutex> lk(mu_);
@@ -211,15 +234,28 @@ EngineStats Engine::stats() const {
   return snapshot_;
 }
 
-Engine::PrefixCacheReset Engine::reset_prefix_cache() {
+void Engine::reset_prefix_cache_async(std::function<void(const PrefixCacheReset&)> done) {
+  PAGODA_CHECK(done != nullptr, "Engine::reset_prefix_cache_async needs a callback");
   std::unique_lock<std::mutex> lk(mu_);
-  PAGODA_CHECK(thread_started_, "Engine::reset_prefix_cache before start");
-  const uint64_t target = resets_done_ + 1;
-  reset_requested_ = true;
+  if (stopping_) {  // the thread's last drain may have run already: nothing is reset
+    const PrefixCacheReset none{snapshot_, snapshot_};
+    lk.unlock();
+    done(none);
+    return;
+  }
+  reset_callbacks_.push_back(std::move(done));
   cv_.notify_all();
-  reset_cv_.wait(lk, [&] { return resets_done_ >= target || stopping_; });
-  if (resets_done_ < target) return PrefixCacheReset{snapshot_, snapshot_};  // stopped first
-  return last_reset_;
+}
+
+Engine::PrefixCacheReset Engine::reset_prefix_cache() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    PAGODA_CHECK(thread_started_ || stopping_, "Engine::reset_prefix_cache before start would wait forever");
+  }
+  std::promise<PrefixCacheReset> promise;
+  std::future<PrefixCacheReset> result = promise.get_future();
+  reset_prefix_cache_async([&promise](const PrefixCacheReset& r) { promise.set_value(r); });
+  return result.get();
 }
 
 // ---- engine thread -------------------------------------------------------------------------
@@ -231,7 +267,7 @@ void Engine::loop() {
       const bool idle = running_.empty() && waiting_.empty();
       if (idle) {
         cv_.wait_for(lk, std::chrono::seconds(1), [&] {
-          return stopping_ || !inbox_.empty() || !cancels_.empty() || reset_requested_;
+          return stopping_ || !inbox_.empty() || !cancels_.empty() || !reset_callbacks_.empty();
         });
       }
       if (stopping_) break;
@@ -246,20 +282,17 @@ void Engine::loop() {
   drain_inbox();
   while (!owned_.empty()) finish(owned_.back().get(), FinishReason::Cancelled);
   publish_stats();
-  std::lock_guard<std::mutex> lk(mu_);
-  reset_cv_.notify_all();
 }
 
 void Engine::drain_inbox() {
   std::vector<std::unique_ptr<Seq>> fresh;
   std::vector<uint64_t> cancels;
-  bool reset = false;
+  std::vector<std::function<void(const PrefixCacheReset&)>> resets;
   {
     std::lock_guard<std::mutex> lk(mu_);
     fresh.swap(inbox_);
     cancels.swap(cancels_);
-    reset = reset_requested_;
-    reset_requested_ = false;
+    resets.swap(reset_callbacks_);
   }
   for (auto& s : fresh) {
     s->key = cache_.key(s->req.cache_key, s->req.use_cache && config_.cache.enabled);
@@ -271,15 +304,13 @@ void Engine::drain_inbox() {
     auto it = std::find_if(owned_.begin(), owned_.end(), [&](const auto& p) { return p->id == id; });
     if (it != owned_.end()) finish(it->get(), FinishReason::Cancelled);
   }
-  if (reset) {
+  if (!resets.empty()) {  // resets asked for since the last step share one
     publish_stats();
     const EngineStats before = stats();
     cache_.reset();
-    publish_stats();  // a caller of reset_prefix_cache() sees the emptied cache in stats()
-    std::lock_guard<std::mutex> lk(mu_);
-    last_reset_ = PrefixCacheReset{before, snapshot_};
-    ++resets_done_;
-    reset_cv_.notify_all();
+    publish_stats();  // whoever is answered sees the emptied cache in stats()
+    const PrefixCacheReset done{before, stats()};
+    for (auto& callback : resets) callback(done);
   }
 }
 
@@ -297,13 +328,14 @@ void Engine::expire_deadlines() {
 
 void Engine::release_kv(Seq* s) {
   if (!s->admitted) return;
-  if (s->n_computed > 0)
-    cache_.insert(s->key, std::span<const int32_t>(s->tokens.data(), static_cast<size_t>(s->n_computed)),
+  if (s->n_checked > 0)
+    cache_.insert(s->key, std::span<const int32_t>(s->tokens.data(), static_cast<size_t>(s->n_checked)),
                   store_.mutable_table(s->seq_id), /*finished=*/true);
   store_.remove(s->seq_id);
   s->admitted = false;
   s->seq_id = -1;
   s->n_computed = 0;
+  s->n_checked = 0;
 }
 
 void Engine::remove_from_running(Seq* s) {
@@ -394,6 +426,7 @@ void Engine::step() {
     s->seq_id = sid;
     s->admitted = true;
     s->n_computed = hit.cached_tokens;
+    s->n_checked = hit.cached_tokens;  // whoever indexed them checked them
     s->admit_order = next_admit_++;
     if (!s->ever_admitted) {
       s->ever_admitted = true;
@@ -424,6 +457,12 @@ void Engine::step() {
     if (!o.logits) continue;
     std::span<float> lg(&logits_[static_cast<size_t>(row * n_vocab_)], static_cast<size_t>(n_vocab_));
     ++row;
+    if (!all_finite(lg)) {
+      fail(s, "the model produced non-finite logits (NaN/inf): its weights are corrupt or overflow "
+              "at this precision");
+      continue;
+    }
+    s->n_checked = s->n_computed;
     if (was_prefill && s->generated() == 0)  // the prompt is in: share its full blocks now
       cache_.insert(s->key, std::span<const int32_t>(s->tokens.data(), static_cast<size_t>(s->n_computed)),
                     store_.mutable_table(s->seq_id), /*finished=*/false);
@@ -486,6 +525,7 @@ void Engine::sample_and_stream(Seq* s, std::span<float> logits) {
   ev.request_id = s->id;
   ev.token_id = tok;
   ev.step = counters_.steps;
+  ev.eog = eog;
   ev.logprob = s->req.logprobs ? token_logprob(logits, tok) : std::numeric_limits<float>::quiet_NaN();
   if (s->req.logprobs && s->req.top_logprobs > 0) ev.top_logprobs = top_logprobs(logits, s->req.top_logprobs);
   bool stopped = false;
@@ -506,12 +546,26 @@ void Engine::sample_and_stream(Seq* s, std::span<float> logits) {
   }
 }
 
-void Engine::finish(Seq* s, FinishReason reason, std::string stop_matched) {
+std::unique_ptr<Engine::Seq> Engine::retire(Seq* s) {
   release_kv(s);
   remove_from_running(s);
   auto w = std::find(waiting_.begin(), waiting_.end(), s);
   if (w != waiting_.end()) waiting_.erase(w);
+  auto it = std::find_if(owned_.begin(), owned_.end(), [&](const auto& p) { return p.get() == s; });
+  PAGODA_CHECK(it != owned_.end(), "Engine::retire of an unknown sequence");
+  std::unique_ptr<Seq> owned = std::move(*it);
+  owned_.erase(it);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    live_ids_.erase(s->id);
+  }
+  // Before the client hears of it: a stats() read after the response then shows the
+  // request's blocks released and its prefix cached.
+  publish_stats();
+  return owned;
+}
 
+void Engine::finish(Seq* s, FinishReason reason, std::string stop_matched) {
   RequestResult& r = s->result;
   r.request_id = s->id;
   r.finish = reason;
@@ -527,37 +581,13 @@ void Engine::finish(Seq* s, FinishReason reason, std::string stop_matched) {
   r.timings.total_ms = ms_between(s->submitted, Clock::now());
   ++counters_.finished;
   if (reason == FinishReason::Cancelled) ++counters_.cancelled;
-
-  std::unique_ptr<Seq> owned;
-  auto it = std::find_if(owned_.begin(), owned_.end(), [&](const auto& p) { return p.get() == s; });
-  PAGODA_CHECK(it != owned_.end(), "Engine::finish of an unknown sequence");
-  owned = std::move(*it);
-  owned_.erase(it);
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    live_ids_.erase(s->id);
-  }
-  // Before the client hears of it: a stats() read after the response then shows the
-  // request's blocks released and its prefix cached.
-  publish_stats();
+  const std::unique_ptr<Seq> owned = retire(s);
   s->sink->on_finish(r);
 }
 
 void Engine::fail(Seq* s, const std::string& message) {
-  release_kv(s);
-  remove_from_running(s);
-  auto w = std::find(waiting_.begin(), waiting_.end(), s);
-  if (w != waiting_.end()) waiting_.erase(w);
   ++counters_.errors;
-  std::unique_ptr<Seq> owned;
-  auto it = std::find_if(owned_.begin(), owned_.end(), [&](const auto& p) { return p.get() == s; });
-  PAGODA_CHECK(it != owned_.end(), "Engine::fail of an unknown sequence");
-  owned = std::move(*it);
-  owned_.erase(it);
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    live_ids_.erase(s->id);
-  }
+  const std::unique_ptr<Seq> owned = retire(s);
   s->sink->on_error(s->id, message);
 }
 
@@ -572,6 +602,7 @@ void Engine::check_invariants() const {
                      static_cast<int64_t>(s->tokens.size()) <= config_.ctx_size,
                  "engine: token counts out of range");
     PAGODA_CHECK(s->n_computed < static_cast<int64_t>(s->tokens.size()), "engine: n_computed past the pending token");
+    PAGODA_CHECK(s->n_checked >= 0 && s->n_checked <= s->n_computed, "engine: n_checked past n_computed");
   };
   for (const Seq* s : running_) {
     common(s);

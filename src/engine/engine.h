@@ -6,9 +6,10 @@
 //   Sampler / StopStringMatcher / StreamDecoder and the scheduler state. Nothing of it
 //   is touched by another thread. The Model and the Tokenizer are borrowed and must
 //   outlive the Engine; the engine's ThreadPool (config.threads workers) is its own.
-// - Other threads call submit(), cancel(), stats() and reset_prefix_cache(). They meet
+// - Other threads call submit(), cancel(), stats() and reset_prefix_cache[_async](). They meet
 //   the engine thread in two places, both guarded by `mu_`:
-//     * the inbox: submitted requests and cancel ids, drained at the top of every step;
+//     * the inbox: submitted requests, cancel ids and prefix-cache reset callbacks,
+//       drained at the top of every step;
 //     * the stats snapshot: a copy the engine thread publishes after every step.
 //   The engine thread never holds `mu_` while running a forward or calling a sink.
 // - Sinks (RequestSink) are called on the engine thread, in order, without locks held:
@@ -73,13 +74,17 @@
 // Finish reasons: Stop (EOS/EOT unless ignore_eos, or a stop string; the EOS token is in
 // RequestResult::tokens and streamed with empty text), Length
 // (max_tokens, context full at ctx_size, or the KV budget cannot hold the sequence),
-// Cancelled, Error (the forward threw: every sequence of that batch gets on_error).
+// Cancelled, Error (the forward threw: every sequence of that batch gets on_error; or
+// the model produced non-finite logits for this sequence: its weights are input, so
+// that is this request's error, and none of the K/V it computed since its last finite
+// logits row is indexed for reuse).
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -144,6 +149,11 @@ const char* finish_reason_name(FinishReason r);
 struct TokenEvent {
   uint64_t request_id = 0;
   int32_t token_id = 0;
+  // The token ended generation as end-of-generation (an EOS/EOT of the tokenizer or of
+  // EngineConfig::extra_eog_ids, not ignored; or one a grammar accepted): its text is
+  // empty and the request finishes with Stop right after. The engine decides this once;
+  // a sink must not work it out again (e.g. to leave the token out of logprobs).
+  bool eog = false;
   std::string text;      // safe-to-show text this token completed (may be empty)
   float logprob = 0.0f;  // natural log; NaN unless Request::logprobs
   std::vector<TokenLogprob> top_logprobs;  // Request::top_logprobs best, most likely first
@@ -185,6 +195,8 @@ struct SubmitResult {
   Status status = Status::Ok;
   uint64_t request_id = 0;  // valid when Ok
   std::string message;      // one line when not Ok
+  std::string field;        // Invalid: the Request field at fault ("prompt", "max_tokens",
+                            // "min_tokens", "top_logprobs", "stop"), "" when none is
   bool ok() const { return status == Status::Ok; }
 };
 
@@ -238,8 +250,13 @@ class Engine {
   struct PrefixCacheReset {
     EngineStats before, after;
   };
-  // Any thread; blocks until the engine thread has dropped every cached block (blocks
-  // running sequences hold stay with them). Requires: started.
+  // Any thread, never blocks: the engine thread drops every cached block (blocks running
+  // sequences hold stay with them) at the top of its next step (before start(): of its
+  // first) and calls `done` there, on the engine thread, with no lock held (like a
+  // sink: it must not block or call back into the engine but for stats()). After stop()
+  // has begun, `done` runs at once on the caller's thread with before == after.
+  void reset_prefix_cache_async(std::function<void(const PrefixCacheReset&)> done);
+  // reset_prefix_cache_async, waiting for it. Requires: started, or stop() begun.
   PrefixCacheReset reset_prefix_cache();
 
   const EngineConfig& config() const { return config_; }  // ctx_size resolved
@@ -259,12 +276,19 @@ class Engine {
   void sample_and_stream(Seq* s, std::span<float> logits);
   // The grammar view of the vocabulary, built on first use (engine thread).
   const std::shared_ptr<const grammar::TokenVocabulary>& grammar_vocab();
+  // Ends a request: finish() with on_finish, fail() with on_error (counted in errors);
+  // both retire() it first: KV released (its checked prefix indexed), out of the
+  // scheduler's lists, id no longer live, stats published.
   void finish(Seq* s, FinishReason reason, std::string stop_matched = {});
   void fail(Seq* s, const std::string& message);
+  std::unique_ptr<Seq> retire(Seq* s);
   void remove_from_running(Seq* s);
   void publish_stats();
   void check_invariants() const;
-  std::optional<std::string> validate(const Request& r) const;
+  struct Invalid {
+    std::string field, message;  // see SubmitResult
+  };
+  std::optional<Invalid> validate(const Request& r) const;
 
   Model& model_;
   const Tokenizer* tokenizer_;
@@ -298,17 +322,14 @@ class Engine {
   // ---- guarded by mu_ ----
   mutable std::mutex mu_;
   std::condition_variable cv_;       // wakes the engine thread
-  std::condition_variable reset_cv_; // wakes reset_prefix_cache() callers
   std::vector<std::unique_ptr<Seq>> inbox_;
   std::vector<uint64_t> cancels_;
   std::unordered_set<uint64_t> live_ids_;  // accepted, not finished
   uint64_t next_request_id_ = 1;
   int64_t refused_busy_ = 0;
   bool stopping_ = false;
-  bool reset_requested_ = false;
+  std::vector<std::function<void(const PrefixCacheReset&)>> reset_callbacks_;  // asked for, not yet run
   bool thread_started_ = false;  // started_, readable by other threads
-  uint64_t resets_done_ = 0;
-  PrefixCacheReset last_reset_;  // the most recent reset's stats
   EngineStats snapshot_;
 
   std::thread thread_;

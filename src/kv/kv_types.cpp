@@ -1,7 +1,6 @@
 #include "kv/kv_types.h"
 
 #include <algorithm>
-#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -17,6 +16,27 @@ namespace {
 constexpr float kF16Max = 65504.0f;
 
 f16_t to_f16_saturating(float x) { return f32_to_f16(std::clamp(x, -kF16Max, kF16Max)); }
+
+// A Q8 / Q4 row that dequantizes to NaN everywhere (see kv_quantize_row).
+void store_non_finite_row(KvType t, int64_t d, void* data, void* side) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  if (t == KvType::Q8) {
+    std::memset(data, 0, static_cast<size_t>(d));
+    std::memcpy(side, &nan, sizeof nan);
+    return;
+  }
+  const int64_t g = q4_group_size(d);
+  std::memset(data, 0, static_cast<size_t>(d / 2));
+  const f16_t nan16 = f32_to_f16(nan);
+  uint8_t* sd = static_cast<uint8_t*>(side);
+  for (int64_t g0 = 0; g0 < d; g0 += g) {
+    uint8_t* gs = sd + (g0 / g) * kQ4SideBytesPerGroup;
+    std::memcpy(gs, &nan16, 2);
+    std::memcpy(gs + 2, &nan16, 2);
+    std::memcpy(gs + 4, &nan16, 2);
+    gs[6] = 0;
+  }
+}
 
 }  // namespace
 
@@ -74,9 +94,20 @@ size_t kv_row_sidecar_bytes(KvType t, int64_t head_dim) {
 }
 
 void kv_quantize_row(KvType t, const float* x, int64_t d, void* data, void* side) {
-#ifndef NDEBUG
-  for (int64_t i = 0; i < d; ++i) assert(std::isfinite(x[i]));
-#endif
+  // Weights are input: a corrupt model file can make K/V rows NaN or inf, so that is a
+  // handled case, not an assert. F32/F16/BF16 store the row as is (NaN stays NaN; F16
+  // saturates inf). Q8/Q4 would cast NaN to an integer (undefined behaviour), so a
+  // non-finite row is stored as zeros with NaN scales: it dequantizes to NaN, which
+  // reaches the logits, where the engine ends the request. Cost: one pass over
+  // head_dim floats, next to the quantization's own two.
+  if (t == KvType::Q8 || t == KvType::Q4) {
+    bool finite = true;
+    for (int64_t i = 0; i < d; ++i) finite &= std::isfinite(x[i]);
+    if (!finite) {
+      store_non_finite_row(t, d, data, side);
+      return;
+    }
+  }
   switch (t) {
     case KvType::F32:
       std::memcpy(data, x, static_cast<size_t>(d) * 4);

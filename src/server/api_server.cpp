@@ -69,7 +69,6 @@ class CompletionSink final : public RequestSink {
     int64_t created = 0;
     const Tokenizer* tokenizer = nullptr;
     ServerMetrics* metrics = nullptr;
-    bool ignore_eos = false;
     // Chat output parsed into content / reasoning_content / tool_calls.
     std::optional<chat::ParseOptions> parse;
     chat::ChatFormat format;
@@ -92,9 +91,11 @@ class CompletionSink final : public RequestSink {
   }
 
   void on_token(const TokenEvent& ev) override {
-    const bool eog_token = ev.text.empty() && !p_.ignore_eos && p_.tokenizer && p_.tokenizer->is_eog(ev.token_id);
+    // The engine decided end-of-generation (tokenizer EOS/EOT and generation_config's
+    // extra ids alike): that token is neither reported in logprobs nor streamed.
+    if (ev.eog) return;
     TokenLogprobInfo info;
-    const bool with_lp = p_.logprobs && !eog_token;
+    const bool with_lp = p_.logprobs;
     if (with_lp) {
       info.token = piece_of(p_.tokenizer, ev.token_id);
       info.logprob = ev.logprob;
@@ -296,9 +297,7 @@ json cache_stats_json(const CacheStats& c) {
 }  // namespace
 
 ApiServer::ApiServer(ApiServerOptions options) : options_(std::move(options)) {}
-ApiServer::~ApiServer() {
-  while (resets_running_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-}
+ApiServer::~ApiServer() = default;
 
 std::vector<Route> ApiServer::routes() {
   auto bind = [this](void (ApiServer::*fn)(const HttpRequest&, std::shared_ptr<HttpExchange>)) {
@@ -510,13 +509,8 @@ void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<H
     throw ApiError(404, "the model '" + cr.model + "' does not exist; this server serves '" + options_.model_id + "'",
                    "model");
   if (shutting_down_.load()) throw ApiError(503, "the server is shutting down");
-  if (prompt.empty()) throw ApiError(400, "the prompt is empty", cr.kind == ApiKind::Chat ? "messages" : "prompt");
-  const int64_t ctx = e->config().ctx_size;
-  if (static_cast<int64_t>(prompt.size()) >= ctx)
-    throw ApiError(400,
-                   "the prompt has " + std::to_string(prompt.size()) + " tokens but the context is " +
-                       std::to_string(ctx) + " tokens (at least one must be left to generate)",
-                   cr.kind == ApiKind::Chat ? "messages" : "prompt");
+  // The prompt (empty, longer than the context, too big for the KV budget) and the
+  // sampling limits are the engine's to check: submit() answers Invalid -> 400 below.
 
   Request r;
   r.prompt = std::move(prompt);
@@ -548,7 +542,6 @@ void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<H
   p.created = unix_now();
   p.tokenizer = tokenizer_;
   p.metrics = &metrics_;
-  p.ignore_eos = cr.ignore_eos;
   p.parse = parse;
   p.format = chat_format_;
   const bool stream = cr.stream;
@@ -559,7 +552,9 @@ void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<H
     int status = 400;
     if (sr.status == SubmitResult::Status::Busy) status = shutting_down_.load() ? 503 : 429;
     metrics_.record_refused(sr.status == SubmitResult::Status::Busy ? "busy" : "invalid");
-    HttpResponse resp = error_response(status, sr.message);
+    // A chat request's prompt is what its messages rendered to.
+    const std::string param = sr.field == "prompt" && cr.kind == ApiKind::Chat ? "messages" : sr.field;
+    HttpResponse resp = error_response(status, sr.message, param);
     if (status == 429) resp.headers.emplace_back("Retry-After", "1");
     ex->respond(std::move(resp));
     return;
@@ -630,12 +625,10 @@ void ApiServer::handle_cache_stats(const HttpRequest&, std::shared_ptr<HttpExcha
 void ApiServer::handle_cache_reset(const HttpRequest&, std::shared_ptr<HttpExchange> ex) {
   Engine* e = engine_.load(std::memory_order_acquire);
   if (!e) return void(ex->respond(loading_response()));
-  // reset_prefix_cache() waits for the engine thread (up to one step): not on an I/O
-  // thread. Resets are rare; a short-lived thread is simpler than a worker pool.
-  resets_running_.fetch_add(1);
-  std::thread([this, e, ex] {
-    std::unique_lock<std::mutex> lk(reset_mu_);
-    const Engine::PrefixCacheReset reset = e->reset_prefix_cache();
+  // The engine thread resets between steps and answers here (never blocking it:
+  // HttpExchange::respond only queues); no I/O thread waits and no thread outlives
+  // the Engine.
+  e->reset_prefix_cache_async([ex](const Engine::PrefixCacheReset& reset) {
     const EngineStats& before = reset.before;
     const EngineStats& after = reset.after;
     const int64_t freed_blocks = std::max<int64_t>(0, before.pool.blocks_evictable - after.pool.blocks_evictable);
@@ -645,9 +638,7 @@ void ApiServer::handle_cache_reset(const HttpRequest&, std::shared_ptr<HttpExcha
               {"uncached_blocks", std::max<int64_t>(0, before.cache.cached_blocks - after.cache.cached_blocks)},
               {"prefix_cache", cache_stats_json(after.cache)}};
     ex->respond(json_response(200, body));
-    lk.unlock();
-    resets_running_.fetch_sub(1);
-  }).detach();
+  });
 }
 
 void ApiServer::handle_metrics(const HttpRequest&, std::shared_ptr<HttpExchange> ex) {

@@ -111,8 +111,6 @@ class ApiServer {
   std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> next_id_{1};
   ServerMetrics metrics_;
-  std::mutex reset_mu_;  // one /v1/cache/reset at a time
-  std::atomic<int> resets_running_{0};  // reset threads alive; the destructor waits for 0
 };
 
 }  // namespace pagoda::server

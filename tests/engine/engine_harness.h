@@ -97,6 +97,7 @@ class RecordingSink final : public RequestSink {
   void on_token(const TokenEvent& ev) override {
     std::lock_guard<std::mutex> lk(mu_);
     tokens_.push_back(ev.token_id);
+    eogs_.push_back(ev.eog);
     logprobs_.push_back(ev.logprob);
     top_.push_back(ev.top_logprobs);
     steps_.push_back(ev.step);
@@ -125,6 +126,7 @@ class RecordingSink final : public RequestSink {
     return cv_.wait_for(lk, timeout, [&] { return tokens_.size() >= n || done_; });
   }
   std::vector<int32_t> tokens() const { std::lock_guard<std::mutex> lk(mu_); return tokens_; }
+  std::vector<bool> eogs() const { std::lock_guard<std::mutex> lk(mu_); return eogs_; }
   std::vector<float> logprobs() const { std::lock_guard<std::mutex> lk(mu_); return logprobs_; }
   std::vector<std::vector<TokenLogprob>> top() const { std::lock_guard<std::mutex> lk(mu_); return top_; }
   std::vector<int64_t> steps() const { std::lock_guard<std::mutex> lk(mu_); return steps_; }
@@ -138,6 +140,7 @@ class RecordingSink final : public RequestSink {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<int32_t> tokens_;
+  std::vector<bool> eogs_;
   std::vector<float> logprobs_;
   std::vector<std::vector<TokenLogprob>> top_;
   std::vector<int64_t> steps_;

@@ -6,6 +6,8 @@
 // concurrent submitters / cancellers, no leaks (after finish, after a cache reset).
 // Per-request outputs and limits are in engine_request_model_test.cpp. Engines run with
 // check_invariants on; the tsan preset runs this file under ThreadSanitizer.
+#include <future>
+
 #include "engine/engine_harness.h"
 
 namespace pagoda {
@@ -344,6 +346,26 @@ TEST(EngineModel, NoBlocksLeakAfterFinishAndNoneAfterACacheReset) {
   EXPECT_EQ(st.pool.blocks_live + st.pool.blocks_evictable, 0);
   EXPECT_EQ(st.pool.bytes_in_use, 0u);
   e.stop();
+}
+
+TEST(EngineModel, AsyncResetRunsOnTheEngineThreadOrAtOnceAfterStop) {
+  Loaded l = load_synth();
+  Model& m = *l.model;
+  Engine e(m, nullptr, engine_config(m, 2, 64, true));
+  std::promise<std::thread::id> ran_on;
+  e.reset_prefix_cache_async([&](const Engine::PrefixCacheReset&) { ran_on.set_value(std::this_thread::get_id()); });
+  e.start();  // asked for before start(): runs on the engine thread's first step
+  auto fut = ran_on.get_future();
+  ASSERT_EQ(fut.wait_for(10s), std::future_status::ready);
+  EXPECT_NE(fut.get(), std::this_thread::get_id());
+  e.stop();
+  bool called = false;
+  e.reset_prefix_cache_async([&](const Engine::PrefixCacheReset& r) {
+    called = true;
+    EXPECT_EQ(r.before.cache.entries, r.after.cache.entries);
+  });
+  EXPECT_TRUE(called);  // at once, on this thread: nobody is left to run it
+  EXPECT_EQ(e.reset_prefix_cache().after.cache.entries, 0);  // and the blocking form returns
 }
 
 }  // namespace

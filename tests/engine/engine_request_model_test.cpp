@@ -106,12 +106,17 @@ TEST(EngineModel, ExtraEndOfGenerationIdsStopGeneration) {
   const auto first = std::find(free_run.begin(), free_run.end(), free_run[3]);
   EXPECT_EQ(sink->tokens(), std::vector<int32_t>(free_run.begin(), first + 1));
   EXPECT_EQ(sink->result().finish, FinishReason::Stop);
+  // The engine marks the stop token as end-of-generation (sinks do not work it out).
+  std::vector<bool> eogs(sink->tokens().size(), false);
+  eogs.back() = true;
+  EXPECT_EQ(sink->eogs(), eogs);
   Request keep = r;
   keep.ignore_eos = true;  // ignore_eos covers the extra ids too
   auto sink2 = std::make_shared<RecordingSink>();
   ASSERT_TRUE(e.submit(keep, sink2).ok());
   ASSERT_TRUE(sink2->wait_done());
   EXPECT_EQ(sink2->tokens(), free_run);
+  EXPECT_EQ(sink2->eogs(), std::vector<bool>(free_run.size(), false));
   EngineConfig bad = engine_config(m, 2, 256, false);
   bad.extra_eog_ids = {static_cast<int32_t>(m.config().n_vocab)};
   EXPECT_THROW(Engine(m, nullptr, bad), Error);
