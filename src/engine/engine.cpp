@@ -22,8 +22,10 @@ const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
-// One request from submit to finish. Engine thread only once it left the inbox.
-struct Engine::Seq {
+// One request from submit to finish. Engine thread only once it left the inbox. Its
+// SchedSeq part (tokens, KV progress) is the Scheduler's; the rest (sampling, text,
+// result) the Engine's.
+struct Engine::Seq : SchedSeq {
   Seq(uint64_t id_, Request r, std::shared_ptr<RequestSink> s, int32_t n_vocab, const Tokenizer* tok)
       : id(id_), req(std::move(r)), sink(std::move(s)), sampler(req.sampling, n_vocab), stops(req.stop) {
     if (tok) {
@@ -42,27 +44,9 @@ struct Engine::Seq {
   StopStringMatcher stops;  // likewise: nothing streamed is re-sent
   std::optional<StreamDecoder> decoder;
   std::optional<grammar::Matcher> matcher;  // Request::grammar, made on the engine thread
-  CacheKey key;
-  std::vector<int32_t> tokens;  // prompt + generated: what the KV must hold (last one pending)
-  int64_t n_prompt = 0;
-  int64_t n_computed = 0;       // leading tokens whose K/V is in the store
-  // Leading computed tokens a finite logits row vouched for: the row at position p
-  // attends to every K/V at positions <= p, so a NaN/inf there would have reached it.
-  // Only these are indexed in the prefix cache (a prefill chunk without a logits row,
-  // or the step whose logits were non-finite, is vouched for by nothing).
-  int64_t n_checked = 0;
-  SeqId seq_id = -1;            // while admitted
-  bool admitted = false;
-  bool ever_admitted = false;
-  uint64_t admit_order = 0;
   RequestResult result;
   Clock::time_point submitted;
   Clock::time_point last_token;
-
-  int64_t generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
-  // Everything but the last token is computed and that token is sampled: feed it.
-  bool decoding() const { return generated() > 0 && n_computed + 1 == static_cast<int64_t>(tokens.size()); }
-  int64_t pending() const { return static_cast<int64_t>(tokens.size()) - n_computed; }
 };
 
 namespace {
@@ -117,7 +101,8 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& con
       threads_(config_.threads),
       pool_(geometry_of(model.config()), resolved(config_.kv)),
       store_(pool_),
-      cache_(pool_, config_.model_id, config_.cache) {
+      cache_(pool_, config_.model_id, config_.cache),
+      scheduler_(SchedulerConfig{config_.parallel, config_.max_batch_tokens}, store_, cache_) {
   n_text_vocab_ = n_vocab_;
   if (tokenizer_) {
     const int32_t n = std::min<int32_t>(n_vocab_, tokenizer_->n_vocab());
@@ -264,7 +249,7 @@ void Engine::loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lk(mu_);
-      const bool idle = running_.empty() && waiting_.empty();
+      const bool idle = scheduler_.running().empty() && scheduler_.waiting().empty();
       if (idle) {
         cv_.wait_for(lk, std::chrono::seconds(1), [&] {
           return stopping_ || !inbox_.empty() || !cancels_.empty() || !reset_callbacks_.empty();
@@ -274,7 +259,7 @@ void Engine::loop() {
     }
     drain_inbox();
     expire_deadlines();
-    if (running_.empty() && waiting_.empty()) cache_.enforce_limits();  // TTL without traffic
+    if (scheduler_.running().empty() && scheduler_.waiting().empty()) cache_.enforce_limits();  // TTL without traffic
     step();
     if (config_.check_invariants || kDebugBuild) check_invariants();
     publish_stats();
@@ -297,7 +282,7 @@ void Engine::drain_inbox() {
   for (auto& s : fresh) {
     s->key = cache_.key(s->req.cache_key, s->req.use_cache && config_.cache.enabled);
     if (s->req.grammar) s->matcher.emplace(s->req.grammar, grammar_vocab());
-    waiting_.push_back(s.get());
+    scheduler_.add(s.get());
     owned_.push_back(std::move(s));
   }
   for (uint64_t id : cancels) {
@@ -326,146 +311,56 @@ void Engine::expire_deadlines() {
   }
 }
 
-void Engine::release_kv(Seq* s) {
-  if (!s->admitted) return;
-  if (s->n_checked > 0)
-    cache_.insert(s->key, std::span<const int32_t>(s->tokens.data(), static_cast<size_t>(s->n_checked)),
-                  store_.mutable_table(s->seq_id), /*finished=*/true);
-  store_.remove(s->seq_id);
-  s->admitted = false;
-  s->seq_id = -1;
-  s->n_computed = 0;
-  s->n_checked = 0;
-}
-
-void Engine::remove_from_running(Seq* s) {
-  auto it = std::find(running_.begin(), running_.end(), s);
-  if (it != running_.end()) running_.erase(it);
-}
-
-void Engine::preempt(Seq* s) {
-  // The cache keeps its computed prefix (evictable), so recompute is usually a cache hit.
-  release_kv(s);
-  remove_from_running(s);
-  waiting_.push_front(s);
-  ++s->result.preemptions;
-  ++counters_.preemptions;
-}
-
-// Gives a decoding sequence one more slot, preempting the newest running sequences
-// while the pool is out of blocks. False when `s` itself was preempted or finished.
-bool Engine::reserve_decode(Seq* s) {
-  for (;;) {
-    const AllocResult r = store_.reserve(s->seq_id, s->n_computed + 1);
-    if (r.ok()) return true;
-    if (r.status == AllocResult::Status::NeverFits || running_.size() == 1) {
-      finish(s, FinishReason::Length);  // it cannot grow even alone
-      return false;
-    }
-    Seq* victim = running_.back();
-    preempt(victim);
-    if (victim == s) return false;
-  }
-}
-
 void Engine::step() {
-  batch_.clear();
-  std::vector<StepOut>& outs = outs_;
-  outs.clear();
-
-  // 2. Decode. Iterate over a copy: preemption edits running_ (always its back).
-  std::vector<Seq*>& decoding = decode_scratch_;
-  decoding.assign(running_.begin(), running_.end());
-  for (Seq* s : decoding) {
-    if (!s->admitted || !s->decoding()) continue;
-    if (!reserve_decode(s)) continue;
-  }
-  for (Seq* s : running_) {
-    if (!s->decoding()) continue;
-    batch_.add(s->tokens[static_cast<size_t>(s->n_computed)], s->n_computed, s->seq_id, true);
-    outs.push_back({s, 1, true});
-  }
-
-  // 3. Prefill chunks: running sequences first, then admissions (FCFS).
-  int64_t budget = config_.max_batch_tokens - static_cast<int64_t>(batch_.size());
-  auto add_chunk = [&](Seq* s) {
-    const int64_t n = std::min(budget, s->pending());
-    if (n <= 0) return;
-    const bool last = n == s->pending();
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t pos = s->n_computed + i;
-      batch_.add(s->tokens[static_cast<size_t>(pos)], pos, s->seq_id, last && i + 1 == n);
-    }
-    outs.push_back({s, n, last});
-    budget -= n;
-  };
-  for (Seq* s : running_)
-    if (!s->decoding() && budget > 0) add_chunk(s);
-  while (budget > 0 && !waiting_.empty() && static_cast<int>(running_.size()) < config_.parallel) {
-    Seq* s = waiting_.front();
-    const SeqId sid = next_seq_id_;
-    next_seq_id_ = next_seq_id_ == std::numeric_limits<SeqId>::max() ? 0 : next_seq_id_ + 1;
-    CacheHit hit = cache_.lookup(s->key, s->tokens);
-    store_.adopt(sid, std::move(hit.table));
-    const AllocResult r = store_.reserve(sid, static_cast<int64_t>(s->tokens.size()));
-    if (!r.ok()) {
-      store_.remove(sid);  // gives the borrowed prefix back
-      if (r.status == AllocResult::Status::NeverFits || running_.empty()) {
-        // Only a sequence that grew (a preempted one) can get here: it no longer fits.
-        waiting_.pop_front();
-        if (s->generated() > 0) {
-          finish(s, FinishReason::Length);
-        } else {
-          fail(s, r.message.empty() ? "out of KV blocks with nothing running" : r.message);
-        }
-        continue;
-      }
-      break;  // head of line waits for running sequences to finish
-    }
-    waiting_.pop_front();
-    s->seq_id = sid;
-    s->admitted = true;
-    s->n_computed = hit.cached_tokens;
-    s->n_checked = hit.cached_tokens;  // whoever indexed them checked them
-    s->admit_order = next_admit_++;
-    if (!s->ever_admitted) {
-      s->ever_admitted = true;
-      s->result.cached_tokens = hit.cached_tokens;
+  const SchedulerOutput& plan = scheduler_.schedule();
+  counters_.preemptions += static_cast<int64_t>(plan.preempted.size());
+  for (SchedSeq* p : plan.admitted) {
+    Seq* s = static_cast<Seq*>(p);
+    if (s->admissions == 1) {
+      s->result.cached_tokens = s->first_cached_tokens;
       s->result.timings.queue_ms = ms_between(s->submitted, Clock::now());
     }
-    running_.push_back(s);
-    add_chunk(s);
   }
+  // The scheduler has taken these out already; the clients hear of it before the forward.
+  for (SchedSeq* p : plan.ended_length) finish(static_cast<Seq*>(p), FinishReason::Length);
+  for (const auto& [p, message] : plan.refused) fail(static_cast<Seq*>(p), message);
 
+  batch_.clear();
+  for (const ScheduledChunk& c : plan.chunks) {
+    const SchedSeq* s = c.seq;
+    for (int64_t i = 0; i < c.n_tokens; ++i) {
+      const int64_t pos = s->n_computed + i;
+      batch_.add(s->tokens[static_cast<size_t>(pos)], pos, s->seq_id, c.logits && i + 1 == c.n_tokens);
+    }
+  }
   if (batch_.size() == 0) return;
 
-  // 4. Forward, sample, stream.
+  // Forward, sample, stream.
   try {
     model_.forward(batch_, store_, threads_, logits_);
   } catch (const std::exception& e) {
-    for (const StepOut& o : outs) fail(o.seq, e.what());
+    for (const ScheduledChunk& c : plan.chunks) fail(static_cast<Seq*>(c.seq), e.what());
     return;
   }
   ++counters_.steps;
   counters_.max_step_tokens = std::max<int64_t>(counters_.max_step_tokens, static_cast<int64_t>(batch_.size()));
   int64_t row = 0;
-  for (const StepOut& o : outs) {
-    Seq* s = o.seq;
-    const bool was_prefill = !s->decoding();
-    s->n_computed += o.n_tokens;
-    if (was_prefill) counters_.tokens_prefilled += o.n_tokens;
-    if (!o.logits) continue;
+  for (const ScheduledChunk& c : plan.chunks) {
+    Seq* s = static_cast<Seq*>(c.seq);
+    if (!c.decode) counters_.tokens_prefilled += c.n_tokens;
+    if (!c.logits) {
+      scheduler_.computed(s, c.n_tokens, /*checked=*/false);
+      continue;
+    }
     std::span<float> lg(&logits_[static_cast<size_t>(row * n_vocab_)], static_cast<size_t>(n_vocab_));
     ++row;
-    if (!all_finite(lg)) {
+    const bool finite = all_finite(lg);
+    scheduler_.computed(s, c.n_tokens, finite);
+    if (!finite) {
       fail(s, "the model produced non-finite logits (NaN/inf): its weights are corrupt or overflow "
               "at this precision");
       continue;
     }
-    s->n_checked = s->n_computed;
-    if (was_prefill && s->generated() == 0)  // the prompt is in: share its full blocks now
-      cache_.insert(s->key, std::span<const int32_t>(s->tokens.data(), static_cast<size_t>(s->n_computed)),
-                    store_.mutable_table(s->seq_id), /*finished=*/false);
     sample_and_stream(s, lg);
   }
 }
@@ -547,10 +442,7 @@ void Engine::sample_and_stream(Seq* s, std::span<float> logits) {
 }
 
 std::unique_ptr<Engine::Seq> Engine::retire(Seq* s) {
-  release_kv(s);
-  remove_from_running(s);
-  auto w = std::find(waiting_.begin(), waiting_.end(), s);
-  if (w != waiting_.end()) waiting_.erase(w);
+  scheduler_.remove(s);
   auto it = std::find_if(owned_.begin(), owned_.end(), [&](const auto& p) { return p.get() == s; });
   PAGODA_CHECK(it != owned_.end(), "Engine::retire of an unknown sequence");
   std::unique_ptr<Seq> owned = std::move(*it);
@@ -578,6 +470,7 @@ void Engine::finish(Seq* s, FinishReason reason, std::string stop_matched) {
   }
   r.prompt_tokens = s->n_prompt;
   r.generated_tokens = s->generated();
+  r.preemptions = s->preemptions;
   r.timings.total_ms = ms_between(s->submitted, Clock::now());
   ++counters_.finished;
   if (reason == FinishReason::Cancelled) ++counters_.cancelled;
@@ -592,39 +485,28 @@ void Engine::fail(Seq* s, const std::string& message) {
 }
 
 void Engine::check_invariants() const {
-  PAGODA_CHECK(owned_.size() == running_.size() + waiting_.size(), "engine: owned != running + waiting");
-  PAGODA_CHECK(static_cast<int>(running_.size()) <= config_.parallel, "engine: more running than --parallel");
-  PAGODA_CHECK(store_.num_sequences() == running_.size(), "engine: store tables != running sequences");
-  auto common = [&](const Seq* s) {
+  const auto& running = scheduler_.running();
+  const auto& waiting = scheduler_.waiting();
+  PAGODA_CHECK(owned_.size() == running.size() + waiting.size(), "engine: owned != running + waiting");
+  auto common = [&](const SchedSeq* s) {
     PAGODA_CHECK(std::any_of(owned_.begin(), owned_.end(), [&](const auto& p) { return p.get() == s; }),
                  "engine: scheduled sequence not owned");
     PAGODA_CHECK(s->n_prompt > 0 && s->n_prompt <= static_cast<int64_t>(s->tokens.size()) &&
                      static_cast<int64_t>(s->tokens.size()) <= config_.ctx_size,
                  "engine: token counts out of range");
     PAGODA_CHECK(s->n_computed < static_cast<int64_t>(s->tokens.size()), "engine: n_computed past the pending token");
-    PAGODA_CHECK(s->n_checked >= 0 && s->n_checked <= s->n_computed, "engine: n_checked past n_computed");
   };
-  for (const Seq* s : running_) {
-    common(s);
-    PAGODA_CHECK(s->admitted && store_.contains(s->seq_id), "engine: running sequence without a table");
-    PAGODA_CHECK(store_.capacity(s->seq_id) >= static_cast<int64_t>(s->tokens.size()) ||
-                     (s->decoding() && store_.capacity(s->seq_id) >= s->n_computed),
-                 "engine: running sequence lacks reserved slots");
-    pool_.check_table(store_.table(s->seq_id));
-  }
-  for (const Seq* s : waiting_) {
-    common(s);
-    PAGODA_CHECK(!s->admitted && s->n_computed == 0, "engine: waiting sequence holds KV");
-    PAGODA_CHECK(std::find(running_.begin(), running_.end(), s) == running_.end(), "engine: both running and waiting");
-  }
+  for (const SchedSeq* s : running) common(s);
+  for (const SchedSeq* s : waiting) common(s);
+  scheduler_.check_invariants();
   cache_.check_invariants();  // includes the pool's
 }
 
 void Engine::publish_stats() {
   EngineStats st = counters_;
-  st.running = static_cast<int64_t>(running_.size());
-  st.waiting = static_cast<int64_t>(waiting_.size());
-  for (const Seq* s : running_) st.blocks_held += store_.table(s->seq_id).num_blocks();
+  st.running = static_cast<int64_t>(scheduler_.running().size());
+  st.waiting = static_cast<int64_t>(scheduler_.waiting().size());
+  st.blocks_held = scheduler_.blocks_held();
   st.pool = pool_.stats();
   st.cache = cache_.stats();
   std::lock_guard<std::mutex> lk(mu_);

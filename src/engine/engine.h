@@ -24,7 +24,8 @@
 //   max_queue requests are already accepted and unfinished (Busy: the server answers
 //   503/429). An accepted request always ends with on_finish or on_error.
 //
-// Scheduling, stated once (engine.cpp implements it in this order, each step):
+// Scheduling, stated once (each step, in this order: Engine does 1 and 4, the Scheduler
+// of engine/scheduler.h decides 2 and 3 from its waiting and running lists and the pool):
 //  1. Drain the inbox: cancelled requests (and those past their deadline) are finished
 //     (reason Cancelled) and their blocks released (their computed prefix stays in the
 //     prefix cache, evictable) before anything else is scheduled — within one step.
@@ -61,8 +62,8 @@
 // Sampling: penalties count generated tokens only (prompt tokens are not accept()ed,
 // as vLLM does); EOS/EOT get logit -inf while generated < min_tokens.
 // Invariants (check_invariants(), engine thread, after every step when configured):
-//  1. owned_ is the disjoint union of running_ and waiting_ (every unfinished request
-//     that left the inbox is in exactly one of them); running_.size() <= parallel.
+//  1. owned_ is the disjoint union of the scheduler's running and waiting lists (every
+//     unfinished request that left the inbox is in exactly one); running <= parallel.
 //  2. A running sequence is admitted and the store holds its table: while prefilling
 //     with capacity >= tokens.size() (the whole remaining prompt is reserved at
 //     admission), while decoding >= n_computed (the slot of the token to feed is
@@ -97,6 +98,7 @@
 #include "cache/prefix_cache_config.h"
 #include "common/thread_pool.h"
 #include "engine/sampler.h"
+#include "engine/scheduler.h"
 #include "grammar/grammar.h"
 #include "kv/kv_config.h"
 #include "kv/paged_kv_pool.h"
@@ -270,9 +272,6 @@ class Engine {
   void drain_inbox();
   void expire_deadlines();
   void step();
-  bool reserve_decode(Seq* s);
-  void preempt(Seq* s);
-  void release_kv(Seq* s);
   void sample_and_stream(Seq* s, std::span<float> logits);
   // The grammar view of the vocabulary, built on first use (engine thread).
   const std::shared_ptr<const grammar::TokenVocabulary>& grammar_vocab();
@@ -282,7 +281,6 @@ class Engine {
   void finish(Seq* s, FinishReason reason, std::string stop_matched = {});
   void fail(Seq* s, const std::string& message);
   std::unique_ptr<Seq> retire(Seq* s);
-  void remove_from_running(Seq* s);
   void publish_stats();
   void check_invariants() const;
   struct Invalid {
@@ -303,19 +301,9 @@ class Engine {
   PagedKvStore store_;
   PrefixCache cache_;
   std::vector<std::unique_ptr<Seq>> owned_;  // every unfinished request
-  std::vector<Seq*> running_;                // admission order (oldest first)
-  std::deque<Seq*> waiting_;                 // FCFS; preempted ones at the front
   Batch batch_;
+  Scheduler scheduler_;        // the waiting and running lists; decides each step
   std::vector<float> logits_;  // [n_out, n_vocab]
-  struct StepOut {
-    Seq* seq;
-    int64_t n_tokens;  // batch tokens of this sequence this step
-    bool logits;       // its last one wants logits (one row of logits_)
-  };
-  std::vector<StepOut> outs_;          // this step's sequences, in batch order
-  std::vector<Seq*> decode_scratch_;   // running_ copy (preemption edits running_)
-  int32_t next_seq_id_ = 0;
-  uint64_t next_admit_ = 0;
   EngineStats counters_;       // counters the snapshot copies
   std::shared_ptr<const grammar::TokenVocabulary> grammar_vocab_;  // see grammar_vocab()
 

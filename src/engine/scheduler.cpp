@@ -1,0 +1,175 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <limits>
+#include <span>
+
+#include "common/error.h"
+
+namespace pagoda {
+
+void SchedulerOutput::clear() {
+  chunks.clear();
+  preempted.clear();
+  admitted.clear();
+  ended_length.clear();
+  refused.clear();
+  n_tokens = 0;
+}
+
+Scheduler::Scheduler(const SchedulerConfig& config, PagedKvStore& store, PrefixCache& cache)
+    : config_(config), store_(store), cache_(cache) {
+  PAGODA_CHECK(config_.parallel >= 1 && config_.max_batch_tokens >= config_.parallel,
+               "Scheduler: parallel >= 1 and max_batch_tokens >= parallel");
+}
+
+void Scheduler::add(SchedSeq* s) {
+  PAGODA_CHECK(!s->admitted && s->n_computed == 0 && !s->tokens.empty(), "Scheduler::add of a scheduled sequence");
+  waiting_.push_back(s);
+}
+
+void Scheduler::release_kv(SchedSeq* s) {
+  if (!s->admitted) return;
+  if (s->n_checked > 0)
+    cache_.insert(s->key, std::span<const int32_t>(s->tokens.data(), static_cast<size_t>(s->n_checked)),
+                  store_.mutable_table(s->seq_id), /*finished=*/true);
+  store_.remove(s->seq_id);
+  s->admitted = false;
+  s->seq_id = -1;
+  s->n_computed = 0;
+  s->n_checked = 0;
+}
+
+void Scheduler::end(SchedSeq* s) {
+  release_kv(s);
+  auto r = std::find(running_.begin(), running_.end(), s);
+  if (r != running_.end()) running_.erase(r);
+  auto w = std::find(waiting_.begin(), waiting_.end(), s);
+  if (w != waiting_.end()) waiting_.erase(w);
+}
+
+void Scheduler::remove(SchedSeq* s) { end(s); }
+
+void Scheduler::preempt(SchedSeq* s) {
+  // The cache keeps its checked prefix (evictable), so recompute is usually a cache hit.
+  release_kv(s);
+  running_.erase(std::find(running_.begin(), running_.end(), s));
+  waiting_.push_front(s);
+  ++s->preemptions;
+  out_.preempted.push_back(s);
+}
+
+// Gives a decoding sequence one more slot, preempting the newest running sequences
+// while the pool is out of blocks. False when `s` itself was preempted or ended.
+bool Scheduler::reserve_decode(SchedSeq* s) {
+  for (;;) {
+    const AllocResult r = store_.reserve(s->seq_id, s->n_computed + 1);
+    if (r.ok()) return true;
+    if (r.status == AllocResult::Status::NeverFits || running_.size() == 1) {
+      end(s);  // it cannot grow even alone
+      out_.ended_length.push_back(s);
+      return false;
+    }
+    SchedSeq* victim = running_.back();
+    preempt(victim);
+    if (victim == s) return false;
+  }
+}
+
+void Scheduler::add_chunk(SchedSeq* s, int64_t& budget) {
+  const int64_t n = std::min(budget, s->pending());
+  if (n <= 0) return;
+  out_.chunks.push_back({s, n, n == s->pending(), false});
+  out_.n_tokens += n;
+  budget -= n;
+}
+
+const SchedulerOutput& Scheduler::schedule() {
+  out_.clear();
+
+  // 1. Decode. Iterate over a copy: preemption edits running_ (always at or after the
+  // sequence asking, so every one already served keeps its slot).
+  decode_scratch_.assign(running_.begin(), running_.end());
+  for (SchedSeq* s : decode_scratch_)
+    if (s->admitted && s->decoding()) reserve_decode(s);
+  for (SchedSeq* s : running_) {
+    if (!s->decoding()) continue;
+    out_.chunks.push_back({s, 1, true, true});
+    ++out_.n_tokens;
+  }
+
+  // 2. Prefill chunks: running sequences first, then admissions (FCFS).
+  int64_t budget = config_.max_batch_tokens - out_.n_tokens;
+  for (SchedSeq* s : running_)
+    if (!s->decoding() && budget > 0) add_chunk(s, budget);
+  while (budget > 0 && !waiting_.empty() && static_cast<int>(running_.size()) < config_.parallel) {
+    SchedSeq* s = waiting_.front();
+    const SeqId sid = next_seq_id_;
+    next_seq_id_ = next_seq_id_ == std::numeric_limits<SeqId>::max() ? 0 : next_seq_id_ + 1;
+    CacheHit hit = cache_.lookup(s->key, s->tokens);
+    store_.adopt(sid, std::move(hit.table));
+    const AllocResult r = store_.reserve(sid, static_cast<int64_t>(s->tokens.size()));
+    if (!r.ok()) {
+      store_.remove(sid);  // gives the borrowed prefix back
+      if (r.status == AllocResult::Status::NeverFits || running_.empty()) {
+        // Only a sequence that grew (a preempted one) can get here with generated
+        // tokens: it no longer fits. A fresh prompt passed never_fits at submit.
+        waiting_.pop_front();
+        if (s->generated() > 0) {
+          out_.ended_length.push_back(s);
+        } else {
+          out_.refused.emplace_back(s, r.message.empty() ? "out of KV blocks with nothing running" : r.message);
+        }
+        continue;
+      }
+      break;  // head of line waits for running sequences to finish
+    }
+    waiting_.pop_front();
+    s->seq_id = sid;
+    s->admitted = true;
+    s->n_computed = hit.cached_tokens;
+    s->n_checked = hit.cached_tokens;  // whoever indexed them checked them
+    s->admit_order = next_admit_++;
+    if (s->admissions++ == 0) s->first_cached_tokens = hit.cached_tokens;
+    running_.push_back(s);
+    out_.admitted.push_back(s);
+    add_chunk(s, budget);
+  }
+  return out_;
+}
+
+void Scheduler::computed(SchedSeq* s, int64_t n_tokens, bool checked) {
+  const bool was_prefill = s->generated() == 0;
+  s->n_computed += n_tokens;
+  if (!checked) return;
+  s->n_checked = s->n_computed;
+  if (was_prefill && s->n_computed == static_cast<int64_t>(s->tokens.size()))  // the prompt is in
+    cache_.insert(s->key, std::span<const int32_t>(s->tokens.data(), static_cast<size_t>(s->n_computed)),
+                  store_.mutable_table(s->seq_id), /*finished=*/false);
+}
+
+int64_t Scheduler::blocks_held() const {
+  int64_t n = 0;
+  for (const SchedSeq* s : running_) n += store_.table(s->seq_id).num_blocks();
+  return n;
+}
+
+void Scheduler::check_invariants() const {
+  PAGODA_CHECK(static_cast<int>(running_.size()) <= config_.parallel, "scheduler: more running than parallel");
+  PAGODA_CHECK(store_.num_sequences() == running_.size(), "scheduler: store tables != running sequences");
+  for (const SchedSeq* s : running_) {
+    PAGODA_CHECK(s->admitted && store_.contains(s->seq_id), "scheduler: running sequence without a table");
+    PAGODA_CHECK(store_.capacity(s->seq_id) >= static_cast<int64_t>(s->tokens.size()) ||
+                     (s->decoding() && store_.capacity(s->seq_id) >= s->n_computed),
+                 "scheduler: running sequence lacks reserved slots");
+    PAGODA_CHECK(s->n_checked >= 0 && s->n_checked <= s->n_computed, "scheduler: n_checked past n_computed");
+    store_.pool().check_table(store_.table(s->seq_id));
+  }
+  for (const SchedSeq* s : waiting_) {
+    PAGODA_CHECK(!s->admitted && s->n_computed == 0 && s->n_checked == 0, "scheduler: waiting sequence holds KV");
+    PAGODA_CHECK(std::find(running_.begin(), running_.end(), s) == running_.end(),
+                 "scheduler: both running and waiting");
+  }
+}
+
+}  // namespace pagoda

@@ -1,0 +1,132 @@
+// Scheduler — decides each engine step: which running sequences decode, which are
+// preempted when the pool runs out, how the rest of the token budget goes to chunked
+// prefill, and which waiting requests are admitted. It owns the waiting and running
+// lists and operates the KV store and the prefix cache (reserve, borrow, release,
+// index); it has no thread, no model and no sinks: Engine runs the loop, the forward
+// and the sinks around it (vLLM v1's schedule() -> SchedulerOutput is the model).
+//
+// Contract:
+// - Single-threaded (the engine thread). Sequences are the caller's (SchedSeq objects
+//   it owns, usually as the base of its own request type); the scheduler holds
+//   pointers between add() and remove(), or until schedule() reports them ended.
+// - schedule() implements, in this order (Engine's header states the policy):
+//    1. Decode: every running sequence whose prompt is computed reserves one more slot,
+//       in running order; when the pool has no block left (evictable cached blocks are
+//       taken first, LRU) the most recently admitted running sequence is preempted
+//       (possibly the one asking): its checked prefix is indexed, its blocks released,
+//       and it goes to the front of waiting. A sequence that cannot grow even alone is
+//       removed and reported in `ended_length`.
+//    2. Prefill: the rest of max_batch_tokens goes, in admission order, to running
+//       sequences still computing their prompt, then to admissions FCFS while running
+//       < parallel. Admission borrows the longest cached prefix and reserves the whole
+//       remaining prompt (all or nothing); when it does not fit the head waits, unless
+//       nothing runs (or it can never fit): then it is removed and reported, in
+//       `ended_length` when it had generated tokens (a preempted one that grew), else in
+//       `refused` with the pool's reason.
+// - After the forward the caller reports each chunk with computed(); a chunk whose
+//   logits row was finite is `checked`, which also indexes a just-completed prompt.
+//   Only checked tokens are ever indexed in the prefix cache (see SchedSeq::n_checked).
+// - Hot path: schedule() reuses its output's vectors; it allocates only on growth.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cache/prefix_cache.h"
+#include "kv/paged_kv_store.h"
+
+namespace pagoda {
+
+struct SchedulerConfig {
+  int parallel = 4;                // running sequences at most
+  int64_t max_batch_tokens = 512;  // tokens per step (decode + prefill)
+};
+
+// The scheduler's part of one request.
+struct SchedSeq {
+  std::vector<int32_t> tokens;  // prompt + generated: what the KV must hold (last one pending)
+  int64_t n_prompt = 0;
+  int64_t n_computed = 0;       // leading tokens whose K/V is in the store
+  // Leading computed tokens a finite logits row vouched for: the row at position p
+  // attends to every K/V at positions <= p, so a NaN/inf there would have reached it.
+  // Only these are indexed in the prefix cache (a prefill chunk without a logits row,
+  // or the step whose logits were non-finite, is vouched for by nothing).
+  int64_t n_checked = 0;
+  CacheKey key;
+  SeqId seq_id = -1;            // while admitted
+  bool admitted = false;
+  uint64_t admit_order = 0;
+  int64_t admissions = 0;       // times admitted (1 + preemptions once running again)
+  int64_t first_cached_tokens = 0;  // prompt tokens borrowed from the cache at the 1st admission
+  int64_t preemptions = 0;
+
+  int64_t generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
+  // Everything but the last token is computed and that token is sampled: feed it.
+  bool decoding() const { return generated() > 0 && n_computed + 1 == static_cast<int64_t>(tokens.size()); }
+  int64_t pending() const { return static_cast<int64_t>(tokens.size()) - n_computed; }
+};
+
+struct ScheduledChunk {
+  SchedSeq* seq = nullptr;
+  int64_t n_tokens = 0;  // batch tokens of this sequence, from position seq->n_computed
+  bool logits = false;   // its last token wants a logits row
+  bool decode = false;   // one sampled token fed back (else a prefill chunk)
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledChunk> chunks;  // batch order: decodes, then prefill chunks
+  std::vector<SchedSeq*> preempted;    // in preemption order (now at the front of waiting)
+  std::vector<SchedSeq*> admitted;     // in admission order (each also has a chunk)
+  std::vector<SchedSeq*> ended_length;  // removed: out of KV for good; end them (Length)
+  std::vector<std::pair<SchedSeq*, std::string>> refused;  // removed: a prompt the pool cannot take
+  int64_t n_tokens = 0;                // sum of chunks' n_tokens
+  void clear();
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, PagedKvStore& store, PrefixCache& cache);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // A new request, at the back of the waiting queue. Requires: not admitted,
+  // n_computed == 0, tokens non-empty.
+  void add(SchedSeq* s);
+  // Takes s out of the scheduler (it finished, was cancelled or failed): its checked
+  // prefix is indexed and its blocks released. A sequence already out is left alone.
+  void remove(SchedSeq* s);
+  // One step's decision. The reference stays valid until the next schedule().
+  const SchedulerOutput& schedule();
+  // After the forward: `n_tokens` more of s are computed; `checked` when the chunk's
+  // logits row was finite (then a prompt that just completed is indexed, so concurrent
+  // requests with the same prefix share its full blocks).
+  void computed(SchedSeq* s, int64_t n_tokens, bool checked);
+
+  const std::vector<SchedSeq*>& running() const { return running_; }
+  const std::deque<SchedSeq*>& waiting() const { return waiting_; }
+  int64_t blocks_held() const;  // the running tables' blocks (shared ones counted per table)
+  // Invariants 1-2 of Engine's header that are the scheduler's, and the pool's tables.
+  void check_invariants() const;
+
+ private:
+  bool reserve_decode(SchedSeq* s);
+  void preempt(SchedSeq* s);
+  void release_kv(SchedSeq* s);
+  void end(SchedSeq* s);  // out of running / waiting, KV released
+  void add_chunk(SchedSeq* s, int64_t& budget);
+
+  SchedulerConfig config_;
+  PagedKvStore& store_;
+  PrefixCache& cache_;
+  std::vector<SchedSeq*> running_;  // admission order (oldest first)
+  std::deque<SchedSeq*> waiting_;   // FCFS; preempted ones at the front
+  std::vector<SchedSeq*> decode_scratch_;
+  SchedulerOutput out_;
+  SeqId next_seq_id_ = 0;
+  uint64_t next_admit_ = 0;
+};
+
+}  // namespace pagoda

@@ -1,0 +1,240 @@
+// The Scheduler alone, on pools of 2-8 blocks of 8 tokens, with no model: a driver
+// plays the engine (every logits row is finite and samples one token) and each step's
+// decision is pinned exactly: chunk order and sizes, admissions (FCFS, head of line
+// waits, up to parallel, within the token budget), preemption order (the newest running
+// sequence, possibly the one asking), sequences that cannot grow even alone, and the
+// prefix cache holding only checked tokens.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "cache/prefix_cache.h"
+#include "engine/scheduler.h"
+#include "kv/paged_kv_pool.h"
+#include "kv/paged_kv_store.h"
+
+namespace pagoda {
+namespace {
+
+constexpr int kBlock = 8;
+const KvGeometry kGeometry{1, 1, 8};
+
+uint64_t bytes_per_block() {
+  KvConfig k;
+  k.block_size = kBlock;
+  k.budget_bytes = 1u << 20;
+  return PagedKvPool(kGeometry, k).stats().bytes_per_block;
+}
+
+KvConfig kv_for_blocks(int64_t n_blocks) {
+  KvConfig k;
+  k.block_size = kBlock;
+  k.budget_bytes = static_cast<uint64_t>(n_blocks) * bytes_per_block();
+  return k;
+}
+
+// The scheduler with a pool of `n_blocks`, and an engine stand-in around it.
+class Driver {
+ public:
+  Driver(int64_t n_blocks, int parallel, int64_t max_batch_tokens, bool cache_on = false)
+      : pool_(kGeometry, kv_for_blocks(n_blocks)),
+        store_(pool_),
+        cache_(pool_, "m", cache_config(cache_on)),
+        sched_(SchedulerConfig{parallel, max_batch_tokens}, store_, cache_) {
+    EXPECT_EQ(pool_.stats().blocks_budget, n_blocks);
+  }
+  ~Driver() {
+    for (auto& [name, s] : seqs_) sched_.remove(s.get());
+  }
+
+  // A request named `name` with a prompt of n tokens (all named ones share a prefix).
+  void submit(char name, int64_t n) {
+    auto s = std::make_unique<SchedSeq>();
+    for (int64_t i = 0; i < n; ++i) s->tokens.push_back(static_cast<int32_t>(10 + i));
+    s->n_prompt = n;
+    s->key = cache_.key();
+    names_[s.get()] = name;
+    sched_.add(s.get());
+    seqs_[name] = std::move(s);
+  }
+  // The request ends (finished or cancelled).
+  void finish(char name) {
+    sched_.remove(seqs_.at(name).get());
+    names_.erase(seqs_.at(name).get());
+    seqs_.erase(name);
+  }
+  // One step: the decision as text, then the forward's outcome. "A:P12" a prefill chunk
+  // of 12 tokens with a logits row, "B:p4" one without, "C:d" a decode; then admitted,
+  // preempted and ended-with-Length sequences.
+  std::string step(bool checked = true) {
+    const SchedulerOutput& out = sched_.schedule();
+    std::string text;
+    for (const ScheduledChunk& c : out.chunks) {
+      if (!text.empty()) text += ' ';
+      text += std::string(1, names_.at(c.seq)) + ':' +
+              (c.decode ? std::string("d") : (c.logits ? "P" : "p") + std::to_string(c.n_tokens));
+    }
+    auto list = [&](const char* label, const std::vector<SchedSeq*>& v) {
+      if (v.empty()) return;
+      text += std::string(" | ") + label + '=';
+      for (const SchedSeq* s : v) text += names_.at(s);
+    };
+    list("adm", out.admitted);
+    list("pre", out.preempted);
+    list("len", out.ended_length);
+    EXPECT_TRUE(out.refused.empty());
+    int64_t n = 0;
+    for (const ScheduledChunk& c : out.chunks) n += c.n_tokens;
+    EXPECT_EQ(n, out.n_tokens);
+    for (SchedSeq* s : out.ended_length) {
+      names_.erase(s);
+      for (auto it = seqs_.begin(); it != seqs_.end(); ++it)
+        if (it->second.get() == s) {
+          seqs_.erase(it);
+          break;
+        }
+    }
+    for (const ScheduledChunk& c : out.chunks) {
+      sched_.computed(c.seq, c.n_tokens, checked && c.logits);
+      if (c.logits) c.seq->tokens.push_back(200);  // sampled
+    }
+    sched_.check_invariants();
+    cache_.check_invariants();
+    return text;
+  }
+  std::string waiting() const {
+    std::string w;
+    for (const SchedSeq* s : sched_.waiting()) w += names_.at(s);
+    return w;
+  }
+  std::string running() const {
+    std::string r;
+    for (const SchedSeq* s : sched_.running()) r += names_.at(s);
+    return r;
+  }
+  const SchedSeq& seq(char name) const { return *seqs_.at(name); }
+  CacheStats cache_stats() const { return cache_.stats(); }
+
+ private:
+  static PrefixCacheConfig cache_config(bool on) {
+    PrefixCacheConfig c;
+    c.enabled = on;
+    return c;
+  }
+  PagedKvPool pool_;
+  PagedKvStore store_;
+  PrefixCache cache_;
+  Scheduler sched_;
+  std::map<char, std::unique_ptr<SchedSeq>> seqs_;
+  std::map<const SchedSeq*, char> names_;
+};
+
+TEST(Scheduler, AdmitsFirstComeFirstServedWithinTheBudgetAndParallel) {
+  Driver d(8, /*parallel=*/2, /*max_batch_tokens=*/16);
+  d.submit('A', 12);
+  d.submit('B', 12);
+  d.submit('C', 4);
+  // A's whole prompt, then B gets the 4 tokens left; C waits: 2 running.
+  EXPECT_EQ(d.step(), "A:P12 B:p4 | adm=AB");
+  EXPECT_EQ(d.waiting(), "C");
+  // Decode first, then B's prefill continues (budget 15 > 8); still 2 running.
+  EXPECT_EQ(d.step(), "A:d B:P8");
+  d.finish('A');
+  EXPECT_EQ(d.step(), "B:d C:P4 | adm=C");
+  EXPECT_EQ(d.running(), "BC");
+}
+
+TEST(Scheduler, ChunkedPrefillTakesTheBudgetBeforeAdmissions) {
+  Driver d(8, 2, /*max_batch_tokens=*/4);
+  d.submit('A', 10);
+  d.submit('B', 3);
+  EXPECT_EQ(d.step(), "A:p4 | adm=A");  // no budget left to admit B
+  EXPECT_EQ(d.step(), "A:p4");
+  EXPECT_EQ(d.step(), "A:P2 B:p2 | adm=B");
+  EXPECT_EQ(d.step(), "A:d B:P1");
+  EXPECT_EQ(d.step(), "A:d B:d");
+}
+
+TEST(Scheduler, TheHeadOfTheQueueWaitsForKvAndNothingOvertakesIt) {
+  Driver d(4, 3, 64);
+  d.submit('A', 17);  // 3 blocks
+  d.submit('B', 9);   // 2 blocks: 1 is free
+  d.submit('C', 3);   // would fit, but B came first
+  EXPECT_EQ(d.step(), "A:P17 | adm=A");
+  EXPECT_EQ(d.waiting(), "BC");
+  EXPECT_EQ(d.step(), "A:d");
+  d.finish('A');
+  EXPECT_EQ(d.step(), "B:P9 C:P3 | adm=BC");
+}
+
+TEST(Scheduler, PreemptsTheNewestRunningSequenceAndReadmitsItFirst) {
+  Driver d(4, 3, 64);
+  d.submit('A', 7);
+  d.submit('B', 7);
+  d.submit('C', 7);
+  d.submit('D', 2);
+  EXPECT_EQ(d.step(), "A:P7 B:P7 C:P7 | adm=ABC");  // one block each
+  EXPECT_EQ(d.step(), "A:d B:d C:d");                // position 7: still the first block
+  // Position 8 needs a second block each: A takes the last free one, B preempts C (the
+  // newest) and takes its block. C goes back to the front, before D.
+  EXPECT_EQ(d.step(), "A:d B:d | pre=C");
+  EXPECT_EQ(d.waiting(), "CD");
+  EXPECT_EQ(d.seq('C').preemptions, 1);
+  EXPECT_EQ(d.step(), "A:d B:d");
+  d.finish('A');  // 2 blocks free: C is recomputed (prompt and its generated token), D waits
+  EXPECT_EQ(d.step(), "B:d C:P9 | adm=C");
+  EXPECT_EQ(d.waiting(), "D");
+  EXPECT_EQ(d.seq('C').admissions, 2);
+}
+
+TEST(Scheduler, TheSequenceAskingIsPreemptedWhenItIsTheNewest) {
+  Driver d(2, 2, 64);
+  d.submit('A', 3);
+  d.submit('B', 7);
+  EXPECT_EQ(d.step(), "A:P3 B:P7 | adm=AB");
+  EXPECT_EQ(d.step(), "A:d B:d");
+  EXPECT_EQ(d.step(), "A:d | pre=B");  // B needs a second block; it is the newest
+  EXPECT_EQ(d.running(), "A");
+  EXPECT_EQ(d.waiting(), "B");
+}
+
+TEST(Scheduler, ASequenceThatCannotGrowEvenAloneEndsWithLength) {
+  Driver d(2, 1, 64);
+  d.submit('A', 15);
+  EXPECT_EQ(d.step(), "A:P15 | adm=A");
+  EXPECT_EQ(d.step(), "A:d");      // position 15: the last slot of the pool
+  EXPECT_EQ(d.step(), " | len=A");  // position 16 needs a third block
+  EXPECT_EQ(d.running(), "");
+}
+
+TEST(Scheduler, OnlyCheckedTokensAreIndexedForReuse) {
+  {
+    Driver d(8, 1, /*max_batch_tokens=*/8, /*cache_on=*/true);
+    d.submit('A', 20);
+    EXPECT_EQ(d.step(), "A:p8 | adm=A");
+    EXPECT_EQ(d.step(), "A:p8");
+    d.finish('A');  // cancelled mid-prefill: no logits row vouched for its 16 tokens
+    EXPECT_EQ(d.cache_stats().cached_blocks, 0);
+  }
+  {
+    Driver d(8, 1, 32, true);
+    d.submit('A', 20);
+    EXPECT_EQ(d.step(/*checked=*/false), "A:P20 | adm=A");  // non-finite logits
+    EXPECT_EQ(d.seq('A').n_checked, 0);
+    d.finish('A');
+    EXPECT_EQ(d.cache_stats().cached_blocks, 0);
+  }
+  Driver d(8, 2, 32, true);
+  d.submit('A', 20);
+  EXPECT_EQ(d.step(), "A:P20 | adm=A");  // the prompt's 2 full blocks are indexed now
+  EXPECT_EQ(d.cache_stats().cached_blocks, 2);
+  d.submit('B', 20);  // the same prompt while A runs: 16 tokens borrowed, 4 computed
+  EXPECT_EQ(d.step(), "A:d B:P4 | adm=B");
+  EXPECT_EQ(d.seq('B').first_cached_tokens, 16);
+  EXPECT_EQ(d.seq('B').n_checked, 20);
+}
+
+}  // namespace
+}  // namespace pagoda
