@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/json_text.h"
 #include "server/openai_protocol.h"
 
 namespace pagoda::server {
@@ -24,12 +25,10 @@ int64_t unix_now() {
       .count();
 }
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 HttpResponse json_response(int status, const json& body) {
   HttpResponse r;
   r.status = status;
-  r.body = dump(body);
+  r.body = dump_json(body);
   return r;
 }
 
@@ -338,15 +337,18 @@ void ApiServer::attach(Engine* engine, const Tokenizer* tokenizer, const ChatTem
 void ApiServer::begin_shutdown() { shutting_down_.store(true); }
 
 namespace {
-HttpResponse loading_response() { return error_response(503, "the model is loading; try again shortly"); }
+// llama-server's answer while the model loads, on every route (/health too), so clients
+// and load balancers that poll llama-server read this one the same way.
+HttpResponse loading_response() {
+  HttpResponse r;
+  r.status = 503;
+  r.body = error_json(503, "Loading model", "unavailable_error");
+  return r;
+}
 }  // namespace
 
 void ApiServer::handle_health(const HttpRequest&, std::shared_ptr<HttpExchange> ex) {
-  if (!ready()) {
-    HttpResponse r = error_response(503, "the model is loading");
-    ex->respond(std::move(r));
-    return;
-  }
+  if (!ready()) return void(ex->respond(loading_response()));
   ex->respond(json_response(200, json{{"status", "ok"}}));
 }
 

@@ -8,8 +8,9 @@
 //   formats JSON and queues bytes on the HttpExchange (never blocks). A client that
 //   disconnects fires HttpExchange::on_close, which cancels its request
 //   (Engine::cancel); the engine releases its KV blocks within one step.
-// - Readiness: until attach() is called (the model is loading) every route but /health
-//   answers 503; /health answers 503 {"status":"loading"} and then 200 {"status":"ok"}.
+// - Readiness: until attach() is called (the model is loading) every route, /health
+//   included, answers llama-server's 503 {"error":{"code":503,"message":"Loading model",
+//   "type":"unavailable_error",...}}; then /health answers 200 {"status":"ok"}.
 //   begin_shutdown() makes new completion requests answer 503.
 // - Borrowed: the Engine, Tokenizer and ChatTemplate passed to attach() must outlive the
 //   HTTP server's I/O threads (stop the HttpServer before destroying them).

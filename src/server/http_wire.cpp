@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/ascii.h"
+#include "common/json_text.h"
 
 namespace pagoda::server {
 namespace http_wire {
@@ -128,8 +129,9 @@ std::string error_json(int status, std::string_view message, std::string_view ty
                            {"type", std::string(t)},
                            {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(std::string(param))},
                            {"code", status}}}};
-  // `replace`: a message quoting client bytes (a path, a header) may not be UTF-8.
-  return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // dump_json replaces invalid UTF-8: a message quoting client bytes (a path, a
+  // header) may be any bytes.
+  return dump_json(body);
 }
 
 HttpResponse error_response(int status, std::string_view message, std::string_view param) {

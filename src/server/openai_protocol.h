@@ -1,4 +1,5 @@
-// OpenAI wire protocol: request parsing/validation and response / SSE chunk JSON.
+// OpenAI wire protocol: request parsing/validation (openai_request.cpp, openai_tools.cpp)
+// and response / SSE chunk JSON (openai_response.cpp).
 //
 // Contract:
 // - Pure functions over JSON text: no engine, no sockets, no clock (callers pass
@@ -39,6 +40,9 @@
 //   * Chat content null (or absent) only on an assistant message with tool_calls (or
 //     function_call); it is then set to null in `messages`.
 //   * Completions: best_of other than 1 and a non-empty suffix are 400 (unsupported).
+//   * user (an end-user id for the provider's abuse monitoring): accepted when a string
+//     or null, since OpenAI clients send it, and otherwise ignored (nothing here
+//     monitors users).
 //   * completion_logprobs_json: text_offset counts bytes (OpenAI counts characters);
 //     two top alternatives with the same text keep the first (better) one.
 //   * Logprobs that are -inf/NaN are written as -9999.0 (JSON has no infinity), others
@@ -54,6 +58,8 @@
 #include <vector>
 
 #include "chat/chat_format.h"
+#include "common/json_text.h"
+#include "common/utf8.h"
 #include "engine/sampler.h"
 
 namespace pagoda::server {
@@ -119,17 +125,17 @@ struct CompletionRequest {
   bool echo = false;                 // completions: rejected with 400 when true (unsupported)
   std::string cache_key;             // see the contract
   bool cache_prompt = true;
-  std::string user;
 };
 
-// Throws ApiError. n_vocab bounds token ids (prompt and logit_bias keys, which OpenAI
-// sends as strings: {"50256": -100}).
 // Server-side defaults for the sampling fields a request leaves out (a model's
 // generation_config.json); unset ones keep OpenAI's defaults.
 struct SamplingDefaults {
   std::optional<float> temperature, top_p, repetition_penalty;
   std::optional<int32_t> top_k;
 };
+
+// Throws ApiError. n_vocab bounds token ids (prompt and logit_bias keys, which OpenAI
+// sends as strings: {"50256": -100}).
 CompletionRequest parse_chat_request(std::string_view body, int32_t n_vocab, const SamplingDefaults& defaults = {});
 CompletionRequest parse_completion_request(std::string_view body, int32_t n_vocab,
                                            const SamplingDefaults& defaults = {});
@@ -178,11 +184,6 @@ std::string completion_response_json(const std::string& id, int64_t created,
                                      const std::string& finish_reason, const Usage& usage,
                                      const ordered_json& logprobs);
 
-// Serializes JSON for the wire: compact, and invalid UTF-8 in a string replaced with
-// U+FFFD instead of throwing (nlohmann's default dump() throws type_error 316). Every
-// builder here serializes with it; other callers should too.
-std::string dump_json(const ordered_json& j);
-
 // One SSE event line: "data: " + json + "\n\n".
 std::string sse_event(const ordered_json& chunk);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
@@ -223,11 +224,5 @@ struct ApplyTemplateRequest {
   bool add_generation_prompt = true;
 };
 ApplyTemplateRequest parse_apply_template_request(std::string_view body);
-
-// True when `s` is valid UTF-8 (no overlongs, surrogates or code points > U+10FFFF).
-bool valid_utf8(std::string_view s);
-// `s` with each ill-formed subsequence (its maximal subpart, as Unicode recommends)
-// replaced by U+FFFD; valid input comes back unchanged.
-std::string sanitize_utf8(std::string_view s);
 
 }  // namespace pagoda::server

@@ -316,23 +316,17 @@ std::string byte_level_decode(std::string_view text) {
   const ByteLevelTables& t = byte_level_tables();
   std::string out;
   out.reserve(text.size());
+  // A character outside the alphabet, and every ill-formed unit (an overlong "C1 A1"
+  // is not 'a'), is copied as it is.
   size_t i = 0;
   while (i < text.size()) {
-    const auto b0 = static_cast<uint8_t>(text[i]);
-    const size_t len = utf8_char_len(text, i);
-    uint32_t cp = 0x110000;  // "not in the alphabet"
-    if (len == 1 && b0 < 0x80) {
-      cp = b0;
-    } else if (len == 2 && (b0 & 0xE0) == 0xC0 &&
-               (static_cast<uint8_t>(text[i + 1]) & 0xC0) == 0x80) {
-      cp = ((b0 & 0x1Fu) << 6) | (static_cast<uint8_t>(text[i + 1]) & 0x3Fu);
-    }
-    if (cp < t.decoded.size() && t.decoded[cp] >= 0) {
-      out.push_back(static_cast<char>(t.decoded[cp]));
+    const Utf8Char c = decode_utf8_char(text, i);
+    if (c.valid && c.cp < t.decoded.size() && t.decoded[c.cp] >= 0) {
+      out.push_back(static_cast<char>(t.decoded[c.cp]));
     } else {
-      out.append(text.substr(i, len));
+      out.append(text.substr(i, c.len));
     }
-    i += len;
+    i += c.len;
   }
   return out;
 }

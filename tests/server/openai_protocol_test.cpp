@@ -28,66 +28,7 @@ CompletionRequest completion(const std::string& extra) {
 }
 
 
-// ---- valid_utf8 ----------------------------------------------------------------
-
-TEST(ValidUtf8, AcceptsWellFormedText) {
-  EXPECT_TRUE(valid_utf8(""));
-  EXPECT_TRUE(valid_utf8("plain ascii"));
-  EXPECT_TRUE(valid_utf8("caf\xC3\xA9"));                  // U+00E9
-  EXPECT_TRUE(valid_utf8("\xE2\x82\xAC"));                 // U+20AC
-  EXPECT_TRUE(valid_utf8("\xF0\x9F\x98\x80"));             // U+1F600
-  EXPECT_TRUE(valid_utf8("\xF4\x8F\xBF\xBF"));             // U+10FFFF, the last code point
-  EXPECT_TRUE(valid_utf8("\xED\x9F\xBF\xEE\x80\x80"));     // U+D7FF, U+E000 around surrogates
-  EXPECT_TRUE(valid_utf8(std::string("a\0b", 3)));         // NUL is a character
-}
-
-TEST(ValidUtf8, RejectsOverlongs) {
-  EXPECT_FALSE(valid_utf8("\xC0\xAF"));          // '/' in two bytes
-  EXPECT_FALSE(valid_utf8("\xC1\xBF"));
-  EXPECT_FALSE(valid_utf8("\xE0\x80\xAF"));      // '/' in three
-  EXPECT_FALSE(valid_utf8("\xE0\x9F\xBF"));      // U+07FF in three
-  EXPECT_FALSE(valid_utf8("\xF0\x8F\xBF\xBF"));  // U+FFFF in four
-}
-
-TEST(ValidUtf8, RejectsSurrogates) {
-  EXPECT_FALSE(valid_utf8("\xED\xA0\x80"));  // U+D800
-  EXPECT_FALSE(valid_utf8("\xED\xBF\xBF"));  // U+DFFF
-  EXPECT_FALSE(valid_utf8("\xED\xA0\xBD\xED\xB8\x80"));  // CESU-8 pair
-}
-
-TEST(ValidUtf8, RejectsCodePointsAboveMax) {
-  EXPECT_FALSE(valid_utf8("\xF4\x90\x80\x80"));  // U+110000
-  EXPECT_FALSE(valid_utf8("\xF5\x80\x80\x80"));
-  EXPECT_FALSE(valid_utf8("\xF8\x88\x80\x80\x80"));  // old 5-byte form
-  EXPECT_FALSE(valid_utf8("\xFF"));
-  EXPECT_FALSE(valid_utf8("\xFE"));
-}
-
-TEST(ValidUtf8, RejectsTruncatedAndStraySequences) {
-  EXPECT_FALSE(valid_utf8("\xC3"));
-  EXPECT_FALSE(valid_utf8("\xE2\x82"));
-  EXPECT_FALSE(valid_utf8("\xF0\x9F\x98"));
-  EXPECT_FALSE(valid_utf8("ab\xF0\x9F"));
-  EXPECT_FALSE(valid_utf8("\x80"));              // lone continuation
-  EXPECT_FALSE(valid_utf8("\xC3\xA9\xA9"));      // extra continuation
-  EXPECT_FALSE(valid_utf8("\xC3(" ));            // lead then ASCII
-  EXPECT_FALSE(valid_utf8("\xE2\x28\xA1"));
-}
-
-TEST(SanitizeUtf8, ReplacesEachMaximalSubpartWithOneReplacementChar) {
-  const std::string R = "\xEF\xBF\xBD";
-  EXPECT_EQ(sanitize_utf8(""), "");
-  EXPECT_EQ(sanitize_utf8("caf\xC3\xA9 \xF0\x9F\x98\x80"), "caf\xC3\xA9 \xF0\x9F\x98\x80");
-  EXPECT_EQ(sanitize_utf8("\xE2\x82"), R);              // truncated: one U+FFFD
-  EXPECT_EQ(sanitize_utf8("a\xF0\x9F\x98"), "a" + R);
-  EXPECT_EQ(sanitize_utf8("\xC0\xAF"), R + R);           // overlong lead is not a prefix
-  EXPECT_EQ(sanitize_utf8("\xED\xA0\x80"), R + R + R);   // surrogate: ED then two strays
-  EXPECT_EQ(sanitize_utf8("\xF4\x90\x80\x80"), R + R + R + R);
-  EXPECT_EQ(sanitize_utf8("\xE2\x82("), R + "(");
-  EXPECT_EQ(sanitize_utf8("\x80\x80"), R + R);
-  for (const char* s : {"\xE2\x82", "\xC0\xAF", "\xED\xA0\x80", "\xFF", "x\xF0\x9F"})
-    EXPECT_TRUE(valid_utf8(sanitize_utf8(s))) << s;
-}
+// valid / sanitized UTF-8: tests/common/utf8_test.cpp.
 
 // ---- body ------------------------------------------------------------------------
 
@@ -106,7 +47,7 @@ TEST(ParseBody, InvalidJsonIs400WithOneLineMessage) {
     ADD_FAILURE();
   } catch (const ApiError& e) {
     EXPECT_LT(std::string(e.what()).size(), 400u);
-    EXPECT_TRUE(valid_utf8(e.what()));
+    EXPECT_TRUE(is_valid_utf8(e.what()));
   }
   // No "[json.exception..." prefix leaks out.
   try {
@@ -133,7 +74,7 @@ TEST(ParseBody, InvalidUtf8InJsonTextIsRejectedByTheParser) {
   try {
     parse_completion_request("{\"prompt\":\"a\xC3\"}", kVocab);
   } catch (const ApiError& e) {
-    EXPECT_TRUE(valid_utf8(e.what())) << e.what();
+    EXPECT_TRUE(is_valid_utf8(e.what())) << e.what();
   }
   // A well-formed escape pair decodes to one code point.
   auto r = parse_completion_request(R"({"prompt":"\ud83d\ude00"})", kVocab);
@@ -184,7 +125,6 @@ TEST(ParseChat, DefaultsAreOpenAIs) {
   EXPECT_EQ(r.top_logprobs, 0);
   EXPECT_EQ(r.cache_key, "");
   EXPECT_TRUE(r.cache_prompt);
-  EXPECT_EQ(r.user, "");
   EXPECT_TRUE(r.tools.is_null());
   EXPECT_TRUE(r.chat_template_kwargs.is_null());
   EXPECT_FALSE(r.prompt_text.has_value());
@@ -417,7 +357,6 @@ TEST(ParseCache, CacheKeyConstruction) {
 TEST(ParseCache, CachePromptUserModel) {
   CompletionRequest r = chat(R"(,"cache_prompt":false,"user":"u-1")");
   EXPECT_FALSE(r.cache_prompt);
-  EXPECT_EQ(r.user, "u-1");
   EXPECT_EQ(r.model, "m");
   EXPECT_API_ERROR(chat(R"(,"cache_prompt":"no")"), "cache_prompt", "must be a boolean");
   EXPECT_API_ERROR(chat(R"(,"user":1)"), "user", "'user' must be a string");
@@ -572,7 +511,7 @@ TEST(Tokenize, ResponseShapes) {
   EXPECT_EQ(tokenize_response_json({}, nullptr), R"({"tokens":[]})");
   std::vector<std::string> pieces = {"He", "\xE2\x82", "\xAC"};
   std::string body = tokenize_response_json({5, 6, 7}, &pieces);
-  EXPECT_TRUE(valid_utf8(body));
+  EXPECT_TRUE(is_valid_utf8(body));
   EXPECT_EQ(ordered_json::parse(body), ordered_json::parse(
       R"({"tokens":[{"id":5,"piece":"He"},{"id":6,"piece":[226,130]},{"id":7,"piece":[172]}]})"));
 }

@@ -60,7 +60,7 @@ TEST(Responses, TextCompletionShape) {
 
 TEST(Responses, InvalidUtf8TextStillGivesValidJson) {
   std::string body = chat_response_json("id", 0, "m", "ab\xE2\x82", "length", {}, nullptr);
-  EXPECT_TRUE(valid_utf8(body));
+  EXPECT_TRUE(is_valid_utf8(body));
   ordered_json j = ordered_json::parse(body);
   EXPECT_EQ(j["choices"][0]["message"]["content"], "ab\xEF\xBF\xBD");
 }
@@ -74,7 +74,7 @@ TEST(Responses, ChatLogprobsWithInvalidUtf8Token) {
   };
   ordered_json lp = chat_logprobs_json(toks);
   std::string text = dump_json(lp);
-  ASSERT_TRUE(valid_utf8(text));
+  ASSERT_TRUE(is_valid_utf8(text));
   ordered_json j = ordered_json::parse(text);
   ASSERT_EQ(j["content"].size(), 3u);
   const ordered_json& t0 = j["content"][0];
@@ -127,7 +127,7 @@ TEST(Streaming, SseEventFormat) {
   EXPECT_EQ(kSseDone, "data: [DONE]\n\n");
   // Invalid UTF-8 in a chunk does not throw.
   std::string bad = sse_event(chat_chunk_content("id", 1, "m", "\xF0\x9F", nullptr, false));
-  EXPECT_TRUE(valid_utf8(bad));
+  EXPECT_TRUE(is_valid_utf8(bad));
 }
 
 TEST(Streaming, ChatChunks) {

@@ -1,0 +1,93 @@
+// ApiServer before attach() (the model is still loading): every route, /health
+// included, answers llama-server's 503 error object, so a client or load balancer
+// polling either server reads the same thing; the routes are called directly with a
+// recording exchange (no sockets, no model).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "server/api_server.h"
+
+namespace pagoda::server {
+namespace {
+
+// Records the one answer a handler gives.
+class RecordingExchange final : public HttpExchange {
+ public:
+  bool respond(HttpResponse response) override {
+    ++answers;
+    last = std::move(response);
+    return true;
+  }
+  bool start_stream(int status, std::string, std::vector<std::pair<std::string, std::string>>) override {
+    ++answers;
+    last.status = status;
+    return true;
+  }
+  bool send(std::string) override { return true; }
+  void finish() override {}
+  void on_close(std::function<void()>) override {}
+  bool closed() const override { return false; }
+
+  int answers = 0;
+  HttpResponse last;
+};
+
+HttpResponse call(ApiServer& api, const std::string& method, const std::string& path,
+                  const std::string& body = "") {
+  for (const Route& r : api.routes()) {
+    if (r.method != method || r.path != path) continue;
+    HttpRequest req;
+    req.method = method;
+    req.path = path;
+    req.body = body;
+    auto ex = std::make_shared<RecordingExchange>();
+    r.handler(req, ex);
+    EXPECT_EQ(ex->answers, 1) << method << " " << path;
+    return ex->last;
+  }
+  ADD_FAILURE() << "no route " << method << " " << path;
+  return {};
+}
+
+// llama-server (tools/server/server.cpp) answers this while loading:
+// {"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}.
+void expect_loading(const HttpResponse& r) {
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.content_type, "application/json");
+  const nlohmann::json j = nlohmann::json::parse(r.body, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.body;
+  ASSERT_TRUE(j.contains("error")) << r.body;
+  EXPECT_EQ(j["error"]["code"], 503) << r.body;
+  EXPECT_EQ(j["error"]["message"], "Loading model") << r.body;
+  EXPECT_EQ(j["error"]["type"], "unavailable_error") << r.body;
+  EXPECT_FALSE(j.contains("status")) << r.body;
+}
+
+TEST(ApiServerLoading, HealthAnswersLlamaServersLoadingError) {
+  ApiServerOptions o;
+  o.log_requests = false;
+  ApiServer api(o);
+  ASSERT_FALSE(api.ready());
+  expect_loading(call(api, "GET", "/health"));
+}
+
+TEST(ApiServerLoading, EveryOtherRouteAnswersTheSame) {
+  ApiServerOptions o;
+  o.log_requests = false;
+  ApiServer api(o);
+  const std::string chat = R"({"messages":[{"role":"user","content":"hi"}]})";
+  expect_loading(call(api, "POST", "/v1/chat/completions", chat));
+  expect_loading(call(api, "POST", "/v1/completions", R"({"prompt":"hi"})"));
+  expect_loading(call(api, "GET", "/v1/models"));
+  expect_loading(call(api, "POST", "/tokenize", R"({"content":"hi"})"));
+  expect_loading(call(api, "POST", "/detokenize", R"({"tokens":[1]})"));
+  expect_loading(call(api, "POST", "/apply-template", chat));
+  expect_loading(call(api, "GET", "/v1/cache/stats"));
+}
+
+}  // namespace
+}  // namespace pagoda::server
