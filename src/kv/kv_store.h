@@ -10,7 +10,8 @@
 // attend_batch() is the whole batch's attention of one layer, called by the owner
 // thread, which fans out over `pool`; the default runs attend() once per (token, KV
 // head), and the paged store (paged_kv_store.h) overrides it to split long contexts
-// across threads. The paged pool (#3) implements this same interface over blocks.
+// across threads. PagedKvStore (paged_kv_store.h) is the one the engine and every
+// command run on; ContiguousKvCache below is the reference it is tested against.
 #pragma once
 
 #include <cstddef>
@@ -57,8 +58,10 @@ class KvStore {
 
 // ContiguousKvCache — the simple store: for each sequence slot, each layer holds
 // K and V as [ctx, n_kv_heads, head_dim] f32. Memory: 2 * n_layers * n_seqs * ctx
-// * kv_dim * 4 bytes, allocated up front. Used by `pagoda generate/logits` until
-// the paged pool replaces it.
+// * kv_dim * 4 bytes, allocated up front. No command uses it (generate, logits and
+// serve all run on PagedKvStore); it stays as the simplest correct store, the
+// reference the paged store and the model tests compare against (tests/kv,
+// tests/model).
 class ContiguousKvCache final : public KvStore {
  public:
   ContiguousKvCache(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, int64_t ctx, int n_seqs);
