@@ -94,6 +94,15 @@ TEST(ByteLevel, EveryByteRoundTrips) {
   EXPECT_EQ(byte_level_encode("A"), "A");
 }
 
+// What is not a character of the alphabet is copied as it is: characters outside it,
+// and ill-formed UTF-8 (the overlong "C1 A1" spells 'a' in two bytes, but is not 'a').
+TEST(ByteLevel, DecodeCopiesWhatIsNotInTheAlphabet) {
+  EXPECT_EQ(byte_level_decode("\xC4\xA0" "a\xE2\x82\xAC"), " a\xE2\x82\xAC");  // Ġa€
+  EXPECT_EQ(byte_level_decode("\xC1\xA1"), "\xC1\xA1");
+  EXPECT_EQ(byte_level_decode("x\xC4"), "x\xC4");                // Ġ cut short
+  EXPECT_EQ(byte_level_decode("\xED\xA0\x80"), "\xED\xA0\x80");  // a surrogate
+}
+
 TEST(Normalize, PrependSkipsEmptyRunsAndReplaceIsLiteral) {
   const std::vector<NormalizerStep> steps = {
       {NormalizerStep::Kind::replace, " ", nullptr, "\xE2\x96\x81"},
