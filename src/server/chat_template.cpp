@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <ctime>
+#include <new>
 
 #include "common/error.h"
 #include "server/jinja_lexer.h"
@@ -102,8 +103,12 @@ std::string ChatTemplate::apply(const Inputs& in) const {
     return tmpl_->render(vars);
   } catch (const jinja::RaisedError& e) {
     throw Error(e.what());
+  } catch (const jinja::BudgetError& e) {
+    throw ChatTemplateLimitError(label(name_) + ": line " + std::to_string(e.line) + ": " + e.what());
   } catch (const jinja::RuntimeError& e) {
     throw Error(label(name_) + ": line " + std::to_string(e.line) + ": " + e.what());
+  } catch (const std::bad_alloc&) {  // a safety net: the budgets should stop a render long before
+    throw ChatTemplateLimitError(label(name_) + ": out of memory while rendering");
   }
 }
 

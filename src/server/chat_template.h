@@ -23,8 +23,10 @@
 //   pagoda::Error when the template raises (raise_exception: the message is the
 //   template's) or hits a runtime error (undefined attribute call, type error), with
 //   a one-line message; the server answers it with 400.
-// - Rendering is bounded: loops / recursion / output size have limits (a template
-//   cannot hang the server or allocate without bound) and exceeding them throws.
+// - Rendering is bounded (jinja_budget.h: steps, loop iterations, output, string and
+//   list sizes, nesting), so a template cannot hang the server or allocate without
+//   bound: exceeding a budget throws ChatTemplateLimitError naming it. Rendering the
+//   same template again cannot succeed, so callers should not retry on it.
 // - Without a template the fallback is ChatML ("<|im_start|>role\ncontent<|im_end|>\n"
 //   per message, "<|im_start|>assistant\n" for the generation prompt), as llama-server.
 #pragma once
@@ -33,11 +35,18 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/error.h"
+
 namespace pagoda::server {
 
 namespace jinja {
 class Template;
 }
+
+// A render that ran out of a budget: a pagoda::Error, one line naming the budget.
+struct ChatTemplateLimitError : Error {
+  using Error::Error;
+};
 
 class ChatTemplate {
  public:

@@ -16,6 +16,12 @@
 
 namespace pagoda::server::jinja {
 
+// How deep a template may nest: blocks in blocks, and any one expression tree
+// (parentheses, brackets, operator and filter chains). Real templates nest < 20;
+// 256 keeps the recursive parser, interpreter and destructors far from the
+// stack's end (100,000 nested parentheses would overflow it).
+inline constexpr int kMaxParseDepth = 256;
+
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
 
@@ -43,6 +49,7 @@ struct Expr {
   std::vector<ExprPtr> children;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   bool negated = false;  // Test: `is not`
+  int depth = 1;         // 1 + the deepest child (the parser bounds it: kMaxParseDepth)
   // Filter / Test inside an {% if %} naming an unknown filter/test: jinja2
   // defers that error to run time (its "soft frame"); the message is here.
   std::string deferred_error;

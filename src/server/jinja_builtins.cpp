@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <set>
 
+#include "server/jinja_budget.h"
 #include "server/jinja_methods.h"
 
 namespace pagoda::server::jinja {
@@ -83,7 +84,8 @@ Value select_impl(RenderState& st, const Value& seq, CallArgs& a, bool by_attr, 
 }
 
 std::string do_indent(std::string s, const Value& width, bool first, bool blank) {
-  std::string ind = width.is_string() ? width.str() : std::string(static_cast<size_t>(to_int_arg(width, "indent")), ' ');
+  if (!width.is_string()) check_string_size(static_cast<size_t>(std::max<int64_t>(0, to_int_arg(width, "indent"))));
+  std::string ind = width.is_string() ? width.str() : std::string(static_cast<size_t>(std::max<int64_t>(0, to_int_arg(width, "indent"))), ' ');
   s += "\n";
   List lines = py_splitlines(s);
   std::string rv;
@@ -91,6 +93,7 @@ std::string do_indent(std::string s, const Value& width, bool first, bool blank)
     for (size_t i = 0; i < lines.size(); ++i) {
       if (i) rv.append("\n").append(ind);
       rv += lines[i].str();
+      check_string_size(rv.size());
     }
   } else {
     rv = lines.empty() ? "" : lines[0].str();
@@ -98,6 +101,7 @@ std::string do_indent(std::string s, const Value& width, bool first, bool blank)
       rv.append("\n");
       if (!lines[i].str().empty()) rv.append(ind);
       rv.append(lines[i].str());
+      check_string_size(rv.size());
     }
   }
   return first ? ind + rv : rv;
@@ -169,6 +173,7 @@ List iterate(const Value& v) {
       return keys;
     }
     case Value::Kind::String: {
+      check_list_size(utf8_length(v.str()));
       List out;
       for (char32_t c : utf8_decode(v.str())) out.emplace_back(utf8_encode(std::u32string(1, c)));
       return out;
@@ -323,7 +328,10 @@ Value apply_filter(RenderState& st, const std::string& f, const Value& in, CallA
     const Value& ind = arg_or(a, 1, "indent", kNone);
     std::optional<std::string> indent;
     if (ind.is_string()) indent = ind.str();
-    else if (ind.is_int()) indent = std::string(static_cast<size_t>(std::max<int64_t>(0, ind.as_int())), ' ');
+    else if (ind.is_int()) {
+      check_string_size(static_cast<size_t>(std::max<int64_t>(0, ind.as_int())));
+      indent = std::string(static_cast<size_t>(std::max<int64_t>(0, ind.as_int())), ' ');
+    }
     std::string item_sep = indent ? "," : ", ", key_sep = ": ";
     const Value& seps = arg_or(a, 2, "separators", kNone);
     if (seps.is_list() && seps.items().size() == 2) {
@@ -372,6 +380,7 @@ Value apply_filter(RenderState& st, const std::string& f, const Value& in, CallA
       if (!first) out += sep;
       first = false;
       out += (attr && !attr->is_none() ? attr_path(v, attr->to_str()) : v).to_str();
+      check_string_size(out.size());
     }
     return Value(out);
   }

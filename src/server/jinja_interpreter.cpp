@@ -7,6 +7,7 @@
 #include <cmath>
 #include <memory>
 
+#include "server/jinja_budget.h"
 #include "server/jinja_builtins.h"
 #include "server/jinja_lexer.h"
 #include "server/jinja_parser.h"
@@ -51,6 +52,25 @@ bool add_ovf(int64_t a, int64_t b, int64_t* r) { return __builtin_add_overflow(a
 bool sub_ovf(int64_t a, int64_t b, int64_t* r) { return __builtin_sub_overflow(a, b, r); }
 bool mul_ovf(int64_t a, int64_t b, int64_t* r) { return __builtin_mul_overflow(a, b, r); }
 
+// One level of interpreter recursion (a statement or an expression inside
+// another, across macro calls): bounded by Limits::max_nesting, so that nesting
+// the parser allows (kMaxParseDepth) times macro depth stays off the stack's end.
+class Nesting {
+ public:
+  explicit Nesting(RenderState& st) : st_(st) {
+    if (st_.nesting >= st_.limits->max_nesting)
+      throw BudgetError("evaluation nested deeper than " + std::to_string(st_.limits->max_nesting) +
+                        " levels (max_nesting)");
+    ++st_.nesting;
+  }
+  ~Nesting() { --st_.nesting; }
+  Nesting(const Nesting&) = delete;
+  Nesting& operator=(const Nesting&) = delete;
+
+ private:
+  RenderState& st_;
+};
+
 class Interpreter {
  public:
   explicit Interpreter(RenderState& st) : st_(st) {}
@@ -71,7 +91,7 @@ class Interpreter {
   void write(const std::string& s) {
     st_.total_bytes += s.size();
     if (st_.total_bytes > st_.limits->max_output_bytes)
-      fail("output exceeds " + std::to_string(st_.limits->max_output_bytes) + " bytes");
+      throw BudgetError("output over " + std::to_string(st_.limits->max_output_bytes) + " bytes (max_output_bytes)");
     st_.out->append(s);
   }
 
@@ -103,6 +123,8 @@ class Interpreter {
   }
 
   void exec_stmt(const Stmt& s, const ScopePtr& scope) {
+    Nesting nesting(st_);
+    st_.budget.step();
     switch (s.kind) {
       case Stmt::Kind::Data: write(s.text); return;
       case Stmt::Kind::Print: write(eval(*s.expr, scope).to_str()); return;
@@ -145,6 +167,7 @@ class Interpreter {
     Value seq = eval(*s.expr, scope);
     if (seq.is_none()) fail("'NoneType' object is not iterable");
     List items = iterate(seq);
+    st_.budget.charge_list(items.size());
     if (s.cond) {
       List kept;
       for (const Value& item : items) {
@@ -163,26 +186,28 @@ class Interpreter {
     }
     int64_t n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
+      st_.budget.step(10);  // an iteration builds its scope and loop variables: ~10 steps' time
       if (++st_.iterations > st_.limits->max_loop_iterations)
-        fail("more than " + std::to_string(st_.limits->max_loop_iterations) + " loop iterations");
+        throw BudgetError("more than " + std::to_string(st_.limits->max_loop_iterations) +
+                          " loop iterations (max_loop_iterations)");
       auto child = std::make_shared<Scope>();
       child->parent = scope;
       assign(child, s.targets, items[static_cast<size_t>(i)]);
       Value loop = Value::dict();
       Dict& d = loop.dict_ref();
-      d.entries.reserve(12);
-      d.entries.emplace_back(Value("index"), Value(i + 1));
-      d.entries.emplace_back(Value("index0"), Value(i));
-      d.entries.emplace_back(Value("revindex"), Value(n - i));
-      d.entries.emplace_back(Value("revindex0"), Value(n - i - 1));
-      d.entries.emplace_back(Value("first"), Value(i == 0));
-      d.entries.emplace_back(Value("last"), Value(i == n - 1));
-      d.entries.emplace_back(Value("length"), Value(n));
-      d.entries.emplace_back(Value("depth"), Value(1));
-      d.entries.emplace_back(Value("depth0"), Value(0));
-      if (i > 0) d.entries.emplace_back(Value("previtem"), items[static_cast<size_t>(i - 1)]);
-      if (i + 1 < n) d.entries.emplace_back(Value("nextitem"), items[static_cast<size_t>(i + 1)]);
-      d.entries.emplace_back(Value("cycle"), Value::callable("cycle", [i](RenderState&, CallArgs& a) -> Value {
+      d.entries.reserve(12);  // add(): scalars, and items no deeper than the list they come from
+      d.add(Value("index"), Value(i + 1));
+      d.add(Value("index0"), Value(i));
+      d.add(Value("revindex"), Value(n - i));
+      d.add(Value("revindex0"), Value(n - i - 1));
+      d.add(Value("first"), Value(i == 0));
+      d.add(Value("last"), Value(i == n - 1));
+      d.add(Value("length"), Value(n));
+      d.add(Value("depth"), Value(1));
+      d.add(Value("depth0"), Value(0));
+      if (i > 0) d.add(Value("previtem"), items[static_cast<size_t>(i - 1)]);
+      if (i + 1 < n) d.add(Value("nextitem"), items[static_cast<size_t>(i + 1)]);
+      d.add(Value("cycle"), Value::callable("cycle", [i](RenderState&, CallArgs& a) -> Value {
                                if (a.pos.empty()) fail("no items for cycling given");
                                return a.pos[static_cast<size_t>(i) % a.pos.size()];
                              }));
@@ -206,7 +231,8 @@ class Interpreter {
     return Value::callable(s.name, [stmt, self, weak_scope](RenderState& st, CallArgs& a) -> Value {
       ScopePtr def_scope = weak_scope.lock();
       if (st.depth >= st.limits->max_call_depth)
-        fail("macro calls nested deeper than " + std::to_string(st.limits->max_call_depth));
+        throw BudgetError("macro calls nested deeper than " + std::to_string(st.limits->max_call_depth) +
+                          " (max_call_depth)");
       if (a.pos.size() > stmt->params.size())
         fail("macro '" + stmt->name + "' takes not more than " + std::to_string(stmt->params.size()) + " argument(s)");
       auto scope = std::make_shared<Scope>();
@@ -256,7 +282,21 @@ class Interpreter {
   }
 
  public:
+  // Every expression costs a step, plus what its value cost to build where it
+  // was built (a lookup shares what it finds: strings and lists are not copied).
   Value eval(const Expr& e, const ScopePtr& scope) {
+    Nesting nesting(st_);
+    st_.budget.step();
+    Value v = eval_node(e, scope);
+    bool built = e.kind != Expr::Kind::Name && e.kind != Expr::Kind::Getattr && e.kind != Expr::Kind::Getitem &&
+                 e.kind != Expr::Kind::Literal;
+    if (built && v.is_string()) st_.budget.charge_string(v.str().size());
+    if (built && v.is_list()) st_.budget.charge_list(v.items().size());
+    return v;
+  }
+
+ private:
+  Value eval_node(const Expr& e, const ScopePtr& scope) {
     switch (e.kind) {
       case Expr::Kind::Literal: return e.value;
       case Expr::Kind::Name: {
@@ -327,8 +367,10 @@ class Interpreter {
     if (op == "or") return a.truthy() ? a : eval(*e.children[1], scope);
     Value b = eval(*e.children[1], scope);
     if (op == "~") {
-      std::string s = a.to_str() + b.to_str();
-      return Value(std::move(s));
+      std::string s = a.to_str();
+      std::string t = b.to_str();
+      st_.budget.check_string(s.size() + t.size());
+      return Value(s + t);
     }
     if (op == "==") return Value(equals(a, b));
     if (op == "!=") return Value(!equals(a, b));
@@ -350,13 +392,14 @@ class Interpreter {
       if (ints) return Value(checked(add_ovf, a.as_int(), b.as_int()));
       if (nums) return Value(a.as_double() + b.as_double());
       if (a.is_string() && b.is_string()) {
-        if (st_.total_bytes + a.str().size() + b.str().size() > st_.limits->max_output_bytes) fail("string too long");
+        st_.budget.check_string(a.str().size() + b.str().size());
         if (a.is_markup() || b.is_markup())  // markupsafe: the plain operand is escaped
           return Value::markup((a.is_markup() ? a.str() : html_escape(a.str())) +
                                (b.is_markup() ? b.str() : html_escape(b.str())));
         return Value(a.str() + b.str());
       }
       if (a.is_list() && b.is_list() && a.kind() == b.kind()) {
+        st_.budget.check_list(a.items().size() + b.items().size());
         List items = a.items();
         items.insert(items.end(), b.items().begin(), b.items().end());
         return a.kind() == Value::Kind::Tuple ? Value::tuple(std::move(items)) : Value::list(std::move(items));
@@ -371,8 +414,13 @@ class Interpreter {
       const Value* cnt = seq == &a ? &b : &a;
       if (seq && (cnt->is_int() || cnt->is_bool())) {
         int64_t n = std::max<int64_t>(0, cnt->as_int());
-        size_t unit = seq->is_string() ? seq->str().size() : seq->items().size() * 16;
-        if (unit && static_cast<uint64_t>(n) > st_.limits->max_output_bytes / unit) fail("repeated sequence too long");
+        // Checked before building: n * unit may not even fit in 64 bits.
+        size_t unit = seq->is_string() ? seq->str().size() : seq->items().size();
+        size_t max = seq->is_string() ? st_.limits->max_string_bytes : st_.limits->max_list_items;
+        if (unit && static_cast<uint64_t>(n) > max / unit) {
+          if (seq->is_string()) st_.budget.over_string();
+          st_.budget.over_list();
+        }
         if (seq->is_string()) {
           std::string out;
           for (int64_t i = 0; i < n; ++i) out += seq->str();
@@ -432,13 +480,20 @@ Template::Template(const std::string& source, Limits limits) : body_(parse(token
 Template::~Template() = default;
 
 std::string Template::render(const std::vector<std::pair<std::string, Value>>& vars) const {
-  RenderState st;
-  st.limits = &limits_;
+  RenderState st(limits_);
+  ActiveBudget active(&st.budget);
+  struct ClearNamespaces {  // on every way out, errors included
+    RenderState& st;
+    ~ClearNamespaces() {
+      for (Value& ns : st.namespaces) ns.dict_ref().entries.clear();
+    }
+  } clear_namespaces{st};
   std::string out;
   st.out = &out;
   auto globals = std::make_shared<Scope>();
-  globals->vars.emplace_back("namespace", Value::callable("namespace", [](RenderState&, CallArgs& a) -> Value {
+  globals->vars.emplace_back("namespace", Value::callable("namespace", [](RenderState& st, CallArgs& a) -> Value {
                                Value ns = Value::make_namespace();
+                               st.namespaces.push_back(ns);
                                for (const Value& p : a.pos) {
                                  if (!p.is_dict()) fail("namespace() positional argument must be a mapping");
                                  for (const auto& [k, v] : p.dict_ref().entries) ns.dict_ref().set(k, v);
@@ -462,17 +517,21 @@ std::string Template::render(const std::vector<std::pair<std::string, Value>>& v
                                  fail("range expected at least 1 argument");
                                }
                                if (step == 0) fail("range() arg 3 must not be zero");
+                               // Its length first (in 128 bits: stop - start may overflow).
+                               __int128 span = step > 0 ? __int128{stop} - start : __int128{start} - stop;
+                               __int128 count = span <= 0 ? 0 : (span - 1) / (step > 0 ? step : -__int128{step}) + 1;
+                               if (count > static_cast<__int128>(st.limits->max_list_items)) st.budget.over_list();
                                List items;
-                               for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-                                 if (static_cast<int64_t>(items.size()) >= st.limits->max_loop_iterations)
-                                   fail("range too large");
-                                 items.emplace_back(i);
-                               }
+                               items.reserve(static_cast<size_t>(count));
+                               for (int64_t i = 0; i < static_cast<int64_t>(count); ++i) items.emplace_back(start + i * step);
                                return Value::list(std::move(items));
                              }));
   globals->vars.emplace_back("dict", Value::callable("dict", [](RenderState&, CallArgs& a) -> Value {
                                Value d = Value::dict();
-                               if (!a.pos.empty() && a.pos[0].is_dict()) d.dict_ref().entries = a.pos[0].dict_ref().entries;
+                               if (!a.pos.empty() && a.pos[0].is_dict()) {
+                                 d.dict_ref().entries = a.pos[0].dict_ref().entries;
+                                 d.dict_ref().depth = a.pos[0].dict_ref().depth;
+                               }
                                for (const auto& [k, v] : a.kw) d.dict_ref().set(Value(k), v);
                                return d;
                              }));

@@ -8,6 +8,7 @@
 #include <set>
 #include <wctype.h>
 
+#include "server/jinja_budget.h"
 #include "server/jinja_builtins.h"
 
 namespace pagoda::server::jinja {
@@ -109,11 +110,13 @@ static List py_split(const std::string& s, const Value& sep, int64_t maxsplit, b
           size_t e = u.size();
           while (e > i && is_py_space(u[e - 1])) --e;
           words.push_back(u.substr(i, e - i));
+          check_list_size(words.size());
           break;
         }
         size_t b = i;
         while (i < u.size() && !is_py_space(u[i])) ++i;
         words.push_back(u.substr(b, i - b));
+        check_list_size(words.size());
       }
     } else {
       size_t i = u.size();
@@ -124,11 +127,13 @@ static List py_split(const std::string& s, const Value& sep, int64_t maxsplit, b
           size_t b = 0;
           while (b < i && is_py_space(u[b])) ++b;
           words.push_back(u.substr(b, i - b));
+          check_list_size(words.size());
           break;
         }
         size_t e = i;
         while (i > 0 && !is_py_space(u[i - 1])) --i;
         words.push_back(u.substr(i, e - i));
+        check_list_size(words.size());
       }
       std::reverse(words.begin(), words.end());
     }
@@ -144,9 +149,11 @@ static List py_split(const std::string& s, const Value& sep, int64_t maxsplit, b
       size_t p = (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit) ? std::string::npos : s.find(d, b);
       if (p == std::string::npos) {
         parts.push_back(s.substr(b));
+        check_list_size(parts.size());
         break;
       }
       parts.push_back(s.substr(b, p - b));
+      check_list_size(parts.size());
       b = p + d.size();
     }
   } else {
@@ -157,9 +164,11 @@ static List py_split(const std::string& s, const Value& sep, int64_t maxsplit, b
                      : s.rfind(d, e - d.size());
       if (p == std::string::npos) {
         parts.push_back(s.substr(0, e));
+        check_list_size(parts.size());
         break;
       }
       parts.push_back(s.substr(p + d.size(), e - p - d.size()));
+      check_list_size(parts.size());
       e = p;
     }
     std::reverse(parts.begin(), parts.end());
@@ -176,6 +185,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
     for (size_t i = 0; i <= u.size(); ++i) {
       if (count < 0 || n < count) {
         out += repl;
+        check_string_size(out.size());
         ++n;
       }
       if (i < u.size()) out += utf8_encode(std::u32string(1, u[i]));
@@ -189,6 +199,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
     if (p == std::string::npos) break;
     out += s.substr(b, p - b);
     out += repl;
+    check_string_size(out.size());
     b = p + old.size();
     ++n;
   }
@@ -228,6 +239,7 @@ List py_splitlines(const std::string& s) {
                c == 0x85 || c == 0x2028 || c == 0x2029;
     if (!brk) continue;
     out.emplace_back(utf8_encode(u.substr(b, i - b)));
+    check_list_size(out.size());
     if (c == '\r' && i + 1 < u.size() && u[i + 1] == '\n') ++i;
     b = i + 1;
   }
@@ -292,6 +304,7 @@ Value str_method(const std::string& s, const std::string& m, CallArgs& a) {
       if (!first) out += s;
       first = false;
       out += need_str(v, "join");
+      check_string_size(out.size());
     }
     return Value(out);
   }
@@ -341,6 +354,7 @@ Value dict_method(const Value& d, const std::string& m, CallArgs& a) {
   if (m == "copy") {
     Value c = Value::dict();
     c.dict_ref().entries = dict.entries;
+    c.dict_ref().depth = dict.depth;
     return c;
   }
   type_error("'dict' object has no attribute '" + m + "'");

@@ -47,6 +47,36 @@ class Parser {
     if (cur().type != T::Name) fail("expected a name, got " + describe(cur()));
     return next().value;
   }
+  // One level of parser recursion (a block or a nested expression); the
+  // recursion is bounded by kMaxParseDepth like the trees it builds.
+  class Nest {
+   public:
+    explicit Nest(Parser& p) : p_(p) {
+      if (p_.nesting_ >= kMaxParseDepth) p_.too_deep();
+      ++p_.nesting_;
+    }
+    ~Nest() { --p_.nesting_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+
+   private:
+    Parser& p_;
+  };
+  [[noreturn]] void too_deep() const {
+    fail("template nested deeper than " + std::to_string(kMaxParseDepth) +
+         " levels (blocks, parentheses, brackets or operator chains)");
+  }
+  // Appends a child to `e`, keeping e->depth = 1 + its deepest child: left-deep
+  // chains (a ~ b ~ c ..., x|f|g ..., a.b.c ...) grow a tree without recursing.
+  void add(Expr* e, ExprPtr child) {
+    if (child) grow(e, *child);
+    e->children.push_back(std::move(child));
+  }
+  void grow(Expr* e, const Expr& child) {
+    e->depth = std::max(e->depth, child.depth + 1);
+    if (e->depth > kMaxParseDepth) too_deep();
+  }
+
   void expect_block_end() {
     if (cur().type != T::BlockEnd) fail("expected end of statement block, got " + describe(cur()));
     next();
@@ -101,6 +131,7 @@ class Parser {
   }
 
   StmtPtr parse_statement() {
+    Nest nest(*this);
     const Token& tag = next();
     auto s = std::make_unique<Stmt>();
     s->line = tag.line;
@@ -266,7 +297,7 @@ class Parser {
       if (!explicit_parens) fail("expected an expression, got " + describe(cur()));
     }
     auto t = make(Expr::Kind::Tuple, line);
-    t->children = std::move(args);
+    for (auto& a : args) add(t.get(), std::move(a));
     return t;
   }
 
@@ -288,12 +319,13 @@ class Parser {
       ExprPtr e3;
       if (is_name("else")) {
         next();
+        Nest nest(*this);
         e3 = parse_condexpr();
       }
       auto c = make(Expr::Kind::CondExpr, line);
-      c->children.push_back(std::move(e1));
-      c->children.push_back(std::move(cond));
-      c->children.push_back(std::move(e3));
+      add(c.get(), std::move(e1));
+      add(c.get(), std::move(cond));
+      add(c.get(), std::move(e3));
       e1 = std::move(c);
     }
     if (soft) --soft_;
@@ -303,8 +335,8 @@ class Parser {
   ExprPtr binary(std::string op, ExprPtr l, ExprPtr r, int line) {
     auto b = make(Expr::Kind::Binary, line);
     b->name = std::move(op);
-    b->children.push_back(std::move(l));
-    b->children.push_back(std::move(r));
+    add(b.get(), std::move(l));
+    add(b.get(), std::move(r));
     return b;
   }
 
@@ -326,10 +358,11 @@ class Parser {
   }
   ExprPtr parse_not() {
     if (is_name("not")) {
+      Nest nest(*this);
       int line = next().line;
       auto u = make(Expr::Kind::Unary, line);
       u->name = "not";
-      u->children.push_back(parse_not());
+      add(u.get(), parse_not());
       return u;
     }
     return parse_compare();
@@ -338,6 +371,7 @@ class Parser {
     int line = cur().line;
     ExprPtr l = parse_math1();
     ExprPtr result;
+    const Expr* prev_right = nullptr;
     while (true) {
       std::string op;
       if (cur().type == T::Op && (cur().value == "==" || cur().value == "!=" || cur().value == "<" ||
@@ -354,15 +388,14 @@ class Parser {
         break;
       }
       ExprPtr r = parse_math1();
+      const Expr* right = r.get();
       // Chained comparisons: a < b < c is (a < b) and (b < c); the middle
-      // operand is re-parsed from a copy of its tokens' AST (re-evaluated).
-      if (!result) {
+      // operand is a copy of the previous comparison's right side (re-evaluated).
+      if (!result)
         result = binary(op, std::move(l), std::move(r), line);
-      } else {
-        ExprPtr left_copy = clone(*result->children.back());
-        result = binary("and", std::move(result), binary(op, std::move(left_copy), std::move(r), line), line);
-        continue;
-      }
+      else
+        result = binary("and", std::move(result), binary(op, clone(*prev_right), std::move(r), line), line);
+      prev_right = right;
     }
     return result ? std::move(result) : std::move(l);
   }
@@ -399,12 +432,13 @@ class Parser {
     return l;
   }
   ExprPtr parse_unary(bool with_filter) {
+    Nest nest(*this);
     ExprPtr node;
     if (is_op("-") || is_op("+")) {
       const Token& t = next();
       node = make(Expr::Kind::Unary, t.line);
       node->name = t.value;
-      node->children.push_back(parse_unary(false));
+      add(node.get(), parse_unary(false));
     } else {
       node = parse_primary();
     }
@@ -460,7 +494,7 @@ class Parser {
       while (!is_op("]")) {
         if (!e->children.empty()) expect_op(",");
         if (is_op("]")) break;
-        e->children.push_back(parse_expression(true));
+        add(e.get(), parse_expression(true));
       }
       next();
       return e;
@@ -471,9 +505,9 @@ class Parser {
       while (!is_op("}")) {
         if (!e->children.empty()) expect_op(",");
         if (is_op("}")) break;
-        e->children.push_back(parse_expression(true));
+        add(e.get(), parse_expression(true));
         expect_op(":");
-        e->children.push_back(parse_expression(true));
+        add(e.get(), parse_expression(true));
       }
       next();
       return e;
@@ -488,14 +522,14 @@ class Parser {
         if (cur().type == T::Name) {
           auto e = make(Expr::Kind::Getattr, line);
           e->name = next().value;
-          e->children.push_back(std::move(node));
+          add(e.get(), std::move(node));
           node = std::move(e);
         } else if (cur().type == T::Int) {
           auto e = make(Expr::Kind::Getitem, line);
-          e->children.push_back(std::move(node));
+          add(e.get(), std::move(node));
           auto k = make(Expr::Kind::Literal, line);
           k->value = Value(static_cast<int64_t>(std::stoll(next().value)));
-          e->children.push_back(std::move(k));
+          add(e.get(), std::move(k));
           node = std::move(e);
         } else {
           fail("expected a name after '.'");
@@ -519,17 +553,18 @@ class Parser {
     }
     next();
     if (keys.size() == 1 && keys[0] && keys[0]->kind == Expr::Kind::Slice && !keys[0]->children[0]) {
+      grow(keys[0].get(), *obj);
       keys[0]->children[0] = std::move(obj);
       return std::move(keys[0]);
     }
     auto e = make(Expr::Kind::Getitem, line);
-    e->children.push_back(std::move(obj));
+    add(e.get(), std::move(obj));
     if (keys.size() == 1) {
-      e->children.push_back(std::move(keys[0]));
+      add(e.get(), std::move(keys[0]));
     } else {
       auto t = make(Expr::Kind::Tuple, line);
-      t->children = std::move(keys);
-      e->children.push_back(std::move(t));
+      for (auto& k : keys) add(t.get(), std::move(k));
+      add(e.get(), std::move(t));
     }
     return e;
   }
@@ -562,7 +597,7 @@ class Parser {
     }
     auto s = make(Expr::Kind::Slice, line);
     s->children.push_back(nullptr);
-    for (auto& a : args) s->children.push_back(std::move(a));
+    for (auto& a : args) add(s.get(), std::move(a));
     return s;
   }
 
@@ -577,10 +612,12 @@ class Parser {
       if (cur().type == T::Name && peek().type == T::Op && peek().value == "=") {
         std::string k = next().value;
         next();
-        e->kwargs.emplace_back(k, parse_expression(true));
+        ExprPtr v = parse_expression(true);
+        grow(e, *v);
+        e->kwargs.emplace_back(k, std::move(v));
       } else {
         if (!e->kwargs.empty()) fail("positional argument after keyword argument");
-        e->children.push_back(parse_expression(true));
+        add(e, parse_expression(true));
       }
     }
     next();
@@ -590,7 +627,7 @@ class Parser {
     auto e = make(Expr::Kind::Call, cur().line);
     if (callee->kind == Expr::Kind::Getattr && !is_method(callee->name) && callee->name != "cycle")
       unsupported("method", callee->name, e.get());
-    e->children.push_back(std::move(callee));
+    add(e.get(), std::move(callee));
     parse_call_args(e.get());
     return e;
   }
@@ -609,7 +646,7 @@ class Parser {
       e->name += "." + expect_name();
     }
     if (!is_filter(e->name)) unsupported("filter", e->name, e.get());
-    e->children.push_back(std::move(input));
+    add(e.get(), std::move(input));
     if (is_op("(")) parse_call_args(e.get());
     return e;
   }
@@ -641,14 +678,14 @@ class Parser {
       e->name += "." + expect_name();
     }
     if (!is_test(e->name)) unsupported("test", e->name, e.get());
-    e->children.push_back(std::move(node));
+    add(e.get(), std::move(node));
     if (is_op("(")) {
       parse_call_args(e.get());
     } else if ((cur().type == T::Name || cur().type == T::String || cur().type == T::Int || cur().type == T::Float ||
                 is_op("(") || is_op("[") || is_op("{")) &&
                !is_name("else") && !is_name("or") && !is_name("and")) {
       if (is_name("is")) fail("you cannot chain multiple tests with is");
-      e->children.push_back(parse_postfix(parse_primary()));
+      add(e.get(), parse_postfix(parse_primary()));
     }
     return e;
   }
@@ -660,6 +697,7 @@ class Parser {
     c->value = e.value;
     c->name = e.name;
     c->negated = e.negated;
+    c->depth = e.depth;
     c->deferred_error = e.deferred_error;
     for (const auto& ch : e.children) c->children.push_back(ch ? clone(*ch) : nullptr);
     for (const auto& [k, v] : e.kwargs) c->kwargs.emplace_back(k, clone(*v));
@@ -671,6 +709,7 @@ class Parser {
   // Unknown names seen outside a soft frame: load errors, unless an enclosing
   // inline if (found later) makes them soft.
   std::vector<std::pair<std::string, int>> pending_;
+  int nesting_ = 0;  // parser recursion depth (Nest)
   int soft_ = 0;  // > 0 while inside an {% if %} (jinja2's soft frame) or an inline if
 };
 

@@ -11,7 +11,8 @@
 //   its scopes, values and output. Variables come in as (name, Value) pairs;
 //   they are visible to the whole template, and callables among them (globals
 //   such as raise_exception) are called with the render's state.
-// - Rendering is bounded by Limits; exceeding one throws RuntimeError. A
+// - Rendering is bounded by Limits (jinja_budget.h); exceeding one throws
+//   BudgetError naming it. A
 //   runtime failure throws RuntimeError with the template line, or RaisedError
 //   when a global raised it on the template's behalf.
 // - Undefined values follow jinja2's default Undefined: they print as "", are
@@ -25,24 +26,25 @@
 #include <vector>
 
 #include "server/jinja_ast.h"
+#include "server/jinja_budget.h"
 #include "server/jinja_value.h"
 
 namespace pagoda::server::jinja {
 
-struct Limits {
-  size_t max_output_bytes = size_t{16} << 20;  // 16 MiB: ~100x the longest real prompt
-  int64_t max_loop_iterations = 1'000'000;     // summed over all loops of one render
-  int max_call_depth = 100;                    // macro nesting (recursive schema printers use < 10)
-};
-
 // Per-render state shared by the interpreter and the builtins.
 struct RenderState {
-  const Limits* limits = nullptr;
+  explicit RenderState(const Limits& l) : limits(&l), budget(l) {}
+  const Limits* limits;
+  Budget budget;               // steps, string and list sizes (jinja_budget.h)
   std::string* out = nullptr;  // where output goes now (a macro or block set renders into its own)
   size_t total_bytes = 0;      // all bytes written to any buffer in this render
   int64_t iterations = 0;
-  int depth = 0;
+  int depth = 0;    // macro calls
+  int nesting = 0;  // statements and expressions being evaluated, one inside another
   enum class Flow { Normal, Break, Continue } flow = Flow::Normal;
+  // Every namespace() of the render: emptied when it ends, since a namespace may
+  // hold itself (`ns.me = ns`) and reference counting alone would leak it.
+  std::vector<Value> namespaces;
 };
 
 class Template {

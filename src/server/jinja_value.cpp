@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "server/jinja_budget.h"
+
 namespace pagoda::server::jinja {
 
 const Value* CallArgs::get(size_t idx, std::string_view name) const {
@@ -16,7 +18,7 @@ const Value* CallArgs::get(size_t idx, std::string_view name) const {
 
 Value Value::undefined(std::string hint) {
   Value v;
-  v.s_ = std::move(hint);
+  if (!hint.empty()) v.s_ = std::make_shared<const std::string>(std::move(hint));
   return v;
 }
 Value Value::none() {
@@ -27,10 +29,24 @@ Value Value::none() {
 Value::Value(bool b) : kind_(Kind::Bool), b_(b) {}
 Value::Value(int64_t i) : kind_(Kind::Int), i_(i) {}
 Value::Value(double f) : kind_(Kind::Float), f_(f) {}
-Value::Value(std::string s) : kind_(Kind::String), s_(std::move(s)) {}
+const std::string Value::kEmpty;
+
+Value::Value(std::string s) : kind_(Kind::String) {
+  if (!s.empty()) s_ = std::make_shared<const std::string>(std::move(s));
+}
+int Value::depth() const {
+  if (kind_ == Kind::List || kind_ == Kind::Tuple) return depth_;
+  if (kind_ == Kind::Dict || kind_ == Kind::Namespace) return dict_->depth;
+  return 0;
+}
+
 Value Value::list(List items) {
   Value v;
   v.kind_ = Kind::List;
+  int d = 0;
+  for (const Value& x : items) d = std::max(d, x.depth());
+  if (d + 1 > kMaxValueDepth) value_too_deep();
+  v.depth_ = static_cast<uint16_t>(d + 1);
   v.list_ = std::make_shared<List>(std::move(items));
   return v;
 }
@@ -53,12 +69,13 @@ Value Value::make_namespace() {
 Value Value::callable(std::string name, Function fn) {
   Value v;
   v.kind_ = Kind::Callable;
-  v.s_ = std::move(name);
+  v.s_ = std::make_shared<const std::string>(std::move(name));
   v.fn_ = std::make_shared<Function>(std::move(fn));
   return v;
 }
 
 Value Value::from_json(const nlohmann::ordered_json& j) {
+  ValueDepthGuard guard;
   switch (j.type()) {
     case nlohmann::json::value_t::null: return none();
     case nlohmann::json::value_t::boolean: return Value(j.get<bool>());
@@ -74,7 +91,7 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
     }
     case nlohmann::json::value_t::object: {
       Value d = dict();
-      for (auto it = j.begin(); it != j.end(); ++it) d.dict_ref().entries.emplace_back(Value(it.key()), from_json(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it) d.dict_ref().add(Value(it.key()), from_json(it.value()));
       return d;
     }
     default: return undefined();
@@ -120,7 +137,7 @@ bool Value::truthy() const {
     case Kind::Bool: return b_;
     case Kind::Int: return i_ != 0;
     case Kind::Float: return f_ != 0.0;
-    case Kind::String: return !s_.empty();
+    case Kind::String: return !str().empty();
     case Kind::List:
     case Kind::Tuple: return gen_ || !list_->empty();
     case Kind::Dict: return !dict_->entries.empty();
@@ -269,45 +286,66 @@ std::string string_repr(std::string_view s) {
 std::string Value::to_str() const {
   switch (kind_) {
     case Kind::Undefined: return "";
-    case Kind::String: return s_;
+    case Kind::String: return str();
     default: return to_repr();
   }
 }
 
 std::string Value::to_repr() const {
+  std::string out;
+  repr_to(out);
+  return out;
+}
+
+// Checked as it grows: a list holding one long string many times prints longer
+// than any one value it holds.
+void Value::repr_to(std::string& out) const {
   switch (kind_) {
-    case Kind::Undefined: return "Undefined";
-    case Kind::None: return "None";
-    case Kind::Bool: return b_ ? "True" : "False";
-    case Kind::Int: return std::to_string(i_);
-    case Kind::Float: return float_repr(f_);
-    case Kind::String: return string_repr(s_);
+    case Kind::Undefined: out += "Undefined"; return;
+    case Kind::None: out += "None"; return;
+    case Kind::Bool: out += b_ ? "True" : "False"; return;
+    case Kind::Int: out += std::to_string(i_); return;
+    case Kind::Float: out += float_repr(f_); return;
+    case Kind::String:
+      check_string_size(out.size() + str().size());
+      out += string_repr(str());
+      return;
     case Kind::List:
     case Kind::Tuple: {
-      if (gen_) return "<generator object>";
+      if (gen_) {
+        out += "<generator object>";
+        return;
+      }
+      ValueDepthGuard guard;
       bool tup = kind_ == Kind::Tuple;
-      std::string out = tup ? "(" : "[";
+      out += tup ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) {
         if (i) out += ", ";
-        out += (*list_)[i].to_repr();
+        (*list_)[i].repr_to(out);
+        check_string_size(out.size());
       }
       if (tup && list_->size() == 1) out += ",";
-      return out + (tup ? ")" : "]");
+      out += tup ? ")" : "]";
+      return;
     }
     case Kind::Dict:
     case Kind::Namespace: {
-      std::string out = kind_ == Kind::Namespace ? "<Namespace {" : "{";
+      ValueDepthGuard guard;
+      out += kind_ == Kind::Namespace ? "<Namespace {" : "{";
       bool first = true;
       for (const auto& [k, v] : dict_->entries) {
         if (!first) out += ", ";
         first = false;
-        out += k.to_repr() + ": " + v.to_repr();
+        k.repr_to(out);
+        out += ": ";
+        v.repr_to(out);
+        check_string_size(out.size());
       }
-      return out + (kind_ == Kind::Namespace ? "}>" : "}");
+      out += kind_ == Kind::Namespace ? "}>" : "}";
+      return;
     }
-    case Kind::Callable: return "<function " + s_ + ">";
+    case Kind::Callable: out += "<function " + str() + ">"; return;
   }
-  return "";
 }
 
 namespace {
@@ -386,7 +424,9 @@ std::string Value::dump_json(const std::optional<std::string>& indent, const std
 
 void Value::dump_json_to(std::string& out, const std::optional<std::string>& indent, const std::string& item_sep,
                          const std::string& key_sep, bool sort_keys, bool ensure_ascii, int level) const {
+  ValueDepthGuard guard;
   auto newline = [&](int lvl) {
+    check_string_size(out.size() + 1 + static_cast<size_t>(lvl) * indent->size());
     out += '\n';
     for (int i = 0; i < lvl; ++i) out += *indent;
   };
@@ -399,7 +439,10 @@ void Value::dump_json_to(std::string& out, const std::optional<std::string>& ind
       else if (std::isinf(f_)) out += f_ > 0 ? "Infinity" : "-Infinity";
       else out += float_repr(f_);
       return;
-    case Kind::String: json_string(out, s_, ensure_ascii); return;
+    case Kind::String:
+      check_string_size(out.size() + str().size());
+      json_string(out, str(), ensure_ascii);
+      return;
     case Kind::List:
     case Kind::Tuple: {
       if (gen_) throw RuntimeError("Object of type generator is not JSON serializable");
@@ -412,6 +455,7 @@ void Value::dump_json_to(std::string& out, const std::optional<std::string>& ind
         if (i) out += item_sep;
         if (indent) newline(level + 1);
         (*list_)[i].dump_json_to(out, indent, item_sep, key_sep, sort_keys, ensure_ascii, level + 1);
+        check_string_size(out.size());
       }
       if (indent) newline(level);
       out += ']';
@@ -433,6 +477,7 @@ void Value::dump_json_to(std::string& out, const std::optional<std::string>& ind
         json_string(out, kv[i].first, ensure_ascii);
         out += key_sep;
         kv[i].second->dump_json_to(out, indent, item_sep, key_sep, sort_keys, ensure_ascii, level + 1);
+        check_string_size(out.size());
       }
       if (indent) newline(level);
       out += '}';
@@ -453,6 +498,9 @@ const Value* Dict::find(std::string_view key) const {
   return nullptr;
 }
 void Dict::set(const Value& key, Value v) {
+  int d = std::max(depth, 1 + std::max(key.depth(), v.depth()));
+  if (d > kMaxValueDepth) value_too_deep();
+  depth = d;
   for (auto& [k, old] : entries)
     if (equals(k, key)) {
       old = std::move(v);
@@ -460,9 +508,16 @@ void Dict::set(const Value& key, Value v) {
     }
   entries.emplace_back(key, std::move(v));
 }
+void Dict::add(Value key, Value v) {
+  int d = std::max(depth, 1 + std::max(key.depth(), v.depth()));
+  if (d > kMaxValueDepth) value_too_deep();
+  depth = d;
+  entries.emplace_back(std::move(key), std::move(v));
+}
 
 bool equals(const Value& a, const Value& b) {
   using K = Value::Kind;
+  ValueDepthGuard guard;
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_double() == b.as_double();
     return a.as_int() == b.as_int();
@@ -499,6 +554,7 @@ bool equals(const Value& a, const Value& b) {
 }
 
 bool less(const Value& a, const Value& b) {
+  ValueDepthGuard guard;
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_double() < b.as_double();
     return a.as_int() < b.as_int();

@@ -8,7 +8,7 @@
 //   Python dict), namespace (a mutable attribute bag, jinja2's namespace()) and
 //   callable (globals, macros, bound methods).
 // - Lists, dicts and namespaces are shared by reference, as in Python; strings and
-//   scalars are values. Nothing in a Value is shared across renders except what
+//   scalars are values (a string's bytes are shared too, as they never change). Nothing in a Value is shared across renders except what
 //   Template::render builds from its own inputs, so concurrent renders of one
 //   Template never touch the same mutable object.
 // - Python printing: to_str() is str(x) (True, None, 1.0, 1e-05, ['a', 1],
@@ -99,12 +99,16 @@ class Value {
   bool is_namespace() const { return kind_ == Kind::Namespace; }
   bool is_callable() const { return kind_ == Kind::Callable; }
   bool is_markup() const { return markup_; }
+  // Nesting: 0 for scalars, 1 + the deepest item for lists / dicts / namespaces
+  // (at most kMaxValueDepth, jinja_budget.h: building deeper throws BudgetError).
+  int depth() const;
   bool is_generator() const { return gen_; }
 
   bool as_bool() const { return b_; }
   int64_t as_int() const { return kind_ == Kind::Bool ? (b_ ? 1 : 0) : i_; }  // Requires: Int or Bool
   double as_double() const;                                                   // Requires: is_number()
-  const std::string& str() const { return s_; }  // the string; the hint for undefined; the name of a callable
+  // The string; the hint for undefined; the name of a callable.
+  const std::string& str() const { return s_ ? *s_ : kEmpty; }
   List& items() const { return *list_; }          // Requires: is_list()
   Dict& dict_ref() const { return *dict_; }       // Requires: is_dict() or is_namespace()
   const Function& fn() const { return *fn_; }     // Requires: is_callable()
@@ -122,21 +126,29 @@ class Value {
  private:
   void dump_json_to(std::string& out, const std::optional<std::string>& indent, const std::string& item_sep,
                     const std::string& key_sep, bool sort_keys, bool ensure_ascii, int level) const;
+  void repr_to(std::string& out) const;
 
   Kind kind_ = Kind::Undefined;
   bool markup_ = false;
   bool gen_ = false;
   bool b_ = false;
+  uint16_t depth_ = 0;  // List / Tuple (a Dict keeps its own, as it can grow)
   int64_t i_ = 0;
   double f_ = 0;
-  std::string s_;
+  // Shared: strings are immutable, so copying a Value (a name lookup, a list of
+  // strings iterated or repeated) never copies the bytes. Null: "".
+  std::shared_ptr<const std::string> s_;
+  static const std::string kEmpty;
   std::shared_ptr<List> list_;
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<Function> fn_;
 };
 
 struct Dict {
+  // Add entries through set() / add(), which keep `depth`; direct writes must too.
   std::vector<std::pair<Value, Value>> entries;
+  int depth = 1;
+  void add(Value key, Value v);  // appends without looking for the key (it is new)
   const Value* find(const Value& key) const;
   const Value* find(std::string_view key) const;
   void set(const Value& key, Value v);
