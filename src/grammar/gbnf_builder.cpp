@@ -3,6 +3,8 @@
 #include <set>
 #include <string>
 
+#include "common/json_text.h"
+#include "common/utf8.h"
 #include "grammar/json_schema_internal.h"
 
 namespace pagoda::grammar {
@@ -32,12 +34,10 @@ std::string gbnf_quote(std::string_view bytes) {
     }
     // A well-formed UTF-8 sequence is copied as is (a reader decoding the grammar as
     // UTF-8 and one reading bytes agree on it); a stray byte becomes \xNN.
-    const int len = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    bool ok = len > 0 && i + len <= bytes.size();
-    for (int k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(bytes[i + k]) & 0xC0) == 0x80;
-    if (ok) {
-      out.append(bytes.substr(i, len));
-      i += len - 1;
+    const Utf8Char u = decode_utf8_char(bytes, i);
+    if (u.valid) {
+      out.append(bytes.substr(i, u.len));
+      i += u.len - 1;
     } else {
       out += std::string("\\x") + kHex[c >> 4] + kHex[c & 15];
     }
@@ -183,7 +183,7 @@ std::string GbnfBuilder::add_any_json_value() { return impl_->json_value(); }
 std::string GbnfBuilder::add_any_json_object() { return impl_->json_object(); }
 
 std::string GbnfBuilder::add_json_string_literal(std::string_view s) {
-  return impl_->define("lit", gbnf_quote(json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace)));
+  return impl_->define("lit", gbnf_quote(dump_json(json(std::string(s)))));
 }
 
 std::string GbnfBuilder::add_regex(std::string_view pattern, std::string_view name_hint) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "common/utf8.h"
 #include "grammar/json_schema_internal.h"
 
 namespace pagoda::grammar::detail {
@@ -41,21 +42,7 @@ CodepointRanges complement(const CodepointRanges& r) {
 
 std::string utf8_encode(uint32_t cp) {
   std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += static_cast<char>(0xE0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (cp >> 18));
-    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
+  append_utf8(s, static_cast<char32_t>(cp));
   return s;
 }
 

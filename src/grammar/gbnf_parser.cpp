@@ -19,6 +19,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "common/utf8.h"
 #include "grammar/grammar_impl.h"
 
 namespace pagoda::grammar {
@@ -248,19 +249,10 @@ class Parser {
       ++pos_;
       return c;
     }
-    int len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
-    if (len == 0 || c > 0xF4 || c == 0xC0 || c == 0xC1) fail_at(start, "invalid UTF-8 in grammar text");
-    uint32_t cp = c & (0x7F >> len);
-    for (int i = 1; i < len; ++i) {
-      unsigned char b = static_cast<unsigned char>(peek(i));
-      if (pos_ + i >= src_.size() || (b & 0xC0) != 0x80) fail_at(start, "invalid UTF-8 in grammar text");
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[len] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF))
-      fail_at(start, "invalid UTF-8 in grammar text");
-    pos_ += len;
-    return cp;
+    const Utf8Char u = decode_utf8_char(src_, pos_);
+    if (!u.valid) fail_at(start, "invalid UTF-8 in grammar text");
+    pos_ += u.len;
+    return u.cp;
   }
 
   int32_t charset_index(std::vector<std::pair<uint32_t, uint32_t>> ranges, bool negated) {

@@ -23,6 +23,7 @@
 #include <set>
 #include <string>
 
+#include "common/json_text.h"
 #include "grammar/json_schema_internal.h"
 
 namespace pagoda::grammar {
@@ -97,8 +98,6 @@ struct NeverMatches {
   std::string why;
 };
 
-// Compact JSON text (the form enum/const values and keys are generated in).
-std::string dump_json(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 bool is_constraining(const std::string& key) { return !annotation_keywords().count(key); }
 

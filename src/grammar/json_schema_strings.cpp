@@ -4,6 +4,8 @@
 #include <map>
 #include <string>
 
+#include "common/json_text.h"
+#include "common/utf8.h"
 #include "grammar/json_schema_internal.h"
 
 namespace pagoda::grammar::detail {
@@ -54,23 +56,15 @@ std::string short_char_set(GbnfBuilder::Impl& b, const CodepointRanges& excluded
 }
 
 std::string json_escape_cp(uint32_t cp) {
-  const std::string quoted = nlohmann::json(utf8_encode(cp)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::string quoted = dump_json(nlohmann::json(utf8_encode(cp)));
   return quoted.substr(1, quoted.size() - 2);
 }
 
 }  // namespace
 
 std::vector<uint32_t> decode_utf8(std::string_view s) {
-  std::vector<uint32_t> out;
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
-    uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int k = 1; k < len && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-    out.push_back(cp);
-    i += len;
-  }
-  return out;
+  const std::u32string cps = pagoda::decode_utf8(s);
+  return std::vector<uint32_t>(cps.begin(), cps.end());
 }
 
 // The rule for a string format's content; [min_len, max_len] receives its length range.

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "common/utf8.h"
 #include "grammar/json_schema_internal.h"
 
 namespace pagoda::grammar::detail {
@@ -77,17 +78,10 @@ class RegexParser {
 
   void decode(std::string_view s) {
     for (size_t i = 0; i < s.size();) {
-      const auto c = static_cast<unsigned char>(s[i]);
-      int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-      if (len == 0 || i + len > s.size()) fail("invalid UTF-8");
-      uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-      for (int k = 1; k < len; ++k) {
-        const auto cc = static_cast<unsigned char>(s[i + k]);
-        if ((cc & 0xC0) != 0x80) fail("invalid UTF-8");
-        cp = (cp << 6) | (cc & 0x3F);
-      }
-      cps_.push_back(cp);
-      i += len;
+      const Utf8Char u = decode_utf8_char(s, i);
+      if (!u.valid) fail("invalid UTF-8");
+      cps_.push_back(u.cp);
+      i += u.len;
     }
   }
 
