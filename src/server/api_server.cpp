@@ -416,6 +416,8 @@ std::string ApiServer::render_chat(const ordered_json& messages, const ordered_j
   in.extra = extra;
   try {
     return chat_template_->apply(in);
+  } catch (const ChatTemplateLimitError& err) {  // a second render would spend its budget again
+    throw ApiError(400, std::string("chat template: ") + err.what(), "messages");
   } catch (const Error& err) {
     const bool has_calls = std::any_of(messages.begin(), messages.end(),
                                        [](const json& m) { return m.is_object() && m.contains("tool_calls"); });

@@ -1,5 +1,5 @@
 // ChatTemplate (see chat_template.h): builds the transformers context and runs
-// jinja::Template, mapping its errors to one-line pagoda::Error messages.
+// pagoda::jinja::Template, mapping its errors to one-line pagoda::Error messages.
 #include "server/chat_template.h"
 
 #include <cstdlib>
@@ -7,8 +7,8 @@
 #include <new>
 
 #include "common/error.h"
-#include "server/jinja_lexer.h"
-#include "server/jinja_template.h"
+#include "jinja/lexer.h"
+#include "jinja/template.h"
 
 namespace pagoda::server {
 

@@ -23,7 +23,7 @@
 //   pagoda::Error when the template raises (raise_exception: the message is the
 //   template's) or hits a runtime error (undefined attribute call, type error), with
 //   a one-line message; the server answers it with 400.
-// - Rendering is bounded (jinja_budget.h: steps, loop iterations, output, string and
+// - Rendering is bounded (jinja/budget.h: steps, loop iterations, output, string and
 //   list sizes, nesting), so a template cannot hang the server or allocate without
 //   bound: exceeding a budget throws ChatTemplateLimitError naming it. Rendering the
 //   same template again cannot succeed, so callers should not retry on it.
@@ -37,11 +37,11 @@
 
 #include "common/error.h"
 
-namespace pagoda::server {
-
-namespace jinja {
+namespace pagoda::jinja {
 class Template;
 }
+
+namespace pagoda::server {
 
 // A render that ran out of a budget: a pagoda::Error, one line naming the budget.
 struct ChatTemplateLimitError : Error {

@@ -1,5 +1,5 @@
-// Python methods of str, dict and list for jinja templates (see jinja_methods.h).
-#include "server/jinja_methods.h"
+// Python methods of str, dict and list for jinja templates (see methods.h).
+#include "jinja/methods.h"
 
 #include <algorithm>
 #include <clocale>
@@ -8,10 +8,10 @@
 #include <set>
 #include <wctype.h>
 
-#include "server/jinja_budget.h"
-#include "server/jinja_builtins.h"
+#include "jinja/budget.h"
+#include "jinja/builtins.h"
 
-namespace pagoda::server::jinja {
+namespace pagoda::jinja {
 
 namespace {
 const std::set<std::string, std::less<>> kStrMethods = {
@@ -387,4 +387,4 @@ Value bound(const Value& obj, const std::string& m) {
 }
 
 
-}  // namespace pagoda::server::jinja
+}  // namespace pagoda::jinja

@@ -7,7 +7,7 @@
 //   set (names, tuples, `ns.attr`, block set with an optional filter), macro,
 //   filter blocks. Any other tag (call, block, extends, include, import, raw,
 //   generation, ...) is rejected with SyntaxError "unsupported tag 'x'".
-// - Every filter, test and method name is checked against jinja_builtins.h. An
+// - Every filter, test and method name is checked against builtins.h. An
 //   unknown one is a SyntaxError ("unsupported filter 'x'") — except directly
 //   inside an {% if %} or an inline if, where jinja2 itself only fails when the
 //   branch runs: there the node records the error and raises at render time, so
@@ -17,11 +17,11 @@
 
 #include <vector>
 
-#include "server/jinja_ast.h"
-#include "server/jinja_lexer.h"
+#include "jinja/ast.h"
+#include "jinja/lexer.h"
 
-namespace pagoda::server::jinja {
+namespace pagoda::jinja {
 
 Body parse(const std::vector<Token>& tokens);
 
-}  // namespace pagoda::server::jinja
+}  // namespace pagoda::jinja

@@ -1,14 +1,14 @@
-// jinja::Value: Python printing, comparison and json.dumps (see jinja_value.h).
-#include "server/jinja_value.h"
+// jinja::Value: Python printing, comparison and json.dumps (see value.h).
+#include "jinja/value.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 
-#include "server/jinja_budget.h"
+#include "jinja/budget.h"
 
-namespace pagoda::server::jinja {
+namespace pagoda::jinja {
 
 const Value* CallArgs::get(size_t idx, std::string_view name) const {
   for (const auto& [k, v] : kw)
@@ -571,4 +571,4 @@ bool less(const Value& a, const Value& b) {
   throw RuntimeError("'<' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() + "'");
 }
 
-}  // namespace pagoda::server::jinja
+}  // namespace pagoda::jinja

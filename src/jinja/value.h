@@ -29,7 +29,7 @@
 #include <utility>
 #include <vector>
 
-namespace pagoda::server::jinja {
+namespace pagoda::jinja {
 
 // A runtime failure inside the template (type error, undefined access, limit).
 // `line` is 0 until the interpreter attaches the line of the failing statement.
@@ -54,6 +54,9 @@ struct CallArgs {
 };
 
 using Function = std::function<Value(RenderState&, CallArgs&)>;
+// A filter (`input | name(args)`) and a test (`v is name(args)`), as builtins.h finds them.
+using FilterFn = Value (*)(RenderState&, const Value& input, CallArgs& args);
+using TestFn = bool (*)(RenderState&, const Value& v, CallArgs& args);
 
 using List = std::vector<Value>;
 struct Dict;
@@ -100,7 +103,7 @@ class Value {
   bool is_callable() const { return kind_ == Kind::Callable; }
   bool is_markup() const { return markup_; }
   // Nesting: 0 for scalars, 1 + the deepest item for lists / dicts / namespaces
-  // (at most kMaxValueDepth, jinja_budget.h: building deeper throws BudgetError).
+  // (at most kMaxValueDepth, budget.h: building deeper throws BudgetError).
   int depth() const;
   bool is_generator() const { return gen_; }
 
@@ -173,4 +176,4 @@ std::string utf8_encode(std::u32string_view s);
 size_t utf8_length(std::string_view s);
 bool is_py_space(char32_t c);
 
-}  // namespace pagoda::server::jinja
+}  // namespace pagoda::jinja

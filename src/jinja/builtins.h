@@ -4,8 +4,10 @@
 // "unsafe", as the sandbox does).
 //
 // Contract:
-// - is_filter / is_test / is_method say what the parser may accept; everything
-//   they accept is implemented by apply_filter / apply_test / get_attr.
+// - find_filter / find_test are the one table each of what the engine implements
+//   (filters.cpp, tests.cpp): the parser resolves every name there once, and a
+//   name they do not know is unsupported. is_method says which
+//   attribute calls the parser accepts; get_attr implements them.
 // - Filters and tests are pure functions of their arguments; the only shared
 //   state is the RenderState passed in (one per render). Thread-safe.
 // - Failures throw RuntimeError (one line).
@@ -14,16 +16,14 @@
 #include <string>
 #include <string_view>
 
-#include "server/jinja_value.h"
+#include "jinja/value.h"
 
-namespace pagoda::server::jinja {
+namespace pagoda::jinja {
 
-bool is_filter(std::string_view name);
-bool is_test(std::string_view name);
+// The filter / test of that name (jinja2's names, aliases included), or nullptr.
+FilterFn find_filter(std::string_view name);
+TestFn find_test(std::string_view name);
 bool is_method(std::string_view name);
-
-Value apply_filter(RenderState& st, const std::string& name, const Value& input, CallArgs& args);
-bool apply_test(RenderState& st, const std::string& name, const Value& v, CallArgs& args);
 
 // jinja2 Environment.getattr / getitem: `obj.name` tries the attribute (a bound
 // method of a str/dict/list) then the item; `obj[key]` the item then the
@@ -33,6 +33,11 @@ Value get_item(const Value& obj, const Value& key);
 
 // Calls a callable value; an undefined callee raises (as jinja2's Undefined does).
 Value call_value(RenderState& st, const Value& callee, CallArgs& args);
+
+// jinja2 make_attrgetter: "a.b.0" -> getitem per part (digits -> int).
+Value attr_path(const Value& item, const std::string& path);
+// "'T object' has no attribute 'name'", the hint of an undefined attribute.
+std::string no_attr_hint(const Value& obj, const std::string& name);
 
 // Python `item in container` (substring, element, or key).
 bool value_in(const Value& item, const Value& container);
@@ -45,4 +50,4 @@ List iterate(const Value& v);
 // Python slicing with Python's index rules.
 Value slice(const Value& v, const Value& start, const Value& stop, const Value& step);
 
-}  // namespace pagoda::server::jinja
+}  // namespace pagoda::jinja

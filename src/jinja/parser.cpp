@@ -1,13 +1,13 @@
-// jinja::parse (see jinja_parser.h). A recursive-descent copy of jinja2/parser.py:
+// jinja::parse (see parser.h). A recursive-descent copy of jinja2/parser.py:
 // condexpr > or > and > not > compare > + - > ~ > * / // % > ** > unary >
 // primary/postfix/filters/tests, with jinja2's tuple and subscript rules.
-#include "server/jinja_parser.h"
+#include "jinja/parser.h"
 
 #include <initializer_list>
 
-#include "server/jinja_builtins.h"
+#include "jinja/builtins.h"
 
-namespace pagoda::server::jinja {
+namespace pagoda::jinja {
 
 namespace {
 
@@ -645,7 +645,8 @@ class Parser {
       next();
       e->name += "." + expect_name();
     }
-    if (!is_filter(e->name)) unsupported("filter", e->name, e.get());
+    e->filter = find_filter(e->name);
+    if (!e->filter) unsupported("filter", e->name, e.get());
     add(e.get(), std::move(input));
     if (is_op("(")) parse_call_args(e.get());
     return e;
@@ -677,7 +678,8 @@ class Parser {
       next();
       e->name += "." + expect_name();
     }
-    if (!is_test(e->name)) unsupported("test", e->name, e.get());
+    e->test = find_test(e->name);
+    if (!e->test) unsupported("test", e->name, e.get());
     add(e.get(), std::move(node));
     if (is_op("(")) {
       parse_call_args(e.get());
@@ -698,6 +700,8 @@ class Parser {
     c->name = e.name;
     c->negated = e.negated;
     c->depth = e.depth;
+    c->filter = e.filter;
+    c->test = e.test;
     c->deferred_error = e.deferred_error;
     for (const auto& ch : e.children) c->children.push_back(ch ? clone(*ch) : nullptr);
     for (const auto& [k, v] : e.kwargs) c->kwargs.emplace_back(k, clone(*v));
@@ -717,4 +721,4 @@ class Parser {
 
 Body parse(const std::vector<Token>& tokens) { return Parser(tokens).parse_all(); }
 
-}  // namespace pagoda::server::jinja
+}  // namespace pagoda::jinja

@@ -1,32 +1,18 @@
-// Unit tests of the Jinja engine behind ChatTemplate: each language feature
-// against the output python3-jinja2 gives in transformers' environment
-// (trim_blocks, lstrip_blocks, loopcontrols, immutable sandbox), error cases and
-// limits. The whole-template comparison with the reference is
-// chat_template_conformance_test.py.
+// Unit tests of the Jinja engine (src/jinja/): each language feature against the
+// output python3-jinja2 gives in transformers' environment (trim_blocks,
+// lstrip_blocks, loopcontrols, immutable sandbox) and error cases. Budgets and
+// hostile templates are in jinja_hostile_test.cpp; the whole-template comparison
+// with the reference is tests/server/chat_template_conformance_test.py.
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "common/error.h"
-#include "server/chat_template.h"
-#include "server/jinja_lexer.h"
-#include "server/jinja_template.h"
+#include "jinja/jinja_render.h"
 
-namespace pagoda::server {
+namespace pagoda::jinja_test {
 namespace {
-
-using nlohmann::ordered_json;
-
-std::string render(const std::string& src, const ordered_json& ctx = ordered_json::object(), jinja::Limits limits = {}) {
-  jinja::Template t(src, limits);
-  std::vector<std::pair<std::string, jinja::Value>> vars;
-  for (auto it = ctx.begin(); it != ctx.end(); ++it) vars.emplace_back(it.key(), jinja::Value::from_json(it.value()));
-  return t.render(vars);
-}
 
 int syntax_error_line(const std::string& src) {
   try {
@@ -266,157 +252,6 @@ TEST(JinjaErrors, UnknownFilterInsideIfFailsOnlyWhenReachedAsJinja2Does) {
   EXPECT_EQ(syntax_error_line("{% if true %}{% for a in b %}{{ x|from_json }}{% endfor %}{% endif %}"), 1);
 }
 
-TEST(JinjaLimits, OutputSizeIsBounded) {
-  jinja::Limits limits;
-  limits.max_output_bytes = 1000;
-  EXPECT_THROW(render("{% for i in range(100) %}0123456789ABCDEF{% endfor %}", {}, limits), jinja::RuntimeError);
-  EXPECT_THROW(render("{{ 'x' * 100000 }}", {}, limits), jinja::RuntimeError);
-}
-
-TEST(JinjaLimits, LoopIterationsAreBounded) {
-  jinja::Limits limits;
-  limits.max_loop_iterations = 50;
-  EXPECT_THROW(render("{% for i in range(10) %}{% for j in range(10) %}{% endfor %}{% endfor %}", {}, limits),
-               jinja::RuntimeError);
-}
-
-TEST(JinjaLimits, MacroRecursionIsBounded) {
-  EXPECT_THROW(render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"), jinja::BudgetError);
-}
-
-// ---- hostile templates: every one ends with a one-line error naming its limit --------------
-
-// The message of the error a template raises, when loading or rendering ("" if none).
-std::string error_of(const std::string& src, jinja::Limits limits = {}) {
-  try {
-    render(src, {}, limits);
-  } catch (const jinja::SyntaxError& e) {
-    return e.what();
-  } catch (const jinja::RuntimeError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-// Seconds a call takes.
-template <typename F>
-double seconds(F&& f) {
-  auto t0 = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-std::string repeat(const std::string& s, int n) {
-  std::string out;
-  for (int i = 0; i < n; ++i) out += s;
-  return out;
-}
-
-void expect_names(const std::string& err, const std::string& what) {
-  EXPECT_NE(err.find(what), std::string::npos) << err;
-  EXPECT_EQ(err.find('\n'), std::string::npos) << err;
-}
-
-// Before the budgets: ran for minutes and allocated until memory ran out.
-TEST(JinjaHostile, DoublingAStringStopsAtTheStringBudgetQuickly) {
-  std::string err;
-  double s = seconds([&] {
-    err = error_of("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"
-                   "{{ ns.s }}");
-  });
-  expect_names(err, "render budget exceeded: a string over 16777216 bytes (max_string_bytes)");
-  EXPECT_LT(s, 2.0);  // ~0.1 s: it stops at 16 MiB, the 25th doubling
-  expect_names(error_of("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}"
-                        "{% endfor %}"),
-               "(max_string_bytes)");
-  expect_names(error_of("{{ 'ab' * 4611686018427387904 }}"), "(max_string_bytes)");  // n * len overflows 64 bits
-}
-
-TEST(JinjaHostile, GrowingListsStopAtTheListBudget) {
-  expect_names(error_of("{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}"
-                        "{% endfor %}"),
-               "render budget exceeded: a list over 1000000 items (max_list_items)");
-  expect_names(error_of("{{ [1, 2] * 4611686018427387904 }}"), "(max_list_items)");
-  expect_names(error_of("{{ range(1000000000000) | length }}"), "(max_list_items)");
-  jinja::Limits small;
-  small.max_list_items = 1000;
-  expect_names(error_of("{{ (',' * 5000).split(',') | length }}", small), "(max_list_items)");
-  expect_names(error_of("{{ ('x' * 5000) | list | length }}", small), "(max_list_items)");
-  EXPECT_EQ(render("{{ (',' * 999).split(',') | length }}", {}, small), "1000");
-}
-
-TEST(JinjaHostile, FunctionsThatMultiplyTheirInputCheckBeforeBuilding) {
-  jinja::Limits small;
-  small.max_string_bytes = 100000;
-  // 10,000 x 10,000 bytes: a replace, a join, an indent and a repr that each
-  // build 100 MB from a 10 KB string.
-  expect_names(error_of("{% set s = 'x' * 10000 %}{{ s.replace('x', s) }}", small), "(max_string_bytes)");
-  expect_names(error_of("{% set s = 'x' * 10000 %}{{ s | replace('x', s) }}", small), "(max_string_bytes)");
-  expect_names(error_of("{% set s = 'x' * 10000 %}{{ s.join([s] * 10000) }}", small), "(max_string_bytes)");
-  expect_names(error_of("{% set s = 'x' * 10000 %}{{ ([s] * 10000) | join(s) }}", small), "(max_string_bytes)");
-  expect_names(error_of("{% set s = '\\n' * 10000 %}{{ s | indent(10000, blank=true) }}", small), "(max_string_bytes)");
-  expect_names(error_of("{% set s = 'x' * 10000 %}{{ [s] * 10000 }}", small), "(max_string_bytes)");
-  expect_names(error_of("{% set s = 'x' * 10000 %}{{ ([s] * 10000) | tojson }}", small), "(max_string_bytes)");
-  expect_names(error_of("{{ [1, [2, [3]]] | tojson(indent=1000000000000) }}"), "(max_string_bytes)");
-  expect_names(error_of("{{ 'a' | indent(1000000000000) }}"), "(max_string_bytes)");
-}
-
-TEST(JinjaHostile, LongRendersStopAtTheStepBudget) {
-  jinja::Limits small;
-  small.max_steps = 100000;
-  expect_names(error_of("{% for i in range(100000) %}{% set x = i + 1 + 1 + 1 %}{% endfor %}", small),
-               "render budget exceeded: more than 100000 steps (max_steps)");
-  // Copying big strings costs steps by the byte: 1,000 x 2 MB would be 2 GB of copies.
-  double s = seconds([&] {
-    expect_names(error_of("{% set s = 'x' * 1000000 %}{% for i in range(1000) %}{% set y = s ~ s %}{% endfor %}"),
-                 "(max_steps)");
-  });
-  EXPECT_LT(s, 5.0);
-}
-
-TEST(JinjaHostile, DeepOrCyclicValuesStopAtTheValueDepth) {
-  expect_names(error_of("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}{% endfor %}"),
-               "render budget exceeded: a value nested deeper than 512 levels (max_value_depth)");
-  expect_names(error_of("{% set ns = namespace(n=none) %}{% for i in range(100000) %}"
-                        "{% set ns.n = namespace(next=ns.n) %}{% endfor %}"),
-               "(max_value_depth)");
-  // A namespace holding itself prints, compares and dumps without end in a naive walk.
-  expect_names(error_of("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}"), "(max_value_depth)");
-  // Namespaces compare by identity, as in jinja2: no walk.
-  EXPECT_EQ(render("{% set ns = namespace() %}{% set ns.me = ns %}{{ [ns] == [ns] }}"), "True");
-}
-
-TEST(JinjaHostile, DeepNestingFailsAtLoadTimeNotWithAStackOverflow) {
-  const std::string depth = "template nested deeper than 256 levels";
-  // Before: SIGSEGV (unbounded recursion) for the nested ones, and left-deep chains
-  // (no recursion while parsing) built trees that overflowed the stack when evaluated.
-  for (const auto& [open, close] : std::vector<std::pair<std::string, std::string>>{
-           {"(", ")"}, {"[", "]"}, {"{1: ", "}"}, {"x(", ")"}, {"not ", ""}, {"-", ""}, {"1 if x else ", ""}}) {
-    std::string src = "{{ " + repeat(open, 100000) + "1" + repeat(close, 100000) + " }}";
-    expect_names(error_of(src), depth);
-  }
-  for (const std::string& link : {" ~ 'a'", " + 1", " or x", "|trim", ".a", "[0]", "()", " < 1"})
-    expect_names(error_of("{{ 'a'" + repeat(link, 100000) + " }}"), depth);
-  // Before: the lexer rescanned to the end of the template at every tag (quadratic).
-  std::string err;
-  double s = seconds([&] { err = error_of(repeat("{% if true %}", 50000) + "x" + repeat("{% endif %}", 50000)); });
-  expect_names(err, depth);
-  EXPECT_LT(s, 2.0);
-  s = seconds([&] { EXPECT_EQ(render(repeat("{% if true %}x{% endif %}", 50000)).size(), 50000u); });
-  EXPECT_LT(s, 2.0);
-  // Nesting within the limit is fine.
-  EXPECT_EQ(render("{{ " + repeat("(", 200) + "1" + repeat(")", 200) + " }}"), "1");
-  EXPECT_EQ(render(repeat("{% if true %}", 200) + "x" + repeat("{% endif %}", 200)), "x");
-}
-
-TEST(JinjaHostile, MacroRecursionTimesNestingStopsAtTheNestingBudget) {
-  expect_names(error_of("{% macro f(n) %}{{ " + repeat("[", 200) + "f(n + 1)" + repeat("]", 200) +
-                        " }}{% endmacro %}{{ f(0) }}"),
-               "render budget exceeded: evaluation nested deeper than 3000 levels (max_nesting)");
-  expect_names(error_of("{% macro f(n) %}" + repeat("{% if true %}", 200) + "{{ f(n + 1) }}" +
-                        repeat("{% endif %}", 200) + "{% endmacro %}{{ f(0) }}"),
-               "(max_nesting)");
-}
 
 TEST(JinjaValues, ChainedComparisonsCompareNeighbours) {
   // jinja2 / Python: a < b < c > d is (a < b) and (b < c) and (c > d); python3-jinja2
@@ -439,96 +274,5 @@ TEST(JinjaTemplate, ConcurrentRendersOfOneTemplateAreIndependent) {
   for (int k = 0; k < 8; ++k) EXPECT_EQ(outs[k], std::string(200, static_cast<char>('0' + k)));
 }
 
-// ---- ChatTemplate -------------------------------------------------------------------------
-
-TEST(ChatTemplate, RendersTheTransformersContext) {
-  ChatTemplate t("{{ bos_token }}{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}"
-                 "{% if add_generation_prompt %}>{% endif %}{{ tools is defined }}{{ eos_token }}{{ extra_var }}",
-                 "t");
-  ChatTemplate::Inputs in;
-  in.messages = ordered_json::parse(R"([{"role":"user","content":"hi"}])");
-  in.bos_token = "<s>";
-  in.eos_token = "</s>";
-  in.extra = ordered_json::parse(R"({"extra_var": 7})");
-  EXPECT_EQ(t.apply(in), "<s>[user:hi]>False</s>7");
-  in.tools = ordered_json::array();
-  in.add_generation_prompt = false;
-  EXPECT_EQ(t.apply(in), "<s>[user:hi]True</s>7");
-}
-
-TEST(ChatTemplate, RaiseExceptionBecomesErrorWithTheTemplatesMessage) {
-  ChatTemplate t("{{ raise_exception('roles must alternate') }}", "t");
-  try {
-    t.apply({});
-    FAIL() << "no exception";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "roles must alternate");
-  }
-}
-
-TEST(ChatTemplate, LoadErrorNamesTemplateLineAndFeature) {
-  try {
-    ChatTemplate t("a\n{{ x|from_json }}", "my.jinja");
-    FAIL() << "no exception";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "chat template my.jinja: line 2: unsupported filter 'from_json'");
-  }
-}
-
-TEST(ChatTemplate, RuntimeErrorNamesTheLine) {
-  ChatTemplate t("\n\n{{ messages[0].x.y }}", "t");
-  ChatTemplate::Inputs in;
-  in.messages = ordered_json::parse(R"([{"role":"user"}])");
-  try {
-    t.apply(in);
-    FAIL() << "no exception";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("chat template t: line 3: ", 0), 0u) << e.what();
-  }
-}
-
-// What a request meets when the model's template is hostile: apply() throws a
-// one-line pagoda::Error naming the budget (the server answers it with 400) in
-// well under a second, and the next request renders as usual.
-TEST(ChatTemplate, HostileTemplateEndsWithANamedBudgetErrorAndTheNextRenderWorks) {
-  ChatTemplate hostile("{% set ns = namespace(s=messages[0].content) %}{% for i in range(64) %}"
-                       "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
-                       "hostile.jinja");
-  ChatTemplate::Inputs in;
-  in.messages = ordered_json::parse(R"([{"role":"user","content":"hi"}])");
-  for (int request = 0; request < 3; ++request) {
-    auto t0 = std::chrono::steady_clock::now();
-    try {
-      hostile.apply(in);
-      FAIL() << "no exception";
-    } catch (const ChatTemplateLimitError& e) {
-      EXPECT_STREQ(e.what(), "chat template hostile.jinja: line 1: render budget exceeded: a string over 16777216 "
-                             "bytes (max_string_bytes)");
-    }
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
-  }
-  EXPECT_EQ(ChatTemplate::chatml().apply(in), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
-  try {
-    ChatTemplate parens("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}", "parens.jinja");
-    FAIL() << "no exception";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "chat template parens.jinja: line 1: template nested deeper than 256 levels (blocks, "
-                           "parentheses, brackets or operator chains)");
-  }
-}
-
-TEST(ChatTemplate, ChatMLFallback) {
-  ChatTemplate::Inputs in;
-  in.messages = ordered_json::parse(R"([{"role":"user","content":"hi"}])");
-  EXPECT_EQ(ChatTemplate::chatml().apply(in), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
-}
-
-TEST(ChatTemplate, StrftimeNowUsesFixedDateWhenSet) {
-  setenv("PAGODA_FIXED_DATE", "2026-01-15", 1);
-  ChatTemplate t("{{ strftime_now('%Y-%m-%d %b') }}", "t");
-  EXPECT_EQ(t.apply({}), "2026-01-15 Jan");
-  unsetenv("PAGODA_FIXED_DATE");
-}
-
 }  // namespace
-}  // namespace pagoda::server
+}  // namespace pagoda::jinja_test

@@ -1,7 +1,7 @@
-// jinja budgets (see jinja_budget.h).
-#include "server/jinja_budget.h"
+// jinja budgets (see budget.h).
+#include "jinja/budget.h"
 
-namespace pagoda::server::jinja {
+namespace pagoda::jinja {
 
 namespace {
 thread_local Budget* t_active = nullptr;
@@ -35,4 +35,4 @@ ValueDepthGuard::ValueDepthGuard() {
 }
 ValueDepthGuard::~ValueDepthGuard() { --t_value_depth; }
 
-}  // namespace pagoda::server::jinja
+}  // namespace pagoda::jinja

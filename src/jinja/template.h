@@ -5,13 +5,13 @@
 // Contract:
 // - The constructor tokenizes and parses the whole template; it throws
 //   SyntaxError (message + line) on a syntax error or on a tag, filter, test or
-//   method the engine does not implement (see jinja_parser.h for the one
+//   method the engine does not implement (see parser.h for the one
 //   jinja2-compatible exception inside {% if %}).
 // - render() is const and thread-safe: the AST is immutable and each call owns
 //   its scopes, values and output. Variables come in as (name, Value) pairs;
 //   they are visible to the whole template, and callables among them (globals
 //   such as raise_exception) are called with the render's state.
-// - Rendering is bounded by Limits (jinja_budget.h); exceeding one throws
+// - Rendering is bounded by Limits (budget.h); exceeding one throws
 //   BudgetError naming it. A
 //   runtime failure throws RuntimeError with the template line, or RaisedError
 //   when a global raised it on the template's behalf.
@@ -25,17 +25,17 @@
 #include <utility>
 #include <vector>
 
-#include "server/jinja_ast.h"
-#include "server/jinja_budget.h"
-#include "server/jinja_value.h"
+#include "jinja/ast.h"
+#include "jinja/budget.h"
+#include "jinja/value.h"
 
-namespace pagoda::server::jinja {
+namespace pagoda::jinja {
 
 // Per-render state shared by the interpreter and the builtins.
 struct RenderState {
   explicit RenderState(const Limits& l) : limits(&l), budget(l) {}
   const Limits* limits;
-  Budget budget;               // steps, string and list sizes (jinja_budget.h)
+  Budget budget;               // steps, string and list sizes (budget.h)
   std::string* out = nullptr;  // where output goes now (a macro or block set renders into its own)
   size_t total_bytes = 0;      // all bytes written to any buffer in this render
   int64_t iterations = 0;
@@ -61,4 +61,4 @@ class Template {
   Limits limits_;
 };
 
-}  // namespace pagoda::server::jinja
+}  // namespace pagoda::jinja

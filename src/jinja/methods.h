@@ -15,9 +15,9 @@
 #include <string>
 #include <string_view>
 
-#include "server/jinja_value.h"
+#include "jinja/value.h"
 
-namespace pagoda::server::jinja {
+namespace pagoda::jinja {
 
 bool is_str_method(std::string_view name);
 bool is_dict_method(std::string_view name);
@@ -44,4 +44,4 @@ Value arg_or(const CallArgs& a, size_t idx, std::string_view name, const Value& 
 int64_t to_int_arg(const Value& v, const char* what);
 std::string need_str(const Value& v, const char* what);
 
-}  // namespace pagoda::server::jinja
+}  // namespace pagoda::jinja

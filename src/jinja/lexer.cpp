@@ -1,15 +1,15 @@
-// jinja::tokenize (see jinja_lexer.h). Mirrors jinja2/lexer.py: the root rule
+// jinja::tokenize (see lexer.h). Mirrors jinja2/lexer.py: the root rule
 // finds the next `{{` / `{%` / `{#`, the tag rules match end tags before
 // operators, and end tags are ignored while brackets are open.
-#include "server/jinja_lexer.h"
+#include "jinja/lexer.h"
 
 #include <cctype>
 #include <algorithm>
 #include <cstring>
 
-#include "server/jinja_value.h"
+#include "jinja/value.h"
 
-namespace pagoda::server::jinja {
+namespace pagoda::jinja {
 
 namespace {
 
@@ -318,4 +318,4 @@ class Lexer {
 
 std::vector<Token> tokenize(const std::string& source) { return Lexer(normalize_newlines(source)).run(); }
 
-}  // namespace pagoda::server::jinja
+}  // namespace pagoda::jinja

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-namespace pagoda::server::jinja {
+namespace pagoda::jinja {
 
 struct SyntaxError : std::runtime_error {
   SyntaxError(const std::string& msg, int line) : std::runtime_error(msg), line(line) {}
@@ -34,4 +34,4 @@ struct Token {
 
 std::vector<Token> tokenize(const std::string& source);
 
-}  // namespace pagoda::server::jinja
+}  // namespace pagoda::jinja

@@ -1,5 +1,5 @@
 // jinja::Template: parsing entry point and the tree-walking interpreter
-// (see jinja_template.h). Scopes follow jinja2: each for-loop iteration and each
+// (see template.h). Scopes follow jinja2: each for-loop iteration and each
 // macro call gets a child scope (so `set` inside a loop does not leak out,
 // which is why templates use namespace()); if-blocks share their parent's.
 #include <algorithm>
@@ -7,13 +7,13 @@
 #include <cmath>
 #include <memory>
 
-#include "server/jinja_budget.h"
-#include "server/jinja_builtins.h"
-#include "server/jinja_lexer.h"
-#include "server/jinja_parser.h"
-#include "server/jinja_template.h"
+#include "jinja/budget.h"
+#include "jinja/builtins.h"
+#include "jinja/lexer.h"
+#include "jinja/parser.h"
+#include "jinja/template.h"
 
-namespace pagoda::server::jinja {
+namespace pagoda::jinja {
 
 namespace {
 
@@ -271,7 +271,7 @@ class Interpreter {
     Value in = f.children[0] ? eval_filter_chain(*f.children[0], input, scope) : input;
     if (!f.deferred_error.empty()) fail(f.deferred_error);
     CallArgs args = eval_args(f, scope);
-    return apply_filter(st_, f.name, in, args);
+    return f.filter(st_, in, args);
   }
 
   CallArgs eval_args(const Expr& e, const ScopePtr& scope) {
@@ -336,13 +336,13 @@ class Interpreter {
         if (!e.deferred_error.empty()) fail(e.deferred_error);
         Value in = eval(*e.children[0], scope);
         CallArgs a = eval_args(e, scope);
-        return apply_filter(st_, e.name, in, a);
+        return e.filter(st_, in, a);
       }
       case Expr::Kind::Test: {
         if (!e.deferred_error.empty()) fail(e.deferred_error);
         Value v = eval(*e.children[0], scope);
         CallArgs a = eval_args(e, scope);
-        return Value(apply_test(st_, e.name, v, a) != e.negated);
+        return Value(e.test(st_, v, a) != e.negated);
       }
       case Expr::Kind::Unary: {
         Value v = eval(*e.children[0], scope);
@@ -543,4 +543,4 @@ std::string Template::render(const std::vector<std::pair<std::string, Value>>& v
   return out;
 }
 
-}  // namespace pagoda::server::jinja
+}  // namespace pagoda::jinja

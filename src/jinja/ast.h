@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "server/jinja_value.h"
+#include "jinja/value.h"
 
-namespace pagoda::server::jinja {
+namespace pagoda::jinja {
 
 // How deep a template may nest: blocks in blocks, and any one expression tree
 // (parentheses, brackets, operator and filter chains). Real templates nest < 20;
@@ -49,6 +49,8 @@ struct Expr {
   std::vector<ExprPtr> children;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   bool negated = false;  // Test: `is not`
+  FilterFn filter = nullptr;  // Filter: resolved by the parser (null with deferred_error)
+  TestFn test = nullptr;      // Test: likewise
   int depth = 1;         // 1 + the deepest child (the parser bounds it: kMaxParseDepth)
   // Filter / Test inside an {% if %} naming an unknown filter/test: jinja2
   // defers that error to run time (its "soft frame"); the message is here.
@@ -88,4 +90,4 @@ struct Stmt {
   std::vector<ExprPtr> defaults;  // per param; null = no default
 };
 
-}  // namespace pagoda::server::jinja
+}  // namespace pagoda::jinja

@@ -16,9 +16,9 @@
 #include <cstdint>
 #include <string>
 
-#include "server/jinja_value.h"
+#include "jinja/value.h"
 
-namespace pagoda::server::jinja {
+namespace pagoda::jinja {
 
 // The numbers, and why (measured with this engine; a step is ~100-150 ns):
 // - the 41 real templates of the conformance test
@@ -126,4 +126,4 @@ class ValueDepthGuard {
 
 [[noreturn]] void value_too_deep();
 
-}  // namespace pagoda::server::jinja
+}  // namespace pagoda::jinja
