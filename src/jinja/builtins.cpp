@@ -80,7 +80,7 @@ List iterate(const Value& v) {
     case Value::Kind::String: {
       check_list_size(utf8_length(v.str()));
       List out;
-      for (char32_t c : utf8_decode(v.str())) out.emplace_back(utf8_encode(std::u32string(1, c)));
+      for (char32_t c : decode_utf8(v.str())) out.emplace_back(encode_utf8(std::u32string(1, c)));
       return out;
     }
     default: type_error("'" + v.type_name() + "' object is not iterable");
@@ -96,7 +96,7 @@ Value slice(const Value& v, const Value& start, const Value& stop, const Value& 
   std::u32string u;
   size_t n;
   if (v.is_string()) {
-    u = utf8_decode(v.str());
+    u = decode_utf8(v.str());
     n = u.size();
   } else if (v.is_list()) {
     n = v.items().size();
@@ -124,7 +124,7 @@ Value slice(const Value& v, const Value& start, const Value& stop, const Value& 
   if (v.is_string()) {
     std::u32string out;
     for (size_t i : idx) out += u[i];
-    return Value(utf8_encode(out));
+    return Value(encode_utf8(out));
   }
   List out;
   for (size_t i : idx) out.push_back(v.items()[i]);
@@ -167,10 +167,10 @@ Value get_item(const Value& obj, const Value& key) {
       if (key.is_int() || key.is_bool()) {
         int64_t i = key.as_int();
         if (obj.is_string()) {
-          std::u32string u = utf8_decode(obj.str());
+          std::u32string u = decode_utf8(obj.str());
           int64_t n = static_cast<int64_t>(u.size());
           if (i < 0) i += n;
-          if (i >= 0 && i < n) return Value(utf8_encode(u.substr(static_cast<size_t>(i), 1)));
+          if (i >= 0 && i < n) return Value(encode_utf8(u.substr(static_cast<size_t>(i), 1)));
         } else {
           int64_t n = static_cast<int64_t>(obj.items().size());
           if (i < 0) i += n;

@@ -216,9 +216,9 @@ Value filter_first(RenderState& st, const std::string& f, const Value& in, CallA
 Value filter_reverse(RenderState& st, const std::string& f, const Value& in, CallArgs& a) {
   if (in.is_generator()) type_error("'generator' object is not reversible");
   if (in.is_string()) {
-    std::u32string u = utf8_decode(in.str());
+    std::u32string u = decode_utf8(in.str());
     std::reverse(u.begin(), u.end());
-    return Value(utf8_encode(u));
+    return Value(encode_utf8(u));
   }
   List items = iterate(in);
   std::reverse(items.begin(), items.end());

@@ -32,10 +32,10 @@ bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c
 
 // Python str.rstrip(): ASCII whitespace plus the Unicode spaces.
 std::string rstrip_py(const std::string& s) {
-  std::u32string u = utf8_decode(s);
+  std::u32string u = decode_utf8(s);
   size_t n = u.size();
   while (n > 0 && is_py_space(u[n - 1])) --n;
-  return utf8_encode(std::u32string_view(u).substr(0, n));
+  return encode_utf8(std::u32string_view(u).substr(0, n));
 }
 
 // Length of the Python-whitespace run at s[pos...].
@@ -49,7 +49,7 @@ size_t skip_py_space(const std::string& s, size_t pos) {
     unsigned char c = static_cast<unsigned char>(s[p]);
     if (c >= 0x80) {
       size_t n = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-      std::u32string u = utf8_decode(s.substr(p, n));
+      std::u32string u = decode_utf8(s.substr(p, n));
       if (u.size() == 1 && is_py_space(u[0])) {
         p += n;
         continue;
@@ -106,7 +106,7 @@ std::string decode_escapes(const std::string& body, int line) {
           cp = cp * 16 + static_cast<char32_t>(h);
         }
         i += n;
-        out += utf8_encode(std::u32string(1, cp));
+        out += encode_utf8(std::u32string(1, cp));
         break;
       }
       default:
@@ -114,7 +114,7 @@ std::string decode_escapes(const std::string& body, int line) {
           char32_t cp = static_cast<char32_t>(e - '0');
           for (int k = 0; k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7'; ++k)
             cp = cp * 8 + static_cast<char32_t>(body[++i] - '0');
-          out += utf8_encode(std::u32string(1, cp));
+          out += encode_utf8(std::u32string(1, cp));
         } else {
           out += '\\';
           out += e;

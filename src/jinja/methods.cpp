@@ -51,12 +51,12 @@ static std::string map_case(std::string s, bool upper) {
     if (static_cast<unsigned char>(c) >= 0x80) ascii = false;
   }
   if (ascii || !utf8_locale()) return s;
-  std::u32string u = utf8_decode(s);
+  std::u32string u = decode_utf8(s);
   for (char32_t& c : u)
     if (c >= 0x80)
       c = static_cast<char32_t>(upper ? towupper_l(static_cast<wint_t>(c), utf8_locale())
                                       : towlower_l(static_cast<wint_t>(c), utf8_locale()));
-  return utf8_encode(u);
+  return encode_utf8(u);
 }
 std::string py_lower(std::string s) { return map_case(std::move(s), false); }
 std::string py_upper(std::string s) { return map_case(std::move(s), true); }
@@ -80,11 +80,11 @@ std::string need_str(const Value& v, const char* what) {
 
 static std::u32string strip_set(const Value& chars) {
   if (chars.is_none() || chars.is_undefined()) return {};
-  return utf8_decode(need_str(chars, "strip"));
+  return decode_utf8(need_str(chars, "strip"));
 }
 
 std::string py_strip(const std::string& s, const Value& chars, bool left, bool right) {
-  std::u32string u = utf8_decode(s);
+  std::u32string u = decode_utf8(s);
   std::u32string set = strip_set(chars);
   bool ws = chars.is_none() || chars.is_undefined();
   auto strip_it = [&](char32_t c) { return ws ? is_py_space(c) : set.find(c) != std::u32string::npos; };
@@ -93,13 +93,13 @@ std::string py_strip(const std::string& s, const Value& chars, bool left, bool r
     while (b < e && strip_it(u[b])) ++b;
   if (right)
     while (e > b && strip_it(u[e - 1])) --e;
-  return utf8_encode(std::u32string_view(u).substr(b, e - b));
+  return encode_utf8(std::u32string_view(u).substr(b, e - b));
 }
 
 static List py_split(const std::string& s, const Value& sep, int64_t maxsplit, bool from_right) {
   List out;
   if (sep.is_none() || sep.is_undefined()) {
-    std::u32string u = utf8_decode(s);
+    std::u32string u = decode_utf8(s);
     std::vector<std::u32string> words;
     if (!from_right) {
       size_t i = 0;
@@ -137,7 +137,7 @@ static List py_split(const std::string& s, const Value& sep, int64_t maxsplit, b
       }
       std::reverse(words.begin(), words.end());
     }
-    for (auto& w : words) out.emplace_back(utf8_encode(w));
+    for (auto& w : words) out.emplace_back(encode_utf8(w));
     return out;
   }
   std::string d = need_str(sep, "split");
@@ -180,7 +180,7 @@ static List py_split(const std::string& s, const Value& sep, int64_t maxsplit, b
 std::string py_replace(const std::string& s, const std::string& old, const std::string& repl, int64_t count) {
   std::string out;
   if (old.empty()) {
-    std::u32string u = utf8_decode(s);
+    std::u32string u = decode_utf8(s);
     int64_t n = 0;
     for (size_t i = 0; i <= u.size(); ++i) {
       if (count < 0 || n < count) {
@@ -188,7 +188,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
         check_string_size(out.size());
         ++n;
       }
-      if (i < u.size()) out += utf8_encode(std::u32string(1, u[i]));
+      if (i < u.size()) out += encode_utf8(std::u32string(1, u[i]));
     }
     return out;
   }
@@ -230,7 +230,7 @@ static std::string py_title(const std::string& s) {
 
 // Python str.splitlines() (no keepends).
 List py_splitlines(const std::string& s) {
-  std::u32string u = utf8_decode(s);
+  std::u32string u = decode_utf8(s);
   List out;
   size_t b = 0;
   for (size_t i = 0; i < u.size(); ++i) {
@@ -238,12 +238,12 @@ List py_splitlines(const std::string& s) {
     bool brk = c == '\n' || c == '\r' || c == 0x0b || c == 0x0c || c == 0x1c || c == 0x1d || c == 0x1e ||
                c == 0x85 || c == 0x2028 || c == 0x2029;
     if (!brk) continue;
-    out.emplace_back(utf8_encode(u.substr(b, i - b)));
+    out.emplace_back(encode_utf8(u.substr(b, i - b)));
     check_list_size(out.size());
     if (c == '\r' && i + 1 < u.size() && u[i + 1] == '\n') ++i;
     b = i + 1;
   }
-  if (b < u.size()) out.emplace_back(utf8_encode(u.substr(b)));
+  if (b < u.size()) out.emplace_back(encode_utf8(u.substr(b)));
   return out;
 }
 
@@ -309,7 +309,7 @@ Value str_method(const std::string& s, const std::string& m, CallArgs& a) {
     return Value(out);
   }
   if (m == "splitlines") return Value::list(py_splitlines(s));
-  std::u32string u = utf8_decode(s);
+  std::u32string u = decode_utf8(s);
   if (u.empty()) return Value(false);
   auto all = [&](auto pred) { return Value(std::all_of(u.begin(), u.end(), pred)); };
   if (m == "isdigit") return all([](char32_t c) { return c >= '0' && c <= '9'; });

@@ -190,61 +190,9 @@ std::string float_repr(double d) {
   return out + digits.substr(0, int_len) + "." + digits.substr(int_len);
 }
 
-std::u32string utf8_decode(std::string_view s) {
-  std::u32string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) {
-      out += static_cast<char32_t>(c);
-      ++i;
-      continue;
-    }
-    char32_t cp = n == 1 ? c : n == 2 ? (c & 0x1f) : n == 3 ? (c & 0x0f) : (c & 0x07);
-    bool ok = true;
-    for (int k = 1; k < n; ++k) {
-      unsigned char cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xc0) != 0x80) ok = false;
-      cp = (cp << 6) | (cc & 0x3f);
-    }
-    if (!ok) {
-      out += static_cast<char32_t>(c);
-      ++i;
-      continue;
-    }
-    out += cp;
-    i += n;
-  }
-  return out;
-}
-
-std::string utf8_encode(std::u32string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char32_t cp : s) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xc0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xe0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else {
-      out += static_cast<char>(0xf0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    }
-  }
-  return out;
-}
-
 size_t utf8_length(std::string_view s) {
   size_t n = 0;
-  for (char c : s) n += (static_cast<unsigned char>(c) & 0xc0) != 0x80;
+  for (size_t i = 0; i < s.size(); i += decode_utf8_char(s, i).len) ++n;
   return n;
 }
 
@@ -258,7 +206,7 @@ std::string string_repr(std::string_view s) {
   bool has_double = s.find('"') != std::string_view::npos;
   char q = has_single && !has_double ? '"' : '\'';
   std::string out(1, q);
-  for (char32_t c : utf8_decode(s)) {
+  for (char32_t c : decode_utf8(s)) {
     if (c == static_cast<char32_t>(q) || c == '\\') {
       out += '\\';
       out += static_cast<char>(c);
@@ -276,7 +224,7 @@ std::string string_repr(std::string_view s) {
         std::snprintf(b, sizeof b, "\\u%04x", static_cast<unsigned>(c));
       out += b;
     } else {
-      out += utf8_encode(std::u32string(1, c));
+      out += encode_utf8(std::u32string(1, c));
     }
   }
   out += q;
@@ -352,7 +300,7 @@ namespace {
 void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
   out += '"';
   if (ensure_ascii) {
-    for (char32_t c : utf8_decode(s)) {
+    for (char32_t c : decode_utf8(s)) {
       if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
         out += static_cast<char>(c);
         continue;

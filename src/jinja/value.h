@@ -29,6 +29,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/utf8.h"
+
 namespace pagoda::jinja {
 
 // A runtime failure inside the template (type error, undefined access, limit).
@@ -170,9 +172,9 @@ std::string float_repr(double d);
 // Python repr of a str (quote choice and escapes as CPython).
 std::string string_repr(std::string_view s);
 
-// UTF-8 helpers: code points of s (invalid bytes map to themselves), and back.
-std::u32string utf8_decode(std::string_view s);
-std::string utf8_encode(std::u32string_view s);
+// Python len() of a str: its code points, as common/utf8.h's decode_utf8 (which,
+// with encode_utf8, is the engine's decoder: ill-formed bytes read as U+FFFD)
+// counts them.
 size_t utf8_length(std::string_view s);
 bool is_py_space(char32_t c);
 

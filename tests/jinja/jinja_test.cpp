@@ -253,6 +253,13 @@ TEST(JinjaErrors, UnknownFilterInsideIfFailsOnlyWhenReachedAsJinja2Does) {
 }
 
 
+TEST(JinjaValues, IllFormedUtf8ReadsAsReplacementCharacters) {
+  // common/utf8.h's decoder, as Python's bytes.decode(errors="replace"): "a\xE2\x82(" is
+  // 'a', U+FFFD (the maximal ill-formed subpart), '('.
+  jinja::Template t("{{ s | length }} {{ s[1] }} {{ s | reverse }}");
+  EXPECT_EQ(t.render({{"s", jinja::Value(std::string("a\xE2\x82("))}}), "3 \xEF\xBF\xBD (\xEF\xBF\xBD" "a");
+}
+
 TEST(JinjaValues, ChainedComparisonsCompareNeighbours) {
   // jinja2 / Python: a < b < c > d is (a < b) and (b < c) and (c > d); python3-jinja2
   // prints exactly this (before, the third comparison took (b < c) as its left side).
