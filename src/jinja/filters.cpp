@@ -400,162 +400,45 @@ struct NamedFilter {
 
 // Every filter the engine implements, by name; the parser resolves names here.
 const std::array<NamedFilter, 39> kFilters = {{
-    {"abs", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "abs";
-       return filter_abs(st, name, in, a);
-     }},
-    {"attr", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "attr";
-       return filter_attr(st, name, in, a);
-     }},
-    {"capitalize", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "capitalize";
-       return filter_capitalize(st, name, in, a);
-     }},
-    {"count", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "count";
-       return filter_length(st, name, in, a);
-     }},
-    {"d", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "d";
-       return filter_default(st, name, in, a);
-     }},
-    {"default", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "default";
-       return filter_default(st, name, in, a);
-     }},
-    {"dictsort", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "dictsort";
-       return filter_dictsort(st, name, in, a);
-     }},
-    {"e", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "e";
-       return filter_escape(st, name, in, a);
-     }},
-    {"escape", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "escape";
-       return filter_escape(st, name, in, a);
-     }},
-    {"first", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "first";
-       return filter_first(st, name, in, a);
-     }},
-    {"float", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "float";
-       return filter_float(st, name, in, a);
-     }},
-    {"indent", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "indent";
-       return filter_indent(st, name, in, a);
-     }},
-    {"int", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "int";
-       return filter_int(st, name, in, a);
-     }},
-    {"items", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "items";
-       return filter_items(st, name, in, a);
-     }},
-    {"join", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "join";
-       return filter_join(st, name, in, a);
-     }},
-    {"last", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "last";
-       return filter_first(st, name, in, a);
-     }},
-    {"length", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "length";
-       return filter_length(st, name, in, a);
-     }},
-    {"list", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "list";
-       return filter_list(st, name, in, a);
-     }},
-    {"lower", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "lower";
-       return filter_lower(st, name, in, a);
-     }},
-    {"map", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "map";
-       return filter_map(st, name, in, a);
-     }},
-    {"max", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "max";
-       return filter_sort(st, name, in, a);
-     }},
-    {"min", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "min";
-       return filter_sort(st, name, in, a);
-     }},
-    {"reject", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "reject";
-       return filter_reject(st, name, in, a);
-     }},
-    {"rejectattr", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "rejectattr";
-       return filter_rejectattr(st, name, in, a);
-     }},
-    {"replace", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "replace";
-       return filter_replace(st, name, in, a);
-     }},
-    {"reverse", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "reverse";
-       return filter_reverse(st, name, in, a);
-     }},
-    {"round", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "round";
-       return filter_round(st, name, in, a);
-     }},
-    {"safe", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "safe";
-       return filter_safe(st, name, in, a);
-     }},
-    {"select", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "select";
-       return filter_select(st, name, in, a);
-     }},
-    {"selectattr", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "selectattr";
-       return filter_selectattr(st, name, in, a);
-     }},
-    {"sort", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "sort";
-       return filter_sort(st, name, in, a);
-     }},
-    {"string", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "string";
-       return filter_string(st, name, in, a);
-     }},
-    {"sum", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "sum";
-       return filter_sum(st, name, in, a);
-     }},
-    {"title", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "title";
-       return filter_title(st, name, in, a);
-     }},
-    {"tojson", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "tojson";
-       return filter_tojson(st, name, in, a);
-     }},
-    {"trim", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "trim";
-       return filter_trim(st, name, in, a);
-     }},
-    {"unique", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "unique";
-       return filter_sort(st, name, in, a);
-     }},
-    {"upper", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "upper";
-       return filter_upper(st, name, in, a);
-     }},
-    {"wordcount", [](RenderState& st, const Value& in, CallArgs& a) -> Value {
-       static const std::string name = "wordcount";
-       return filter_wordcount(st, name, in, a);
-     }},
+    {"abs", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_abs(st, "abs", in, a); }},
+    {"attr", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_attr(st, "attr", in, a); }},
+    {"capitalize", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_capitalize(st, "capitalize", in, a); }},
+    {"count", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_length(st, "count", in, a); }},
+    {"d", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_default(st, "d", in, a); }},
+    {"default", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_default(st, "default", in, a); }},
+    {"dictsort", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_dictsort(st, "dictsort", in, a); }},
+    {"e", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_escape(st, "e", in, a); }},
+    {"escape", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_escape(st, "escape", in, a); }},
+    {"first", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_first(st, "first", in, a); }},
+    {"float", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_float(st, "float", in, a); }},
+    {"indent", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_indent(st, "indent", in, a); }},
+    {"int", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_int(st, "int", in, a); }},
+    {"items", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_items(st, "items", in, a); }},
+    {"join", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_join(st, "join", in, a); }},
+    {"last", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_first(st, "last", in, a); }},
+    {"length", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_length(st, "length", in, a); }},
+    {"list", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_list(st, "list", in, a); }},
+    {"lower", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_lower(st, "lower", in, a); }},
+    {"map", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_map(st, "map", in, a); }},
+    {"max", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_sort(st, "max", in, a); }},
+    {"min", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_sort(st, "min", in, a); }},
+    {"reject", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_reject(st, "reject", in, a); }},
+    {"rejectattr", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_rejectattr(st, "rejectattr", in, a); }},
+    {"replace", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_replace(st, "replace", in, a); }},
+    {"reverse", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_reverse(st, "reverse", in, a); }},
+    {"round", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_round(st, "round", in, a); }},
+    {"safe", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_safe(st, "safe", in, a); }},
+    {"select", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_select(st, "select", in, a); }},
+    {"selectattr", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_selectattr(st, "selectattr", in, a); }},
+    {"sort", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_sort(st, "sort", in, a); }},
+    {"string", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_string(st, "string", in, a); }},
+    {"sum", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_sum(st, "sum", in, a); }},
+    {"title", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_title(st, "title", in, a); }},
+    {"tojson", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_tojson(st, "tojson", in, a); }},
+    {"trim", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_trim(st, "trim", in, a); }},
+    {"unique", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_sort(st, "unique", in, a); }},
+    {"upper", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_upper(st, "upper", in, a); }},
+    {"wordcount", [](RenderState& st, const Value& in, CallArgs& a) -> Value { return filter_wordcount(st, "wordcount", in, a); }},
 }};
 
 }  // namespace

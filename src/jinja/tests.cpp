@@ -139,130 +139,37 @@ struct NamedTest {
 
 // Every test the engine implements, by name; the parser resolves names here.
 const std::array<NamedTest, 31> kTests = {{
-    {"boolean", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "boolean";
-       return test_boolean(st, name, v, a);
-     }},
-    {"callable", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "callable";
-       return test_callable(st, name, v, a);
-     }},
-    {"defined", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "defined";
-       return test_defined(st, name, v, a);
-     }},
-    {"divisibleby", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "divisibleby";
-       return test_odd(st, name, v, a);
-     }},
-    {"eq", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "eq";
-       return test_eq(st, name, v, a);
-     }},
-    {"equalto", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "equalto";
-       return test_eq(st, name, v, a);
-     }},
-    {"escaped", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "escaped";
-       return test_escaped(st, name, v, a);
-     }},
-    {"even", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "even";
-       return test_odd(st, name, v, a);
-     }},
-    {"false", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "false";
-       return test_false(st, name, v, a);
-     }},
-    {"float", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "float";
-       return test_float(st, name, v, a);
-     }},
-    {"ge", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "ge";
-       return test_ge(st, name, v, a);
-     }},
-    {"greaterthan", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "greaterthan";
-       return test_gt(st, name, v, a);
-     }},
-    {"gt", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "gt";
-       return test_gt(st, name, v, a);
-     }},
-    {"in", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "in";
-       return test_in(st, name, v, a);
-     }},
-    {"integer", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "integer";
-       return test_integer(st, name, v, a);
-     }},
-    {"iterable", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "iterable";
-       return test_iterable(st, name, v, a);
-     }},
-    {"le", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "le";
-       return test_le(st, name, v, a);
-     }},
-    {"lessthan", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "lessthan";
-       return test_lt(st, name, v, a);
-     }},
-    {"lower", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "lower";
-       return test_lower(st, name, v, a);
-     }},
-    {"lt", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "lt";
-       return test_lt(st, name, v, a);
-     }},
-    {"mapping", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "mapping";
-       return test_mapping(st, name, v, a);
-     }},
-    {"ne", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "ne";
-       return test_ne(st, name, v, a);
-     }},
-    {"none", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "none";
-       return test_none(st, name, v, a);
-     }},
-    {"number", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "number";
-       return test_number(st, name, v, a);
-     }},
-    {"odd", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "odd";
-       return test_odd(st, name, v, a);
-     }},
-    {"sameas", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "sameas";
-       return test_sameas(st, name, v, a);
-     }},
-    {"sequence", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "sequence";
-       return test_iterable(st, name, v, a);
-     }},
-    {"string", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "string";
-       return test_string(st, name, v, a);
-     }},
-    {"true", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "true";
-       return test_true(st, name, v, a);
-     }},
-    {"undefined", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "undefined";
-       return test_undefined(st, name, v, a);
-     }},
-    {"upper", [](RenderState& st, const Value& v, CallArgs& a) -> bool {
-       static const std::string name = "upper";
-       return test_lower(st, name, v, a);
-     }},
+    {"boolean", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_boolean(st, "boolean", v, a); }},
+    {"callable", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_callable(st, "callable", v, a); }},
+    {"defined", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_defined(st, "defined", v, a); }},
+    {"divisibleby", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_odd(st, "divisibleby", v, a); }},
+    {"eq", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_eq(st, "eq", v, a); }},
+    {"equalto", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_eq(st, "equalto", v, a); }},
+    {"escaped", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_escaped(st, "escaped", v, a); }},
+    {"even", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_odd(st, "even", v, a); }},
+    {"false", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_false(st, "false", v, a); }},
+    {"float", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_float(st, "float", v, a); }},
+    {"ge", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_ge(st, "ge", v, a); }},
+    {"greaterthan", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_gt(st, "greaterthan", v, a); }},
+    {"gt", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_gt(st, "gt", v, a); }},
+    {"in", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_in(st, "in", v, a); }},
+    {"integer", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_integer(st, "integer", v, a); }},
+    {"iterable", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_iterable(st, "iterable", v, a); }},
+    {"le", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_le(st, "le", v, a); }},
+    {"lessthan", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_lt(st, "lessthan", v, a); }},
+    {"lower", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_lower(st, "lower", v, a); }},
+    {"lt", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_lt(st, "lt", v, a); }},
+    {"mapping", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_mapping(st, "mapping", v, a); }},
+    {"ne", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_ne(st, "ne", v, a); }},
+    {"none", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_none(st, "none", v, a); }},
+    {"number", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_number(st, "number", v, a); }},
+    {"odd", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_odd(st, "odd", v, a); }},
+    {"sameas", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_sameas(st, "sameas", v, a); }},
+    {"sequence", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_iterable(st, "sequence", v, a); }},
+    {"string", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_string(st, "string", v, a); }},
+    {"true", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_true(st, "true", v, a); }},
+    {"undefined", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_undefined(st, "undefined", v, a); }},
+    {"upper", [](RenderState& st, const Value& v, CallArgs& a) -> bool { return test_lower(st, "upper", v, a); }},
 }};
 
 }  // namespace
