@@ -11,7 +11,7 @@
 //   (lstrip_blocks) unless the tag is `{%+`. Comments produce no token.
 // - Throws jinja::SyntaxError (with the line) on an unterminated tag, comment or
 //   string, or a character that starts no token.
-// - Pure function; thread-safe.
+// - Linear time in the source. Pure function; thread-safe.
 #pragma once
 
 #include <stdexcept>
