@@ -1,10 +1,33 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds the release preset and runs the whole test suite
-# (unit, model, e2e labels). Extra arguments go to ctest, e.g. `-L unit`.
+# Installs dependencies, builds the release preset and runs the whole test suite (unit, model,
+# e2e labels), then, when called without arguments, the sanitizer suites
+# (scripts/test-sanitizers.sh: unit / server / fuzz tests under ASan + UBSan, engine and thread
+# tests under TSan). Extra arguments go to ctest and run the release suite only, e.g. `-L unit`.
+# PAGODA_SANITIZERS=off skips the sanitizer suites; PAGODA_SANITIZERS=asan runs just that one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache across checkouts: with base_dir the absolute paths under this checkout are hashed as
+# relative ones, and without hash_dir the build directory (in -g's DW_AT_comp_dir) is left out
+# of the hash, so a fresh clone elsewhere (CI) reuses the objects of this one. The cost: an
+# object's debug info names the build directory it was first compiled in. Test executables
+# still miss (their -D PAGODA_SOURCE_DIR / PAGODA_BINARY are absolute paths).
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 scripts/install-deps.sh
 scripts/install-npm-deps.sh  # tests/sdk's OpenAI SDK (npm ci into tests/sdk/node_modules)
+# CPU seconds of the finished children so far (utime + stime in /proc/$$/stat, clock ticks):
+# on a shared machine the wall time says little, the CPU time what a quiet one would need.
+child_cpu_s() { local st; read -r -a st </proc/$$/stat; echo $(((st[15] + st[16]) / $(getconf CLK_TCK))); }
+phase() {  # phase NAME COMMAND...: runs it and prints its wall and CPU seconds
+  local name="$1" start=$SECONDS cpu
+  cpu=$(child_cpu_s)
+  shift
+  "$@"
+  echo "test.sh: $name $((SECONDS - start)) s wall, $(($(child_cpu_s) - cpu)) s CPU" >&2
+}
 cmake --preset release >/dev/null
-cmake --build --preset release
-ctest --preset release "$@"
+phase "release build" cmake --build --preset release
+phase "release suite" ctest --preset release "$@"
+if [ $# -eq 0 ] && [ "${PAGODA_SANITIZERS:-asan tsan}" != off ]; then
+  scripts/test-sanitizers.sh ${PAGODA_SANITIZERS:-asan tsan}
+fi
