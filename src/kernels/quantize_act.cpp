@@ -17,9 +17,20 @@ namespace pagoda::matmul_detail {
 namespace {
 
 // Quantizes n (32 or 256) values; returns the scale.
+// A block holding NaN or inf (a corrupt model's activations) gets codes 0 and a NaN
+// scale: the NaN reaches the logits, where the engine ends the request, and no NaN is
+// cast to int8 (undefined behaviour).
 float quantize_block(const float* x, int n, int8_t* q) {
   float amax = 0.0f;
-  for (int j = 0; j < n; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+  bool finite = true;
+  for (int j = 0; j < n; ++j) {
+    finite = finite && std::isfinite(x[j]);
+    amax = std::fmax(amax, std::fabs(x[j]));
+  }
+  if (!finite) {
+    for (int j = 0; j < n; ++j) q[j] = 0;
+    return std::nanf("");
+  }
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   for (int j = 0; j < n; ++j) q[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));

@@ -313,6 +313,25 @@ TEST(Matmul, RandomBitWeightsMatchReference) {
   }
 }
 
+// A block with NaN or inf (a corrupt model's activations): the scalar quantizer
+// writes codes 0 and a NaN scale, so the NaN reaches the output instead of a NaN being
+// cast to int8 (undefined behaviour); the other blocks are untouched.
+TEST(Matmul, ScalarActivationQuantizerPassesNonFiniteBlocksOnAsNan) {
+  using namespace matmul_detail;
+  for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    std::vector<float> x(64, 0.5f);
+    x[40] = bad;
+    std::vector<int8_t> q(64, 7);
+    std::vector<float> d(2), dsum32(2), neg8(2);
+    std::vector<int32_t> sum32(2), sum16(2);
+    quantize_act_row_scalar(ActKind::Block32, x.data(), 64, {q.data(), d.data(), sum32.data(), dsum32.data(), sum16.data(), neg8.data()});
+    EXPECT_EQ(q[0], 127);
+    EXPECT_FLOAT_EQ(d[0], 0.5f / 127.0f);
+    EXPECT_TRUE(std::isnan(d[1])) << bad;
+    for (int j = 32; j < 64; ++j) EXPECT_EQ(q[j], 0) << bad;
+  }
+}
+
 // The SIMD activation quantizers must produce exactly the scalar codes,
 // scales and sums (the kernels' cross-ISA agreement rests on it).
 TEST(Matmul, SimdActivationQuantizersMatchScalarBitForBit) {
