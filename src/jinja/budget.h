@@ -41,9 +41,11 @@ struct Limits {
   size_t max_list_items = 1'000'000;            // any one list (~90 MB of Values); = loop budget
   int max_call_depth = 100;                     // macro nesting (recursive schema printers use < 10)
   // Statements and expressions evaluated one inside another, macro calls included:
-  // each level is a few hundred bytes of stack, so 3000 stays under ~2 MB while a
-  // template's nesting (<= kMaxParseDepth per block) times macro depth could not.
-  int max_nesting = 3000;
+  // a template's nesting (<= kMaxParseDepth per block) times macro depth could run
+  // off the stack. A level is a few hundred bytes of stack in a release build and a
+  // few KB under AddressSanitizer (3,000 levels overflowed its 8 MB), so 1,000
+  // (~3x a recursive schema printer's 10 macro levels x 30) fits either.
+  int max_nesting = 1000;
 };
 
 // Values nest at most this deep (lists, dicts, namespaces): request JSON is refused

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdint>
 #include <memory>
+#include <pthread.h>
 
 #include "jinja/budget.h"
 #include "jinja/builtins.h"
@@ -55,12 +57,28 @@ bool mul_ovf(int64_t a, int64_t b, int64_t* r) { return __builtin_mul_overflow(a
 // One level of interpreter recursion (a statement or an expression inside
 // another, across macro calls): bounded by Limits::max_nesting, so that nesting
 // the parser allows (kMaxParseDepth) times macro depth stays off the stack's end.
+// The lowest stack address a render on this thread may use: a quarter of the
+// thread's stack (at least 256 KB) stays free below it. 0 when unknown.
+uintptr_t stack_floor() {
+  pthread_attr_t attr;
+  if (pthread_getattr_np(pthread_self(), &attr) != 0) return 0;
+  void* addr = nullptr;
+  size_t size = 0;
+  int rc = pthread_attr_getstack(&attr, &addr, &size);
+  pthread_attr_destroy(&attr);
+  if (rc != 0 || size == 0) return 0;
+  return reinterpret_cast<uintptr_t>(addr) + std::max<size_t>(size / 4, size_t{256} << 10);
+}
+
 class Nesting {
  public:
   explicit Nesting(RenderState& st) : st_(st) {
     if (st_.nesting >= st_.limits->max_nesting)
       throw BudgetError("evaluation nested deeper than " + std::to_string(st_.limits->max_nesting) +
                         " levels (max_nesting)");
+    // The backstop for frames larger than planned (sanitizer builds, small thread stacks).
+    if (reinterpret_cast<uintptr_t>(__builtin_frame_address(0)) < st_.stack_floor)
+      throw BudgetError("evaluation nested deeper than this thread's stack allows (max_nesting)");
     ++st_.nesting;
   }
   ~Nesting() { --st_.nesting; }
@@ -481,6 +499,7 @@ Template::~Template() = default;
 
 std::string Template::render(const std::vector<std::pair<std::string, Value>>& vars) const {
   RenderState st(limits_);
+  st.stack_floor = stack_floor();
   ActiveBudget active(&st.budget);
   struct ClearNamespaces {  // on every way out, errors included
     RenderState& st;

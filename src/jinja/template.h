@@ -41,6 +41,7 @@ struct RenderState {
   int64_t iterations = 0;
   int depth = 0;    // macro calls
   int nesting = 0;  // statements and expressions being evaluated, one inside another
+  uintptr_t stack_floor = 0;  // nesting stops before the stack pointer goes below this
   enum class Flow { Normal, Break, Continue } flow = Flow::Normal;
   // Every namespace() of the render: emptied when it ends, since a namespace may
   // hold itself (`ns.me = ns`) and reference counting alone would leak it.
