@@ -19,16 +19,8 @@ while [ $# -gt 0 ] && [ "$1" != -- ]; do
 done
 [ $# -gt 0 ] && shift  # the --
 [ ${#presets[@]} -eq 0 ] && presets=(asan tsan)
-# CPU seconds of the finished children so far (utime + stime in /proc/$$/stat, clock ticks):
-# on a shared machine the wall time says little, the CPU time what a quiet one would need.
-child_cpu_s() { local st; read -r -a st </proc/$$/stat; echo $(((st[15] + st[16]) / $(getconf CLK_TCK))); }
-phase() {  # phase NAME COMMAND...: runs it and prints its wall and CPU seconds
-  local name="$1" start=$SECONDS cpu
-  cpu=$(child_cpu_s)
-  shift
-  "$@"
-  echo "test-sanitizers: $name $((SECONDS - start)) s wall, $(($(child_cpu_s) - cpu)) s CPU" >&2
-}
+PHASE_PREFIX=test-sanitizers
+. scripts/phase.sh
 for preset in "${presets[@]}"; do
   cmake --preset "$preset" >/dev/null
   phase "$preset build" cmake --build --preset "$preset" --target "tests_$preset"

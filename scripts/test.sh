@@ -15,16 +15,8 @@ export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 scripts/install-deps.sh
 scripts/install-npm-deps.sh  # tests/sdk's OpenAI SDK (npm ci into tests/sdk/node_modules)
-# CPU seconds of the finished children so far (utime + stime in /proc/$$/stat, clock ticks):
-# on a shared machine the wall time says little, the CPU time what a quiet one would need.
-child_cpu_s() { local st; read -r -a st </proc/$$/stat; echo $(((st[15] + st[16]) / $(getconf CLK_TCK))); }
-phase() {  # phase NAME COMMAND...: runs it and prints its wall and CPU seconds
-  local name="$1" start=$SECONDS cpu
-  cpu=$(child_cpu_s)
-  shift
-  "$@"
-  echo "test.sh: $name $((SECONDS - start)) s wall, $(($(child_cpu_s) - cpu)) s CPU" >&2
-}
+PHASE_PREFIX=test.sh
+. scripts/phase.sh
 cmake --preset release >/dev/null
 phase "release build" cmake --build --preset release
 phase "release suite" ctest --preset release "$@"
