@@ -13,6 +13,8 @@ cd "$(dirname "$0")/.."
 # still miss (their -D PAGODA_SOURCE_DIR / PAGODA_BINARY are absolute paths).
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
+# The sanitizer phases stop at this deadline (see scripts/test-sanitizers.sh).
+export PAGODA_SAN_DEADLINE="${PAGODA_SAN_DEADLINE:-$(($(date +%s) + ${PAGODA_CI_BUDGET_S:-4800}))}"
 scripts/install-deps.sh
 scripts/install-npm-deps.sh  # tests/sdk's OpenAI SDK (npm ci into tests/sdk/node_modules)
 PHASE_PREFIX=test.sh
