@@ -74,7 +74,7 @@ TEST(JinjaHostile, DoublingAStringStopsAtTheStringBudgetQuickly) {
                    "{{ ns.s }}");
   });
   expect_names(err, "render budget exceeded: a string over 16777216 bytes (max_string_bytes)");
-  EXPECT_LT(s, 2.0);  // ~0.1 s: it stops at 16 MiB, the 25th doubling
+  EXPECT_LT(s, 20.0);  // ~0.1 s: it stops at 16 MiB, the 25th doubling (bounds catch hangs, not speed)
   expect_names(error_of("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}"
                         "{% endfor %}"),
                "(max_string_bytes)");
@@ -120,7 +120,7 @@ TEST(JinjaHostile, LongRendersStopAtTheStepBudget) {
     expect_names(error_of("{% set s = 'x' * 1000000 %}{% for i in range(1000) %}{% set y = s ~ s %}{% endfor %}"),
                  "(max_steps)");
   });
-  EXPECT_LT(s, 5.0);
+  EXPECT_LT(s, 20.0);  // generous: ASan and a loaded machine are 5-10x slower
 }
 
 TEST(JinjaHostile, DeepOrCyclicValuesStopAtTheValueDepth) {
@@ -150,9 +150,9 @@ TEST(JinjaHostile, DeepNestingFailsAtLoadTimeNotWithAStackOverflow) {
   std::string err;
   double s = seconds([&] { err = error_of(repeat("{% if true %}", 50000) + "x" + repeat("{% endif %}", 50000)); });
   expect_names(err, depth);
-  EXPECT_LT(s, 2.0);
+  EXPECT_LT(s, 20.0);
   s = seconds([&] { EXPECT_EQ(render(repeat("{% if true %}x{% endif %}", 50000)).size(), 50000u); });
-  EXPECT_LT(s, 2.0);
+  EXPECT_LT(s, 20.0);
   // Nesting within the limit is fine.
   EXPECT_EQ(render("{{ " + repeat("(", 200) + "1" + repeat(")", 200) + " }}"), "1");
   EXPECT_EQ(render(repeat("{% if true %}", 200) + "x" + repeat("{% endif %}", 200)), "x");
