@@ -170,7 +170,7 @@ class Hostile : public testing::Test {
     std::string err = error_of(gbnf, limits);
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_NE(err.find(part), std::string::npos) << err.substr(0, 200);
-    EXPECT_LT(s, 2.0);
+    EXPECT_LT(s, 20.0);  // catches a hang or blow-up, not speed
   }
 };
 
@@ -212,7 +212,7 @@ TEST_F(Hostile, DeepRuleChains) {
   Matcher m(Grammar::from_gbnf(chain), byte_vocab());
   EXPECT_TRUE(m.accept_bytes("y" + std::string(40000, 'x')));
   EXPECT_TRUE(m.is_accepting());
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
 }
 
 TEST_F(Hostile, AmbiguousGrammarStaysBounded) {
@@ -222,7 +222,7 @@ TEST_F(Hostile, AmbiguousGrammarStaysBounded) {
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 2000; ++i) ASSERT_TRUE(m.accept_bytes("a")) << i;
   EXPECT_TRUE(m.is_accepting());
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
 }
 
 TEST_F(Hostile, GarbageNeverCrashes) {

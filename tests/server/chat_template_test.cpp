@@ -80,7 +80,7 @@ TEST(ChatTemplate, HostileTemplateEndsWithANamedBudgetErrorAndTheNextRenderWorks
       EXPECT_STREQ(e.what(), "chat template hostile.jinja: line 1: render budget exceeded: a string over 16777216 "
                              "bytes (max_string_bytes)");
     }
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);  // catches a hang, not speed
   }
   EXPECT_EQ(ChatTemplate::chatml().apply(in), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
   try {
