@@ -48,6 +48,11 @@
 //     sequence's progress for another's and can thrash). Rejected: "longest cached
 //     prefix first" — it starves cold prompts under a hot-prefix load; FCFS is the
 //     order a client can reason about.
+//     A waiting request whose prompt shares at least one block more with a running
+//     sequence's prompt still in prefill than that sequence borrowed is deferred until
+//     that prompt is computed and indexed, then borrows it: a burst on one document
+//     computes it once. Requests sharing nothing are admitted past deferred ones (only
+//     past those), so they are not held up.
 //     A prefill in progress takes the budget before new admissions, so with a small
 //     max_batch_tokens a long prompt delays the first token of requests behind it
 //     (not the tokens of running streams: decode comes first).

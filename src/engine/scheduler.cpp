@@ -12,6 +12,7 @@ void SchedulerOutput::clear() {
   chunks.clear();
   preempted.clear();
   admitted.clear();
+  deferred.clear();
   ended_length.clear();
   refused.clear();
   n_tokens = 0;
@@ -84,6 +85,35 @@ void Scheduler::add_chunk(SchedSeq* s, int64_t& budget) {
   budget -= n;
 }
 
+// True when s should wait for a running sequence still computing its prompt: that
+// prompt shares at least one block with s beyond what the sequence borrowed from the
+// cache, so once it is indexed s borrows it instead of computing it again. Only an
+// enabled cache, the same namespace (model, KV types, tenant key) and a prompt the
+// cache will index (a first prefill, generated() == 0) count.
+bool Scheduler::defer_behind_prefill(SchedSeq* s) {
+  if (!cache_.config().enabled || !s->key.use_cache) return false;
+  auto prefilling = [](const SchedSeq* r) { return r->generated() == 0 && r->n_computed < r->n_prompt; };
+  if (s->deferred)
+    for (const SchedSeq* r : running_)
+      if (r->admit_order == s->deferred_behind && prefilling(r)) return true;
+  s->deferred = false;
+  const int64_t block = store_.pool().block_size();
+  for (const SchedSeq* r : running_) {
+    if (!prefilling(r) || !r->key.use_cache || !(r->key.ns == s->key.ns)) continue;
+    const int64_t n = std::min<int64_t>(r->n_prompt, static_cast<int64_t>(s->tokens.size()));
+    const int64_t need = r->admit_cached_tokens + block;  // a block more than it borrowed
+    if (n < need) continue;
+    int64_t common = 0;
+    while (common < n && r->tokens[static_cast<size_t>(common)] == s->tokens[static_cast<size_t>(common)]) ++common;
+    if (common >= need) {
+      s->deferred = true;
+      s->deferred_behind = r->admit_order;
+      return true;
+    }
+  }
+  return false;
+}
+
 const SchedulerOutput& Scheduler::schedule() {
   out_.clear();
 
@@ -102,8 +132,17 @@ const SchedulerOutput& Scheduler::schedule() {
   int64_t budget = config_.max_batch_tokens - out_.n_tokens;
   for (SchedSeq* s : running_)
     if (!s->decoding() && budget > 0) add_chunk(s, budget);
-  while (budget > 0 && !waiting_.empty() && static_cast<int>(running_.size()) < config_.parallel) {
-    SchedSeq* s = waiting_.front();
+  // The look-ahead past deferred requests is bounded (kMaxDeferredScan per step), so a
+  // long queue of them costs a bounded scan, not O(queue) prefix comparisons a step.
+  constexpr size_t kMaxDeferredScan = 256;
+  size_t w = 0;
+  while (budget > 0 && w < waiting_.size() && static_cast<int>(running_.size()) < config_.parallel) {
+    SchedSeq* s = waiting_[w];
+    if (defer_behind_prefill(s)) {
+      out_.deferred.push_back(s);
+      if (++w >= kMaxDeferredScan) break;
+      continue;
+    }
     const SeqId sid = next_seq_id_;
     next_seq_id_ = next_seq_id_ == std::numeric_limits<SeqId>::max() ? 0 : next_seq_id_ + 1;
     CacheHit hit = cache_.lookup(s->key, s->tokens);
@@ -114,7 +153,7 @@ const SchedulerOutput& Scheduler::schedule() {
       if (r.status == AllocResult::Status::NeverFits || running_.empty()) {
         // Only a sequence that grew (a preempted one) can get here with generated
         // tokens: it no longer fits. A fresh prompt passed never_fits at submit.
-        waiting_.pop_front();
+        waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(w));
         if (s->generated() > 0) {
           out_.ended_length.push_back(s);
         } else {
@@ -122,14 +161,16 @@ const SchedulerOutput& Scheduler::schedule() {
         }
         continue;
       }
-      break;  // head of line waits for running sequences to finish
+      break;  // the first request not deferred waits for running sequences to finish
     }
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(w));
     s->seq_id = sid;
     s->admitted = true;
+    s->deferred = false;
     s->n_computed = hit.cached_tokens;
     s->n_checked = hit.cached_tokens;  // whoever indexed them checked them
     s->admit_order = next_admit_++;
+    s->admit_cached_tokens = hit.cached_tokens;
     if (s->admissions++ == 0) s->first_cached_tokens = hit.cached_tokens;
     running_.push_back(s);
     out_.admitted.push_back(s);

@@ -84,6 +84,48 @@ TEST(EngineModel, SyntheticTokensAreTheSameAloneAndConcurrentWithAndWithoutCache
   check_determinism(*l.model, nullptr, "synthetic");
 }
 
+// Eight requests on one 200-token document, sent at once: the document is computed once
+// (the followers wait for the first one's prefill and borrow it), the outputs are the same
+// as with the cache off, and a ninth request sharing nothing is not held up behind them.
+TEST(EngineModel, ABurstOnASharedDocumentComputesItOnce) {
+  if (!std::filesystem::exists(kStories)) GTEST_SKIP() << "no " << kStories;
+  Loaded l = load(kStories, true);
+  Model& m = *l.model;
+  const int32_t V = static_cast<int32_t>(m.config().n_vocab);
+  const std::vector<int32_t> doc = random_tokens(200, V, 7);
+  std::vector<Request> rs;
+  int64_t suffixes = 0;
+  for (int i = 0; i < 8; ++i) {
+    Request r;
+    r.prompt = doc;
+    const std::vector<int32_t> q = random_tokens(10 + i, V, 500 + i);
+    r.prompt.insert(r.prompt.end(), q.begin(), q.end());
+    suffixes += static_cast<int64_t>(q.size());
+    r.sampling.temperature = 0.0f;
+    r.max_tokens = 6;
+    r.ignore_eos = true;
+    rs.push_back(r);
+  }
+  Request other;
+  other.prompt = random_tokens(30, V, 999);
+  other.sampling.temperature = 0.0f;
+  other.max_tokens = 6;
+  other.ignore_eos = true;
+  rs.push_back(other);
+  const RunResult off = run_all(m, l.tokenizer.get(), engine_config(m, 9, 512, false, 64), rs);
+  const RunResult on = run_all(m, l.tokenizer.get(), engine_config(m, 9, 512, true, 64), rs);
+  EXPECT_EQ(on.tokens, off.tokens);
+  // Without the cache every prompt is computed; with it the document once, then each
+  // follower's question (a follower borrows the leader's document tokens exactly).
+  EXPECT_EQ(off.stats.tokens_prefilled, 8 * 200 + suffixes + 30);
+  EXPECT_EQ(on.stats.tokens_prefilled, 200 + suffixes + 30);
+  for (int i = 1; i < 8; ++i) EXPECT_EQ(on.results[static_cast<size_t>(i)].cached_tokens, 200) << i;
+  // The unrelated request overtook the waiting followers (with the cache off it comes
+  // after the ones before it: FCFS).
+  EXPECT_LT(on.results[8].timings.ttft_ms, on.results[1].timings.ttft_ms);
+  EXPECT_GT(off.results[8].timings.ttft_ms, off.results[1].timings.ttft_ms);
+}
+
 TEST(EngineModel, LongPromptPrefillDoesNotStallDecodingStreams) {
   Loaded l = load_synth();
   Model& m = *l.model;

@@ -3,7 +3,8 @@
 // decision is pinned exactly: chunk order and sizes, admissions (FCFS, head of line
 // waits, up to parallel, within the token budget), preemption order (the newest running
 // sequence, possibly the one asking), sequences that cannot grow even alone, and the
-// prefix cache holding only checked tokens.
+// prefix cache holding only checked tokens, and requests deferred behind a running prefill they
+// share (a shared prefix computed once).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -50,9 +51,10 @@ class Driver {
   }
 
   // A request named `name` with a prompt of n tokens (all named ones share a prefix).
-  void submit(char name, int64_t n) {
+  // `first` moves the whole prompt to other token ids (a request sharing nothing).
+  void submit(char name, int64_t n, int32_t first = 10) {
     auto s = std::make_unique<SchedSeq>();
-    for (int64_t i = 0; i < n; ++i) s->tokens.push_back(static_cast<int32_t>(10 + i));
+    for (int64_t i = 0; i < n; ++i) s->tokens.push_back(static_cast<int32_t>(first + i));
     s->n_prompt = n;
     s->key = cache_.key();
     names_[s.get()] = name;
@@ -82,6 +84,7 @@ class Driver {
       for (const SchedSeq* s : v) text += names_.at(s);
     };
     list("adm", out.admitted);
+    list("def", out.deferred);
     list("pre", out.preempted);
     list("len", out.ended_length);
     EXPECT_TRUE(out.refused.empty());
@@ -234,6 +237,50 @@ TEST(Scheduler, OnlyCheckedTokensAreIndexedForReuse) {
   EXPECT_EQ(d.step(), "A:d B:P4 | adm=B");
   EXPECT_EQ(d.seq('B').first_cached_tokens, 16);
   EXPECT_EQ(d.seq('B').n_checked, 20);
+}
+
+// A burst on one document: the followers wait for the leader's prefill and borrow it,
+// so the shared part is computed once; a request sharing nothing is not held up.
+TEST(Scheduler, ABurstOnASharedPrefixComputesItOnce) {
+  Driver d(16, 4, /*max_batch_tokens=*/16, /*cache_on=*/true);
+  d.submit('A', 40);
+  d.submit('B', 40);
+  d.submit('C', 40);
+  d.submit('X', 5, /*first=*/1000);  // shares nothing: overtakes the deferred B and C
+  EXPECT_EQ(d.step(), "A:p16 | adm=A");  // the budget is gone before B is looked at
+  EXPECT_EQ(d.step(), "A:p16");
+  EXPECT_EQ(d.step(), "A:P8 X:P5 | adm=X | def=BC");
+  EXPECT_EQ(d.waiting(), "BC");
+  // A's prompt is indexed: B and C borrow all but the last token (a logits row needs one).
+  EXPECT_EQ(d.step(), "A:d X:d B:P1 C:P1 | adm=BC");
+  EXPECT_EQ(d.seq('B').first_cached_tokens, 39);
+  EXPECT_EQ(d.seq('C').first_cached_tokens, 39);
+}
+
+TEST(Scheduler, ADeferredRequestIsAdmittedWhenItsLeaderGoesAway) {
+  Driver d(16, 4, 16, true);
+  d.submit('A', 20);
+  d.submit('B', 40);
+  EXPECT_EQ(d.step(), "A:p16 | adm=A");
+  EXPECT_EQ(d.step(/*checked=*/false), "A:P4 | def=B");  // non-finite logits: A is not indexed
+  d.finish('A');  // and fails; B computes everything itself
+  EXPECT_EQ(d.step(), "B:p16 | adm=B");
+  EXPECT_EQ(d.seq('B').first_cached_tokens, 0);
+}
+
+TEST(Scheduler, LessThanABlockInCommonOrNoCacheDefersNothing) {
+  {
+    Driver d(16, 4, 64, true);
+    d.submit('A', 20);
+    d.submit('B', 7);  // 7 tokens in common: less than a block
+    EXPECT_EQ(d.step(), "A:P20 B:P7 | adm=AB");
+  }
+  Driver d(16, 4, 16, /*cache_on=*/false);  // nothing to borrow: waiting would gain nothing
+  d.submit('A', 40);
+  d.submit('B', 40);
+  EXPECT_EQ(d.step(), "A:p16 | adm=A");
+  EXPECT_EQ(d.step(), "A:p16");
+  EXPECT_EQ(d.step(), "A:P8 B:p8 | adm=B");
 }
 
 }  // namespace
