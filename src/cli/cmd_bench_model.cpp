@@ -1,6 +1,8 @@
 // `pagoda bench-model`: prompt-processing and generation speed (median of
 // repeats) and the decode roofline (measured read bandwidth / bytes a decode
-// step streams).
+// step streams: the weights, plus at a context depth the K/V attention reads).
+// `-d N` measures both at N tokens of context, as llama-bench's -d does: the
+// context is prefilled once, untimed, and every repeat runs from position N.
 #include <algorithm>
 #include <cstdio>
 
@@ -25,7 +27,7 @@ Runner add_bench_model(CLI::App& app) {
   struct Opts {
     std::string quantize;
     std::string model;
-    int n_prompt = 512, n_gen = 128, threads = 0, repeats = 3;
+    int n_prompt = 512, n_gen = 128, depth = 0, threads = 0, repeats = 3;
     bool json = false;
     KvOptions kv;
   };
@@ -33,6 +35,8 @@ Runner add_bench_model(CLI::App& app) {
   app.add_option("-m,--model", o->model, "GGUF model file or Hugging Face model directory")->required();
   app.add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens (0 skips)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
   app.add_option("-n,--n-gen", o->n_gen, "Generated tokens (0 skips)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  app.add_option("-d,--depth", o->depth, "Tokens of context before the prompt / generation (attention cost)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 22));
   app.add_option("-t,--threads", o->threads, "Worker threads (default: all cores)");
   app.add_option("-r,--repeats", o->repeats, "Repeats (median reported)")->capture_default_str()->check(CLI::Range(1, 1000));
   app.add_flag("--json", o->json, "Print one JSON object");
@@ -44,7 +48,8 @@ Runner add_bench_model(CLI::App& app) {
     const ModelConfig& c = lm.model->config();
     const int threads = o->threads > 0 ? o->threads : ThreadPool::default_num_threads();
     ThreadPool pool(threads);
-    const int64_t ctx = std::max<int64_t>(o->n_prompt + o->n_gen, 1);
+    const int64_t d = o->depth;
+    const int64_t ctx = std::max<int64_t>(d + std::max(o->n_prompt, o->n_gen), 1);
     KvCache kv = make_kv_cache(c, o->kv);
     reserve_or_throw(kv, 0, ctx);
     std::vector<float> logits;
@@ -52,12 +57,20 @@ Runner add_bench_model(CLI::App& app) {
     // Token ids spread over the vocabulary; speed does not depend on them.
     auto token_at = [&](int64_t i) { return static_cast<int32_t>((i * 7919 + 13) % c.n_vocab); };
 
+    // The context, once, in 512-token chunks (positions [0, d)); the runs then write
+    // their K/V after it, each repeat over the same positions.
+    for (int64_t at = 0; at < d; at += 512) {
+      batch.clear();
+      const int64_t end = std::min(d, at + 512);
+      for (int64_t i = at; i < end; ++i) batch.add(token_at(i), i, 0, i + 1 == end);
+      lm.model->forward(batch, *kv.store, pool, logits);
+    }
     std::vector<double> pp_rates, tg_rates;
     // One untimed warm-up of each phase: page in the weights, grow scratch.
     for (int r = -1; r < o->repeats; ++r) {
       if (o->n_prompt > 0) {
         batch.clear();
-        for (int64_t i = 0; i < o->n_prompt; ++i) batch.add(token_at(i), i, 0, i + 1 == o->n_prompt);
+        for (int64_t i = 0; i < o->n_prompt; ++i) batch.add(token_at(i), d + i, 0, i + 1 == o->n_prompt);
         double t0 = now_seconds();
         lm.model->forward(batch, *kv.store, pool, logits);
         double dt = now_seconds() - t0;
@@ -67,7 +80,7 @@ Runner add_bench_model(CLI::App& app) {
         double t0 = now_seconds();
         for (int64_t i = 0; i < o->n_gen; ++i) {
           batch.clear();
-          batch.add(token_at(i), i, 0, true);
+          batch.add(token_at(i), d + i, 0, true);
           lm.model->forward(batch, *kv.store, pool, logits);
         }
         double dt = now_seconds() - t0;
@@ -75,7 +88,12 @@ Runner add_bench_model(CLI::App& app) {
       }
     }
     const double bw = measure_read_bandwidth(pool);
-    const size_t step_bytes = lm.model->weight_bytes();
+    // A decode step reads every weight once and, in attention, the K/V of its context
+    // (on average d + n/2 tokens over the run).
+    const size_t weight_bytes = lm.model->weight_bytes();
+    const size_t kv_step_bytes = static_cast<size_t>(
+        static_cast<double>(kv.pool->bytes_per_token()) * (static_cast<double>(d) + o->n_gen / 2.0));
+    const size_t step_bytes = weight_bytes + (d > 0 ? kv_step_bytes : 0);
     const double roofline = bw / static_cast<double>(step_bytes);
     const double pp = median(pp_rates), tg = median(tg_rates);
     if (o->json) {
@@ -85,6 +103,7 @@ Runner add_bench_model(CLI::App& app) {
                           {"isa", isa_name(best_isa())},
                           {"n_prompt", o->n_prompt},
                           {"n_gen", o->n_gen},
+                          {"depth", d},
                           {"repeats", o->repeats},
                           {"prompt_tokens_per_s", pp},
                           {"gen_tokens_per_s", tg},
@@ -92,6 +111,7 @@ Runner add_bench_model(CLI::App& app) {
                           {"gen_tokens_per_s_runs", tg_rates},
                           {"model_bytes", lm.model->file_tensor_bytes()},
                           {"decode_step_bytes", step_bytes},
+                          {"decode_step_weight_bytes", weight_bytes},
                           {"read_bandwidth_bytes_per_s", bw},
                           {"decode_roofline_tokens_per_s", roofline},
                           {"decode_roofline_fraction", roofline > 0 ? tg / roofline : 0.0},
@@ -103,9 +123,10 @@ Runner add_bench_model(CLI::App& app) {
       std::printf("%s\n", j.dump(2).c_str());
       return 0;
     }
-    std::printf("model: %s\n  %s\n  tensor bytes %.1f MiB, decode step streams %.1f MiB, %d threads, %s\n",
+    std::printf("model: %s\n  %s\n  tensor bytes %.1f MiB, decode step streams %.1f MiB%s, %d threads, %s\n",
                 o->model.c_str(), c.summary().c_str(), lm.model->file_tensor_bytes() / 1048576.0,
-                step_bytes / 1048576.0, threads, cpu_features_string().c_str());
+                step_bytes / 1048576.0, d > 0 ? " (weights and K/V)" : "", threads, cpu_features_string().c_str());
+    if (d > 0) std::printf("  at a context depth of %lld tokens\n", static_cast<long long>(d));
     // The spread is printed beside the median: on a shared machine runs vary by 10-30%.
     auto range = [](const std::vector<double>& v) {
       char buf[64];

@@ -163,6 +163,23 @@ TEST_F(Cli, SynthThenBenchModelReportsJson) {
   EXPECT_GT(j.at("decode_roofline_tokens_per_s").get<double>(), 0.0);
 }
 
+// At a context depth the decode step also reads the context's K/V: the roofline counts it.
+TEST_F(Cli, BenchModelAtAContextDepthCountsTheKvReadPerStep) {
+  fs::path model = dir_ / "tiny-depth.gguf";
+  ASSERT_EQ(run("synth --shape tiny --type q8_0 -o " + model.string()).exit_code, 0);
+  RunResult b = run("bench-model -m " + model.string() + " -p 8 -n 4 -d 40 -r 1 -t 2 --json");
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  auto j = nlohmann::json::parse(b.out);
+  EXPECT_EQ(j.at("depth").get<int>(), 40);
+  const double kv_per_token = j.at("kv_bytes_per_token").get<double>();
+  ASSERT_GT(kv_per_token, 0.0);
+  EXPECT_EQ(j.at("decode_step_bytes").get<uint64_t>(),
+            j.at("decode_step_weight_bytes").get<uint64_t>() + static_cast<uint64_t>(kv_per_token * (40 + 4 / 2)));
+  EXPECT_GT(j.at("gen_tokens_per_s").get<double>(), 0.0);
+  RunResult bad = run("bench-model -m " + model.string() + " -d -1");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+}
+
 TEST_F(Cli, SynthRejectsUnknownTypeAndShape) {
   RunResult t = run("synth --shape tiny --type q3_k -o " + (dir_ / "x.gguf").string());
   EXPECT_EQ(t.exit_code, 1);
