@@ -163,4 +163,44 @@ std::vector<PreTokenizerStep> pre_tokenizer_steps(const NamedPreTokenizer& row) 
   return steps;
 }
 
+std::span<const std::string_view> pre_tokenizer_probe_texts() {
+  // Each row's distinguishing feature appears at least once (the probes of
+  // tests/tokenizer/pre_tokenizers_test.cpp), plus ordinary English and code.
+  static constexpr std::string_view kTexts[] = {
+      "a+b 1234567\n\n  x",
+      "Hi, \xE4\xB8\x96\xE7\x95\x8C 12345!\n  end  ",
+      "x.init 12345 \xE3\x81\xB2\xE3\x82\x89\xE3\x81\x8C\xE3\x81\xAA\xE6\xBC\xA2\xE5\xAD\x97\n",
+      "a`+b \xD9\xA1\xD9\xA2",
+      "Hello, well-known 12!",
+      "helloWorld's 12345 a//\nb",
+      "ab  cd\t12.5!IMGIMGABZx",
+      "a+b 12;\n\nx",
+      "e\xCC\x81te 12",
+      "I'm sure they'll say \"NO\" -- it's 3:45pm, isn't it?\r\n\tDone.  ",
+      "\xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4 ALLCAPS camelCaseWord \xC2\xBD \xC2\xB2 \xF0\x9F\x98\x80 1 12 123 1234",
+      "def f(x):\n    return x**2  # \xC3\xA9t\xC3\xA9\n\n\n",
+  };
+  return kTexts;
+}
+
+const NamedPreTokenizer* match_named_pre_tokenizer(const std::vector<PreTokenizerStep>& steps,
+                                                   bool ignore_merges) {
+  const auto texts = pre_tokenizer_probe_texts();
+  std::vector<std::vector<std::string>> wanted;
+  wanted.reserve(texts.size());
+  for (std::string_view t : texts) wanted.push_back(pre_tokenize(steps, std::string(t), true));
+  const NamedPreTokenizer* same_pieces = nullptr;
+  for (const NamedPreTokenizer& row : table()) {
+    const auto row_steps = pre_tokenizer_steps(row);
+    bool same = true;
+    for (size_t i = 0; same && i < texts.size(); ++i) {
+      same = pre_tokenize(row_steps, std::string(texts[i]), true) == wanted[i];
+    }
+    if (!same) continue;
+    if (row.ignore_merges == ignore_merges) return &row;
+    if (same_pieces == nullptr) same_pieces = &row;
+  }
+  return same_pieces;
+}
+
 }  // namespace pagoda::tokenizer_detail

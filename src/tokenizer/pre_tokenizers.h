@@ -46,4 +46,17 @@ std::string supported_pre_tokenizer_names();
 // compile (a bug in the table, pinned by a test).
 std::vector<PreTokenizerStep> pre_tokenizer_steps(const NamedPreTokenizer& row);
 
+// The row that behaves like `steps` (a tokenizer.json pre-tokenizer ending in
+// the byte-level map): the first whose pieces are the same on a fixed set of
+// texts built to tell the rows apart (digit runs of 1..7 ASCII and non-ASCII
+// digits, CJK / kana / Hangul, case changes, contractions, punctuation runs,
+// tabs, newline and space runs, combining marks), preferring a row with the
+// same ignore_merges; nullptr when none cuts them all the same. Used to name
+// the pre-tokenizer of a converted tokenizer.json.
+const NamedPreTokenizer* match_named_pre_tokenizer(const std::vector<PreTokenizerStep>& steps,
+                                                   bool ignore_merges);
+
+// The texts match_named_pre_tokenizer compares on.
+std::span<const std::string_view> pre_tokenizer_probe_texts();
+
 }  // namespace pagoda::tokenizer_detail
