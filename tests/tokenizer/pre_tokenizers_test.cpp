@@ -4,10 +4,18 @@
 // digits), CJK and kana runs, punctuation, contractions, case changes,
 // newline runs — with the expected pieces worked out by hand from the
 // patterns (the comment above each case walks through it). Each probe also
-// cuts differently under "default", so each name is shown to matter.
+// cuts differently under "default", so each name is shown to matter. And an
+// independent engine: Python's `re` (pre_tokenizer_reference.py, with \p{..}
+// expanded from Python's own Unicode tables) cuts llama.cpp's test strings and
+// the probe texts into the same pieces as PCRE2 for every row.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "tokenizer/pre_tokenizers.h"
 #include "tokenizer/pretokenize.h"
@@ -168,6 +176,63 @@ TEST(NamedPreTokenizers, FlagsFollowTheModels) {
   for (std::string_view name : {"deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon", "gpt-4o", "dbrx"}) {
     EXPECT_FALSE(row(name).ignore_merges) << name;
     EXPECT_FALSE(row(name).add_bos) << name;
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string run_and_capture(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+  ::pclose(p);
+  return out;
+}
+
+TEST(NamedPreTokenizers, AgreeWithPythonReOnLlamaCppTestStrings) {
+  const std::string python = "/usr/bin/python3";
+  if (::access(python.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << python;
+  // llama.cpp's test strings (test-tokenizer-0) plus the probe texts.
+  const std::string inp = read_file(std::string(PAGODA_SHARED_DIR) + "/models/ggml-vocab/ggml-vocab-llama-bpe.gguf.inp");
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> texts;
+  size_t pos = 0;
+  for (size_t next; (next = inp.find(sep, pos)) != std::string::npos; pos = next + sep.size()) {
+    texts.push_back(inp.substr(pos, next - pos));
+  }
+  ASSERT_GT(texts.size(), 30u);
+  for (std::string_view t : pre_tokenizer_probe_texts()) texts.emplace_back(t);
+
+  nlohmann::json spec = {{"rows", nlohmann::json::array()}, {"texts", texts}};
+  for (const NamedPreTokenizer& row : named_pre_tokenizers()) {
+    nlohmann::json regexes = nlohmann::json::array();
+    for (std::string_view re : row.regexes) regexes.push_back(std::string(re));
+    spec["rows"].push_back({{"name", std::string(row.names.front())}, {"regexes", regexes}});
+  }
+  const std::string spec_path = ::testing::TempDir() + "pagoda_pretok_ref_" + std::to_string(::getpid()) + ".json";
+  std::ofstream(spec_path, std::ios::binary) << spec.dump();
+  const std::string out = run_and_capture(python + " " + PAGODA_SOURCE_DIR +
+                                          "/tests/tokenizer/pre_tokenizer_reference.py " + spec_path + " 2>/dev/null");
+  std::remove(spec_path.c_str());
+  const nlohmann::json reference = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(reference.is_object()) << "the reference printed: " << out.substr(0, 200);
+
+  for (const NamedPreTokenizer& row : named_pre_tokenizers()) {
+    const std::string name(row.names.front());
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(reference.contains(name));
+    const auto& expected = reference[name];
+    ASSERT_EQ(expected.size(), texts.size());
+    for (size_t i = 0; i < texts.size(); ++i) {
+      EXPECT_EQ(cut(name, texts[i]), expected[i].get<Pieces>()) << "text: '" << texts[i] << "'";
+    }
   }
 }
 
