@@ -36,7 +36,8 @@ constexpr std::string_view kDeepSeekCjk = R"([\x{4E00}-\x{9FA5}\x{0800}-\x{4E00}
 constexpr std::string_view kBloom =
     R"( ?[^(\s|.,!?\x{2026}\x{3002}\x{FF0C}\x{3001}\x{0964}\x{06D4}\x{060C})]+)";
 
-// Upper-then-lower letter runs (tiktoken o200k): "HTTPServer" -> "HTTP", "Server".
+// Letter runs that a lower-to-upper case change ends (tiktoken o200k):
+// "helloWorld" -> "hello", "World"; "HTTPServer" stays one run.
 #define PAGODA_CASED_WORDS(SUFFIX)                                                             \
   R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+)" SUFFIX \
   R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*)" SUFFIX

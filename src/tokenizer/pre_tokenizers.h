@@ -8,10 +8,12 @@
 // Split with behavior Isolated); the pieces are then mapped to the GPT-2 byte
 // alphabet. The regexes are the ones the models' tokenizer.json files carry,
 // in PCRE2 syntax. Where llama.cpp rewrote a pattern because std::regex lacks
-// a feature (\p{Lu}, possessive quantifiers), the row keeps the original, so
-// pagoda follows HF `tokenizers` there; the only rewrite kept is llama.cpp's
-// case-insensitive contractions as explicit [sS] classes, which is the same on
-// everything but U+017F 'ſ' and U+212A KELVIN SIGN.
+// a feature (\p{Lu}, \p{M} in Tekken's and GPT-4o's letter runs), the row keeps
+// the original, so pagoda follows HF `tokenizers` there (llama.cpp counts any
+// non-ASCII letter as both upper and lower case, and a combining mark as no
+// letter). The only rewrite kept is llama.cpp's case-insensitive contractions
+// as explicit [sS] classes, which differ from (?i:'s|...) only on U+017F 'ſ'
+// and U+212A KELVIN SIGN.
 //
 // The table is static and immutable; lookups may run on any thread.
 #pragma once

@@ -129,6 +129,13 @@ TEST(NamedPreTokenizers, SimilarRowsDifferWhereTheirModelsDo) {
   EXPECT_EQ(cut("qwen2", "e\xCC\x81te 12"), (Pieces{"e", "\xCC\x81te", " ", "1", "2"}));
   EXPECT_EQ(cut("tekken", "12345"), (Pieces{"1", "2", "3", "4", "5"}));
   EXPECT_EQ(cut("gpt-4o", "12345"), (Pieces{"123", "45"}));
+  // Capitals then lower case is one run (the capitals' * takes "HTTPS").
+  EXPECT_EQ(cut("gpt-4o", "HTTPServer"), (Pieces{"HTTPServer"}));
+  // Case by Unicode category, as tokenizer.json's \p{Lu} / \p{Ll}: "ï" is lower and
+  // "É" upper case, so "naïveÉcole" is two runs (llama.cpp's std::regex rewrite
+  // counts every letter outside A-Z as lower case too, and keeps one run).
+  EXPECT_EQ(cut("tekken", "na\xC3\xAFve\xC3\x89" "cole"),
+            (Pieces{"na\xC3\xAFve", "\xC3\x89" "cole"}));
 }
 
 TEST(NamedPreTokenizers, EveryRowHasAProbe) {
