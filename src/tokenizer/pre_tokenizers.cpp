@@ -43,6 +43,10 @@ constexpr std::string_view kBloom =
   R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*)" SUFFIX
 #define PAGODA_CONTRACTION_SUFFIX R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?)"
 
+// tiktoken o200k (GPT-4o, Llama 4): cased letter runs with contractions, up to 3 digits.
+constexpr std::string_view kGpt4o = PAGODA_CASED_WORDS(PAGODA_CONTRACTION_SUFFIX)
+    R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // A function-local static: built on first use, whatever the order of static
 // initialization across files.
 const std::vector<NamedPreTokenizer>& table() {
@@ -103,8 +107,7 @@ const std::vector<NamedPreTokenizer>& table() {
        /*ignore_merges=*/true,
        /*add_bos=*/true},
       // tiktoken o200k (GPT-4o, Llama 4): cased letter runs with contractions, up to 3 digits.
-      {{"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"},
-       {PAGODA_CASED_WORDS(PAGODA_CONTRACTION_SUFFIX) R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}},
+      {{"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}, {kGpt4o}},
       // Chameleon: its sentinel and image tokens, tabs / newlines / runs of 2 or
       // 4 spaces, single digits, single punctuation characters, then GPT-2.
       {{"chameleon"},
@@ -115,6 +118,32 @@ const std::vector<NamedPreTokenizer>& table() {
       // Seed-Coder: Qwen2 whose punctuation runs stop at newlines.
       {{"seed-coder"},
        {R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+)"}},
+      // MiniCPM 5: up to 3 digits first, then Qwen2's pattern with digit runs
+      // (cuts as Llama 3 does; no BOS by default).
+      {{"minicpm5"},
+       {R"(\p{N}{1,3})",
+        R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
+       /*ignore_merges=*/true},
+      // Jais 2: Llama 3 with space runs cut into powers of two.
+      {{"jais-2"},
+       {R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+)"
+        R"(|\s{512}(?!\S)|\s{256}(?!\S)|\s{128}(?!\S)|\s{64}(?!\S)|\s{32}(?!\S)|\s{16}(?!\S)|\s{8}(?!\S)|\s{4}(?!\S)|\s{1,2}(?!\S)|\s{1})"}},
+      // Qwen2 without the contractions, so Turkish "'dan" stays on its word.
+      {{"ufakzeka"},
+       {R"([^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}},
+      // Laguna: lines and newline runs apart first, then Qwen2.
+      {{"laguna"}, {R"([^\n]+|[\n]+)", kQwen2}},
+      // EXAONE MoE: letter runs go on across single spaces ("hello world" is one piece).
+      {{"exaone-moe"},
+       {R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+)"}},
+      // Tiny Aya / Cohere 2 MoE: ASCII-style thousands grouping from the right
+      // ("1234567" -> 1 234 567), then GPT-4o's pattern.
+      {{"tiny_aya", "cohere2moe"}, {R"(\d{1,3}(?=(?:\d{3})*\b))", kGpt4o}},
+      // Ling (BailingMoE): Qwen2 as its tokenizer.json writes it, possessive
+      // quantifiers included (PCRE2 has them; llama.cpp made them greedy, which
+      // cuts the same here).
+      {{"bailingmoe", "bailingmoe2", "llada-moe"},
+       {R"('(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+)"}},
       // Qwen3.5: Qwen2 with combining marks kept inside words.
       {{"qwen35"},
        {R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}},

@@ -97,6 +97,21 @@ const std::vector<Probe>& probes() {
        {"ab", "  ", "cd", "\t", "1", "2", ".", "5", "!", "IMGIMGABZ", "x"}},
       // Seed-Coder: Qwen2 whose punctuation run stops before the newlines.
       {"seed-coder", "a+b 12;\n\nx", {"a", "+b", " ", "1", "2", ";", "\n\n", "x"}},
+      // MiniCPM 5: digits in threes first; then as Llama 3.
+      {"minicpm5", "a+b 1234567\n\n  x", {"a", "+b", " ", "123", "456", "7", "\n\n", " ", " x"}},
+      // Jais 2: seven spaces before a word are 4 + 2 (+ the one that leads " b").
+      {"jais-2", "a       b", {"a", "    ", "  ", " b"}},
+      // ufakzeka: no contraction rule, so "'dan" is one word led by the apostrophe.
+      {"ufakzeka", "Ankara'dan 12", {"Ankara", "'dan", " ", "1", "2"}},
+      // Laguna: the line "a." and the newline run apart before Qwen2 cuts ".".
+      {"laguna", "a.\n\nb", {"a", ".", "\n\n", "b"}},
+      // EXAONE MoE: "hello world" is one letter run; "/" takes no digit after it.
+      {"exaone-moe", "hello world 12/3\n", {"hello world", " ", "1", "2", "/", "3", "\n"}},
+      // Tiny Aya: 1 234 567 (groups of three counted from the right).
+      {"tiny_aya", "x 1234567 ab", {"x", " ", "1", "234", "567", " ab"}},
+      // BailingMoE: cuts as Qwen2.
+      {"bailingmoe", "a+b 1234567\n\n  x",
+       {"a", "+b", " ", "1", "2", "3", "4", "5", "6", "7", "\n\n", " ", " x"}},
       // Qwen3.5: a combining acute (U+0301) stays inside its word.
       {"qwen35", "e\xCC\x81te 12", {"e\xCC\x81te", " ", "1", "2"}},
   };
@@ -129,6 +144,8 @@ TEST(NamedPreTokenizers, SimilarRowsDifferWhereTheirModelsDo) {
   EXPECT_EQ(cut("qwen2", "e\xCC\x81te 12"), (Pieces{"e", "\xCC\x81te", " ", "1", "2"}));
   EXPECT_EQ(cut("tekken", "12345"), (Pieces{"1", "2", "3", "4", "5"}));
   EXPECT_EQ(cut("gpt-4o", "12345"), (Pieces{"123", "45"}));
+  EXPECT_EQ(cut("qwen2", "Ankara'dan"), (Pieces{"Ankara", "'d", "an"}));
+  EXPECT_EQ(cut("qwen2", "a.\n\nb"), (Pieces{"a", ".\n\n", "b"}));
   // Capitals then lower case is one run (the capitals' * takes "HTTPS").
   EXPECT_EQ(cut("gpt-4o", "HTTPServer"), (Pieces{"HTTPServer"}));
   // Case by Unicode category, as tokenizer.json's \p{Lu} / \p{Ll}: "ï" is lower and
