@@ -4,9 +4,9 @@
 // as tokenizer.ggml.* keys.
 //
 // Tokenizer: byte-level BPE tokenizer.json files (Llama 3, Qwen) become
-// `gpt2` with their merges and the pre-tokenizer named by its regex
-// (llama-bpe / qwen2 / gpt-2). SentencePiece-converted BPE files (Mistral,
-// Llama 2 HF) become `llama` with scores: a token's score is minus the rank of
+// `gpt2` with their merges and the named pre-tokenizer (tokenizer/pre_tokenizers.h)
+// that cuts text as theirs does (llama-bpe, qwen2, gpt-2, deepseek-llm, ...).
+// SentencePiece-converted BPE files (Mistral, Llama 2 HF) become `llama` with scores: a token's score is minus the rank of
 // the first merge producing it, so llama.cpp's best-score-first SPM merging
 // picks the same pairs as HF's lowest-rank-first BPE (the HF converter built
 // those merges from SentencePiece scores in the first place). Rejected:
@@ -19,6 +19,8 @@
 #include "common/error.h"
 #include "gguf/gguf.h"
 #include "model/hf_model.h"
+#include "tokenizer/hf_json.h"
+#include "tokenizer/pre_tokenizers.h"
 #include "tokenizer/tokenizer.h"
 #include "common/text_file.h"
 
@@ -126,15 +128,27 @@ void write_tokenizer(const HfModelDir& d, gguf::GgufWriter& w) {
   std::unique_ptr<Tokenizer> hf = Tokenizer::from_hf_json(d.tokenizer_json, d.tokenizer_config_json);
 
   if (byte_level) {
-    std::string regex;
-    for (const json* s : pre)
-      if (s->value("type", "") == "Split" && s->contains("pattern") && (*s)["pattern"].is_object())
-        regex += (*s)["pattern"].value("Regex", "");
-    std::string pre_name;
-    if (regex.empty()) pre_name = "gpt-2";
-    else if (regex.find("\\p{N}{1,3}") != std::string::npos) pre_name = "llama-bpe";
-    else if (regex.find("[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|") != std::string::npos) pre_name = "qwen2";
-    else throw Error(path + ": pre-tokenizer regex is not one pagoda can name in GGUF (llama3, qwen2, gpt-2)");
+    // Name the pre-tokenizer by what it does: the named GGUF row that cuts the
+    // probe texts exactly as this tokenizer.json does (rejected: matching the
+    // regex text, which misses every file whose pattern is spelled differently
+    // from llama.cpp's, e.g. "(?i:'s|...)" or Digits steps).
+    std::vector<tokenizer_detail::PreTokenizerStep> steps = tokenizer_detail::parse_hf_pre_tokenizer(
+        path, j.contains("pre_tokenizer") ? j["pre_tokenizer"] : json(), nullptr);
+    if (steps.empty() || steps.back().kind != tokenizer_detail::PreTokenizerStep::Kind::byte_level) {
+      // A ByteLevel decoder without a ByteLevel pre-tokenizer: the byte map still applies.
+      tokenizer_detail::PreTokenizerStep byte_map;
+      byte_map.kind = tokenizer_detail::PreTokenizerStep::Kind::byte_level;
+      byte_map.use_regex = false;
+      steps.push_back(std::move(byte_map));
+    }
+    const auto ignore_merges = model.find("ignore_merges");
+    const tokenizer_detail::NamedPreTokenizer* named = tokenizer_detail::match_named_pre_tokenizer(
+        steps, ignore_merges != model.end() && ignore_merges->is_boolean() && ignore_merges->get<bool>());
+    if (named == nullptr) {
+      throw Error(path + ": pre-tokenizer is not one pagoda can name in GGUF (known: " +
+                  tokenizer_detail::supported_pre_tokenizer_names() + ")");
+    }
+    const std::string pre_name(named->names.front());
     w.set("tokenizer.ggml.model", Value::str("gpt2"));
     w.set("tokenizer.ggml.pre", Value::str(pre_name));
     w.set("tokenizer.ggml.tokens", Value::str_array(tokens));

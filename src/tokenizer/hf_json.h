@@ -1,4 +1,4 @@
-// Reading a Hugging Face tokenizer.json fast enough (internal).
+// Reading a Hugging Face tokenizer.json fast enough, and its pre_tokenizer (internal).
 //
 // Nine tenths of a tokenizer.json are model.vocab (100k+ entries) and
 // model.merges (150k-300k entries). Building nlohmann's DOM for them costs
@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/pretokenize.h"
+
 namespace pagoda::tokenizer_detail {
 
 struct TokenizerJson {
@@ -29,5 +31,12 @@ struct TokenizerJson {
 // file, invalid JSON, a non-integer vocab id or a merge that is neither
 // "left right" nor ["left", "right"].
 TokenizerJson read_tokenizer_json(const std::string& path);
+
+// The steps of a tokenizer.json "pre_tokenizer" object (null: none), as
+// Tokenizer::from_hf_json runs them; *byte_level (when given) says whether a
+// ByteLevel step is among them. Throws pagoda::Error naming `path` for an
+// unsupported or malformed step.
+std::vector<PreTokenizerStep> parse_hf_pre_tokenizer(const std::string& path, const nlohmann::json& pre_tokenizer,
+                                                     bool* byte_level = nullptr);
 
 }  // namespace pagoda::tokenizer_detail

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "gguf/gguf.h"
+#include "tokenizer/pre_tokenizers.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"
 
@@ -15,52 +16,8 @@ namespace {
 
 using tokenizer_detail::AddedToken;
 using tokenizer_detail::NormalizerStep;
-using tokenizer_detail::PreTokenizerStep;
-using tokenizer_detail::Regex;
-using tokenizer_detail::SplitBehavior;
 using tokenizer_detail::TokenKind;
 using tokenizer_detail::Vocab;
-
-// llama.cpp's pre-tokenizer regexes (llama_vocab::impl::load), applied one
-// after another, each re-splitting the pieces of the previous one and keeping
-// the gaps between matches as pieces of their own.
-constexpr const char* kLlama3Regex =
-    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-constexpr const char* kQwen2Regex =
-    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-
-struct PreTokenizerSpec {
-  std::vector<std::string_view> names;  // values of tokenizer.ggml.pre
-  std::vector<const char*> regexes;
-  bool ignore_merges = false;
-  bool add_bos = false;  // default when tokenizer.ggml.add_bos_token is absent
-};
-
-const std::vector<PreTokenizerSpec>& pre_tokenizer_specs() {
-  static const std::vector<PreTokenizerSpec> specs = {
-      {{"default"},
-       {R"([\p{P}\$\+<=>\^~\|]+)", R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))",
-        R"(\p{N}+)", R"([0-9][0-9][0-9])"}},
-      {{"gpt-2", "phi-2", "roberta-bpe", "jina-es", "jina-de", "jina-v1-en", "jina-v2-es", "jina-v2-de",
-        "jina-v2-code", "gigachat", "mpt", "olmo", "jais"},
-       {tokenizer_detail::kGpt2Regex}},
-      {{"llama3", "llama-v3", "llama-bpe", "falcon3"}, {kLlama3Regex}, true, true},
-      {{"dbrx", "smaug-bpe"}, {kLlama3Regex}},
-      {{"qwen2", "deepseek-r1-qwen", "megrez"}, {kQwen2Regex}},
-      {{"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"},
-       {R"(\p{N})", tokenizer_detail::kGpt2Regex}},
-  };
-  return specs;
-}
-
-const PreTokenizerSpec* find_pre_tokenizer(std::string_view name) {
-  for (const PreTokenizerSpec& spec : pre_tokenizer_specs()) {
-    for (std::string_view n : spec.names) {
-      if (n == name) return &spec;
-    }
-  }
-  return nullptr;
-}
 
 TokenKind kind_from_type(int64_t type) {
   switch (type) {
@@ -154,19 +111,12 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& f) {
   } else {
     v->algorithm = tokenizer_detail::Algorithm::bpe_ranks;
     const std::string pre = f.get_string("tokenizer.ggml.pre").value_or("default");
-    const PreTokenizerSpec* spec = find_pre_tokenizer(pre);
-    if (spec == nullptr) throw Error(path + ": unsupported tokenizer.ggml.pre '" + pre + "'");
-    for (const char* re : spec->regexes) {
-      PreTokenizerStep step;
-      step.kind = PreTokenizerStep::Kind::split;
-      step.regex = std::make_shared<Regex>(re);
-      step.behavior = SplitBehavior::isolated;
-      v->pre_tokenizers.push_back(std::move(step));
+    const tokenizer_detail::NamedPreTokenizer* spec = tokenizer_detail::find_named_pre_tokenizer(pre);
+    if (spec == nullptr) {
+      throw Error(path + ": unsupported tokenizer.ggml.pre '" + pre +
+                  "' (supported: " + tokenizer_detail::supported_pre_tokenizer_names() + " and their aliases)");
     }
-    PreTokenizerStep byte_level;
-    byte_level.kind = PreTokenizerStep::Kind::byte_level;
-    byte_level.use_regex = false;
-    v->pre_tokenizers.push_back(std::move(byte_level));
+    v->pre_tokenizers = tokenizer_detail::pre_tokenizer_steps(*spec);
     v->ignore_merges = spec->ignore_merges;
     default_add_bos = spec->add_bos;
     for (auto& entry : v->tokens) {

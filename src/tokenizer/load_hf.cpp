@@ -352,6 +352,19 @@ HfConfig read_config(const std::string& path) {
 
 }  // namespace
 
+namespace tokenizer_detail {
+
+std::vector<PreTokenizerStep> parse_hf_pre_tokenizer(const std::string& path, const nlohmann::json& pre_tokenizer,
+                                                     bool* byte_level) {
+  std::vector<PreTokenizerStep> steps;
+  bool has_byte_level = false;
+  parse_pre_tokenizer(path, pre_tokenizer, steps, has_byte_level);
+  if (byte_level != nullptr) *byte_level = has_byte_level;
+  return steps;
+}
+
+}  // namespace tokenizer_detail
+
 std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const std::string& json_path,
                                                    const std::string& config_path) {
   tokenizer_detail::TokenizerJson tj = tokenizer_detail::read_tokenizer_json(json_path);
