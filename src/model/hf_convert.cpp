@@ -225,7 +225,11 @@ void convert_hf_to_gguf(const HfModelDir& d, const std::string& out_path, std::o
     }
   }
   GgmlType matrix_type = GgmlType::F32;
-  if (const gguf::TensorInfo* q = weights->find_tensor("blk.0.attn_q.weight")) matrix_type = q->type;
+  for (const TensorSpec& t : c.info().tensors) {  // the first per-layer matrix, as llama.cpp labels files
+    if (!t.per_layer || t.kind != TensorKind::Matrix) continue;
+    if (const gguf::TensorInfo* m = weights->find_tensor(gguf_tensor_name(t, 0))) matrix_type = m->type;
+    break;
+  }
   if (const char* ft = file_type_of(matrix_type)) w.set("general.file_type", Value::u32(std::stoul(ft)));
   if (!d.tokenizer_json.empty()) write_tokenizer(d, w);
   if (!d.chat_template.empty()) w.set("tokenizer.chat_template", Value::str(d.chat_template));

@@ -128,23 +128,16 @@ ModelConfig parse_config(const json& j, const std::string& path, HfModelDir& d) 
   auto mt = j.find("model_type");
   if (mt == j.end() || !mt->is_string()) throw Error(path + ": key 'model_type' is missing");
   d.model_type = mt->get<std::string>();
-  if (d.model_type == "llama" || d.model_type == "mistral") {
-    c.arch = Arch::Llama;
-    c.arch_name = "llama";  // llama.cpp converts both to general.architecture = llama
-  } else if (d.model_type == "qwen2") {
-    c.arch = Arch::Qwen2;
-    c.arch_name = "qwen2";
-    c.rope_neox = true;
-    c.has_qkv_bias = true;
-  } else if (d.model_type == "qwen3") {
-    c.arch = Arch::Qwen3;
-    c.arch_name = "qwen3";
-    c.rope_neox = true;
-    c.has_qk_norm = true;
-  } else {
-    throw Error(path + ": unsupported model_type '" + d.model_type + "' (supported: llama, mistral, qwen2, qwen3)");
-  }
-  if (c.arch == Arch::Llama) {
+  std::string hf_arch;
+  if (auto a = j.find("architectures"); a != j.end() && a->is_array() && !a->empty() && (*a)[0].is_string())
+    hf_arch = (*a)[0].get<std::string>();
+  const ArchInfo* row = find_arch_by_hf(d.model_type, hf_arch);
+  if (!row)
+    throw Error(path + ": unsupported model_type '" + d.model_type + "' (supported: " + supported_hf_model_types() +
+                ")");
+  c.arch = row->arch;
+  c.arch_name = std::string(row->gguf_name);  // e.g. llama.cpp converts mistral to general.architecture = llama
+  if (!row->qkv_bias) {
     if (auto it = j.find("attention_bias"); it != j.end() && it->is_boolean() && it->get<bool>())
       throw Error(path + ": attention_bias = true is not supported for " + d.model_type);
   }
@@ -213,42 +206,32 @@ std::string read_chat_template(const std::string& dir, const std::string& tokeni
   throw Error(tokenizer_config + ": chat_template is neither a string nor a list");
 }
 
-// One expected tensor: HF name, GGUF name, HF (row-major) shape, and for llama Q/K the head count to permute by.
+// One expected tensor: HF name, GGUF name, HF (row-major) shape, and for Q/K
+// of rows with permute_qk the head count to permute by.
 struct Expected {
   std::string hf, gguf;
   std::vector<int64_t> shape;
   int64_t permute_heads = 0;
 };
 
+// The row's stored tensors (those with an HF name), tied output left out.
 std::vector<Expected> expected_tensors(const HfModelDir& d) {
   const ModelConfig& c = d.config;
+  const ArchInfo& row = c.info();
   std::vector<Expected> e;
-  e.push_back({"model.embed_tokens.weight", "token_embd.weight", {c.n_vocab, c.dim}});
-  e.push_back({"model.norm.weight", "output_norm.weight", {c.dim}});
-  if (!d.tie_word_embeddings) e.push_back({"lm_head.weight", "output.weight", {c.n_vocab, c.dim}});
-  const bool permute = c.arch == Arch::Llama;
-  for (int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string h = "model.layers." + std::to_string(i) + ".";
-    const std::string g = "blk." + std::to_string(i) + ".";
-    e.push_back({h + "input_layernorm.weight", g + "attn_norm.weight", {c.dim}});
-    e.push_back({h + "self_attn.q_proj.weight", g + "attn_q.weight", {c.q_dim(), c.dim}, permute ? c.n_heads : 0});
-    e.push_back({h + "self_attn.k_proj.weight", g + "attn_k.weight", {c.kv_dim(), c.dim}, permute ? c.n_kv_heads : 0});
-    e.push_back({h + "self_attn.v_proj.weight", g + "attn_v.weight", {c.kv_dim(), c.dim}});
-    e.push_back({h + "self_attn.o_proj.weight", g + "attn_output.weight", {c.dim, c.q_dim()}});
-    if (c.has_qkv_bias) {
-      e.push_back({h + "self_attn.q_proj.bias", g + "attn_q.bias", {c.q_dim()}});
-      e.push_back({h + "self_attn.k_proj.bias", g + "attn_k.bias", {c.kv_dim()}});
-      e.push_back({h + "self_attn.v_proj.bias", g + "attn_v.bias", {c.kv_dim()}});
-    }
-    if (c.has_qk_norm) {
-      e.push_back({h + "self_attn.q_norm.weight", g + "attn_q_norm.weight", {c.head_dim}});
-      e.push_back({h + "self_attn.k_norm.weight", g + "attn_k_norm.weight", {c.head_dim}});
-    }
-    e.push_back({h + "post_attention_layernorm.weight", g + "ffn_norm.weight", {c.dim}});
-    e.push_back({h + "mlp.gate_proj.weight", g + "ffn_gate.weight", {c.ffn_dim, c.dim}});
-    e.push_back({h + "mlp.up_proj.weight", g + "ffn_up.weight", {c.ffn_dim, c.dim}});
-    e.push_back({h + "mlp.down_proj.weight", g + "ffn_down.weight", {c.dim, c.ffn_dim}});
-  }
+  auto add = [&](const TensorSpec& t, int64_t layer) {
+    if (t.hf.empty() || t.presence == Presence::Optional) return;
+    if (t.presence == Presence::Untied && d.tie_word_embeddings) return;
+    int64_t permute = 0;
+    if (row.permute_qk && t.permute == Permute::ByHeads) permute = c.n_heads;
+    if (row.permute_qk && t.permute == Permute::ByKvHeads) permute = c.n_kv_heads;
+    e.push_back({hf_tensor_name(t, layer), gguf_tensor_name(t, layer), resolve_shape(t, c), permute});
+  };
+  for (const TensorSpec& t : row.tensors)
+    if (!t.per_layer) add(t, 0);
+  for (int64_t i = 0; i < c.n_layers; ++i)
+    for (const TensorSpec& t : row.tensors)
+      if (t.per_layer) add(t, i);
   return e;
 }
 
@@ -370,7 +353,7 @@ std::shared_ptr<const WeightSource> load_hf_weights(const HfModelDir& d) {
                         l.orig_ctx);
     std::vector<uint8_t> bytes(ff.size() * sizeof(float));
     std::memcpy(bytes.data(), ff.data(), bytes.size());
-    out->add_owned("rope_freqs.weight", GgmlType::F32, {c.n_rot / 2}, std::move(bytes));
+    out->add_owned(c.info().gguf_tensor(Role::RopeFreqs), GgmlType::F32, {c.n_rot / 2}, std::move(bytes));
   }
   return out;
 }

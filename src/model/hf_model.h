@@ -4,13 +4,15 @@
 //
 // Contract:
 // - HfModelDir::open() reads the small JSON files only (no weights): the
-//   architecture config (model_type llama / mistral / qwen2 / qwen3) into a
+//   architecture config (a model_type, else architectures[0], with a row in
+//   model/arch_table.h: llama / mistral / qwen2 / qwen3) into a
 //   ModelConfig equal to what ModelConfig::from_gguf() returns for the GGUF
 //   that convert_hf_to_gguf() writes, the chat template and the generation
 //   defaults. load_hf_weights() maps the safetensors files and presents their
 //   tensors under GGUF names and in GGUF layout: F32 / F16 / BF16 matrices are
 //   viewed in the mapping without a copy, except the Q and K projections of
-//   llama / mistral, whose rows are permuted into owned buffers exactly as
+//   rows with permute_qk (llama / mistral), whose rows are permuted into owned
+//   buffers exactly as
 //   llama.cpp's convert_hf_to_gguf.py does (LlamaModel.permute), because
 //   pagoda's llama path applies GGML's interleaved RoPE to the permuted layout
 //   (qwen2 / qwen3 use NeoX RoPE on the unpermuted weights, as in GGUF). A

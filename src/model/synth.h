@@ -18,7 +18,7 @@
 namespace pagoda {
 
 struct SynthSpec {
-  std::string arch = "llama";  // llama | qwen2 | qwen3
+  std::string arch = "llama";  // a GGUF architecture name with a row in model/arch_table.h
   int64_t dim = 256;
   int64_t n_layers = 2;
   int64_t n_heads = 4;
@@ -39,6 +39,8 @@ struct SynthSpec {
 // Returns nullopt for an unknown name. Sets arch-independent sizes only.
 std::optional<SynthSpec> synth_shape(const std::string& name);
 std::vector<std::string> synth_shape_names();
+// "llama, qwen2, qwen3": the architectures synth writes (every table row).
+std::string synth_arch_names();
 
 void write_synthetic_model(const SynthSpec& spec, const std::string& path);
 

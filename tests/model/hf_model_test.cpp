@@ -83,9 +83,9 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.rope_scaling, b.rope_scaling);
   EXPECT_EQ(a.rope_scaling_factor, b.rope_scaling_factor);
   EXPECT_EQ(a.rope_orig_ctx, b.rope_orig_ctx);
-  EXPECT_EQ(a.rope_neox, b.rope_neox);
-  EXPECT_EQ(a.has_qkv_bias, b.has_qkv_bias);
-  EXPECT_EQ(a.has_qk_norm, b.has_qk_norm);
+  EXPECT_EQ(a.arch_name, b.arch_name);
+  EXPECT_EQ(a.sliding_window, b.sliding_window);
+  EXPECT_EQ(a.n_expert, b.n_expert);
 }
 
 TEST_P(HfModel, DirectoryAndConvertedGgufGiveIdenticalLogitsTokensAndText) {
@@ -186,25 +186,25 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(HfPermutation, UnpermutedLlamaWeightsChangeTheLogits) {
   const fs::path root = fs::temp_directory_path() / ("pagoda_hf_perm_" + std::to_string(::getpid()));
   test::HfSpec s = spec("llama", GgmlType::F32, false, "mistral-7b-v0.1-tokenizer");
+  s.n_shards = 1;
   test::write_hf_dir(s, root);
   HfModelDir d = HfModelDir::open(root.string());
-  d.config.arch = Arch::Qwen2;  // no permutation at load ...
-  d.config.has_qkv_bias = false;
-  auto unpermuted = load_hf_weights(d);
-  d.config.arch = Arch::Llama;
   auto permuted = load_hf_weights(d);
-  const gguf::TensorInfo* a = unpermuted->find_tensor("blk.0.attn_q.weight");
+  // The stored (unpermuted) HF tensors, read straight from the file.
+  const auto raw = safetensors::SafetensorsFile::open((root / "model.safetensors").string());
+  const safetensors::TensorEntry* a = raw.find("model.layers.0.self_attn.q_proj.weight");
   const gguf::TensorInfo* b = permuted->find_tensor("blk.0.attn_q.weight");
   ASSERT_TRUE(a && b);
-  ASSERT_EQ(a->n_bytes, b->n_bytes);
-  EXPECT_NE(std::memcmp(a->data, b->data, a->n_bytes), 0);
+  const size_t n_bytes = static_cast<size_t>(a->shape[0] * a->shape[1]) * 4;
+  ASSERT_EQ(n_bytes, b->n_bytes);
+  EXPECT_NE(std::memcmp(a->data, b->data, n_bytes), 0);
   // Row 1 of head 0 after permutation is HF row head_dim/2 (the first row of the second half).
   const int64_t hd = s.dim / s.n_heads;
   EXPECT_EQ(std::memcmp(b->data + 1 * s.dim * 4, a->data + (hd / 2) * s.dim * 4, s.dim * 4), 0);
   EXPECT_EQ(std::memcmp(b->data + 2 * s.dim * 4, a->data + 1 * s.dim * 4, s.dim * 4), 0);
-  // V is never permuted: a view into the mapping.
-  EXPECT_EQ(std::memcmp(unpermuted->find_tensor("blk.0.attn_v.weight")->data,
-                        permuted->find_tensor("blk.0.attn_v.weight")->data, a->n_bytes / 2), 0);
+  // V is never permuted.
+  EXPECT_EQ(std::memcmp(raw.find("model.layers.0.self_attn.v_proj.weight")->data,
+                        permuted->find_tensor("blk.0.attn_v.weight")->data, n_bytes / 2), 0);
   fs::remove_all(root);
 }
 
