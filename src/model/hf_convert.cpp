@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "gguf/gguf.h"
 #include "model/hf_model.h"
+#include "tensor/file_type.h"
 #include "tokenizer/tokenizer.h"
 #include "common/text_file.h"
 
@@ -47,18 +48,6 @@ bool has_type(const std::vector<const json*>& steps, const char* type) {
   for (const json* s : steps)
     if (s->value("type", "") == type) return true;
   return false;
-}
-
-const char* file_type_of(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32: return "0";
-    case GgmlType::F16: return "1";
-    case GgmlType::Q4_0: return "2";
-    case GgmlType::Q8_0: return "7";
-    case GgmlType::Q4_K: return "14";
-    case GgmlType::BF16: return "32";
-    default: return nullptr;
-  }
 }
 
 constexpr const char* kSpace = "\xE2\x96\x81";  // '▁'
@@ -230,7 +219,7 @@ void convert_hf_to_gguf(const HfModelDir& d, const std::string& out_path, std::o
     if (const gguf::TensorInfo* m = weights->find_tensor(gguf_tensor_name(t, 0))) matrix_type = m->type;
     break;
   }
-  if (const char* ft = file_type_of(matrix_type)) w.set("general.file_type", Value::u32(std::stoul(ft)));
+  if (auto ft = file_type_of(matrix_type)) w.set("general.file_type", Value::u32(static_cast<uint32_t>(*ft)));
   if (!d.tokenizer_json.empty()) write_tokenizer(d, w);
   if (!d.chat_template.empty()) w.set("tokenizer.chat_template", Value::str(d.chat_template));
 

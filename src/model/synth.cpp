@@ -9,6 +9,7 @@
 #include "kernels/ops.h"
 #include "model/arch_table.h"
 #include "model/config.h"
+#include "tensor/file_type.h"
 
 namespace pagoda {
 
@@ -169,7 +170,7 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   } else if (spec.rope_scaling != "none" && spec.rope_scaling != "llama3") {
     throw Error("synth: unknown rope scaling '" + spec.rope_scaling + "' (none, linear, yarn, llama3)");
   }
-  w.set("general.file_type", Value::u32(static_cast<uint32_t>(spec.type)));
+  if (auto ft = file_type_of(spec.type)) w.set("general.file_type", Value::u32(static_cast<uint32_t>(*ft)));
 
   if (vocab_src) {
     for (const auto& [key, value] : vocab_src->metadata())

@@ -110,6 +110,8 @@ TEST_P(HfModel, DirectoryAndConvertedGgufGiveIdenticalLogitsTokensAndText) {
   gg.model = Model::load(gg.file);
   expect_same_config(hf.model->config(), gg.model->config());
   EXPECT_EQ(gg.file->get_string("tokenizer.chat_template").value_or(""), d.chat_template);
+  // LLAMA_FTYPE_ALL_F32 = 0, LLAMA_FTYPE_MOSTLY_BF16 = 32 (llama.h).
+  EXPECT_EQ(gg.file->get_int("general.file_type"), spec.dtype == GgmlType::F32 ? 0 : 32);
 
   // Tokenizers agree (plain text, specials, multi-byte UTF-8).
   for (const std::string& text : {std::string(kPrompt), std::string(" leading  spaces\n\ttabs"),
@@ -231,6 +233,10 @@ TEST(HfQuantize, LoadTimeQuantizationEqualsConvertedGgufAndStaysClose) {
     convert_hf_to_gguf(d, path, type);
     auto file = std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(path));
     EXPECT_EQ(file->find_tensor("blk.0.attn_q.weight")->type, type);
+    // llama.h's LLAMA_FTYPE_MOSTLY_{Q8_0, Q4_0, Q4_K_S, F16}, not the tensor type ids.
+    const int64_t want_file_type = type == GgmlType::Q8_0 ? 7 : type == GgmlType::Q4_0 ? 2
+                                   : type == GgmlType::Q4_K ? 14 : 1;
+    EXPECT_EQ(file->get_int("general.file_type"), want_file_type);
     auto g = Model::load(file);
     const std::vector<float> b = prompt_logits(*g, prompt, pool);
     ASSERT_EQ(a.size(), ref.size());

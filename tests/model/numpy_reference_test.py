@@ -143,8 +143,16 @@ def expect_arch_and_type(arch, weight_type):
                  "q5_0": gguf_numpy.Q5_0, "q5_1": gguf_numpy.Q5_1, "q4_k": gguf_numpy.Q4_K,
                  "q5_k": gguf_numpy.Q5_K, "q6_k": gguf_numpy.Q6_K}[weight_type]
 
+    # llama.cpp's llama_ftype values (llama.h), which general.file_type holds;
+    # not the tensor type ids above (Q8_0 is tensor type 8 but file type 7).
+    file_type = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9,
+                 "q4_k": 14, "q5_k": 16, "q6_k": 18, "bf16": 32}[weight_type]
+
     def check(g):
         problems = []
+        if g.get("general.file_type") != file_type:
+            problems.append("general.file_type is %r, want %d (LLAMA_FTYPE for %s)"
+                            % (g.get("general.file_type"), file_type, weight_type))
         if g.get("general.architecture") != arch:
             problems.append("architecture is %r, want %r" % (g.get("general.architecture"), arch))
         for name in ("blk.0.attn_q.weight", "blk.0.ffn_down.weight", "blk.1.attn_output.weight"):
