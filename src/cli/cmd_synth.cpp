@@ -31,7 +31,7 @@ Runner add_synth(CLI::App& app) {
   app.add_option("--vocab", o->vocab, "Vocabulary size");
   app.add_option("--ctx", o->ctx, "Context length");
   app.add_flag("--tied", o->tied, "Tie output to token embeddings (no output.weight)");
-  app.add_option("--rope-scaling", o->rope_scaling, "none|linear|llama3|yarn")->capture_default_str();
+  app.add_option("--rope-scaling", o->rope_scaling, "none|linear|llama3|yarn|longrope (phi3)")->capture_default_str();
   app.add_option("--seed", o->seed, "Weight seed")->capture_default_str();
   app.add_option("--vocab-from", o->vocab_from, "Copy the tokenizer from this GGUF");
   return [o] {

@@ -100,6 +100,36 @@ std::vector<ArchInfo> build_table() {
     r.tensors = concat(global_tensors(), llama_block({.qk_norm = true}));
     rows.push_back(std::move(r));
   }
+  {
+    // Phi-3 / 3.5 / 4-mini: a llama block with fused projections (llama.cpp's
+    // phi3 GGUFs: attn_qkv holds Q, K, V rows; ffn_up holds gate then up rows,
+    // HF qkv_proj / gate_up_proj as stored), NeoX RoPE, LongRoPE factors.
+    ArchInfo r{.arch = Arch::Phi3, .gguf_name = "phi3"};
+    r.hf_model_types = {"phi3"};
+    r.hf_architectures = {"Phi3ForCausalLM"};
+    r.rope = RopeKind::Neox;
+    r.rope_scalings = {RopeScalingType::LongRope};
+    // Phi-3-mini-4k declares sliding_window 2047; llama.cpp's loader turns phi3
+    // SWA off, and pagoda follows it so a GGUF gives llama.cpp's results.
+    r.sliding_window.pattern = SlidingWindowSpec::Pattern::Ignored;
+    r.tensors = global_tensors();
+    r.tensors.pop_back();  // no rope_freqs: LongRoPE factors instead
+    // Written from config.json's rope_scaling by the converter; absent without LongRoPE.
+    r.tensors.push_back({Role::RopeFactorsLong, "rope_factors_long.weight", "", false, {E::RotHalf},
+                         K::RopeFactors, Presence::Optional});
+    r.tensors.push_back({Role::RopeFactorsShort, "rope_factors_short.weight", "", false, {E::RotHalf},
+                         K::RopeFactors, Presence::Optional});
+    const std::vector<TensorSpec> block = {
+        {Role::AttnNorm, "attn_norm.weight", "input_layernorm.weight", true, {E::Dim}, K::Norm},
+        {Role::AttnQkv, "attn_qkv.weight", "self_attn.qkv_proj.weight", true, {E::QkvDim, E::Dim}, K::Matrix},
+        {Role::AttnOut, "attn_output.weight", "self_attn.o_proj.weight", true, {E::Dim, E::QDim}, K::Matrix},
+        {Role::FfnNorm, "ffn_norm.weight", "post_attention_layernorm.weight", true, {E::Dim}, K::Norm},
+        {Role::FfnGateUp, "ffn_up.weight", "mlp.gate_up_proj.weight", true, {E::GateUpDim, E::Dim}, K::Matrix},
+        {Role::FfnDown, "ffn_down.weight", "mlp.down_proj.weight", true, {E::Dim, E::Ffn}, K::Matrix},
+    };
+    r.tensors.insert(r.tensors.end(), block.begin(), block.end());
+    rows.push_back(std::move(r));
+  }
   return rows;
 }
 
@@ -206,6 +236,8 @@ std::vector<int64_t> resolve_shape(const TensorSpec& t, const ModelConfig& c) {
       case Extent::HeadDim: out.push_back(c.head_dim); break;
       case Extent::Ffn: out.push_back(c.ffn_dim); break;
       case Extent::RotHalf: out.push_back(c.n_rot / 2); break;
+      case Extent::QkvDim: out.push_back(c.q_dim() + 2 * c.kv_dim()); break;
+      case Extent::GateUpDim: out.push_back(2 * c.ffn_dim); break;
     }
   }
   return out;
@@ -216,6 +248,7 @@ const char* rope_scaling_name(RopeScalingType t) {
     case RopeScalingType::None: return "none";
     case RopeScalingType::Linear: return "linear";
     case RopeScalingType::Yarn: return "yarn";
+    case RopeScalingType::LongRope: return "longrope";
   }
   return "?";
 }

@@ -33,12 +33,13 @@ namespace pagoda {
 
 struct ModelConfig;
 
-enum class Arch { Llama, Qwen2, Qwen3 };
+enum class Arch { Llama, Qwen2, Qwen3, Phi3 };
 
 // RoPE context-extension scaling a model may declare (GGUF rope.scaling.type,
 // HF rope_scaling.type). Llama 3's scaling is carried by rope_freqs.weight and
-// needs no type here.
-enum class RopeScalingType { None, Linear, Yarn };
+// needs no type here. LongRope (Phi-3) has no GGUF type either: a file has it
+// when it holds rope_factors_long/short.weight (as llama.cpp decides).
+enum class RopeScalingType { None, Linear, Yarn, LongRope };
 
 enum class NormKind {
   Rms,  // x / rms(x) * w
@@ -64,6 +65,9 @@ enum class RouterKind {
 struct SlidingWindowSpec {
   enum class Pattern {
     None,        // every layer attends to the whole context
+    Ignored,     // the model declares a window ({arch}.attention.sliding_window, HF
+                 // sliding_window), read into ModelConfig, but every layer attends to the
+                 // whole context, as llama.cpp does for phi3 (its loader disables phi3 SWA)
     AllLayers,   // every layer uses the window
     EveryNthGlobal,  // layer i is global when (i + 1) % period == 0, local otherwise
   };
@@ -84,13 +88,15 @@ enum class Extent {
   HeadDim,    // head_dim
   Ffn,        // ffn_dim
   RotHalf,    // n_rot / 2
+  QkvDim,     // q_dim + 2 * kv_dim (fused Q, K, V rows, in that order)
+  GateUpDim,  // 2 * ffn_dim (fused gate then up rows)
 };
 
 // What a tensor is for: Model::load and synth look tensors up by role.
 enum class Role {
-  TokenEmbd, OutputNorm, Output, RopeFreqs,
-  AttnNorm, AttnQ, AttnK, AttnV, AttnQBias, AttnKBias, AttnVBias, AttnQNorm, AttnKNorm, AttnOut,
-  FfnNorm, FfnGate, FfnUp, FfnDown,
+  TokenEmbd, OutputNorm, Output, RopeFreqs, RopeFactorsLong, RopeFactorsShort,
+  AttnNorm, AttnQ, AttnK, AttnV, AttnQkv, AttnQBias, AttnKBias, AttnVBias, AttnQNorm, AttnKNorm, AttnOut,
+  FfnNorm, FfnGate, FfnUp, FfnGateUp, FfnDown,
 };
 
 // How synth fills a tensor (and how convert stores it: everything but Matrix is 1-D F32).

@@ -91,6 +91,15 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
   }
   c.rope_orig_ctx = optional_positive(f, p + "rope.scaling.original_context_length", c.ctx_len);
   c.rope_attn_factor = static_cast<float>(f.get_float(p + "rope.scaling.attn_factor").value_or(1.0));
+  if (!(c.rope_attn_factor > 0.0f)) throw Error(f.path() + ": rope.scaling.attn_factor must be > 0");
+  // LongRoPE has no rope.scaling.type: the factor tensors say it (llama.cpp's rule).
+  if (const TensorSpec* lr = row->find(Role::RopeFactorsLong); lr && c.rope_scaling == RopeScalingType::None) {
+    const bool has_long = f.find_tensor(gguf_tensor_name(*lr, 0)) != nullptr;
+    const bool has_short = f.find_tensor(row->gguf_tensor(Role::RopeFactorsShort)) != nullptr;
+    if (has_long != has_short)
+      throw Error(f.path() + ": has only one of rope_factors_long.weight / rope_factors_short.weight");
+    if (has_long) c.rope_scaling = RopeScalingType::LongRope;
+  }
 
   // Declared for rows that will read them (model/arch_table.h); a mixture-of-
   // experts file of a dense row fails here rather than on a missing ffn_gate.

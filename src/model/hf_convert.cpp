@@ -205,7 +205,12 @@ void convert_hf_to_gguf(const HfModelDir& d, const std::string& out_path, std::o
   w.set(a + "rope.freq_base", Value::f32(c.rope_theta));
   w.set(a + "rope.dimension_count", u32(c.n_rot));
   w.set(a + "vocab_size", u32(c.n_vocab));
-  if (c.rope_scaling != RopeScalingType::None) {
+  if (c.rope_scaling == RopeScalingType::LongRope) {
+    // As llama.cpp's Phi3 converter: no scaling type (the factor tensors, which
+    // load_hf_weights adds, mark LongRoPE), the original context and the attention factor.
+    w.set(a + "rope.scaling.original_context_length", u32(c.rope_orig_ctx));
+    w.set(a + "rope.scaling.attn_factor", Value::f32(c.rope_attn_factor));
+  } else if (c.rope_scaling != RopeScalingType::None) {
     w.set(a + "rope.scaling.type", Value::str(c.rope_scaling == RopeScalingType::Linear ? "linear" : "yarn"));
     w.set(a + "rope.scaling.factor", Value::f32(c.rope_scaling_factor));
     if (c.rope_scaling == RopeScalingType::Yarn) {
@@ -213,6 +218,8 @@ void convert_hf_to_gguf(const HfModelDir& d, const std::string& out_path, std::o
       if (c.rope_attn_factor != 1.0f) w.set(a + "rope.scaling.attn_factor", Value::f32(c.rope_attn_factor));
     }
   }
+  if (c.info().sliding_window.pattern != SlidingWindowSpec::Pattern::None)  // phi3 writes 0 for "none"
+    w.set(a + "attention.sliding_window", u32(c.sliding_window));
   GgmlType matrix_type = GgmlType::F32;
   for (const TensorSpec& t : c.info().tensors) {  // the first per-layer matrix, as llama.cpp labels files
     if (!t.per_layer || t.kind != TensorKind::Matrix) continue;

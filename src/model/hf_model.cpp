@@ -3,6 +3,8 @@
 // and the GGUF converted from it give identical tensors.
 #include "model/hf_model.h"
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -85,8 +87,8 @@ std::string shape_string(const std::vector<int64_t>& s) {
   return r + "]";
 }
 
-void parse_rope_scaling(const JsonConfig& cfg, const json& rs, HfModelDir& d) {
-  ModelConfig& c = d.config;
+// Into `c`, the config being built (not yet d.config, which parse_config's result replaces).
+void parse_rope_scaling(const JsonConfig& cfg, const json& rs, HfModelDir& d, ModelConfig& c) {
   std::string type;
   if (auto it = rs.find("rope_type"); it != rs.end() && it->is_string()) type = it->get<std::string>();
   else if (auto it2 = rs.find("type"); it2 != rs.end() && it2->is_string()) type = it2->get<std::string>();
@@ -108,6 +110,38 @@ void parse_rope_scaling(const JsonConfig& cfg, const json& rs, HfModelDir& d) {
       c.rope_scaling = RopeScalingType::Linear;
       c.rope_scaling_factor = static_cast<float>(factor);
     }
+  } else if ((type == "longrope" || type == "su") && c.info().supports(RopeScalingType::LongRope)) {
+    // transformers' _compute_longrope_parameters; the attention factor as llama.cpp's
+    // converter computes it (sqrt(1 + ln(scale) / ln(orig)), scale = max_pos / orig)
+    // unless config.json gives attention_factor, which transformers prefers.
+    auto factors = [&](const char* key) {
+      std::vector<float> v;
+      auto it = rs.find(key);
+      if (it == rs.end() || !it->is_array())
+        throw Error(cfg.path() + ": rope_scaling (longrope) needs a '" + key + "' list");
+      for (const json& x : *it) {
+        if (!x.is_number() || !(x.get<double>() > 0.0))
+          throw Error(cfg.path() + ": rope_scaling." + key + " holds something other than a positive number");
+        v.push_back(static_cast<float>(x.get<double>()));
+      }
+      if (static_cast<int64_t>(v.size()) != c.n_rot / 2)
+        throw Error(cfg.path() + ": rope_scaling." + key + " has " + std::to_string(v.size()) +
+                    " entries, expected " + std::to_string(c.n_rot / 2) + " (rotary dims / 2)");
+      return v;
+    };
+    LongRopeFactors lr;
+    lr.short_factors = factors("short_factor");
+    lr.long_factors = factors("long_factor");
+    d.longrope = std::move(lr);
+    c.rope_scaling = RopeScalingType::LongRope;
+    if (auto orig = cfg.opt_int(rs, "original_max_position_embeddings")) c.rope_orig_ctx = *orig;
+    if (c.rope_orig_ctx <= 0) throw Error(cfg.path() + ": original_max_position_embeddings must be > 0");
+    const double scale = static_cast<double>(c.ctx_len) / static_cast<double>(c.rope_orig_ctx);
+    double attn = scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(c.rope_orig_ctx)))
+                              : 1.0;
+    if (auto af = cfg.opt_float(rs, "attention_factor")) attn = *af;
+    if (!(attn > 0.0)) throw Error(cfg.path() + ": rope_scaling.attention_factor must be > 0");
+    c.rope_attn_factor = static_cast<float>(attn);
   } else if (type == "yarn") {
     if (factor != 1.0) {
       c.rope_scaling = RopeScalingType::Yarn;
@@ -117,8 +151,9 @@ void parse_rope_scaling(const JsonConfig& cfg, const json& rs, HfModelDir& d) {
       c.rope_attn_factor = static_cast<float>(cfg.opt_float(rs, "attention_factor").value_or(1.0));
     }
   } else {
-    throw Error(cfg.path() + ": unsupported rope_scaling type '" + type +
-                "' (supported: default, linear, llama3, yarn)");
+    throw Error(cfg.path() + ": unsupported rope_scaling type '" + type + "' for " + d.model_type +
+                " (supported: default, linear, llama3, yarn" +
+                (c.info().supports(RopeScalingType::LongRope) ? ", longrope" : "") + ")");
   }
 }
 
@@ -159,6 +194,14 @@ ModelConfig parse_config(const json& j, const std::string& path, HfModelDir& d) 
                 " is not a multiple of num_key_value_heads " + std::to_string(c.n_kv_heads));
   if (c.head_dim % 2 != 0) throw Error(path + ": head_dim " + std::to_string(c.head_dim) + " must be even");
   c.n_rot = c.head_dim;
+  // Partial rotary embedding (Phi-4-mini: 0.75), as llama.cpp's converter counts it.
+  if (auto rot = cfg.opt_float(j, "partial_rotary_factor"); rot && *rot != 1.0) {
+    if (!(*rot > 0.0 && *rot <= 1.0)) throw Error(path + ": partial_rotary_factor must be in (0, 1]");
+    c.n_rot = static_cast<int64_t>(*rot * static_cast<double>(c.dim)) / c.n_heads;
+    if (c.n_rot <= 0 || c.n_rot % 2 != 0 || c.n_rot > c.head_dim)
+      throw Error(path + ": partial_rotary_factor gives " + std::to_string(c.n_rot) +
+                  " rotary dims; they must be even, > 0 and <= head_dim " + std::to_string(c.head_dim));
+  }
   c.rms_eps = static_cast<float>(cfg.opt_float(j, "rms_norm_eps").value_or(1e-6));
   if (!(c.rms_eps > 0.0f)) throw Error(path + ": rms_norm_eps must be > 0");
   // transformers >= 4.56 may nest rope_theta and the scaling in rope_parameters.
@@ -169,11 +212,21 @@ ModelConfig parse_config(const json& j, const std::string& path, HfModelDir& d) 
   c.rope_theta = static_cast<float>(theta == 0.0 ? 10000.0 : theta);
   if (!(c.rope_theta > 1.0f)) throw Error(path + ": rope_theta must be > 1");
   c.rope_orig_ctx = c.ctx_len;
+  if (auto orig = cfg.opt_int(j, "original_max_position_embeddings")) {  // phi3 keeps it top-level
+    if (*orig <= 0) throw Error(path + ": original_max_position_embeddings must be > 0");
+    c.rope_orig_ctx = *orig;
+  }
+  if (row->sliding_window.pattern != SlidingWindowSpec::Pattern::None) {
+    if (auto sw = cfg.opt_int(j, "sliding_window")) {
+      if (*sw < 0) throw Error(path + ": sliding_window must be >= 0");
+      c.sliding_window = *sw;
+    }
+  }
   if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) throw Error(path + ": rope_scaling is not an object");
-    parse_rope_scaling(cfg, *it, d);
+    parse_rope_scaling(cfg, *it, d, c);
   } else if (rope_params) {
-    parse_rope_scaling(cfg, *rope_params, d);
+    parse_rope_scaling(cfg, *rope_params, d, c);
   }
   if (auto it = j.find("tie_word_embeddings"); it != j.end() && !it->is_null()) {
     if (!it->is_boolean()) throw Error(path + ": tie_word_embeddings is not a boolean");
@@ -344,6 +397,16 @@ std::shared_ptr<const WeightSource> load_hf_weights(const HfModelDir& d) {
     } else {
       out->add_view(x.gguf, *e.type, dims, e.data);
     }
+  }
+  if (d.longrope) {
+    const ModelConfig& c = d.config;
+    auto add = [&](Role role, const std::vector<float>& f) {
+      std::vector<uint8_t> bytes(f.size() * sizeof(float));
+      std::memcpy(bytes.data(), f.data(), bytes.size());
+      out->add_owned(c.info().gguf_tensor(role), GgmlType::F32, {static_cast<int64_t>(f.size())}, std::move(bytes));
+    };
+    add(Role::RopeFactorsLong, d.longrope->long_factors);
+    add(Role::RopeFactorsShort, d.longrope->short_factors);
   }
   if (d.llama3_rope) {
     const ModelConfig& c = d.config;

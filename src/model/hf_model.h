@@ -59,12 +59,21 @@ struct Llama3RopeScaling {
   int64_t orig_ctx = 8192;
 };
 
+// LongRoPE (Phi-3 rope_scaling type longrope / su): per-pair frequency divisors
+// [n_rot/2] for contexts up to original_max_position_embeddings (short) and
+// beyond (long); load_hf_weights presents them as rope_factors_short/long.weight.
+struct LongRopeFactors {
+  std::vector<float> short_factors;
+  std::vector<float> long_factors;
+};
+
 struct HfModelDir {
   std::string dir;
   std::string model_type;  // config.json model_type
   ModelConfig config;
   bool tie_word_embeddings = false;
   std::optional<Llama3RopeScaling> llama3_rope;
+  std::optional<LongRopeFactors> longrope;
   std::optional<int32_t> bos_token_id;   // config.json
   std::vector<int32_t> eos_token_ids;    // config.json (int or list)
   std::string tokenizer_json;            // path, "" when absent

@@ -156,19 +156,18 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
   tick();
 
   // RoPE frequencies: theta^(-2i/n_rot), divided by llama3 frequency factors when
-  // the file has rope_freqs.weight, and by the linear scaling factor.
-  std::vector<float> freq_factors;
-  if (row.has(Role::RopeFreqs)) freq_factors = ld.vector(name(Role::RopeFreqs), c.n_rot / 2, /*optional=*/true);
-  m->rope_inv_freq_.resize(c.n_rot / 2);
-  RopeScaling scaling;
-  scaling.type = c.rope_scaling == RopeScalingType::Linear ? RopeScaling::Type::Linear
-                 : c.rope_scaling == RopeScalingType::Yarn ? RopeScaling::Type::Yarn
-                                                           : RopeScaling::Type::None;
-  scaling.factor = c.rope_scaling_factor;
-  scaling.orig_ctx = c.rope_orig_ctx;
-  scaling.attn_factor = c.rope_attn_factor;
-  m->rope_attn_factor_ = rope_scaled_inv_freq(m->rope_inv_freq_.data(), c.n_rot, c.rope_theta, scaling,
-                                              freq_factors.empty() ? nullptr : freq_factors.data());
+  // the file has rope_freqs.weight, or by the LongRoPE factors (long or short, by
+  // the context size: set_context_size), and by the linear scaling factor.
+  if (row.has(Role::RopeFreqs))
+    m->rope_freq_factors_ = ld.vector(name(Role::RopeFreqs), c.n_rot / 2, /*optional=*/true);
+  if (c.rope_scaling == RopeScalingType::LongRope) {
+    m->rope_factors_long_ = ld.vector(name(Role::RopeFactorsLong), c.n_rot / 2);
+    m->rope_factors_short_ = ld.vector(name(Role::RopeFactorsShort), c.n_rot / 2);
+    for (const std::vector<float>* f : {&m->rope_factors_long_, &m->rope_factors_short_})
+      for (float x : *f)
+        if (!(x > 0.0f)) throw Error(m->weights_->path() + ": LongRoPE factors must be > 0");
+  }
+  m->set_context_size(c.ctx_len);
 
   for (int64_t i = 0; i < c.n_layers; ++i) {
     auto L = std::make_unique<Layer>();
@@ -183,24 +182,65 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
       L->bk = ld.vector(name(Role::AttnKBias, i), c.kv_dim());
       L->bv = ld.vector(name(Role::AttnVBias, i), c.kv_dim());
     }
-    L->wq = ld.matrix(name(Role::AttnQ, i), c.q_dim(), c.dim);
-    tick();
-    L->wk = ld.matrix(name(Role::AttnK, i), c.kv_dim(), c.dim);
-    tick();
-    L->wv = ld.matrix(name(Role::AttnV, i), c.kv_dim(), c.dim);
-    tick();
+    if (row.has(Role::AttnQkv)) {
+      // Fused [q_dim + 2 kv_dim, dim]: Q, K, V are consecutive row ranges, so
+      // each is a view of the same bytes (no copy, one forward path).
+      const gguf::TensorInfo& t = ld.require(name(Role::AttnQkv, i), {c.dim, c.q_dim() + 2 * c.kv_dim()});
+      const size_t rb = row_bytes(t.type, c.dim);
+      L->wq = WeightMatrix::prepare(t.type, c.q_dim(), c.dim, t.data);
+      L->wk = WeightMatrix::prepare(t.type, c.kv_dim(), c.dim, t.data + rb * c.q_dim());
+      L->wv = WeightMatrix::prepare(t.type, c.kv_dim(), c.dim, t.data + rb * (c.q_dim() + c.kv_dim()));
+      tick(), tick(), tick();
+    } else {
+      L->wq = ld.matrix(name(Role::AttnQ, i), c.q_dim(), c.dim);
+      tick();
+      L->wk = ld.matrix(name(Role::AttnK, i), c.kv_dim(), c.dim);
+      tick();
+      L->wv = ld.matrix(name(Role::AttnV, i), c.kv_dim(), c.dim);
+      tick();
+    }
     L->wo = ld.matrix(name(Role::AttnOut, i), c.dim, c.q_dim());
     tick();
-    L->w_gate = ld.matrix(name(Role::FfnGate, i), c.ffn_dim, c.dim);
-    tick();
-    L->w_up = ld.matrix(name(Role::FfnUp, i), c.ffn_dim, c.dim);
-    tick();
+    if (row.has(Role::FfnGateUp)) {
+      // Fused [2 ffn, dim]: gate rows first, then up (HF's gate_up_proj.chunk(2)).
+      const gguf::TensorInfo& t = ld.require(name(Role::FfnGateUp, i), {c.dim, 2 * c.ffn_dim});
+      const size_t rb = row_bytes(t.type, c.dim);
+      L->w_gate = WeightMatrix::prepare(t.type, c.ffn_dim, c.dim, t.data);
+      L->w_up = WeightMatrix::prepare(t.type, c.ffn_dim, c.dim, t.data + rb * c.ffn_dim);
+      tick(), tick();
+    } else {
+      L->w_gate = ld.matrix(name(Role::FfnGate, i), c.ffn_dim, c.dim);
+      tick();
+      L->w_up = ld.matrix(name(Role::FfnUp, i), c.ffn_dim, c.dim);
+      tick();
+    }
     L->w_down = ld.matrix(name(Role::FfnDown, i), c.dim, c.ffn_dim);
     tick();
     m->layers_.push_back(std::move(L));
   }
   m->scratch_ = std::make_unique<Scratch>();
   return m;
+}
+
+void Model::set_context_size(int64_t n_ctx) {
+  PAGODA_CHECK(n_ctx > 0, "context size must be > 0");
+  const ModelConfig& c = config_;
+  RopeScaling scaling;
+  scaling.type = c.rope_scaling == RopeScalingType::Linear ? RopeScaling::Type::Linear
+                 : c.rope_scaling == RopeScalingType::Yarn ? RopeScaling::Type::Yarn
+                                                           : RopeScaling::Type::None;
+  scaling.factor = c.rope_scaling_factor;
+  scaling.orig_ctx = c.rope_orig_ctx;
+  scaling.attn_factor = c.rope_attn_factor;
+  const float* factors = rope_freq_factors_.empty() ? nullptr : rope_freq_factors_.data();
+  rope_long_in_use_ = false;
+  if (c.rope_scaling == RopeScalingType::LongRope) {
+    // llama.cpp (llama_model::get_rope_factors): long when n_ctx_per_seq > n_ctx_orig.
+    rope_long_in_use_ = n_ctx > c.rope_orig_ctx;
+    factors = rope_long_in_use_ ? rope_factors_long_.data() : rope_factors_short_.data();
+  }
+  rope_inv_freq_.resize(c.n_rot / 2);
+  rope_attn_factor_ = rope_scaled_inv_freq(rope_inv_freq_.data(), c.n_rot, c.rope_theta, scaling, factors);
 }
 
 size_t Model::weight_bytes() const {

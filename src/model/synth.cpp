@@ -67,7 +67,7 @@ std::string synth_arch_names() {
 }
 
 std::vector<std::string> synth_shape_names() {
-  return {"tinyllama-1.1b", "llama3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b", "stories260k", "tiny"};
+  return {"tinyllama-1.1b", "llama3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b", "phi3.5-mini", "stories260k", "tiny"};
 }
 
 std::optional<SynthSpec> synth_shape(const std::string& name) {
@@ -86,6 +86,10 @@ std::optional<SynthSpec> synth_shape(const std::string& name) {
     s.arch = "qwen3";
     s.dim = 1024, s.n_layers = 28, s.n_heads = 16, s.n_kv_heads = 8, s.head_dim = 128, s.ffn_dim = 3072;
     s.n_vocab = 151936, s.ctx_len = 40960;
+  } else if (name == "phi3.5-mini") {
+    s.arch = "phi3";
+    s.dim = 3072, s.n_layers = 32, s.n_heads = 32, s.n_kv_heads = 32, s.ffn_dim = 8192, s.n_vocab = 32064;
+    s.ctx_len = 131072, s.rope_scaling = "longrope";
   } else if (name == "stories260k") {
     s.dim = 64, s.n_layers = 5, s.n_heads = 8, s.n_kv_heads = 4, s.ffn_dim = 172, s.n_vocab = 512;
     s.ctx_len = 512, s.tied_embeddings = true;
@@ -167,9 +171,23 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
     w.set(a + "rope.scaling.type", Value::str("yarn"));
     w.set(a + "rope.scaling.factor", Value::f32(4.0f));
     w.set(a + "rope.scaling.original_context_length", Value::u32(static_cast<uint32_t>(spec.ctx_len / 4)));
+  } else if (spec.rope_scaling == "longrope") {
+    // Phi-3 style: a 4x context extension; the attention factor as llama.cpp's
+    // converter computes it, sqrt(1 + ln(scale) / ln(original context)).
+    const int64_t orig = spec.ctx_len / 4;
+    w.set(a + "rope.scaling.original_context_length", Value::u32(static_cast<uint32_t>(orig)));
+    w.set(a + "rope.scaling.attn_factor",
+          Value::f32(static_cast<float>(std::sqrt(1.0 + std::log(4.0) / std::log(static_cast<double>(orig))))));
   } else if (spec.rope_scaling != "none" && spec.rope_scaling != "llama3") {
-    throw Error("synth: unknown rope scaling '" + spec.rope_scaling + "' (none, linear, yarn, llama3)");
+    throw Error("synth: unknown rope scaling '" + spec.rope_scaling + "' (none, linear, yarn, llama3, longrope)");
   }
+  const bool wants_longrope = spec.rope_scaling == "longrope";
+  if (wants_longrope && (!row->supports(RopeScalingType::LongRope) || spec.ctx_len < 8))
+    throw Error("synth: longrope needs an architecture with LongRoPE (phi3) and --ctx >= 8");
+  if ((spec.rope_scaling == "linear" && !row->supports(RopeScalingType::Linear)) ||
+      (spec.rope_scaling == "yarn" && !row->supports(RopeScalingType::Yarn)) ||
+      (spec.rope_scaling == "llama3" && !row->has(Role::RopeFreqs)))
+    throw Error("synth: " + spec.arch + " does not take rope scaling '" + spec.rope_scaling + "'");
   if (auto ft = file_type_of(spec.type)) w.set("general.file_type", Value::u32(static_cast<uint32_t>(*ft)));
 
   if (vocab_src) {
@@ -236,6 +254,13 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
           // Llama 3.1 frequency factors (factor 8, low 1, high 4, original context 8192),
           // computed as the reference converter writes rope_freqs.weight.
           llama3_freq_factors(buf.data(), head_dim, 500000.0f, 8.0f, 1.0f, 4.0f, 8192);
+        } else {
+          // LongRoPE factors shaped like Phi-3.5's: short ones near 1, long ones rising
+          // to the extension factor (4) on the slow pairs. Deterministic, no RNG draw.
+          for (int64_t i = 0; i < n; ++i) {
+            const double x = n > 1 ? static_cast<double>(i) / static_cast<double>(n - 1) : 0.0;
+            buf[i] = static_cast<float>(t.role == Role::RopeFactorsLong ? 1.0 + 3.0 * x * x : 1.0 + 0.25 * x);
+          }
         }
         break;
     }
@@ -245,7 +270,9 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
     switch (t.presence) {
       case Presence::Required: return true;
       case Presence::Untied: return !spec.tied_embeddings;
-      case Presence::Optional: return t.role == Role::RopeFreqs && spec.rope_scaling == "llama3";
+      case Presence::Optional:
+        return (t.role == Role::RopeFreqs && spec.rope_scaling == "llama3") ||
+               ((t.role == Role::RopeFactorsLong || t.role == Role::RopeFactorsShort) && wants_longrope);
     }
     return false;
   };
