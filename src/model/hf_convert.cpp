@@ -218,6 +218,10 @@ void convert_hf_to_gguf(const HfModelDir& d, const std::string& out_path, std::o
       if (c.rope_attn_factor != 1.0f) w.set(a + "rope.scaling.attn_factor", Value::f32(c.rope_attn_factor));
     }
   }
+  // Phi-3 configs carry original_max_position_embeddings even without scaling
+  // (llama.cpp's converter always writes it for phi3).
+  if (c.rope_scaling == RopeScalingType::None && c.rope_orig_ctx != c.ctx_len)
+    w.set(a + "rope.scaling.original_context_length", u32(c.rope_orig_ctx));
   if (c.info().sliding_window.pattern != SlidingWindowSpec::Pattern::None)  // phi3 writes 0 for "none"
     w.set(a + "attention.sliding_window", u32(c.sliding_window));
   GgmlType matrix_type = GgmlType::F32;

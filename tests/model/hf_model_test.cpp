@@ -166,6 +166,13 @@ test::HfSpec spec(std::string type, GgmlType dt, bool tied, std::string tok, std
   return s;
 }
 
+// Phi-4-mini's shape features: partial rotary (0.75), tied embeddings, LongRoPE, BPE vocabulary.
+test::HfSpec phi4_mini_like() {
+  test::HfSpec s = spec("phi3", GgmlType::BF16, true, "llama3-tokenizer", "longrope");
+  s.partial_rotary = 0.75;
+  return s;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, HfModel,
     ::testing::Values(spec("llama", GgmlType::F32, false, "mistral-7b-v0.1-tokenizer"),
@@ -175,11 +182,15 @@ INSTANTIATE_TEST_SUITE_P(
                       spec("qwen2", GgmlType::F32, true, "qwen3-tokenizer"),
                       spec("qwen2", GgmlType::BF16, false, "qwen3-tokenizer", "yarn"),
                       spec("qwen3", GgmlType::F32, false, "qwen3-tokenizer", "none", 16),
-                      spec("qwen3", GgmlType::BF16, true, "qwen3-tokenizer", "none", 16)),
+                      spec("qwen3", GgmlType::BF16, true, "qwen3-tokenizer", "none", 16),
+                      spec("phi3", GgmlType::F32, false, "mistral-7b-v0.1-tokenizer", "longrope"),
+                      spec("phi3", GgmlType::BF16, false, "mistral-7b-v0.1-tokenizer", "none"),
+                      phi4_mini_like()),
     [](const auto& info) {
       const test::HfSpec& s = info.param;
       return s.model_type + "_" + type_name(s.dtype) + (s.tied ? "_tied" : "_untied") + "_" +
-             (s.tokenizer.substr(0, s.tokenizer.find('-'))) + "_rope_" + s.rope;
+             (s.tokenizer.substr(0, s.tokenizer.find('-'))) + "_rope_" + s.rope +
+             (s.partial_rotary > 0 ? "_partial_rotary" : "");
     });
 
 // The llama Q/K permutation is llama.cpp's: a GGUF written with the HF weights

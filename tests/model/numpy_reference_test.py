@@ -34,6 +34,7 @@ sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_numpy  # noqa: E402
 import llama_numpy  # noqa: E402
+import phi3_hf_numpy  # noqa: E402
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEFAULT_MODELS = os.path.join(REPO_ROOT, "..", "shared", "models")
@@ -448,6 +449,59 @@ def check_pagoda_stories(args):
     return result
 
 
+def check_phi3_hf_dir(args):
+    """A Phi-3 Hugging Face directory (Phi-4-mini-like: partial rotary 0.75, tied,
+    LongRoPE), against phi3_hf_numpy's transformers-convention reference: pagoda on
+    the directory with the long factors (default context 128 > original 32) and
+    the short ones (--ctx-size 32); `pagoda convert` of it gives bit-identical
+    logits; and llama_numpy on the converted GGUF agrees with the HF reference
+    (two independent references, no pagoda arithmetic: checks the conversion)."""
+    results = []
+    d = os.path.join(args.workdir, "phi3-hf")
+    phi3_hf_numpy.write_phi3_dir(d)
+    ref = phi3_hf_numpy.Phi3Reference(d)
+    tokens = LONG_TOKENS
+    ref_long = ref.forward(tokens, use_long=True)
+    ref_short = ref.forward(tokens, use_long=False)
+    got = {}
+    for name, extra, want in (("phi3-hf-dir-long", [], ref_long),
+                              ("phi3-hf-dir-short", ["--ctx-size", "32"], ref_short)):
+        r = Result(name, "f32")
+        out = os.path.join(args.workdir, name + ".f32")
+        err = pagoda_logits(args, d, tokens, out, extra)
+        if err:
+            r.error = err
+        else:
+            got[name] = read_logits(out, len(tokens), ref.n_vocab)
+            compare(r, want, got[name], TOL_F32)
+        results.append(r)
+
+    r = Result("phi3-hf-convert-identical", "f32")
+    gguf_path = os.path.join(args.workdir, "phi3-hf.gguf")
+    out = os.path.join(args.workdir, "phi3-hf-gguf.f32")
+    err = run([args.pagoda, "convert", d, "-o", gguf_path]) or pagoda_logits(args, gguf_path, tokens, out)
+    if err:
+        r.error = err
+    elif "phi3-hf-dir-long" in got:
+        g = read_logits(out, len(tokens), ref.n_vocab)
+        n_diff = int(np.sum(g != got["phi3-hf-dir-long"]))
+        r.max_abs = float(np.abs(g - got["phi3-hf-dir-long"]).max())
+        r.ok = n_diff == 0
+        r.error = "" if r.ok else "%d logits differ between the directory and its GGUF" % n_diff
+    results.append(r)
+
+    r = Result("phi3-hf-gguf-vs-hf-reference", "f32")
+    try:
+        model = llama_numpy.LlamaModel(gguf_numpy.GgufFile(gguf_path), n_ctx=128)
+        # 1e-6: both float64, but GGUF keeps the attention factor and the LongRoPE
+        # factors as float32 (rounding ~6e-8 relative; measured 8e-8 on the logits).
+        compare(r, ref_long, model.forward(tokens), Tolerance(max_rel=1e-6, min_corr=0.999999999))
+    except (gguf_numpy.GgufError, ValueError, OSError) as e:
+        r.error = "reference on converted GGUF: %s" % e
+    results.append(r)
+    return results
+
+
 # ---------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------
@@ -495,6 +549,8 @@ def main():
             r = job()
             r.seconds = time.time() - start
             results.append(r)
+        if args.filter in "phi3-hf-dir":
+            results += check_phi3_hf_dir(args)
     else:
         print("(no --pagoda given: reference self-checks only)")
     print_table(results)
