@@ -13,6 +13,7 @@ Runner add_logits(CLI::App& app) {
   struct Opts {
     std::string model, tokens, out;
     int threads = 0;
+    int64_t ctx_size = 0;
     bool one_by_one = false;
     KvOptions kv;
   };
@@ -21,6 +22,8 @@ Runner add_logits(CLI::App& app) {
   app.add_option("--tokens", o->tokens, "Token ids, e.g. 1,5,9")->required();
   app.add_option("--out", o->out, "Output file (raw little-endian float32)")->required();
   app.add_option("-t,--threads", o->threads, "Worker threads (default: all cores)");
+  app.add_option("-c,--ctx-size", o->ctx_size,
+                 "Context size the model runs with (default: the model's); selects LongRoPE long/short factors");
   app.add_flag("--one-by-one", o->one_by_one, "Feed tokens one per forward (decode path) instead of one batch");
   o->kv.add_to(app);
   return [o] {
@@ -29,6 +32,8 @@ Runner add_logits(CLI::App& app) {
     if (ids.empty()) throw Error("--tokens is empty");
     LoadedModel lm = load_model(o->model, false);
     const ModelConfig& c = lm.model->config();
+    if (o->ctx_size < 0) throw Error("--ctx-size must be > 0");
+    if (o->ctx_size > 0) lm.model->set_context_size(o->ctx_size);
     ThreadPool pool(o->threads > 0 ? o->threads : ThreadPool::default_num_threads());
     if (static_cast<int64_t>(ids.size()) > c.ctx_len)
       throw Error(std::to_string(ids.size()) + " tokens exceed the model's context of " + std::to_string(c.ctx_len));

@@ -17,7 +17,7 @@ Runner add_synth(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   std::string shapes;
   for (const auto& s : synth_shape_names()) shapes += (shapes.empty() ? "" : "|") + s;
-  app.add_option("--arch", o->arch, "llama|qwen2|qwen3")->capture_default_str();
+  app.add_option("--arch", o->arch, "Architecture: " + synth_arch_names())->capture_default_str();
   app.add_option("--shape", o->shape, "Named shape: " + shapes + " (other flags override it)");
   app.add_option("--type", o->type, "Weight type: f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k")
       ->capture_default_str();
@@ -31,7 +31,7 @@ Runner add_synth(CLI::App& app) {
   app.add_option("--vocab", o->vocab, "Vocabulary size");
   app.add_option("--ctx", o->ctx, "Context length");
   app.add_flag("--tied", o->tied, "Tie output to token embeddings (no output.weight)");
-  app.add_option("--rope-scaling", o->rope_scaling, "none|linear|llama3|yarn")->capture_default_str();
+  app.add_option("--rope-scaling", o->rope_scaling, "none|linear|llama3|yarn|longrope (phi3)")->capture_default_str();
   app.add_option("--seed", o->seed, "Weight seed")->capture_default_str();
   app.add_option("--vocab-from", o->vocab_from, "Copy the tokenizer from this GGUF");
   return [o] {

@@ -103,6 +103,8 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& con
       store_(pool_),
       cache_(pool_, config_.model_id, config_.cache),
       scheduler_(SchedulerConfig{config_.parallel, config_.max_batch_tokens}, store_, cache_) {
+  // LongRoPE models pick their factors by the context size (model.h).
+  model_.set_context_size(config_.ctx_size);
   n_text_vocab_ = n_vocab_;
   if (tokenizer_) {
     const int32_t n = std::min<int32_t>(n_vocab_, tokenizer_->n_vocab());

@@ -6,14 +6,7 @@
 
 namespace pagoda {
 
-const char* arch_name(Arch arch) {
-  switch (arch) {
-    case Arch::Llama: return "llama";
-    case Arch::Qwen2: return "qwen2";
-    case Arch::Qwen3: return "qwen3";
-  }
-  return "?";
-}
+const char* arch_name(Arch arch) { return arch_info(arch).gguf_name.data(); }
 
 namespace {
 
@@ -40,20 +33,11 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
   auto arch = f.get_string("general.architecture");
   if (!arch) throw Error(f.path() + ": missing metadata key 'general.architecture'");
   c.arch_name = *arch;
-  if (*arch == "llama" || *arch == "mistral") {
-    c.arch = Arch::Llama;
-  } else if (*arch == "qwen2") {
-    c.arch = Arch::Qwen2;
-    c.rope_neox = true;
-    c.has_qkv_bias = true;
-  } else if (*arch == "qwen3") {
-    c.arch = Arch::Qwen3;
-    c.rope_neox = true;
-    c.has_qk_norm = true;
-  } else {
-    throw Error(f.path() + ": unsupported architecture '" + *arch +
-                "' (supported: llama, mistral, qwen2, qwen3)");
-  }
+  const ArchInfo* row = find_arch_by_gguf(*arch);
+  if (!row)
+    throw Error(f.path() + ": unsupported architecture '" + *arch + "' (supported: " + supported_gguf_arch_names() +
+                ")");
+  c.arch = row->arch;
   const std::string p = *arch + ".";
   c.name = f.get_string("general.name").value_or("");
   c.dim = require_positive(f, p + "embedding_length");
@@ -90,13 +74,16 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
   }
   if (scaling == "none" || factor == 0.0 || factor == 1.0) {
     c.rope_scaling = RopeScalingType::None;
-  } else if (scaling == "linear") {
+  } else if (scaling == "linear" && row->supports(RopeScalingType::Linear)) {
     c.rope_scaling = RopeScalingType::Linear;
-  } else if (scaling == "yarn") {
+  } else if (scaling == "yarn" && row->supports(RopeScalingType::Yarn)) {
     c.rope_scaling = RopeScalingType::Yarn;
   } else {
-    throw Error(f.path() + ": unsupported rope.scaling.type '" + scaling +
-                "' (supported: none, linear, yarn)");
+    std::string supported = "none";
+    for (RopeScalingType t : row->rope_scalings)
+      if (t != RopeScalingType::None) supported += std::string(", ") + rope_scaling_name(t);
+    throw Error(f.path() + ": unsupported rope.scaling.type '" + scaling + "' for " + *arch + " (supported: " +
+                supported + ")");
   }
   if (c.rope_scaling != RopeScalingType::None) {
     if (!(factor > 0.0)) throw Error(f.path() + ": rope.scaling.factor must be > 0");
@@ -104,6 +91,24 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
   }
   c.rope_orig_ctx = optional_positive(f, p + "rope.scaling.original_context_length", c.ctx_len);
   c.rope_attn_factor = static_cast<float>(f.get_float(p + "rope.scaling.attn_factor").value_or(1.0));
+  if (!(c.rope_attn_factor > 0.0f)) throw Error(f.path() + ": rope.scaling.attn_factor must be > 0");
+  // LongRoPE has no rope.scaling.type: the factor tensors say it (llama.cpp's rule).
+  if (const TensorSpec* lr = row->find(Role::RopeFactorsLong); lr && c.rope_scaling == RopeScalingType::None) {
+    const bool has_long = f.find_tensor(gguf_tensor_name(*lr, 0)) != nullptr;
+    const bool has_short = f.find_tensor(row->gguf_tensor(Role::RopeFactorsShort)) != nullptr;
+    if (has_long != has_short)
+      throw Error(f.path() + ": has only one of rope_factors_long.weight / rope_factors_short.weight");
+    if (has_long) c.rope_scaling = RopeScalingType::LongRope;
+  }
+
+  // Declared for rows that will read them (model/arch_table.h); a mixture-of-
+  // experts file of a dense row fails here rather than on a missing ffn_gate.
+  c.sliding_window = f.get_int(p + "attention.sliding_window").value_or(0);
+  c.n_expert = f.get_int(p + "expert_count").value_or(0);
+  c.n_expert_used = f.get_int(p + "expert_used_count").value_or(0);
+  if (c.n_expert > 0 && row->moe.router == RouterKind::None)
+    throw Error(f.path() + ": " + *arch + " with " + std::to_string(c.n_expert) +
+                " experts (mixture of experts) is not supported");
 
   if (auto vs = f.get_int(p + "vocab_size")) {
     c.n_vocab = *vs;

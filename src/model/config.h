@@ -10,12 +10,9 @@
 #include <string>
 
 #include "gguf/gguf.h"
+#include "model/arch_table.h"
 
 namespace pagoda {
-
-enum class Arch { Llama, Qwen2, Qwen3 };
-
-enum class RopeScalingType { None, Linear, Yarn };
 
 struct ModelConfig {
   Arch arch = Arch::Llama;
@@ -36,16 +33,23 @@ struct ModelConfig {
   float rope_scaling_factor = 1.0f;
   int64_t rope_orig_ctx = 0;   // rope.scaling.original_context_length (YaRN)
   float rope_attn_factor = 1.0f;
-  bool rope_neox = false;      // qwen2/qwen3: rotate (i, i + n_rot/2); llama: (2i, 2i+1)
-  bool has_qkv_bias = false;   // qwen2
-  bool has_qk_norm = false;    // qwen3
+  // Declared by the file, not applied yet (no row reads them): the attention
+  // window in tokens (0: none) and the expert counts of mixture-of-experts rows.
+  int64_t sliding_window = 0;
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+
+  // The architecture's row: norms, activation, RoPE kind, biases, tensor names.
+  const ArchInfo& info() const { return arch_info(arch); }
+  bool rope_neox() const { return info().rope == RopeKind::Neox; }
 
   // Derived sizes, named once.
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   int64_t heads_per_kv() const { return n_heads / n_kv_heads; }
 
-  // Throws pagoda::Error on unknown architecture or missing / inconsistent keys.
+  // Throws pagoda::Error on an architecture without a row in the table
+  // (model/arch_table.h) or missing / inconsistent keys.
   // n_vocab comes from {arch}.vocab_size, else the token list, else token_embd.weight.
   static ModelConfig from_gguf(const gguf::GgufFile& file);
 

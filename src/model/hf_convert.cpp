@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "gguf/gguf.h"
 #include "model/hf_model.h"
+#include "tensor/file_type.h"
 #include "tokenizer/hf_json.h"
 #include "tokenizer/pre_tokenizers.h"
 #include "tokenizer/tokenizer.h"
@@ -49,18 +50,6 @@ bool has_type(const std::vector<const json*>& steps, const char* type) {
   for (const json* s : steps)
     if (s->value("type", "") == type) return true;
   return false;
-}
-
-const char* file_type_of(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32: return "0";
-    case GgmlType::F16: return "1";
-    case GgmlType::Q4_0: return "2";
-    case GgmlType::Q8_0: return "7";
-    case GgmlType::Q4_K: return "14";
-    case GgmlType::BF16: return "32";
-    default: return nullptr;
-  }
 }
 
 constexpr const char* kSpace = "\xE2\x96\x81";  // '▁'
@@ -230,7 +219,12 @@ void convert_hf_to_gguf(const HfModelDir& d, const std::string& out_path, std::o
   w.set(a + "rope.freq_base", Value::f32(c.rope_theta));
   w.set(a + "rope.dimension_count", u32(c.n_rot));
   w.set(a + "vocab_size", u32(c.n_vocab));
-  if (c.rope_scaling != RopeScalingType::None) {
+  if (c.rope_scaling == RopeScalingType::LongRope) {
+    // As llama.cpp's Phi3 converter: no scaling type (the factor tensors, which
+    // load_hf_weights adds, mark LongRoPE), the original context and the attention factor.
+    w.set(a + "rope.scaling.original_context_length", u32(c.rope_orig_ctx));
+    w.set(a + "rope.scaling.attn_factor", Value::f32(c.rope_attn_factor));
+  } else if (c.rope_scaling != RopeScalingType::None) {
     w.set(a + "rope.scaling.type", Value::str(c.rope_scaling == RopeScalingType::Linear ? "linear" : "yarn"));
     w.set(a + "rope.scaling.factor", Value::f32(c.rope_scaling_factor));
     if (c.rope_scaling == RopeScalingType::Yarn) {
@@ -238,9 +232,19 @@ void convert_hf_to_gguf(const HfModelDir& d, const std::string& out_path, std::o
       if (c.rope_attn_factor != 1.0f) w.set(a + "rope.scaling.attn_factor", Value::f32(c.rope_attn_factor));
     }
   }
+  // Phi-3 configs carry original_max_position_embeddings even without scaling
+  // (llama.cpp's converter always writes it for phi3).
+  if (c.rope_scaling == RopeScalingType::None && c.rope_orig_ctx != c.ctx_len)
+    w.set(a + "rope.scaling.original_context_length", u32(c.rope_orig_ctx));
+  if (c.info().sliding_window.pattern != SlidingWindowSpec::Pattern::None)  // phi3 writes 0 for "none"
+    w.set(a + "attention.sliding_window", u32(c.sliding_window));
   GgmlType matrix_type = GgmlType::F32;
-  if (const gguf::TensorInfo* q = weights->find_tensor("blk.0.attn_q.weight")) matrix_type = q->type;
-  if (const char* ft = file_type_of(matrix_type)) w.set("general.file_type", Value::u32(std::stoul(ft)));
+  for (const TensorSpec& t : c.info().tensors) {  // the first per-layer matrix, as llama.cpp labels files
+    if (!t.per_layer || t.kind != TensorKind::Matrix) continue;
+    if (const gguf::TensorInfo* m = weights->find_tensor(gguf_tensor_name(t, 0))) matrix_type = m->type;
+    break;
+  }
+  if (auto ft = file_type_of(matrix_type)) w.set("general.file_type", Value::u32(static_cast<uint32_t>(*ft)));
   if (!d.tokenizer_json.empty()) write_tokenizer(d, w);
   if (!d.chat_template.empty()) w.set("tokenizer.chat_template", Value::str(d.chat_template));
 

@@ -3,6 +3,8 @@
 // and the GGUF converted from it give identical tensors.
 #include "model/hf_model.h"
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -85,8 +87,8 @@ std::string shape_string(const std::vector<int64_t>& s) {
   return r + "]";
 }
 
-void parse_rope_scaling(const JsonConfig& cfg, const json& rs, HfModelDir& d) {
-  ModelConfig& c = d.config;
+// Into `c`, the config being built (not yet d.config, which parse_config's result replaces).
+void parse_rope_scaling(const JsonConfig& cfg, const json& rs, HfModelDir& d, ModelConfig& c) {
   std::string type;
   if (auto it = rs.find("rope_type"); it != rs.end() && it->is_string()) type = it->get<std::string>();
   else if (auto it2 = rs.find("type"); it2 != rs.end() && it2->is_string()) type = it2->get<std::string>();
@@ -108,6 +110,38 @@ void parse_rope_scaling(const JsonConfig& cfg, const json& rs, HfModelDir& d) {
       c.rope_scaling = RopeScalingType::Linear;
       c.rope_scaling_factor = static_cast<float>(factor);
     }
+  } else if ((type == "longrope" || type == "su") && c.info().supports(RopeScalingType::LongRope)) {
+    // transformers' _compute_longrope_parameters; the attention factor as llama.cpp's
+    // converter computes it (sqrt(1 + ln(scale) / ln(orig)), scale = max_pos / orig)
+    // unless config.json gives attention_factor, which transformers prefers.
+    auto factors = [&](const char* key) {
+      std::vector<float> v;
+      auto it = rs.find(key);
+      if (it == rs.end() || !it->is_array())
+        throw Error(cfg.path() + ": rope_scaling (longrope) needs a '" + key + "' list");
+      for (const json& x : *it) {
+        if (!x.is_number() || !(x.get<double>() > 0.0))
+          throw Error(cfg.path() + ": rope_scaling." + key + " holds something other than a positive number");
+        v.push_back(static_cast<float>(x.get<double>()));
+      }
+      if (static_cast<int64_t>(v.size()) != c.n_rot / 2)
+        throw Error(cfg.path() + ": rope_scaling." + key + " has " + std::to_string(v.size()) +
+                    " entries, expected " + std::to_string(c.n_rot / 2) + " (rotary dims / 2)");
+      return v;
+    };
+    LongRopeFactors lr;
+    lr.short_factors = factors("short_factor");
+    lr.long_factors = factors("long_factor");
+    d.longrope = std::move(lr);
+    c.rope_scaling = RopeScalingType::LongRope;
+    if (auto orig = cfg.opt_int(rs, "original_max_position_embeddings")) c.rope_orig_ctx = *orig;
+    if (c.rope_orig_ctx <= 0) throw Error(cfg.path() + ": original_max_position_embeddings must be > 0");
+    const double scale = static_cast<double>(c.ctx_len) / static_cast<double>(c.rope_orig_ctx);
+    double attn = scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(c.rope_orig_ctx)))
+                              : 1.0;
+    if (auto af = cfg.opt_float(rs, "attention_factor")) attn = *af;
+    if (!(attn > 0.0)) throw Error(cfg.path() + ": rope_scaling.attention_factor must be > 0");
+    c.rope_attn_factor = static_cast<float>(attn);
   } else if (type == "yarn") {
     if (factor != 1.0) {
       c.rope_scaling = RopeScalingType::Yarn;
@@ -117,8 +151,9 @@ void parse_rope_scaling(const JsonConfig& cfg, const json& rs, HfModelDir& d) {
       c.rope_attn_factor = static_cast<float>(cfg.opt_float(rs, "attention_factor").value_or(1.0));
     }
   } else {
-    throw Error(cfg.path() + ": unsupported rope_scaling type '" + type +
-                "' (supported: default, linear, llama3, yarn)");
+    throw Error(cfg.path() + ": unsupported rope_scaling type '" + type + "' for " + d.model_type +
+                " (supported: default, linear, llama3, yarn" +
+                (c.info().supports(RopeScalingType::LongRope) ? ", longrope" : "") + ")");
   }
 }
 
@@ -128,23 +163,16 @@ ModelConfig parse_config(const json& j, const std::string& path, HfModelDir& d) 
   auto mt = j.find("model_type");
   if (mt == j.end() || !mt->is_string()) throw Error(path + ": key 'model_type' is missing");
   d.model_type = mt->get<std::string>();
-  if (d.model_type == "llama" || d.model_type == "mistral") {
-    c.arch = Arch::Llama;
-    c.arch_name = "llama";  // llama.cpp converts both to general.architecture = llama
-  } else if (d.model_type == "qwen2") {
-    c.arch = Arch::Qwen2;
-    c.arch_name = "qwen2";
-    c.rope_neox = true;
-    c.has_qkv_bias = true;
-  } else if (d.model_type == "qwen3") {
-    c.arch = Arch::Qwen3;
-    c.arch_name = "qwen3";
-    c.rope_neox = true;
-    c.has_qk_norm = true;
-  } else {
-    throw Error(path + ": unsupported model_type '" + d.model_type + "' (supported: llama, mistral, qwen2, qwen3)");
-  }
-  if (c.arch == Arch::Llama) {
+  std::string hf_arch;
+  if (auto a = j.find("architectures"); a != j.end() && a->is_array() && !a->empty() && (*a)[0].is_string())
+    hf_arch = (*a)[0].get<std::string>();
+  const ArchInfo* row = find_arch_by_hf(d.model_type, hf_arch);
+  if (!row)
+    throw Error(path + ": unsupported model_type '" + d.model_type + "' (supported: " + supported_hf_model_types() +
+                ")");
+  c.arch = row->arch;
+  c.arch_name = std::string(row->gguf_name);  // e.g. llama.cpp converts mistral to general.architecture = llama
+  if (!row->qkv_bias) {
     if (auto it = j.find("attention_bias"); it != j.end() && it->is_boolean() && it->get<bool>())
       throw Error(path + ": attention_bias = true is not supported for " + d.model_type);
   }
@@ -166,6 +194,14 @@ ModelConfig parse_config(const json& j, const std::string& path, HfModelDir& d) 
                 " is not a multiple of num_key_value_heads " + std::to_string(c.n_kv_heads));
   if (c.head_dim % 2 != 0) throw Error(path + ": head_dim " + std::to_string(c.head_dim) + " must be even");
   c.n_rot = c.head_dim;
+  // Partial rotary embedding (Phi-4-mini: 0.75), as llama.cpp's converter counts it.
+  if (auto rot = cfg.opt_float(j, "partial_rotary_factor"); rot && *rot != 1.0) {
+    if (!(*rot > 0.0 && *rot <= 1.0)) throw Error(path + ": partial_rotary_factor must be in (0, 1]");
+    c.n_rot = static_cast<int64_t>(*rot * static_cast<double>(c.dim)) / c.n_heads;
+    if (c.n_rot <= 0 || c.n_rot % 2 != 0 || c.n_rot > c.head_dim)
+      throw Error(path + ": partial_rotary_factor gives " + std::to_string(c.n_rot) +
+                  " rotary dims; they must be even, > 0 and <= head_dim " + std::to_string(c.head_dim));
+  }
   c.rms_eps = static_cast<float>(cfg.opt_float(j, "rms_norm_eps").value_or(1e-6));
   if (!(c.rms_eps > 0.0f)) throw Error(path + ": rms_norm_eps must be > 0");
   // transformers >= 4.56 may nest rope_theta and the scaling in rope_parameters.
@@ -176,11 +212,21 @@ ModelConfig parse_config(const json& j, const std::string& path, HfModelDir& d) 
   c.rope_theta = static_cast<float>(theta == 0.0 ? 10000.0 : theta);
   if (!(c.rope_theta > 1.0f)) throw Error(path + ": rope_theta must be > 1");
   c.rope_orig_ctx = c.ctx_len;
+  if (auto orig = cfg.opt_int(j, "original_max_position_embeddings")) {  // phi3 keeps it top-level
+    if (*orig <= 0) throw Error(path + ": original_max_position_embeddings must be > 0");
+    c.rope_orig_ctx = *orig;
+  }
+  if (row->sliding_window.pattern != SlidingWindowSpec::Pattern::None) {
+    if (auto sw = cfg.opt_int(j, "sliding_window")) {
+      if (*sw < 0) throw Error(path + ": sliding_window must be >= 0");
+      c.sliding_window = *sw;
+    }
+  }
   if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) throw Error(path + ": rope_scaling is not an object");
-    parse_rope_scaling(cfg, *it, d);
+    parse_rope_scaling(cfg, *it, d, c);
   } else if (rope_params) {
-    parse_rope_scaling(cfg, *rope_params, d);
+    parse_rope_scaling(cfg, *rope_params, d, c);
   }
   if (auto it = j.find("tie_word_embeddings"); it != j.end() && !it->is_null()) {
     if (!it->is_boolean()) throw Error(path + ": tie_word_embeddings is not a boolean");
@@ -213,42 +259,32 @@ std::string read_chat_template(const std::string& dir, const std::string& tokeni
   throw Error(tokenizer_config + ": chat_template is neither a string nor a list");
 }
 
-// One expected tensor: HF name, GGUF name, HF (row-major) shape, and for llama Q/K the head count to permute by.
+// One expected tensor: HF name, GGUF name, HF (row-major) shape, and for Q/K
+// of rows with permute_qk the head count to permute by.
 struct Expected {
   std::string hf, gguf;
   std::vector<int64_t> shape;
   int64_t permute_heads = 0;
 };
 
+// The row's stored tensors (those with an HF name), tied output left out.
 std::vector<Expected> expected_tensors(const HfModelDir& d) {
   const ModelConfig& c = d.config;
+  const ArchInfo& row = c.info();
   std::vector<Expected> e;
-  e.push_back({"model.embed_tokens.weight", "token_embd.weight", {c.n_vocab, c.dim}});
-  e.push_back({"model.norm.weight", "output_norm.weight", {c.dim}});
-  if (!d.tie_word_embeddings) e.push_back({"lm_head.weight", "output.weight", {c.n_vocab, c.dim}});
-  const bool permute = c.arch == Arch::Llama;
-  for (int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string h = "model.layers." + std::to_string(i) + ".";
-    const std::string g = "blk." + std::to_string(i) + ".";
-    e.push_back({h + "input_layernorm.weight", g + "attn_norm.weight", {c.dim}});
-    e.push_back({h + "self_attn.q_proj.weight", g + "attn_q.weight", {c.q_dim(), c.dim}, permute ? c.n_heads : 0});
-    e.push_back({h + "self_attn.k_proj.weight", g + "attn_k.weight", {c.kv_dim(), c.dim}, permute ? c.n_kv_heads : 0});
-    e.push_back({h + "self_attn.v_proj.weight", g + "attn_v.weight", {c.kv_dim(), c.dim}});
-    e.push_back({h + "self_attn.o_proj.weight", g + "attn_output.weight", {c.dim, c.q_dim()}});
-    if (c.has_qkv_bias) {
-      e.push_back({h + "self_attn.q_proj.bias", g + "attn_q.bias", {c.q_dim()}});
-      e.push_back({h + "self_attn.k_proj.bias", g + "attn_k.bias", {c.kv_dim()}});
-      e.push_back({h + "self_attn.v_proj.bias", g + "attn_v.bias", {c.kv_dim()}});
-    }
-    if (c.has_qk_norm) {
-      e.push_back({h + "self_attn.q_norm.weight", g + "attn_q_norm.weight", {c.head_dim}});
-      e.push_back({h + "self_attn.k_norm.weight", g + "attn_k_norm.weight", {c.head_dim}});
-    }
-    e.push_back({h + "post_attention_layernorm.weight", g + "ffn_norm.weight", {c.dim}});
-    e.push_back({h + "mlp.gate_proj.weight", g + "ffn_gate.weight", {c.ffn_dim, c.dim}});
-    e.push_back({h + "mlp.up_proj.weight", g + "ffn_up.weight", {c.ffn_dim, c.dim}});
-    e.push_back({h + "mlp.down_proj.weight", g + "ffn_down.weight", {c.dim, c.ffn_dim}});
-  }
+  auto add = [&](const TensorSpec& t, int64_t layer) {
+    if (t.hf.empty() || t.presence == Presence::Optional) return;
+    if (t.presence == Presence::Untied && d.tie_word_embeddings) return;
+    int64_t permute = 0;
+    if (row.permute_qk && t.permute == Permute::ByHeads) permute = c.n_heads;
+    if (row.permute_qk && t.permute == Permute::ByKvHeads) permute = c.n_kv_heads;
+    e.push_back({hf_tensor_name(t, layer), gguf_tensor_name(t, layer), resolve_shape(t, c), permute});
+  };
+  for (const TensorSpec& t : row.tensors)
+    if (!t.per_layer) add(t, 0);
+  for (int64_t i = 0; i < c.n_layers; ++i)
+    for (const TensorSpec& t : row.tensors)
+      if (t.per_layer) add(t, i);
   return e;
 }
 
@@ -362,6 +398,16 @@ std::shared_ptr<const WeightSource> load_hf_weights(const HfModelDir& d) {
       out->add_view(x.gguf, *e.type, dims, e.data);
     }
   }
+  if (d.longrope) {
+    const ModelConfig& c = d.config;
+    auto add = [&](Role role, const std::vector<float>& f) {
+      std::vector<uint8_t> bytes(f.size() * sizeof(float));
+      std::memcpy(bytes.data(), f.data(), bytes.size());
+      out->add_owned(c.info().gguf_tensor(role), GgmlType::F32, {static_cast<int64_t>(f.size())}, std::move(bytes));
+    };
+    add(Role::RopeFactorsLong, d.longrope->long_factors);
+    add(Role::RopeFactorsShort, d.longrope->short_factors);
+  }
   if (d.llama3_rope) {
     const ModelConfig& c = d.config;
     const Llama3RopeScaling& l = *d.llama3_rope;
@@ -370,7 +416,7 @@ std::shared_ptr<const WeightSource> load_hf_weights(const HfModelDir& d) {
                         l.orig_ctx);
     std::vector<uint8_t> bytes(ff.size() * sizeof(float));
     std::memcpy(bytes.data(), ff.data(), bytes.size());
-    out->add_owned("rope_freqs.weight", GgmlType::F32, {c.n_rot / 2}, std::move(bytes));
+    out->add_owned(c.info().gguf_tensor(Role::RopeFreqs), GgmlType::F32, {c.n_rot / 2}, std::move(bytes));
   }
   return out;
 }

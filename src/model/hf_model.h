@@ -4,13 +4,15 @@
 //
 // Contract:
 // - HfModelDir::open() reads the small JSON files only (no weights): the
-//   architecture config (model_type llama / mistral / qwen2 / qwen3) into a
+//   architecture config (a model_type, else architectures[0], with a row in
+//   model/arch_table.h: llama / mistral / qwen2 / qwen3) into a
 //   ModelConfig equal to what ModelConfig::from_gguf() returns for the GGUF
 //   that convert_hf_to_gguf() writes, the chat template and the generation
 //   defaults. load_hf_weights() maps the safetensors files and presents their
 //   tensors under GGUF names and in GGUF layout: F32 / F16 / BF16 matrices are
 //   viewed in the mapping without a copy, except the Q and K projections of
-//   llama / mistral, whose rows are permuted into owned buffers exactly as
+//   rows with permute_qk (llama / mistral), whose rows are permuted into owned
+//   buffers exactly as
 //   llama.cpp's convert_hf_to_gguf.py does (LlamaModel.permute), because
 //   pagoda's llama path applies GGML's interleaved RoPE to the permuted layout
 //   (qwen2 / qwen3 use NeoX RoPE on the unpermuted weights, as in GGUF). A
@@ -57,12 +59,21 @@ struct Llama3RopeScaling {
   int64_t orig_ctx = 8192;
 };
 
+// LongRoPE (Phi-3 rope_scaling type longrope / su): per-pair frequency divisors
+// [n_rot/2] for contexts up to original_max_position_embeddings (short) and
+// beyond (long); load_hf_weights presents them as rope_factors_short/long.weight.
+struct LongRopeFactors {
+  std::vector<float> short_factors;
+  std::vector<float> long_factors;
+};
+
 struct HfModelDir {
   std::string dir;
   std::string model_type;  // config.json model_type
   ModelConfig config;
   bool tie_word_embeddings = false;
   std::optional<Llama3RopeScaling> llama3_rope;
+  std::optional<LongRopeFactors> longrope;
   std::optional<int32_t> bos_token_id;   // config.json
   std::vector<int32_t> eos_token_ids;    // config.json (int or list)
   std::string tokenizer_json;            // path, "" when absent

@@ -136,25 +136,95 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
   const ModelConfig& c = m->config_;
   TensorLoader ld(*m->weights_);
 
-  m->token_embd_ = &ld.require("token_embd.weight", {c.dim, c.n_vocab});
-  m->output_norm_ = ld.vector("output_norm.weight", c.dim);
+  const ArchInfo& row = c.info();
+  auto name = [&](Role role, int64_t layer = 0) { return row.gguf_tensor(role, layer); };
+  m->token_embd_ = &ld.require(name(Role::TokenEmbd), {c.dim, c.n_vocab});
+  m->output_norm_ = ld.vector(name(Role::OutputNorm), c.dim);
   const size_t total = static_cast<size_t>(c.n_layers) * 7 + 1;
   size_t done = 0;
   auto tick = [&] {
     ++done;
     if (progress.on_tensor) progress.on_tensor(done, total);
   };
-  if (ld.find("output.weight")) {
-    m->output_ = ld.matrix("output.weight", c.n_vocab, c.dim);
-  } else {  // tied embeddings
-    m->output_ = ld.matrix("token_embd.weight", c.n_vocab, c.dim);
+  if (row.has(Role::Output) && ld.find(name(Role::Output))) {
+    m->output_ = ld.matrix(name(Role::Output), c.n_vocab, c.dim);
+  } else if (row.tied_allowed) {  // tied embeddings
+    m->output_ = ld.matrix(name(Role::TokenEmbd), c.n_vocab, c.dim);
+  } else {
+    throw Error(m->weights_->path() + ": missing tensor '" + name(Role::Output) + "'");
   }
   tick();
 
   // RoPE frequencies: theta^(-2i/n_rot), divided by llama3 frequency factors when
-  // the file has rope_freqs.weight, and by the linear scaling factor.
-  std::vector<float> freq_factors = ld.vector("rope_freqs.weight", c.n_rot / 2, /*optional=*/true);
-  m->rope_inv_freq_.resize(c.n_rot / 2);
+  // the file has rope_freqs.weight, or by the LongRoPE factors (long or short, by
+  // the context size: set_context_size), and by the linear scaling factor.
+  if (row.has(Role::RopeFreqs))
+    m->rope_freq_factors_ = ld.vector(name(Role::RopeFreqs), c.n_rot / 2, /*optional=*/true);
+  if (c.rope_scaling == RopeScalingType::LongRope) {
+    m->rope_factors_long_ = ld.vector(name(Role::RopeFactorsLong), c.n_rot / 2);
+    m->rope_factors_short_ = ld.vector(name(Role::RopeFactorsShort), c.n_rot / 2);
+    for (const std::vector<float>* f : {&m->rope_factors_long_, &m->rope_factors_short_})
+      for (float x : *f)
+        if (!(x > 0.0f)) throw Error(m->weights_->path() + ": LongRoPE factors must be > 0");
+  }
+  m->set_context_size(c.ctx_len);
+
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    auto L = std::make_unique<Layer>();
+    L->attn_norm = ld.vector(name(Role::AttnNorm, i), c.dim);
+    L->ffn_norm = ld.vector(name(Role::FfnNorm, i), c.dim);
+    if (row.qk_norm) {
+      L->q_norm = ld.vector(name(Role::AttnQNorm, i), c.head_dim);
+      L->k_norm = ld.vector(name(Role::AttnKNorm, i), c.head_dim);
+    }
+    if (row.qkv_bias) {
+      L->bq = ld.vector(name(Role::AttnQBias, i), c.q_dim());
+      L->bk = ld.vector(name(Role::AttnKBias, i), c.kv_dim());
+      L->bv = ld.vector(name(Role::AttnVBias, i), c.kv_dim());
+    }
+    if (row.has(Role::AttnQkv)) {
+      // Fused [q_dim + 2 kv_dim, dim]: Q, K, V are consecutive row ranges, so
+      // each is a view of the same bytes (no copy, one forward path).
+      const gguf::TensorInfo& t = ld.require(name(Role::AttnQkv, i), {c.dim, c.q_dim() + 2 * c.kv_dim()});
+      const size_t rb = row_bytes(t.type, c.dim);
+      L->wq = WeightMatrix::prepare(t.type, c.q_dim(), c.dim, t.data);
+      L->wk = WeightMatrix::prepare(t.type, c.kv_dim(), c.dim, t.data + rb * c.q_dim());
+      L->wv = WeightMatrix::prepare(t.type, c.kv_dim(), c.dim, t.data + rb * (c.q_dim() + c.kv_dim()));
+      tick(), tick(), tick();
+    } else {
+      L->wq = ld.matrix(name(Role::AttnQ, i), c.q_dim(), c.dim);
+      tick();
+      L->wk = ld.matrix(name(Role::AttnK, i), c.kv_dim(), c.dim);
+      tick();
+      L->wv = ld.matrix(name(Role::AttnV, i), c.kv_dim(), c.dim);
+      tick();
+    }
+    L->wo = ld.matrix(name(Role::AttnOut, i), c.dim, c.q_dim());
+    tick();
+    if (row.has(Role::FfnGateUp)) {
+      // Fused [2 ffn, dim]: gate rows first, then up (HF's gate_up_proj.chunk(2)).
+      const gguf::TensorInfo& t = ld.require(name(Role::FfnGateUp, i), {c.dim, 2 * c.ffn_dim});
+      const size_t rb = row_bytes(t.type, c.dim);
+      L->w_gate = WeightMatrix::prepare(t.type, c.ffn_dim, c.dim, t.data);
+      L->w_up = WeightMatrix::prepare(t.type, c.ffn_dim, c.dim, t.data + rb * c.ffn_dim);
+      tick(), tick();
+    } else {
+      L->w_gate = ld.matrix(name(Role::FfnGate, i), c.ffn_dim, c.dim);
+      tick();
+      L->w_up = ld.matrix(name(Role::FfnUp, i), c.ffn_dim, c.dim);
+      tick();
+    }
+    L->w_down = ld.matrix(name(Role::FfnDown, i), c.dim, c.ffn_dim);
+    tick();
+    m->layers_.push_back(std::move(L));
+  }
+  m->scratch_ = std::make_unique<Scratch>();
+  return m;
+}
+
+void Model::set_context_size(int64_t n_ctx) {
+  PAGODA_CHECK(n_ctx > 0, "context size must be > 0");
+  const ModelConfig& c = config_;
   RopeScaling scaling;
   scaling.type = c.rope_scaling == RopeScalingType::Linear ? RopeScaling::Type::Linear
                  : c.rope_scaling == RopeScalingType::Yarn ? RopeScaling::Type::Yarn
@@ -162,41 +232,15 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
   scaling.factor = c.rope_scaling_factor;
   scaling.orig_ctx = c.rope_orig_ctx;
   scaling.attn_factor = c.rope_attn_factor;
-  m->rope_attn_factor_ = rope_scaled_inv_freq(m->rope_inv_freq_.data(), c.n_rot, c.rope_theta, scaling,
-                                              freq_factors.empty() ? nullptr : freq_factors.data());
-
-  for (int64_t i = 0; i < c.n_layers; ++i) {
-    auto L = std::make_unique<Layer>();
-    const std::string p = "blk." + std::to_string(i) + ".";
-    L->attn_norm = ld.vector(p + "attn_norm.weight", c.dim);
-    L->ffn_norm = ld.vector(p + "ffn_norm.weight", c.dim);
-    if (c.has_qk_norm) {
-      L->q_norm = ld.vector(p + "attn_q_norm.weight", c.head_dim);
-      L->k_norm = ld.vector(p + "attn_k_norm.weight", c.head_dim);
-    }
-    if (c.has_qkv_bias) {
-      L->bq = ld.vector(p + "attn_q.bias", c.q_dim());
-      L->bk = ld.vector(p + "attn_k.bias", c.kv_dim());
-      L->bv = ld.vector(p + "attn_v.bias", c.kv_dim());
-    }
-    L->wq = ld.matrix(p + "attn_q.weight", c.q_dim(), c.dim);
-    tick();
-    L->wk = ld.matrix(p + "attn_k.weight", c.kv_dim(), c.dim);
-    tick();
-    L->wv = ld.matrix(p + "attn_v.weight", c.kv_dim(), c.dim);
-    tick();
-    L->wo = ld.matrix(p + "attn_output.weight", c.dim, c.q_dim());
-    tick();
-    L->w_gate = ld.matrix(p + "ffn_gate.weight", c.ffn_dim, c.dim);
-    tick();
-    L->w_up = ld.matrix(p + "ffn_up.weight", c.ffn_dim, c.dim);
-    tick();
-    L->w_down = ld.matrix(p + "ffn_down.weight", c.dim, c.ffn_dim);
-    tick();
-    m->layers_.push_back(std::move(L));
+  const float* factors = rope_freq_factors_.empty() ? nullptr : rope_freq_factors_.data();
+  rope_long_in_use_ = false;
+  if (c.rope_scaling == RopeScalingType::LongRope) {
+    // llama.cpp (llama_model::get_rope_factors): long when n_ctx_per_seq > n_ctx_orig.
+    rope_long_in_use_ = n_ctx > c.rope_orig_ctx;
+    factors = rope_long_in_use_ ? rope_factors_long_.data() : rope_factors_short_.data();
   }
-  m->scratch_ = std::make_unique<Scratch>();
-  return m;
+  rope_inv_freq_.resize(c.n_rot / 2);
+  rope_attn_factor_ = rope_scaled_inv_freq(rope_inv_freq_.data(), c.n_rot, c.rope_theta, scaling, factors);
 }
 
 size_t Model::weight_bytes() const {
@@ -254,6 +298,8 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
   s.reserve(c, static_cast<size_t>(T));
   const int64_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const ArchInfo& row = c.info();
+  const bool neox = row.rope == RopeKind::Neox;
 
   // Embeddings: dequantize one row per token.
   const size_t emb_row = row_bytes(token_embd_->type, dim);
@@ -281,20 +327,20 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
         float* qt = &s.q[t * q_dim];
         float* kt = &s.k[t * kv_dim];
         float* vt = &s.v[t * kv_dim];
-        if (c.has_qkv_bias) {
+        if (row.qkv_bias) {
           add_inplace(qt, L.bq.data(), q_dim);
           add_inplace(kt, L.bk.data(), kv_dim);
           add_inplace(vt, L.bv.data(), kv_dim);
         }
-        if (c.has_qk_norm) {
+        if (row.qk_norm) {
           for (int64_t h = 0; h < c.n_heads; ++h) rms_norm(qt + h * hd, L.q_norm.data(), qt + h * hd, hd, c.rms_eps);
           for (int64_t h = 0; h < c.n_kv_heads; ++h)
             rms_norm(kt + h * hd, L.k_norm.data(), kt + h * hd, hd, c.rms_eps);
         }
         const float* rc = &s.rope_cos[t * half_rot];
         const float* rs = &s.rope_sin[t * half_rot];
-        rope_apply(qt, c.n_heads, hd, c.n_rot, rc, rs, c.rope_neox);
-        rope_apply(kt, c.n_kv_heads, hd, c.n_rot, rc, rs, c.rope_neox);
+        rope_apply(qt, c.n_heads, hd, c.n_rot, rc, rs, neox);
+        rope_apply(kt, c.n_kv_heads, hd, c.n_rot, rc, rs, neox);
       }
     });
     // The store stays on this thread: it may copy a shared block on write.

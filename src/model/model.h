@@ -85,6 +85,17 @@ class Model {
   // Throws pagoda::Error for out-of-range tokens or positions (bad input).
   void forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vector<float>& logits);
 
+  // The context length per sequence the model will run with (the engine's
+  // ctx_size). It matters only for LongRoPE (Phi-3): the long factors apply
+  // when n_ctx > rope.scaling.original_context_length, the short ones
+  // otherwise, fixed for the model's life as llama.cpp fixes them per context
+  // (HF transformers instead switches per forward call on the current length,
+  // which re-rotates nothing already cached). load() assumes the model's
+  // ctx_len. Requires: n_ctx > 0; no forward() running.
+  void set_context_size(int64_t n_ctx);
+  // True when LongRoPE's long factors are in use (false without LongRoPE).
+  bool uses_long_rope_factors() const { return rope_long_in_use_; }
+
   // Bytes of weights a decode step streams (all matrices + embedding row reads ignored).
   size_t weight_bytes() const;
   // Bytes of the model file's tensor data.
@@ -103,6 +114,10 @@ class Model {
   WeightMatrix output_;              // [n_vocab, dim]
   std::vector<float> rope_inv_freq_;  // [n_rot/2]
   float rope_attn_factor_ = 1.0f;
+  std::vector<float> rope_freq_factors_;   // [n_rot/2] rope_freqs.weight (llama3), or empty
+  std::vector<float> rope_factors_long_;   // [n_rot/2] LongRoPE, or empty
+  std::vector<float> rope_factors_short_;  // [n_rot/2] LongRoPE, or empty
+  bool rope_long_in_use_ = false;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::unique_ptr<Scratch> scratch_;
 };

@@ -7,6 +7,9 @@
 #include "common/error.h"
 #include "gguf/gguf.h"
 #include "kernels/ops.h"
+#include "model/arch_table.h"
+#include "model/config.h"
+#include "tensor/file_type.h"
 
 namespace pagoda {
 
@@ -57,8 +60,14 @@ std::vector<float> norm_weights(Rng& rng, int64_t n) {
 
 }  // namespace
 
+std::string synth_arch_names() {
+  std::string s;
+  for (const ArchInfo& r : arch_table()) s += (s.empty() ? "" : ", ") + std::string(r.gguf_name);
+  return s;
+}
+
 std::vector<std::string> synth_shape_names() {
-  return {"tinyllama-1.1b", "llama3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b", "stories260k", "tiny"};
+  return {"tinyllama-1.1b", "llama3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b", "phi3.5-mini", "stories260k", "tiny"};
 }
 
 std::optional<SynthSpec> synth_shape(const std::string& name) {
@@ -77,6 +86,10 @@ std::optional<SynthSpec> synth_shape(const std::string& name) {
     s.arch = "qwen3";
     s.dim = 1024, s.n_layers = 28, s.n_heads = 16, s.n_kv_heads = 8, s.head_dim = 128, s.ffn_dim = 3072;
     s.n_vocab = 151936, s.ctx_len = 40960;
+  } else if (name == "phi3.5-mini") {
+    s.arch = "phi3";
+    s.dim = 3072, s.n_layers = 32, s.n_heads = 32, s.n_kv_heads = 32, s.ffn_dim = 8192, s.n_vocab = 32064;
+    s.ctx_len = 131072, s.rope_scaling = "longrope";
   } else if (name == "stories260k") {
     s.dim = 64, s.n_layers = 5, s.n_heads = 8, s.n_kv_heads = 4, s.ffn_dim = 172, s.n_vocab = 512;
     s.ctx_len = 512, s.tied_embeddings = true;
@@ -93,8 +106,9 @@ std::optional<SynthSpec> synth_shape(const std::string& name) {
 void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   SynthSpec spec = spec_in;
   using gguf::Value;
-  if (spec.arch != "llama" && spec.arch != "qwen2" && spec.arch != "qwen3")
-    throw Error("synth: unknown architecture '" + spec.arch + "' (llama, qwen2, qwen3)");
+  const ArchInfo* row = find_arch_by_gguf(spec.arch);
+  if (!row || row->gguf_name != spec.arch)
+    throw Error("synth: unknown architecture '" + spec.arch + "' (" + synth_arch_names() + ")");
   if (spec.dim <= 0 || spec.n_layers <= 0 || spec.n_heads <= 0 || spec.n_kv_heads <= 0 ||
       spec.ffn_dim <= 0 || spec.n_vocab <= 0 || spec.ctx_len <= 0)
     throw Error("synth: every size must be positive");
@@ -105,12 +119,25 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   if (spec.head_dim <= 0 && spec.dim % spec.n_heads != 0)
     throw Error("synth: dim must be divisible by heads (or give --head-dim)");
   if (head_dim % 2 != 0) throw Error("synth: head dim must be even");
-  const int64_t q_dim = spec.n_heads * head_dim, kv_dim = spec.n_kv_heads * head_dim;
+  // The config the table's symbolic shapes resolve against.
+  ModelConfig c;
+  c.arch = row->arch;
+  c.arch_name = spec.arch;
+  c.dim = spec.dim, c.n_layers = spec.n_layers, c.n_heads = spec.n_heads, c.n_kv_heads = spec.n_kv_heads;
+  c.head_dim = head_dim, c.ffn_dim = spec.ffn_dim, c.n_vocab = spec.n_vocab, c.n_rot = head_dim;
+  if (!spec.tied_embeddings && !row->has(Role::Output))
+    throw Error("synth: " + spec.arch + " has no separate output.weight");
+  if (spec.tied_embeddings && !row->tied_allowed)
+    throw Error("synth: " + spec.arch + " cannot tie its embeddings");
   const int64_t blk = traits(spec.type).block_size;
-  for (int64_t cols : {spec.dim, q_dim, spec.ffn_dim})
+  for (const TensorSpec& t : row->tensors) {
+    if (t.kind != TensorKind::Matrix) continue;
+    const int64_t cols = resolve_shape(t, c).back();
     if (cols % blk != 0)
-      throw Error("synth: matrix width " + std::to_string(cols) + " is not a multiple of the " +
-                  std::string(type_name(spec.type)) + " block size " + std::to_string(blk));
+      throw Error("synth: matrix width " + std::to_string(cols) + " (" + std::string(t.gguf) +
+                  ") is not a multiple of the " + std::string(type_name(spec.type)) + " block size " +
+                  std::to_string(blk));
+  }
 
   gguf::GgufWriter w;
   std::optional<gguf::GgufFile> vocab_src;
@@ -144,10 +171,24 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
     w.set(a + "rope.scaling.type", Value::str("yarn"));
     w.set(a + "rope.scaling.factor", Value::f32(4.0f));
     w.set(a + "rope.scaling.original_context_length", Value::u32(static_cast<uint32_t>(spec.ctx_len / 4)));
+  } else if (spec.rope_scaling == "longrope") {
+    // Phi-3 style: a 4x context extension; the attention factor as llama.cpp's
+    // converter computes it, sqrt(1 + ln(scale) / ln(original context)).
+    const int64_t orig = spec.ctx_len / 4;
+    w.set(a + "rope.scaling.original_context_length", Value::u32(static_cast<uint32_t>(orig)));
+    w.set(a + "rope.scaling.attn_factor",
+          Value::f32(static_cast<float>(std::sqrt(1.0 + std::log(4.0) / std::log(static_cast<double>(orig))))));
   } else if (spec.rope_scaling != "none" && spec.rope_scaling != "llama3") {
-    throw Error("synth: unknown rope scaling '" + spec.rope_scaling + "' (none, linear, yarn, llama3)");
+    throw Error("synth: unknown rope scaling '" + spec.rope_scaling + "' (none, linear, yarn, llama3, longrope)");
   }
-  w.set("general.file_type", Value::u32(static_cast<uint32_t>(spec.type)));
+  const bool wants_longrope = spec.rope_scaling == "longrope";
+  if (wants_longrope && (!row->supports(RopeScalingType::LongRope) || spec.ctx_len < 8))
+    throw Error("synth: longrope needs an architecture with LongRoPE (phi3) and --ctx >= 8");
+  if ((spec.rope_scaling == "linear" && !row->supports(RopeScalingType::Linear)) ||
+      (spec.rope_scaling == "yarn" && !row->supports(RopeScalingType::Yarn)) ||
+      (spec.rope_scaling == "llama3" && !row->has(Role::RopeFreqs)))
+    throw Error("synth: " + spec.arch + " does not take rope scaling '" + spec.rope_scaling + "'");
+  if (auto ft = file_type_of(spec.type)) w.set("general.file_type", Value::u32(static_cast<uint32_t>(*ft)));
 
   if (vocab_src) {
     for (const auto& [key, value] : vocab_src->metadata())
@@ -189,55 +230,57 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
 
   Rng rng(spec.seed);
   std::vector<float> buf;
-  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, float stddev, GgmlType type) {
-    buf.resize(static_cast<size_t>(rows * cols));
-    fill(rng, buf, stddev);
-    w.add_tensor_f32(name, type, {cols, rows}, buf.data());
-  };
-  auto vec = [&](const std::string& name, std::vector<float> v) {
-    w.add_tensor_f32(name, GgmlType::F32, {static_cast<int64_t>(v.size())}, v.data());
-  };
-
-  matrix("token_embd.weight", spec.n_vocab, spec.dim, 1.0f, spec.type);
-  vec("output_norm.weight", norm_weights(rng, spec.dim));
-  if (!spec.tied_embeddings)
-    matrix("output.weight", spec.n_vocab, spec.dim, 1.0f / std::sqrt(static_cast<float>(spec.dim)), spec.type);
-  if (spec.rope_scaling == "llama3") {
-    // Llama 3.1 frequency factors (factor 8, low 1, high 4, original context 8192),
-    // computed as the reference converter writes rope_freqs.weight.
-    std::vector<float> ff(head_dim / 2);
-    llama3_freq_factors(ff.data(), head_dim, 500000.0f, 8.0f, 1.0f, 4.0f, 8192);
-    vec("rope_freqs.weight", ff);
-  }
-  const float s_dim = 1.0f / std::sqrt(static_cast<float>(spec.dim));
-  const float s_q = 1.0f / std::sqrt(static_cast<float>(q_dim));
-  const float s_ffn = 1.0f / std::sqrt(static_cast<float>(spec.ffn_dim));
-  for (int64_t i = 0; i < spec.n_layers; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    vec(p + "attn_norm.weight", norm_weights(rng, spec.dim));
-    matrix(p + "attn_q.weight", q_dim, spec.dim, s_dim, spec.type);
-    matrix(p + "attn_k.weight", kv_dim, spec.dim, s_dim, spec.type);
-    matrix(p + "attn_v.weight", kv_dim, spec.dim, s_dim, spec.type);
-    if (spec.arch == "qwen2") {
-      std::vector<float> b(q_dim);
-      fill(rng, b, 0.1f);
-      vec(p + "attn_q.bias", b);
-      b.resize(kv_dim);
-      fill(rng, b, 0.1f);
-      vec(p + "attn_k.bias", b);
-      fill(rng, b, 0.1f);
-      vec(p + "attn_v.bias", b);
+  // One tensor of the row, drawn in table order (the order fixes which random
+  // numbers each tensor gets, so a seed gives the same weights as long as the
+  // row's order stays).
+  auto emit = [&](const TensorSpec& t, int64_t layer) {
+    const std::string name = gguf_tensor_name(t, layer);
+    const std::vector<int64_t> shape = resolve_shape(t, c);
+    const std::vector<int64_t> dims(shape.rbegin(), shape.rend());  // ggml order
+    int64_t n = 1;
+    for (int64_t e : shape) n *= e;
+    buf.resize(static_cast<size_t>(n));
+    GgmlType type = GgmlType::F32;
+    switch (t.kind) {
+      case TensorKind::Matrix:
+        // Embeddings std 1 (a row is the residual stream's start); projections 1/sqrt(fan_in).
+        fill(rng, buf, t.role == Role::TokenEmbd ? 1.0f : 1.0f / std::sqrt(static_cast<float>(shape.back())));
+        type = spec.type;
+        break;
+      case TensorKind::Norm: buf = norm_weights(rng, n); break;
+      case TensorKind::Bias: fill(rng, buf, 0.1f); break;
+      case TensorKind::RopeFactors:
+        if (t.role == Role::RopeFreqs) {
+          // Llama 3.1 frequency factors (factor 8, low 1, high 4, original context 8192),
+          // computed as the reference converter writes rope_freqs.weight.
+          llama3_freq_factors(buf.data(), head_dim, 500000.0f, 8.0f, 1.0f, 4.0f, 8192);
+        } else {
+          // LongRoPE factors shaped like Phi-3.5's: short ones near 1, long ones rising
+          // to the extension factor (4) on the slow pairs. Deterministic, no RNG draw.
+          for (int64_t i = 0; i < n; ++i) {
+            const double x = n > 1 ? static_cast<double>(i) / static_cast<double>(n - 1) : 0.0;
+            buf[i] = static_cast<float>(t.role == Role::RopeFactorsLong ? 1.0 + 3.0 * x * x : 1.0 + 0.25 * x);
+          }
+        }
+        break;
     }
-    if (spec.arch == "qwen3") {
-      vec(p + "attn_q_norm.weight", norm_weights(rng, head_dim));
-      vec(p + "attn_k_norm.weight", norm_weights(rng, head_dim));
+    w.add_tensor_f32(name, type, dims, buf.data());
+  };
+  auto wanted = [&](const TensorSpec& t) {
+    switch (t.presence) {
+      case Presence::Required: return true;
+      case Presence::Untied: return !spec.tied_embeddings;
+      case Presence::Optional:
+        return (t.role == Role::RopeFreqs && spec.rope_scaling == "llama3") ||
+               ((t.role == Role::RopeFactorsLong || t.role == Role::RopeFactorsShort) && wants_longrope);
     }
-    matrix(p + "attn_output.weight", spec.dim, q_dim, s_q, spec.type);
-    vec(p + "ffn_norm.weight", norm_weights(rng, spec.dim));
-    matrix(p + "ffn_gate.weight", spec.ffn_dim, spec.dim, s_dim, spec.type);
-    matrix(p + "ffn_up.weight", spec.ffn_dim, spec.dim, s_dim, spec.type);
-    matrix(p + "ffn_down.weight", spec.dim, spec.ffn_dim, s_ffn, spec.type);
-  }
+    return false;
+  };
+  for (const TensorSpec& t : row->tensors)
+    if (!t.per_layer && wanted(t)) emit(t, 0);
+  for (int64_t i = 0; i < spec.n_layers; ++i)
+    for (const TensorSpec& t : row->tensors)
+      if (t.per_layer && wanted(t)) emit(t, i);
   w.write(path);
 }
 

@@ -18,7 +18,7 @@
 namespace pagoda {
 
 struct SynthSpec {
-  std::string arch = "llama";  // llama | qwen2 | qwen3
+  std::string arch = "llama";  // a GGUF architecture name with a row in model/arch_table.h
   int64_t dim = 256;
   int64_t n_layers = 2;
   int64_t n_heads = 4;
@@ -29,16 +29,18 @@ struct SynthSpec {
   int64_t ctx_len = 2048;
   GgmlType type = GgmlType::F32;  // the 2-D projection matrices, embeddings and output
   bool tied_embeddings = false;
-  std::string rope_scaling = "none";  // none | linear | llama3 | yarn
+  std::string rope_scaling = "none";  // none | linear | llama3 | yarn | longrope (phi3)
   uint64_t seed = 1;
   std::string vocab_from;  // GGUF whose tokenizer.* metadata is copied (sets n_vocab)
   std::string name = "synthetic";
 };
 
-// Named real shapes: tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b, stories260k, tiny.
+// Named real shapes: tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b, phi3.5-mini, stories260k, tiny.
 // Returns nullopt for an unknown name. Sets arch-independent sizes only.
 std::optional<SynthSpec> synth_shape(const std::string& name);
 std::vector<std::string> synth_shape_names();
+// "llama, qwen2, qwen3": the architectures synth writes (every table row).
+std::string synth_arch_names();
 
 void write_synthetic_model(const SynthSpec& spec, const std::string& path);
 

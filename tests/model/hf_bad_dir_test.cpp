@@ -50,6 +50,7 @@ struct Case {
   std::function<void(const fs::path&)> breaks;
   const char* file;     // the file the message must name
   const char* message;  // what it must say
+  const char* model_type = "llama";  // the directory broken (phi3: fused tensors, LongRoPE)
 };
 
 const std::string kShard1 = "model-00001-of-00002.safetensors";
@@ -145,6 +146,27 @@ std::vector<Case> cases() {
        },
        kShard2.c_str(), "out of range"},
       {"EmptyShard", [](const fs::path& d) { test::write_text(d / kShard1, ""); }, kShard1.c_str(), "empty"},
+      {"Phi3LongRopeFactorCount",
+       [](const fs::path& d) {
+         rewrite_json(d / "config.json", [](auto& j) { j["rope_scaling"]["short_factor"] = {1.0}; });
+       },
+       "config.json", "short_factor has 1 entries, expected 4", "phi3"},
+      {"Phi3LongRopeWithoutLongFactors",
+       [](const fs::path& d) {
+         rewrite_json(d / "config.json", [](auto& j) { j["rope_scaling"].erase("long_factor"); });
+       },
+       "config.json", "needs a 'long_factor' list", "phi3"},
+      {"Phi3LongRopeNonPositiveFactor",
+       [](const fs::path& d) {
+         rewrite_json(d / "config.json", [](auto& j) { j["rope_scaling"]["long_factor"][0] = 0.0; });
+       },
+       "config.json", "long_factor holds something other than a positive number", "phi3"},
+      {"Phi3OddPartialRotary",
+       [](const fs::path& d) { rewrite_json(d / "config.json", [](auto& j) { j["partial_rotary_factor"] = 0.2; }); },
+       "config.json", "partial_rotary_factor gives 1 rotary dims", "phi3"},
+      {"Phi3FusedQkvShape",
+       [](const fs::path& d) { rewrite_json(d / "config.json", [](auto& j) { j["num_key_value_heads"] = 4; }); },
+       "model-0000", "expected [96, 32] from config.json", "phi3"},
   };
 }
 
@@ -154,6 +176,8 @@ class HfBadDir : public ::testing::TestWithParam<Case> {
     dir_ = fs::temp_directory_path() / ("pagoda_hf_bad_" + std::to_string(::getpid()) + "_" + GetParam().name);
     test::HfSpec s;
     s.vocab = 64;
+    s.model_type = GetParam().model_type;
+    if (s.model_type == "phi3") s.rope = "longrope";
     test::write_hf_dir(s, dir_);
     GetParam().breaks(dir_);
   }

@@ -15,14 +15,15 @@
 namespace pagoda::test {
 
 struct HfSpec {
-  std::string model_type = "llama";  // llama | mistral | qwen2 | qwen3
+  std::string model_type = "llama";  // llama | mistral | qwen2 | qwen3 | phi3
   int64_t dim = 32, n_layers = 2, n_heads = 4, n_kv_heads = 2, head_dim = 0, ffn = 48;
   int64_t vocab = 0;                 // 0: the tokenizer's size
   GgmlType dtype = GgmlType::F32;    // F32, F16 or BF16
   bool tied = false;
   int n_shards = 2;                  // 1: model.safetensors
   std::string tokenizer = "mistral-7b-v0.1-tokenizer";  // folder under models/
-  std::string rope = "none";         // none | llama3 | linear | yarn
+  std::string rope = "none";         // none | llama3 | linear | yarn | longrope (phi3)
+  double partial_rotary = 0;         // > 0: config.json partial_rotary_factor (Phi-4-mini: 0.75)
   uint64_t seed = 7;
 };
 
@@ -70,9 +71,13 @@ inline std::vector<HfTensor> hf_tensors(const HfSpec& s, int64_t vocab) {
   for (int64_t i = 0; i < s.n_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     vec(p + "input_layernorm.weight", s.dim, true);
-    mat(p + "self_attn.q_proj.weight", q_dim, s.dim, s_dim);
-    mat(p + "self_attn.k_proj.weight", kv_dim, s.dim, s_dim);
-    mat(p + "self_attn.v_proj.weight", kv_dim, s.dim, s_dim);
+    if (s.model_type == "phi3") {
+      mat(p + "self_attn.qkv_proj.weight", q_dim + 2 * kv_dim, s.dim, s_dim);
+    } else {
+      mat(p + "self_attn.q_proj.weight", q_dim, s.dim, s_dim);
+      mat(p + "self_attn.k_proj.weight", kv_dim, s.dim, s_dim);
+      mat(p + "self_attn.v_proj.weight", kv_dim, s.dim, s_dim);
+    }
     if (s.model_type == "qwen2") {
       vec(p + "self_attn.q_proj.bias", q_dim, false);
       vec(p + "self_attn.k_proj.bias", kv_dim, false);
@@ -84,8 +89,12 @@ inline std::vector<HfTensor> hf_tensors(const HfSpec& s, int64_t vocab) {
     }
     mat(p + "self_attn.o_proj.weight", s.dim, q_dim, 1.0f / std::sqrt(static_cast<float>(q_dim)));
     vec(p + "post_attention_layernorm.weight", s.dim, true);
-    mat(p + "mlp.gate_proj.weight", s.ffn, s.dim, s_dim);
-    mat(p + "mlp.up_proj.weight", s.ffn, s.dim, s_dim);
+    if (s.model_type == "phi3") {
+      mat(p + "mlp.gate_up_proj.weight", 2 * s.ffn, s.dim, s_dim);
+    } else {
+      mat(p + "mlp.gate_proj.weight", s.ffn, s.dim, s_dim);
+      mat(p + "mlp.up_proj.weight", s.ffn, s.dim, s_dim);
+    }
     mat(p + "mlp.down_proj.weight", s.dim, s.ffn, 1.0f / std::sqrt(static_cast<float>(s.ffn)));
   }
   vec("model.norm.weight", s.dim, true);
@@ -118,6 +127,23 @@ inline nlohmann::json hf_config(const HfSpec& s, int64_t vocab) {
     c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 1024}};
   if (s.rope == "linear") c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  if (s.partial_rotary > 0) c["partial_rotary_factor"] = s.partial_rotary;
+  if (s.model_type == "phi3") {
+    c["original_max_position_embeddings"] = 1024;
+    c["sliding_window"] = 2047;  // as Phi-3-mini-4k declares; pagoda (as llama.cpp) ignores it
+  }
+  if (s.rope == "longrope") {
+    // Phi-3.5-like factors: short near 1, long rising to 4 on the slow pairs.
+    const int64_t hd = s.head_dim ? s.head_dim : s.dim / s.n_heads;
+    const int64_t n_rot = s.partial_rotary > 0 ? static_cast<int64_t>(s.partial_rotary * s.dim) / s.n_heads : hd;
+    nlohmann::json sf = nlohmann::json::array(), lf = nlohmann::json::array();
+    for (int64_t i = 0; i < n_rot / 2; ++i) {
+      const double x = n_rot > 2 ? static_cast<double>(i) / static_cast<double>(n_rot / 2 - 1) : 0.0;
+      sf.push_back(1.0 + 0.1 * x);
+      lf.push_back(1.0 + 3.0 * x * x);
+    }
+    c["rope_scaling"] = {{"type", "longrope"}, {"short_factor", sf}, {"long_factor", lf}};
+  }
   if (s.rope == "yarn")
     c["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 1024}};
   return c;

@@ -83,9 +83,9 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.rope_scaling, b.rope_scaling);
   EXPECT_EQ(a.rope_scaling_factor, b.rope_scaling_factor);
   EXPECT_EQ(a.rope_orig_ctx, b.rope_orig_ctx);
-  EXPECT_EQ(a.rope_neox, b.rope_neox);
-  EXPECT_EQ(a.has_qkv_bias, b.has_qkv_bias);
-  EXPECT_EQ(a.has_qk_norm, b.has_qk_norm);
+  EXPECT_EQ(a.arch_name, b.arch_name);
+  EXPECT_EQ(a.sliding_window, b.sliding_window);
+  EXPECT_EQ(a.n_expert, b.n_expert);
 }
 
 TEST_P(HfModel, DirectoryAndConvertedGgufGiveIdenticalLogitsTokensAndText) {
@@ -110,6 +110,8 @@ TEST_P(HfModel, DirectoryAndConvertedGgufGiveIdenticalLogitsTokensAndText) {
   gg.model = Model::load(gg.file);
   expect_same_config(hf.model->config(), gg.model->config());
   EXPECT_EQ(gg.file->get_string("tokenizer.chat_template").value_or(""), d.chat_template);
+  // LLAMA_FTYPE_ALL_F32 = 0, LLAMA_FTYPE_MOSTLY_BF16 = 32 (llama.h).
+  EXPECT_EQ(gg.file->get_int("general.file_type"), spec.dtype == GgmlType::F32 ? 0 : 32);
 
   // Tokenizers agree (plain text, specials, multi-byte UTF-8).
   for (const std::string& text : {std::string(kPrompt), std::string(" leading  spaces\n\ttabs"),
@@ -164,6 +166,13 @@ test::HfSpec spec(std::string type, GgmlType dt, bool tied, std::string tok, std
   return s;
 }
 
+// Phi-4-mini's shape features: partial rotary (0.75), tied embeddings, LongRoPE, BPE vocabulary.
+test::HfSpec phi4_mini_like() {
+  test::HfSpec s = spec("phi3", GgmlType::BF16, true, "llama3-tokenizer", "longrope");
+  s.partial_rotary = 0.75;
+  return s;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, HfModel,
     ::testing::Values(spec("llama", GgmlType::F32, false, "mistral-7b-v0.1-tokenizer"),
@@ -173,11 +182,15 @@ INSTANTIATE_TEST_SUITE_P(
                       spec("qwen2", GgmlType::F32, true, "qwen3-tokenizer"),
                       spec("qwen2", GgmlType::BF16, false, "qwen3-tokenizer", "yarn"),
                       spec("qwen3", GgmlType::F32, false, "qwen3-tokenizer", "none", 16),
-                      spec("qwen3", GgmlType::BF16, true, "qwen3-tokenizer", "none", 16)),
+                      spec("qwen3", GgmlType::BF16, true, "qwen3-tokenizer", "none", 16),
+                      spec("phi3", GgmlType::F32, false, "mistral-7b-v0.1-tokenizer", "longrope"),
+                      spec("phi3", GgmlType::BF16, false, "mistral-7b-v0.1-tokenizer", "none"),
+                      phi4_mini_like()),
     [](const auto& info) {
       const test::HfSpec& s = info.param;
       return s.model_type + "_" + type_name(s.dtype) + (s.tied ? "_tied" : "_untied") + "_" +
-             (s.tokenizer.substr(0, s.tokenizer.find('-'))) + "_rope_" + s.rope;
+             (s.tokenizer.substr(0, s.tokenizer.find('-'))) + "_rope_" + s.rope +
+             (s.partial_rotary > 0 ? "_partial_rotary" : "");
     });
 
 // The llama Q/K permutation is llama.cpp's: a GGUF written with the HF weights
@@ -186,25 +199,25 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(HfPermutation, UnpermutedLlamaWeightsChangeTheLogits) {
   const fs::path root = fs::temp_directory_path() / ("pagoda_hf_perm_" + std::to_string(::getpid()));
   test::HfSpec s = spec("llama", GgmlType::F32, false, "mistral-7b-v0.1-tokenizer");
+  s.n_shards = 1;
   test::write_hf_dir(s, root);
   HfModelDir d = HfModelDir::open(root.string());
-  d.config.arch = Arch::Qwen2;  // no permutation at load ...
-  d.config.has_qkv_bias = false;
-  auto unpermuted = load_hf_weights(d);
-  d.config.arch = Arch::Llama;
   auto permuted = load_hf_weights(d);
-  const gguf::TensorInfo* a = unpermuted->find_tensor("blk.0.attn_q.weight");
+  // The stored (unpermuted) HF tensors, read straight from the file.
+  const auto raw = safetensors::SafetensorsFile::open((root / "model.safetensors").string());
+  const safetensors::TensorEntry* a = raw.find("model.layers.0.self_attn.q_proj.weight");
   const gguf::TensorInfo* b = permuted->find_tensor("blk.0.attn_q.weight");
   ASSERT_TRUE(a && b);
-  ASSERT_EQ(a->n_bytes, b->n_bytes);
-  EXPECT_NE(std::memcmp(a->data, b->data, a->n_bytes), 0);
+  const size_t n_bytes = static_cast<size_t>(a->shape[0] * a->shape[1]) * 4;
+  ASSERT_EQ(n_bytes, b->n_bytes);
+  EXPECT_NE(std::memcmp(a->data, b->data, n_bytes), 0);
   // Row 1 of head 0 after permutation is HF row head_dim/2 (the first row of the second half).
   const int64_t hd = s.dim / s.n_heads;
   EXPECT_EQ(std::memcmp(b->data + 1 * s.dim * 4, a->data + (hd / 2) * s.dim * 4, s.dim * 4), 0);
   EXPECT_EQ(std::memcmp(b->data + 2 * s.dim * 4, a->data + 1 * s.dim * 4, s.dim * 4), 0);
-  // V is never permuted: a view into the mapping.
-  EXPECT_EQ(std::memcmp(unpermuted->find_tensor("blk.0.attn_v.weight")->data,
-                        permuted->find_tensor("blk.0.attn_v.weight")->data, a->n_bytes / 2), 0);
+  // V is never permuted.
+  EXPECT_EQ(std::memcmp(raw.find("model.layers.0.self_attn.v_proj.weight")->data,
+                        permuted->find_tensor("blk.0.attn_v.weight")->data, n_bytes / 2), 0);
   fs::remove_all(root);
 }
 
@@ -231,6 +244,10 @@ TEST(HfQuantize, LoadTimeQuantizationEqualsConvertedGgufAndStaysClose) {
     convert_hf_to_gguf(d, path, type);
     auto file = std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(path));
     EXPECT_EQ(file->find_tensor("blk.0.attn_q.weight")->type, type);
+    // llama.h's LLAMA_FTYPE_MOSTLY_{Q8_0, Q4_0, Q4_K_S, F16}, not the tensor type ids.
+    const int64_t want_file_type = type == GgmlType::Q8_0 ? 7 : type == GgmlType::Q4_0 ? 2
+                                   : type == GgmlType::Q4_K ? 14 : 1;
+    EXPECT_EQ(file->get_int("general.file_type"), want_file_type);
     auto g = Model::load(file);
     const std::vector<float> b = prompt_logits(*g, prompt, pool);
     ASSERT_EQ(a.size(), ref.size());

@@ -1,9 +1,10 @@
 """Llama-family forward pass in plain numpy (float64): the reference pagoda's
 C++ forward pass is checked against (tests/model/numpy_reference_test.py).
 
-Architectures: `llama`, `qwen2`, `qwen3`, read from GGUF metadata. Written from
-the model definitions (llama.cpp's llama/qwen2/qwen3 graphs, Meta's and
-Qwen's reference models), sharing no code with pagoda.
+Architectures: `llama`, `qwen2`, `qwen3`, `phi3`, read from GGUF metadata.
+Written from the model definitions (llama.cpp's llama/qwen2/qwen3/phi3 graphs,
+Meta's, Qwen's and Microsoft's reference models in transformers), sharing no
+code with pagoda.
 
 Contract:
 - LlamaModel(gguf_file) reads the hyperparameters and dequantizes every weight
@@ -34,12 +35,20 @@ Conventions (each is a place where an implementation can silently go wrong):
   rope_freqs.weight.
 - GQA: query head h reads kv head h // (n_head / n_head_kv). Scores are scaled
   by 1/sqrt(head_dim). FFN is SwiGLU: down(silu(gate(x)) * up(x)).
+- phi3: Q, K and V are one matrix `attn_qkv` (rows: Q, then K, then V) and
+  gate and up one matrix `ffn_up` (rows: gate, then up), as HF's qkv_proj and
+  gate_up_proj. LongRoPE (transformers' Phi3 "longrope"): the file holds
+  rope_factors_long/short.weight; pair i's frequency is divided by the long
+  factor when the context the model runs with (n_ctx) exceeds
+  rope.scaling.original_context_length, else by the short one (llama.cpp's
+  choice, fixed per context), and cos/sin are multiplied by
+  rope.scaling.attn_factor.
 """
 
 import numpy as np
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3")
-NEOX_ROPE_ARCHS = ("qwen2", "qwen3")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "phi3")
+NEOX_ROPE_ARCHS = ("qwen2", "qwen3", "phi3")
 
 
 class LlamaConfig:
@@ -74,6 +83,8 @@ class LlamaConfig:
         self.n_rot = int(key("rope.dimension_count", self.head_dim))
         self.n_ctx = int(key("context_length", 0))
         self.rope_neox = arch in NEOX_ROPE_ARCHS
+        self.rope_orig_ctx = int(key("rope.scaling.original_context_length", self.n_ctx))
+        self.rope_attn_factor = float(key("rope.scaling.attn_factor", 1.0))
 
         # RoPE scaling. `linear` divides every angle by the factor. `none`
         # never scales. Llama-3.1 style scaling has no linear factor: it lives in
@@ -123,11 +134,12 @@ def rope_angles(cfg, n_tokens, freq_factors):
     return pos[:, None] * inv_freq[None, :]
 
 
-def apply_rope(x, angles, n_rot, neox):
-    """x: (n_tokens, n_heads, head_dim); angles: (n_tokens, n_rot/2). Returns a rotated copy."""
+def apply_rope(x, angles, n_rot, neox, magnitude=1.0):
+    """x: (n_tokens, n_heads, head_dim); angles: (n_tokens, n_rot/2). Returns a rotated copy,
+    the rotated dims scaled by `magnitude` (LongRoPE's attention factor)."""
     out = x.copy()
-    cos = np.cos(angles)[:, None, :]  # broadcast over heads
-    sin = np.sin(angles)[:, None, :]
+    cos = magnitude * np.cos(angles)[:, None, :]  # broadcast over heads
+    sin = magnitude * np.sin(angles)[:, None, :]
     if neox:
         a, b = x[..., 0:n_rot // 2], x[..., n_rot // 2:n_rot]
         out[..., 0:n_rot // 2] = a * cos - b * sin
@@ -157,8 +169,11 @@ def causal_attention(q, k, v, n_head_kv):
 
 
 class LlamaModel:
-    def __init__(self, gguf):
+    def __init__(self, gguf, n_ctx=None):
+        """n_ctx: the context length the model runs with (LongRoPE picks its factors
+        by it); default the file's context_length."""
         self.cfg = cfg = LlamaConfig(gguf)
+        self.n_ctx = cfg.n_ctx if n_ctx is None else int(n_ctx)
 
         def weight(name, shape=None, optional=False):
             if not gguf.has_tensor(name):
@@ -181,15 +196,38 @@ class LlamaModel:
         if self.tied_output:
             self.output = self.token_embd
         self.rope_freqs = weight("rope_freqs.weight", (cfg.n_rot // 2,), optional=True)
+        long_f = weight("rope_factors_long.weight", (cfg.n_rot // 2,), optional=True)
+        short_f = weight("rope_factors_short.weight", (cfg.n_rot // 2,), optional=True)
+        if (long_f is None) != (short_f is None):
+            raise ValueError("only one of rope_factors_long/short.weight")
+        self.longrope_long = None
+        if long_f is not None:
+            if self.rope_freqs is not None:
+                raise ValueError("both rope_freqs and LongRoPE factors")
+            self.longrope_long = self.n_ctx > cfg.rope_orig_ctx
+            self.rope_freqs = long_f if self.longrope_long else short_f
 
         self.layers = []
         for il in range(cfg.n_layer):
             p = "blk.%d." % il
+            if gguf.has_tensor(p + "attn_qkv.weight"):
+                qkv = weight(p + "attn_qkv.weight", (H * D + 2 * KV * D, E))
+                wq, wk, wv = qkv[:H * D], qkv[H * D:H * D + KV * D], qkv[H * D + KV * D:]
+            else:
+                wq = weight(p + "attn_q.weight", (H * D, E))
+                wk = weight(p + "attn_k.weight", (KV * D, E))
+                wv = weight(p + "attn_v.weight", (KV * D, E))
+            if cfg.arch == "phi3":
+                gate_up = weight(p + "ffn_up.weight", (2 * F, E))
+                w_gate, w_up = gate_up[:F], gate_up[F:]
+            else:
+                w_gate = weight(p + "ffn_gate.weight", (F, E))
+                w_up = weight(p + "ffn_up.weight", (F, E))
             self.layers.append({
                 "attn_norm": weight(p + "attn_norm.weight", (E,)),
-                "wq": weight(p + "attn_q.weight", (H * D, E)),
-                "wk": weight(p + "attn_k.weight", (KV * D, E)),
-                "wv": weight(p + "attn_v.weight", (KV * D, E)),
+                "wq": wq,
+                "wk": wk,
+                "wv": wv,
                 "bq": weight(p + "attn_q.bias", (H * D,), optional=True),
                 "bk": weight(p + "attn_k.bias", (KV * D,), optional=True),
                 "bv": weight(p + "attn_v.bias", (KV * D,), optional=True),
@@ -197,8 +235,8 @@ class LlamaModel:
                 "k_norm": weight(p + "attn_k_norm.weight", (D,), optional=True),
                 "wo": weight(p + "attn_output.weight", (E, H * D)),
                 "ffn_norm": weight(p + "ffn_norm.weight", (E,)),
-                "w_gate": weight(p + "ffn_gate.weight", (F, E)),
-                "w_up": weight(p + "ffn_up.weight", (F, E)),
+                "w_gate": w_gate,
+                "w_up": w_up,
                 "w_down": weight(p + "ffn_down.weight", (E, F)),
             })
         if cfg.arch == "qwen3" and self.layers and self.layers[0]["q_norm"] is None:
@@ -234,8 +272,8 @@ class LlamaModel:
                 q = rms_norm(q, L["q_norm"], cfg.rms_eps)
             if L["k_norm"] is not None:
                 k = rms_norm(k, L["k_norm"], cfg.rms_eps)
-            q = apply_rope(q, angles, cfg.n_rot, cfg.rope_neox)
-            k = apply_rope(k, angles, cfg.n_rot, cfg.rope_neox)
+            q = apply_rope(q, angles, cfg.n_rot, cfg.rope_neox, cfg.rope_attn_factor)
+            k = apply_rope(k, angles, cfg.n_rot, cfg.rope_neox, cfg.rope_attn_factor)
             attn = causal_attention(q, k, v, KV).reshape(T, H * D)
             x = x + attn @ L["wo"].T
 

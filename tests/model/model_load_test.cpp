@@ -121,5 +121,27 @@ TEST_F(ModelLoad, UnsupportedWeightTypeListsTheSupportedOnes) {
   EXPECT_NE(msg.find("q8_0"), std::string::npos) << msg;
 }
 
+// LongRoPE is marked by its two factor tensors (llama.cpp's rule); one alone is a broken file.
+TEST_F(ModelLoad, Phi3WithOneLongRopeFactorTensorIsRejected) {
+  SynthSpec s = *synth_shape("tiny");
+  s.arch = "phi3", s.dim = 64, s.ffn_dim = 96, s.n_vocab = 300, s.rope_scaling = "longrope";
+  write_synthetic_model(s, base_);
+  auto f = std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(base_));
+  EXPECT_EQ(Model::load(f)->config().rope_scaling, RopeScalingType::LongRope);
+  auto p = rewrite("one_factor.gguf", nullptr,
+                   [](gguf::TensorInfo& t, auto&) { return t.name != "rope_factors_short.weight"; });
+  EXPECT_NE(load_error(p).find("rope_factors_short.weight"), std::string::npos);
+  auto q = rewrite("short_qkv.gguf", nullptr, [](gguf::TensorInfo& t, std::vector<uint8_t>& bytes) {
+    if (t.name == "blk.1.attn_qkv.weight") {  // one row short: [64, 127]
+      t.dims[1] -= 1;
+      bytes.resize(bytes.size() - 64 * 4);
+    }
+    return true;
+  });
+  const std::string msg = load_error(q);
+  EXPECT_NE(msg.find("blk.1.attn_qkv.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("expected [64, 128]"), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace pagoda

@@ -6,8 +6,10 @@ logits` writes its float32 logits for every position of a fixed token list,
 and the numpy reference (llama_numpy.py over gguf_numpy.py, which share no code
 with pagoda) computes the same logits in float64 from the same file. Cases
 cover llama (GQA, tied embeddings, llama3 and linear RoPE scaling, head_dim !=
-dim/heads), qwen2 (q/k/v biases), qwen3 (q/k norm), every supported weight
-type, the one-token-at-a-time decode path, and the real stories260K model.
+dim/heads), qwen2 (q/k/v biases), qwen3 (q/k norm), phi3 (fused QKV and
+gate-up, LongRoPE with long and short factors, 64 greedy steps), every
+supported weight type, the one-token-at-a-time decode path, and the real
+stories260K model.
 
 Before any pagoda case it checks the reference itself: the dequantizer
 self-test (gguf_numpy.self_test) and greedy decoding of stories260K from BOS,
@@ -32,6 +34,7 @@ sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_numpy  # noqa: E402
 import llama_numpy  # noqa: E402
+import phi3_hf_numpy  # noqa: E402
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEFAULT_MODELS = os.path.join(REPO_ROOT, "..", "shared", "models")
@@ -126,8 +129,14 @@ class Case:
     returns a list of problems with the written file, so a case fails if the file
     does not contain what the case's name says it tests."""
 
-    def __init__(self, name, arch, weight_type, shape, extra=(), logits_extra=(), expect=None, tokens=TOKENS):
+    def __init__(self, name, arch, weight_type, shape, extra=(), logits_extra=(), expect=None, tokens=TOKENS,
+                 ref_ctx=None, greedy_steps=0):
         self.name = name
+        # > 0: the tokens are BOS and the reference's greedy continuation of it
+        # (greedy_steps - 1 ids), and pagoda's top-1 must pick the reference's
+        # next id at every one of the greedy_steps positions (near-ties excepted).
+        self.greedy_steps = greedy_steps
+        self.ref_ctx = ref_ctx  # context the reference assumes (LongRoPE factor choice); None: the file's
         self.tokens = tokens
         self.arch = arch
         self.weight_type = weight_type
@@ -143,11 +152,20 @@ def expect_arch_and_type(arch, weight_type):
                  "q5_0": gguf_numpy.Q5_0, "q5_1": gguf_numpy.Q5_1, "q4_k": gguf_numpy.Q4_K,
                  "q5_k": gguf_numpy.Q5_K, "q6_k": gguf_numpy.Q6_K}[weight_type]
 
+    # llama.cpp's llama_ftype values (llama.h), which general.file_type holds;
+    # not the tensor type ids above (Q8_0 is tensor type 8 but file type 7).
+    file_type = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9,
+                 "q4_k": 14, "q5_k": 16, "q6_k": 18, "bf16": 32}[weight_type]
+
     def check(g):
         problems = []
+        if g.get("general.file_type") != file_type:
+            problems.append("general.file_type is %r, want %d (LLAMA_FTYPE for %s)"
+                            % (g.get("general.file_type"), file_type, weight_type))
         if g.get("general.architecture") != arch:
             problems.append("architecture is %r, want %r" % (g.get("general.architecture"), arch))
-        for name in ("blk.0.attn_q.weight", "blk.0.ffn_down.weight", "blk.1.attn_output.weight"):
+        first = "blk.0.attn_qkv.weight" if arch == "phi3" else "blk.0.attn_q.weight"
+        for name in (first, "blk.0.ffn_down.weight", "blk.1.attn_output.weight"):
             t = g.tensors.get(name)
             if t is None:
                 problems.append("no tensor " + name)
@@ -196,6 +214,27 @@ def build_cases():
     # Quantized weights together with the qwen-specific parts.
     cases.append(Case("qwen2-q8_0-bias", "qwen2", "q8_0", SHAPE, expect=expect_arch_and_type("qwen2", "q8_0")))
     cases.append(Case("qwen3-q4_k-qk-norm", "qwen3", "q4_k", SHAPE_K, expect=expect_arch_and_type("qwen3", "q4_k")))
+    # phi3: fused QKV and gate-up; LongRoPE with the long factors (the default
+    # context, 128, exceeds the original 32) and with the short ones (--ctx-size 32).
+    phi3_f32 = expect_arch_and_type("phi3", "f32")
+    has_longrope = ("has rope_factors_long/short and attn_factor",
+                    lambda g: g.has_tensor("rope_factors_long.weight") and g.has_tensor("rope_factors_short.weight")
+                    and g.get("phi3.rope.scaling.attn_factor", 1.0) > 1.0)
+    cases.append(Case("phi3-f32-fused", "phi3", "f32", SHAPE, expect=with_checks(
+        phi3_f32, ("fused ffn_up [dim, 2*ffn] and no ffn_gate",
+                   lambda g: not g.has_tensor("blk.0.ffn_gate.weight")
+                   and tuple(g.tensors["blk.0.ffn_up.weight"].dims) == (256, 1024)))))
+    cases.append(Case("phi3-f32-longrope-long", "phi3", "f32", SHAPE, extra=["--rope-scaling", "longrope"],
+                      tokens=LONG_TOKENS, ref_ctx=128, expect=with_checks(phi3_f32, has_longrope)))
+    cases.append(Case("phi3-f32-longrope-short", "phi3", "f32", SHAPE, extra=["--rope-scaling", "longrope"],
+                      logits_extra=["--ctx-size", "32"], tokens=LONG_TOKENS, ref_ctx=32,
+                      expect=with_checks(phi3_f32, has_longrope)))
+    cases.append(Case("phi3-q8_0-longrope-decode", "phi3", "q8_0", SHAPE, extra=["--rope-scaling", "longrope"],
+                      logits_extra=["--one-by-one"], tokens=LONG_TOKENS, ref_ctx=128,
+                      expect=expect_arch_and_type("phi3", "q8_0")))
+    cases.append(Case("phi3-q8_0-greedy-64", "phi3", "q8_0", SHAPE, extra=["--rope-scaling", "longrope"],
+                      logits_extra=["--one-by-one"], ref_ctx=128, greedy_steps=64,
+                      expect=expect_arch_and_type("phi3", "q8_0")))
     # The decode path: one token per forward call, through the KV cache.
     cases.append(Case("llama-f32-decode", "llama", "f32", SHAPE, logits_extra=["--one-by-one"], expect=llama_f32,
                       tokens=LONG_TOKENS))
@@ -308,7 +347,11 @@ def run_case(args, case):
         if problems:
             result.error = "synth file does not fit the case: " + "; ".join(problems)
             return result
-        model = llama_numpy.LlamaModel(g)
+        model = llama_numpy.LlamaModel(g, n_ctx=case.ref_ctx)
+        greedy_ids = None
+        if case.greedy_steps:
+            greedy_ids = model.greedy([1], case.greedy_steps)
+            case.tokens = [1] + greedy_ids[:-1]
         ref = model.forward(case.tokens)
     except (gguf_numpy.GgufError, ValueError) as e:
         result.error = "reference: %s" % e
@@ -322,7 +365,22 @@ def run_case(args, case):
     except ValueError as e:
         result.error = str(e)
         return result
-    compare(result, ref, got, tolerance_for(case.weight_type))
+    tol = tolerance_for(case.weight_type)
+    compare(result, ref, got, tol)
+    if greedy_ids is not None:
+        # Greedy agreement: pagoda's top-1 at position t is the reference's id t+1,
+        # except where the reference's top two are within 2x the allowed error.
+        allowed_abs = tol.max_rel * np.abs(ref).max()
+        top2 = np.sort(ref, axis=1)[:, -2:]
+        clear = (top2[:, 1] - top2[:, 0]) > 2 * allowed_abs
+        picks = got.argmax(axis=1)
+        bad = [t for t in range(len(greedy_ids)) if clear[t] and picks[t] != greedy_ids[t]]
+        result.argmax = "%d/%d" % (len(greedy_ids) - len(bad), len(greedy_ids))
+        if bad:
+            t = bad[0]
+            result.ok = False
+            result.error = ((result.error + "; ") if result.error else "") + (
+                "greedy step %d: pagoda picks %d, reference %d" % (t, picks[t], greedy_ids[t]))
     return result
 
 
@@ -391,6 +449,59 @@ def check_pagoda_stories(args):
     return result
 
 
+def check_phi3_hf_dir(args):
+    """A Phi-3 Hugging Face directory (Phi-4-mini-like: partial rotary 0.75, tied,
+    LongRoPE), against phi3_hf_numpy's transformers-convention reference: pagoda on
+    the directory with the long factors (default context 128 > original 32) and
+    the short ones (--ctx-size 32); `pagoda convert` of it gives bit-identical
+    logits; and llama_numpy on the converted GGUF agrees with the HF reference
+    (two independent references, no pagoda arithmetic: checks the conversion)."""
+    results = []
+    d = os.path.join(args.workdir, "phi3-hf")
+    phi3_hf_numpy.write_phi3_dir(d)
+    ref = phi3_hf_numpy.Phi3Reference(d)
+    tokens = LONG_TOKENS
+    ref_long = ref.forward(tokens, use_long=True)
+    ref_short = ref.forward(tokens, use_long=False)
+    got = {}
+    for name, extra, want in (("phi3-hf-dir-long", [], ref_long),
+                              ("phi3-hf-dir-short", ["--ctx-size", "32"], ref_short)):
+        r = Result(name, "f32")
+        out = os.path.join(args.workdir, name + ".f32")
+        err = pagoda_logits(args, d, tokens, out, extra)
+        if err:
+            r.error = err
+        else:
+            got[name] = read_logits(out, len(tokens), ref.n_vocab)
+            compare(r, want, got[name], TOL_F32)
+        results.append(r)
+
+    r = Result("phi3-hf-convert-identical", "f32")
+    gguf_path = os.path.join(args.workdir, "phi3-hf.gguf")
+    out = os.path.join(args.workdir, "phi3-hf-gguf.f32")
+    err = run([args.pagoda, "convert", d, "-o", gguf_path]) or pagoda_logits(args, gguf_path, tokens, out)
+    if err:
+        r.error = err
+    elif "phi3-hf-dir-long" in got:
+        g = read_logits(out, len(tokens), ref.n_vocab)
+        n_diff = int(np.sum(g != got["phi3-hf-dir-long"]))
+        r.max_abs = float(np.abs(g - got["phi3-hf-dir-long"]).max())
+        r.ok = n_diff == 0
+        r.error = "" if r.ok else "%d logits differ between the directory and its GGUF" % n_diff
+    results.append(r)
+
+    r = Result("phi3-hf-gguf-vs-hf-reference", "f32")
+    try:
+        model = llama_numpy.LlamaModel(gguf_numpy.GgufFile(gguf_path), n_ctx=128)
+        # 1e-6: both float64, but GGUF keeps the attention factor and the LongRoPE
+        # factors as float32 (rounding ~6e-8 relative; measured 8e-8 on the logits).
+        compare(r, ref_long, model.forward(tokens), Tolerance(max_rel=1e-6, min_corr=0.999999999))
+    except (gguf_numpy.GgufError, ValueError, OSError) as e:
+        r.error = "reference on converted GGUF: %s" % e
+    results.append(r)
+    return results
+
+
 # ---------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------
@@ -438,6 +549,8 @@ def main():
             r = job()
             r.seconds = time.time() - start
             results.append(r)
+        if args.filter in "phi3-hf-dir":
+            results += check_phi3_hf_dir(args)
     else:
         print("(no --pagoda given: reference self-checks only)")
     print_table(results)

@@ -1,0 +1,256 @@
+// The architecture rows (see arch_table.h). Names follow llama.cpp's gguf-py
+// constants (MODEL_TENSOR names) and convert_hf_to_gguf.py's HF -> GGUF map.
+#include "model/arch_table.h"
+
+#include "common/error.h"
+#include "model/config.h"
+
+namespace pagoda {
+
+namespace {
+
+using E = Extent;
+using K = TensorKind;
+
+// Tensors every row here shares: embeddings, final norm, untied output, and a
+// llama-style block's norms and FFN. The attention projections differ per row.
+std::vector<TensorSpec> global_tensors() {
+  return {
+      {Role::TokenEmbd, "token_embd.weight", "model.embed_tokens.weight", false, {E::Vocab, E::Dim}, K::Matrix},
+      {Role::OutputNorm, "output_norm.weight", "model.norm.weight", false, {E::Dim}, K::Norm},
+      {Role::Output, "output.weight", "lm_head.weight", false, {E::Vocab, E::Dim}, K::Matrix, Presence::Untied},
+      // Llama 3 frequency factors: in GGUF files; computed from rope_scaling for HF directories.
+      {Role::RopeFreqs, "rope_freqs.weight", "", false, {E::RotHalf}, K::RopeFactors, Presence::Optional},
+  };
+}
+
+struct LayerOptions {
+  bool qkv_bias = false;
+  bool qk_norm = false;
+  bool permute_qk = false;
+};
+
+std::vector<TensorSpec> llama_block(const LayerOptions& o) {
+  const Permute pq = o.permute_qk ? Permute::ByHeads : Permute::None;
+  const Permute pk = o.permute_qk ? Permute::ByKvHeads : Permute::None;
+  std::vector<TensorSpec> t = {
+      {Role::AttnNorm, "attn_norm.weight", "input_layernorm.weight", true, {E::Dim}, K::Norm},
+      {Role::AttnQ, "attn_q.weight", "self_attn.q_proj.weight", true, {E::QDim, E::Dim}, K::Matrix,
+       Presence::Required, pq},
+      {Role::AttnK, "attn_k.weight", "self_attn.k_proj.weight", true, {E::KvDim, E::Dim}, K::Matrix,
+       Presence::Required, pk},
+      {Role::AttnV, "attn_v.weight", "self_attn.v_proj.weight", true, {E::KvDim, E::Dim}, K::Matrix},
+  };
+  if (o.qkv_bias) {
+    t.push_back({Role::AttnQBias, "attn_q.bias", "self_attn.q_proj.bias", true, {E::QDim}, K::Bias});
+    t.push_back({Role::AttnKBias, "attn_k.bias", "self_attn.k_proj.bias", true, {E::KvDim}, K::Bias});
+    t.push_back({Role::AttnVBias, "attn_v.bias", "self_attn.v_proj.bias", true, {E::KvDim}, K::Bias});
+  }
+  if (o.qk_norm) {
+    t.push_back({Role::AttnQNorm, "attn_q_norm.weight", "self_attn.q_norm.weight", true, {E::HeadDim}, K::Norm});
+    t.push_back({Role::AttnKNorm, "attn_k_norm.weight", "self_attn.k_norm.weight", true, {E::HeadDim}, K::Norm});
+  }
+  t.push_back({Role::AttnOut, "attn_output.weight", "self_attn.o_proj.weight", true, {E::Dim, E::QDim}, K::Matrix});
+  t.push_back({Role::FfnNorm, "ffn_norm.weight", "post_attention_layernorm.weight", true, {E::Dim}, K::Norm});
+  t.push_back({Role::FfnGate, "ffn_gate.weight", "mlp.gate_proj.weight", true, {E::Ffn, E::Dim}, K::Matrix});
+  t.push_back({Role::FfnUp, "ffn_up.weight", "mlp.up_proj.weight", true, {E::Ffn, E::Dim}, K::Matrix});
+  t.push_back({Role::FfnDown, "ffn_down.weight", "mlp.down_proj.weight", true, {E::Dim, E::Ffn}, K::Matrix});
+  return t;
+}
+
+std::vector<TensorSpec> concat(std::vector<TensorSpec> a, const std::vector<TensorSpec>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+const std::vector<RopeScalingType> kAllScalings = {RopeScalingType::None, RopeScalingType::Linear,
+                                                   RopeScalingType::Yarn};
+
+std::vector<ArchInfo> build_table() {
+  std::vector<ArchInfo> rows;
+  {
+    ArchInfo r{.arch = Arch::Llama, .gguf_name = "llama"};
+    // llama.cpp converts Mistral checkpoints to general.architecture = llama.
+    r.gguf_aliases = {"mistral"};
+    r.hf_model_types = {"llama", "mistral"};
+    r.hf_architectures = {"LlamaForCausalLM", "MistralForCausalLM"};
+    r.rope = RopeKind::Normal;
+    r.rope_scalings = kAllScalings;
+    r.permute_qk = true;
+    r.tensors = concat(global_tensors(), llama_block({.permute_qk = true}));
+    rows.push_back(std::move(r));
+  }
+  {
+    ArchInfo r{.arch = Arch::Qwen2, .gguf_name = "qwen2"};
+    r.hf_model_types = {"qwen2"};
+    r.hf_architectures = {"Qwen2ForCausalLM"};
+    r.rope = RopeKind::Neox;
+    r.rope_scalings = kAllScalings;
+    r.qkv_bias = true;
+    r.tensors = concat(global_tensors(), llama_block({.qkv_bias = true}));
+    rows.push_back(std::move(r));
+  }
+  {
+    ArchInfo r{.arch = Arch::Qwen3, .gguf_name = "qwen3"};
+    r.hf_model_types = {"qwen3"};
+    r.hf_architectures = {"Qwen3ForCausalLM"};
+    r.rope = RopeKind::Neox;
+    r.rope_scalings = kAllScalings;
+    r.qk_norm = true;
+    r.tensors = concat(global_tensors(), llama_block({.qk_norm = true}));
+    rows.push_back(std::move(r));
+  }
+  {
+    // Phi-3 / 3.5 / 4-mini: a llama block with fused projections (llama.cpp's
+    // phi3 GGUFs: attn_qkv holds Q, K, V rows; ffn_up holds gate then up rows,
+    // HF qkv_proj / gate_up_proj as stored), NeoX RoPE, LongRoPE factors.
+    ArchInfo r{.arch = Arch::Phi3, .gguf_name = "phi3"};
+    r.hf_model_types = {"phi3"};
+    r.hf_architectures = {"Phi3ForCausalLM"};
+    r.rope = RopeKind::Neox;
+    r.rope_scalings = {RopeScalingType::LongRope};
+    // Phi-3-mini-4k declares sliding_window 2047; llama.cpp's loader turns phi3
+    // SWA off, and pagoda follows it so a GGUF gives llama.cpp's results.
+    r.sliding_window.pattern = SlidingWindowSpec::Pattern::Ignored;
+    r.tensors = global_tensors();
+    r.tensors.pop_back();  // no rope_freqs: LongRoPE factors instead
+    // Written from config.json's rope_scaling by the converter; absent without LongRoPE.
+    r.tensors.push_back({Role::RopeFactorsLong, "rope_factors_long.weight", "", false, {E::RotHalf},
+                         K::RopeFactors, Presence::Optional});
+    r.tensors.push_back({Role::RopeFactorsShort, "rope_factors_short.weight", "", false, {E::RotHalf},
+                         K::RopeFactors, Presence::Optional});
+    const std::vector<TensorSpec> block = {
+        {Role::AttnNorm, "attn_norm.weight", "input_layernorm.weight", true, {E::Dim}, K::Norm},
+        {Role::AttnQkv, "attn_qkv.weight", "self_attn.qkv_proj.weight", true, {E::QkvDim, E::Dim}, K::Matrix},
+        {Role::AttnOut, "attn_output.weight", "self_attn.o_proj.weight", true, {E::Dim, E::QDim}, K::Matrix},
+        {Role::FfnNorm, "ffn_norm.weight", "post_attention_layernorm.weight", true, {E::Dim}, K::Norm},
+        {Role::FfnGateUp, "ffn_up.weight", "mlp.gate_up_proj.weight", true, {E::GateUpDim, E::Dim}, K::Matrix},
+        {Role::FfnDown, "ffn_down.weight", "mlp.down_proj.weight", true, {E::Dim, E::Ffn}, K::Matrix},
+    };
+    r.tensors.insert(r.tensors.end(), block.begin(), block.end());
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+std::string join_names(const std::vector<std::string_view>& names) {
+  std::string s;
+  for (std::string_view n : names) s += (s.empty() ? "" : ", ") + std::string(n);
+  return s;
+}
+
+bool contains(const std::vector<std::string_view>& v, std::string_view x) {
+  for (std::string_view s : v)
+    if (s == x) return true;
+  return false;
+}
+
+}  // namespace
+
+const std::vector<ArchInfo>& arch_table() {
+  static const std::vector<ArchInfo> table = build_table();
+  return table;
+}
+
+const ArchInfo& arch_info(Arch arch) {
+  for (const ArchInfo& r : arch_table())
+    if (r.arch == arch) return r;
+  PAGODA_CHECK(false, "architecture without a table row");
+  return arch_table().front();
+}
+
+const ArchInfo* find_arch_by_gguf(std::string_view name) {
+  for (const ArchInfo& r : arch_table())
+    if (r.gguf_name == name || contains(r.gguf_aliases, name)) return &r;
+  return nullptr;
+}
+
+const ArchInfo* find_arch_by_hf(std::string_view model_type, std::string_view hf_architecture) {
+  for (const ArchInfo& r : arch_table())
+    if (contains(r.hf_model_types, model_type)) return &r;
+  if (!hf_architecture.empty())
+    for (const ArchInfo& r : arch_table())
+      if (contains(r.hf_architectures, hf_architecture)) return &r;
+  return nullptr;
+}
+
+std::string supported_gguf_arch_names() {
+  std::vector<std::string_view> names;
+  for (const ArchInfo& r : arch_table()) {
+    names.push_back(r.gguf_name);
+    names.insert(names.end(), r.gguf_aliases.begin(), r.gguf_aliases.end());
+  }
+  return join_names(names);
+}
+
+std::string supported_hf_model_types() {
+  std::vector<std::string_view> names;
+  for (const ArchInfo& r : arch_table()) names.insert(names.end(), r.hf_model_types.begin(), r.hf_model_types.end());
+  return join_names(names);
+}
+
+const TensorSpec* ArchInfo::find(Role role) const {
+  for (const TensorSpec& t : tensors)
+    if (t.role == role) return &t;
+  return nullptr;
+}
+
+std::string ArchInfo::gguf_tensor(Role role, int64_t layer) const {
+  const TensorSpec* t = find(role);
+  PAGODA_CHECK(t != nullptr, std::string(gguf_name) + " has no tensor of this role");
+  return gguf_tensor_name(*t, layer);
+}
+
+std::string ArchInfo::hf_tensor(Role role, int64_t layer) const {
+  const TensorSpec* t = find(role);
+  PAGODA_CHECK(t != nullptr, std::string(gguf_name) + " has no tensor of this role");
+  return hf_tensor_name(*t, layer);
+}
+
+bool ArchInfo::supports(RopeScalingType t) const {
+  if (t == RopeScalingType::None) return true;
+  for (RopeScalingType s : rope_scalings)
+    if (s == t) return true;
+  return false;
+}
+
+std::string gguf_tensor_name(const TensorSpec& t, int64_t layer) {
+  if (!t.per_layer) return std::string(t.gguf);
+  return "blk." + std::to_string(layer) + "." + std::string(t.gguf);
+}
+
+std::string hf_tensor_name(const TensorSpec& t, int64_t layer) {
+  if (t.hf.empty() || !t.per_layer) return std::string(t.hf);
+  return "model.layers." + std::to_string(layer) + "." + std::string(t.hf);
+}
+
+std::vector<int64_t> resolve_shape(const TensorSpec& t, const ModelConfig& c) {
+  std::vector<int64_t> out;
+  out.reserve(t.shape.size());
+  for (Extent e : t.shape) {
+    switch (e) {
+      case Extent::Vocab: out.push_back(c.n_vocab); break;
+      case Extent::Dim: out.push_back(c.dim); break;
+      case Extent::QDim: out.push_back(c.q_dim()); break;
+      case Extent::KvDim: out.push_back(c.kv_dim()); break;
+      case Extent::HeadDim: out.push_back(c.head_dim); break;
+      case Extent::Ffn: out.push_back(c.ffn_dim); break;
+      case Extent::RotHalf: out.push_back(c.n_rot / 2); break;
+      case Extent::QkvDim: out.push_back(c.q_dim() + 2 * c.kv_dim()); break;
+      case Extent::GateUpDim: out.push_back(2 * c.ffn_dim); break;
+    }
+  }
+  return out;
+}
+
+const char* rope_scaling_name(RopeScalingType t) {
+  switch (t) {
+    case RopeScalingType::None: return "none";
+    case RopeScalingType::Linear: return "linear";
+    case RopeScalingType::Yarn: return "yarn";
+    case RopeScalingType::LongRope: return "longrope";
+  }
+  return "?";
+}
+
+}  // namespace pagoda

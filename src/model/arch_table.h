@@ -1,0 +1,180 @@
+// The architecture table: one row per supported model architecture, the only
+// place that says what an architecture is made of.
+//
+// Contract:
+// - Every reader of models goes through this table: ModelConfig::from_gguf
+//   (general.architecture -> row, metadata keys under the row's prefix),
+//   HfModelDir::open (config.json model_type / architectures -> row),
+//   load_hf_weights (HF tensor name -> GGUF name, shape, Q/K permutation),
+//   convert_hf_to_gguf (the row's GGUF name), write_synthetic_model (which
+//   tensors to write, their shapes and how to fill them) and Model::load
+//   (tensor names by role). Adding an architecture is a row here plus the ops
+//   its forward pass needs in model.cpp.
+// - Rows are static, immutable, and live for the whole program: a `const
+//   ArchInfo&` may be kept anywhere, read from any thread.
+// - Tensor shapes are written symbolically (Extent) in row-major (HF) order and
+//   resolved against a ModelConfig; GGUF dims are the reverse (ggml order).
+//
+// How to add a row: append the Arch enumerator, write the row in arch_table.cpp
+// (names from llama.cpp's gguf-py constants / convert_hf_to_gguf.py, which is
+// what other GGUF readers expect), list its tensors in the order synth should
+// draw them, then give Model::load / Model::forward the ops the row's flags ask
+// for. Fields marked "(not read yet)" are declared for rows still to come
+// (Gemma's sliding windows, mixture-of-experts routers); a row that sets them
+// must also add the code that reads them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pagoda {
+
+struct ModelConfig;
+
+enum class Arch { Llama, Qwen2, Qwen3, Phi3 };
+
+// RoPE context-extension scaling a model may declare (GGUF rope.scaling.type,
+// HF rope_scaling.type). Llama 3's scaling is carried by rope_freqs.weight and
+// needs no type here. LongRope (Phi-3) has no GGUF type either: a file has it
+// when it holds rope_factors_long/short.weight (as llama.cpp decides).
+enum class RopeScalingType { None, Linear, Yarn, LongRope };
+
+enum class NormKind {
+  Rms,  // x / rms(x) * w
+};
+
+enum class Activation {
+  Silu,  // gated: down(silu(gate(x)) * up(x))
+};
+
+enum class RopeKind {
+  Normal,  // GGML's interleaved pairs (2i, 2i+1): llama after the HF->GGUF Q/K permutation
+  Neox,    // halves (i, i + n_rot/2), as HF's rotate_half, on unpermuted weights
+};
+
+// Mixture-of-experts routing (not read yet).
+enum class RouterKind {
+  None,                    // dense FFN
+  SoftmaxTopK,             // softmax over all experts, keep the top k weights as they are
+  SoftmaxTopKRenormalized, // softmax, top k, weights renormalised to sum 1
+};
+
+// Sliding-window attention layout over layers (not read yet).
+struct SlidingWindowSpec {
+  enum class Pattern {
+    None,        // every layer attends to the whole context
+    Ignored,     // the model declares a window ({arch}.attention.sliding_window, HF
+                 // sliding_window), read into ModelConfig, but every layer attends to the
+                 // whole context, as llama.cpp does for phi3 (its loader disables phi3 SWA)
+    AllLayers,   // every layer uses the window
+    EveryNthGlobal,  // layer i is global when (i + 1) % period == 0, local otherwise
+  };
+  Pattern pattern = Pattern::None;
+  int64_t period = 0;  // EveryNthGlobal only
+};
+
+struct MoeSpec {
+  RouterKind router = RouterKind::None;  // None: the row has no experts (not read yet)
+};
+
+// A symbolic tensor extent, resolved by resolve_shape() against a ModelConfig.
+enum class Extent {
+  Vocab,      // n_vocab
+  Dim,        // dim (embedding_length / hidden_size)
+  QDim,       // n_heads * head_dim
+  KvDim,      // n_kv_heads * head_dim
+  HeadDim,    // head_dim
+  Ffn,        // ffn_dim
+  RotHalf,    // n_rot / 2
+  QkvDim,     // q_dim + 2 * kv_dim (fused Q, K, V rows, in that order)
+  GateUpDim,  // 2 * ffn_dim (fused gate then up rows)
+};
+
+// What a tensor is for: Model::load and synth look tensors up by role.
+enum class Role {
+  TokenEmbd, OutputNorm, Output, RopeFreqs, RopeFactorsLong, RopeFactorsShort,
+  AttnNorm, AttnQ, AttnK, AttnV, AttnQkv, AttnQBias, AttnKBias, AttnVBias, AttnQNorm, AttnKNorm, AttnOut,
+  FfnNorm, FfnGate, FfnUp, FfnGateUp, FfnDown,
+};
+
+// How synth fills a tensor (and how convert stores it: everything but Matrix is 1-D F32).
+enum class TensorKind {
+  Matrix,      // 2-D weight, uniform with std 1/sqrt(columns) (token_embd: std 1)
+  Norm,        // 1 + small jitter
+  Bias,        // small values
+  RopeFactors, // computed from the RoPE scaling, never random
+};
+
+enum class Presence {
+  Required,  // always in the file
+  Untied,    // present unless the embeddings are tied (output.weight)
+  Optional,  // may be absent; who needs it checks (rope_freqs.weight: llama3 scaling)
+};
+
+// Which head count the HF->GGUF Q/K row permutation groups rows by (only for
+// rows with permute_qk; llama.cpp's LlamaModel.permute).
+enum class Permute { None, ByHeads, ByKvHeads };
+
+struct TensorSpec {
+  Role role;
+  // Names without the layer prefix for per-layer tensors: GGUF "blk.N." + gguf,
+  // HF "model.layers.N." + hf. hf == "" means the tensor is not stored in HF
+  // directories: the HF loader computes it from config.json (rope_freqs).
+  std::string_view gguf;
+  std::string_view hf;
+  bool per_layer;
+  std::vector<Extent> shape;  // row-major (HF) order
+  TensorKind kind;
+  Presence presence = Presence::Required;
+  Permute permute = Permute::None;
+};
+
+struct ArchInfo {
+  Arch arch;
+  std::string_view gguf_name;                     // general.architecture written, metadata key prefix
+  std::vector<std::string_view> gguf_aliases{};     // other general.architecture values read as this row
+  std::vector<std::string_view> hf_model_types{};   // config.json model_type values
+  std::vector<std::string_view> hf_architectures{}; // config.json architectures[0] values
+  NormKind norm = NormKind::Rms;
+  Activation activation = Activation::Silu;
+  RopeKind rope = RopeKind::Normal;
+  std::vector<RopeScalingType> rope_scalings{};     // accepted rope.scaling types (None always)
+  bool qk_norm = false;       // RMSNorm over head_dim of every q and k head, before RoPE
+  bool qkv_bias = false;      // q/k/v projections carry biases
+  bool permute_qk = false;    // HF->GGUF permutes Q/K rows into GGML's RoPE pair order
+  bool tied_allowed = true;   // output.weight may be absent (reads token_embd.weight)
+  SlidingWindowSpec sliding_window{};
+  MoeSpec moe{};
+  std::vector<TensorSpec> tensors{};  // global tensors first, then one layer's, in synth's drawing order
+
+  // The spec for `role`, or nullptr when the row has no such tensor.
+  const TensorSpec* find(Role role) const;
+  bool has(Role role) const { return find(role) != nullptr; }
+  // Full GGUF / HF name of `role` (layer ignored for global tensors).
+  // Requires: has(role) (always-on check).
+  std::string gguf_tensor(Role role, int64_t layer = 0) const;
+  std::string hf_tensor(Role role, int64_t layer = 0) const;
+  bool supports(RopeScalingType t) const;
+};
+
+// Every row, in table order.
+const std::vector<ArchInfo>& arch_table();
+const ArchInfo& arch_info(Arch arch);
+// Lookups: nullptr when no row matches.
+const ArchInfo* find_arch_by_gguf(std::string_view general_architecture);
+const ArchInfo* find_arch_by_hf(std::string_view model_type, std::string_view hf_architecture);
+// "llama, mistral, qwen2, qwen3": for "unsupported" messages.
+std::string supported_gguf_arch_names();
+std::string supported_hf_model_types();
+
+// Full names of a spec at `layer`.
+std::string gguf_tensor_name(const TensorSpec& t, int64_t layer);
+std::string hf_tensor_name(const TensorSpec& t, int64_t layer);
+// Row-major (HF) shape of `t` for config `c`.
+std::vector<int64_t> resolve_shape(const TensorSpec& t, const ModelConfig& c);
+
+const char* rope_scaling_name(RopeScalingType t);
+
+}  // namespace pagoda

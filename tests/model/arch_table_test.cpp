@@ -1,0 +1,120 @@
+// The architecture table: lookups by GGUF and HF names, tensor names and
+// shapes, and that `synth` writes exactly the tensors a row lists.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <set>
+
+#include "gguf/gguf.h"
+#include "model/arch_table.h"
+#include "model/config.h"
+#include "model/synth.h"
+
+namespace pagoda {
+namespace {
+
+TEST(ArchTable, GgufNamesAndAliasesFindTheirRow) {
+  for (const ArchInfo& r : arch_table()) {
+    ASSERT_EQ(find_arch_by_gguf(r.gguf_name), &r) << r.gguf_name;
+    EXPECT_EQ(&arch_info(r.arch), &r);
+    for (std::string_view a : r.gguf_aliases) EXPECT_EQ(find_arch_by_gguf(a), &r) << a;
+  }
+  EXPECT_EQ(find_arch_by_gguf("mistral")->arch, Arch::Llama);
+  EXPECT_EQ(find_arch_by_gguf("mamba"), nullptr);
+  EXPECT_NE(supported_gguf_arch_names().find("mistral"), std::string::npos);
+}
+
+TEST(ArchTable, HfModelTypeOrArchitecturesFindTheRow) {
+  EXPECT_EQ(find_arch_by_hf("mistral", "")->arch, Arch::Llama);
+  EXPECT_EQ(find_arch_by_hf("qwen2", "")->arch, Arch::Qwen2);
+  // An unknown model_type falls back to architectures[0].
+  EXPECT_EQ(find_arch_by_hf("my-finetune", "Qwen3ForCausalLM")->arch, Arch::Qwen3);
+  EXPECT_EQ(find_arch_by_hf("mamba", "MambaForCausalLM"), nullptr);
+  for (const ArchInfo& r : arch_table())
+    for (std::string_view t : r.hf_model_types) EXPECT_EQ(find_arch_by_hf(t, ""), &r) << t;
+}
+
+TEST(ArchTable, EveryRowNamesEachTensorOnceAndHasTheCoreRoles) {
+  for (const ArchInfo& r : arch_table()) {
+    SCOPED_TRACE(std::string(r.gguf_name));
+    std::set<std::string> gguf, hf;
+    std::set<Role> roles;
+    for (const TensorSpec& t : r.tensors) {
+      EXPECT_TRUE(roles.insert(t.role).second);
+      EXPECT_TRUE(gguf.insert(gguf_tensor_name(t, 3)).second) << t.gguf;
+      if (!t.hf.empty()) {
+        EXPECT_TRUE(hf.insert(hf_tensor_name(t, 3)).second) << t.hf;
+      }
+      EXPECT_EQ(t.shape.size(), t.kind == TensorKind::Matrix ? 2u : 1u) << t.gguf;
+      if (t.permute != Permute::None) {
+        EXPECT_TRUE(r.permute_qk);
+      }
+    }
+    for (Role role : {Role::TokenEmbd, Role::OutputNorm, Role::AttnNorm, Role::AttnOut, Role::FfnNorm,
+                      Role::FfnDown})
+      EXPECT_TRUE(r.has(role));
+    EXPECT_TRUE(r.supports(RopeScalingType::None));
+  }
+}
+
+TEST(ArchTable, NamesAndShapesResolveAgainstAConfig) {
+  const ArchInfo& q = arch_info(Arch::Qwen3);
+  EXPECT_EQ(q.gguf_tensor(Role::AttnKNorm, 7), "blk.7.attn_k_norm.weight");
+  EXPECT_EQ(q.hf_tensor(Role::AttnKNorm, 7), "model.layers.7.self_attn.k_norm.weight");
+  EXPECT_EQ(q.gguf_tensor(Role::Output), "output.weight");
+  EXPECT_EQ(q.hf_tensor(Role::Output), "lm_head.weight");
+  EXPECT_FALSE(q.has(Role::AttnQBias));
+  ModelConfig c;
+  c.arch = Arch::Qwen3;
+  c.dim = 64, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 32, c.ffn_dim = 96, c.n_vocab = 300, c.n_rot = 32;
+  EXPECT_EQ(resolve_shape(*q.find(Role::AttnQ), c), (std::vector<int64_t>{128, 64}));
+  EXPECT_EQ(resolve_shape(*q.find(Role::AttnK), c), (std::vector<int64_t>{64, 64}));
+  EXPECT_EQ(resolve_shape(*q.find(Role::AttnOut), c), (std::vector<int64_t>{64, 128}));
+  EXPECT_EQ(resolve_shape(*q.find(Role::AttnQNorm), c), (std::vector<int64_t>{32}));
+  EXPECT_EQ(resolve_shape(*q.find(Role::FfnDown), c), (std::vector<int64_t>{64, 96}));
+  EXPECT_EQ(resolve_shape(*q.find(Role::RopeFreqs), c), (std::vector<int64_t>{16}));
+  // Only llama permutes Q/K on conversion; only qwen2 has biases.
+  EXPECT_TRUE(arch_info(Arch::Llama).permute_qk);
+  EXPECT_FALSE(arch_info(Arch::Qwen2).permute_qk);
+  EXPECT_TRUE(arch_info(Arch::Qwen2).qkv_bias);
+}
+
+// synth reads the table: its file holds exactly the row's required tensors
+// (plus output.weight untied), under the row's GGUF names, with the resolved
+// shapes reversed into ggml order, and a config that loads back to the row.
+TEST(ArchTable, SynthWritesExactlyTheRowsTensors) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("pagoda_arch_table_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const ArchInfo& r : arch_table()) {
+    SCOPED_TRACE(std::string(r.gguf_name));
+    SynthSpec s = *synth_shape("tiny");
+    s.arch = std::string(r.gguf_name);
+    s.dim = 64, s.ffn_dim = 96, s.n_vocab = 300, s.n_layers = 2;
+    const std::string path = (dir / (s.arch + ".gguf")).string();
+    write_synthetic_model(s, path);
+    const gguf::GgufFile f = gguf::GgufFile::open(path);
+    const ModelConfig c = ModelConfig::from_gguf(f);
+    EXPECT_EQ(c.arch, r.arch);
+    std::set<std::string> want;
+    for (const TensorSpec& t : r.tensors) {
+      if (t.presence == Presence::Optional) continue;
+      for (int64_t i = 0; i < (t.per_layer ? c.n_layers : 1); ++i) {
+        const std::string name = gguf_tensor_name(t, i);
+        want.insert(name);
+        const gguf::TensorInfo* ti = f.find_tensor(name);
+        ASSERT_NE(ti, nullptr) << name;
+        const std::vector<int64_t> shape = resolve_shape(t, c);
+        EXPECT_EQ(ti->dims, std::vector<int64_t>(shape.rbegin(), shape.rend())) << name;
+      }
+    }
+    std::set<std::string> got;
+    for (const gguf::TensorInfo& t : f.tensors()) got.insert(t.name);
+    EXPECT_EQ(got, want);
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pagoda
