@@ -95,6 +95,19 @@ void parse_rope_scaling(const JsonConfig& cfg, const json& rs, HfModelDir& d, Mo
   const double factor = cfg.opt_float(rs, "factor").value_or(1.0);
   if (type.empty() || type == "default") return;
   if (!(factor > 0.0)) throw Error(cfg.path() + ": rope_scaling.factor must be > 0");
+  const ArchInfo& row = c.info();
+  const bool accepted = type == "llama3"                     ? row.has(Role::RopeFreqs)
+                        : type == "linear"                   ? row.supports(RopeScalingType::Linear)
+                        : type == "yarn"                     ? row.supports(RopeScalingType::Yarn)
+                        : type == "longrope" || type == "su" ? row.supports(RopeScalingType::LongRope)
+                                                             : false;
+  if (!accepted) {
+    std::string supported = "default";
+    if (row.has(Role::RopeFreqs)) supported += ", llama3";
+    for (RopeScalingType t : row.rope_scalings) supported += std::string(", ") + rope_scaling_name(t);
+    throw Error(cfg.path() + ": unsupported rope_scaling type '" + type + "' for " + d.model_type +
+                " (supported: " + supported + ")");
+  }
   if (type == "llama3") {
     Llama3RopeScaling l;
     l.factor = static_cast<float>(factor);
@@ -110,7 +123,7 @@ void parse_rope_scaling(const JsonConfig& cfg, const json& rs, HfModelDir& d, Mo
       c.rope_scaling = RopeScalingType::Linear;
       c.rope_scaling_factor = static_cast<float>(factor);
     }
-  } else if ((type == "longrope" || type == "su") && c.info().supports(RopeScalingType::LongRope)) {
+  } else if (type == "longrope" || type == "su") {
     // transformers' _compute_longrope_parameters; the attention factor as llama.cpp's
     // converter computes it (sqrt(1 + ln(scale) / ln(orig)), scale = max_pos / orig)
     // unless config.json gives attention_factor, which transformers prefers.
@@ -150,10 +163,6 @@ void parse_rope_scaling(const JsonConfig& cfg, const json& rs, HfModelDir& d, Mo
       if (c.rope_orig_ctx <= 0) throw Error(cfg.path() + ": rope_scaling.original_max_position_embeddings must be > 0");
       c.rope_attn_factor = static_cast<float>(cfg.opt_float(rs, "attention_factor").value_or(1.0));
     }
-  } else {
-    throw Error(cfg.path() + ": unsupported rope_scaling type '" + type + "' for " + d.model_type +
-                " (supported: default, linear, llama3, yarn" +
-                (c.info().supports(RopeScalingType::LongRope) ? ", longrope" : "") + ")");
   }
 }
 

@@ -190,7 +190,7 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
       L->wq = WeightMatrix::prepare(t.type, c.q_dim(), c.dim, t.data);
       L->wk = WeightMatrix::prepare(t.type, c.kv_dim(), c.dim, t.data + rb * c.q_dim());
       L->wv = WeightMatrix::prepare(t.type, c.kv_dim(), c.dim, t.data + rb * (c.q_dim() + c.kv_dim()));
-      tick(), tick(), tick();
+      for (int k = 0; k < 3; ++k) tick();
     } else {
       L->wq = ld.matrix(name(Role::AttnQ, i), c.q_dim(), c.dim);
       tick();
@@ -207,7 +207,7 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
       const size_t rb = row_bytes(t.type, c.dim);
       L->w_gate = WeightMatrix::prepare(t.type, c.ffn_dim, c.dim, t.data);
       L->w_up = WeightMatrix::prepare(t.type, c.ffn_dim, c.dim, t.data + rb * c.ffn_dim);
-      tick(), tick();
+      for (int k = 0; k < 2; ++k) tick();
     } else {
       L->w_gate = ld.matrix(name(Role::FfnGate, i), c.ffn_dim, c.dim);
       tick();

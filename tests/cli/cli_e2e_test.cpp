@@ -188,6 +188,27 @@ TEST_F(Cli, SynthRejectsUnknownTypeAndShape) {
   EXPECT_EQ(s.exit_code, 1);
 }
 
+// Every architecture of the table through the binary: synth --arch X --shape tiny, then generate;
+// phi3 with LongRoPE too, and LongRoPE refused where the architecture has none.
+TEST_F(Cli, SynthEveryArchitectureTinyThenGenerate) {
+  for (const char* arch : {"llama", "qwen2", "qwen3", "phi3"}) {
+    const fs::path model = dir_ / (std::string(arch) + ".gguf");
+    RunResult s = run(std::string("synth --arch ") + arch + " --shape tiny --type q8_0 -o " + model.string());
+    ASSERT_EQ(s.exit_code, 0) << arch << ": " << s.err;
+    RunResult r = run("generate -m " + model.string() + " -p \"hello\" -n 4 --temp 0 -t 2");
+    EXPECT_EQ(r.exit_code, 0) << arch << ": " << r.err;
+  }
+  const fs::path lr = dir_ / "phi3-longrope.gguf";
+  ASSERT_EQ(run("synth --arch phi3 --shape tiny --rope-scaling longrope -o " + lr.string()).exit_code, 0);
+  RunResult i = run("inspect " + lr.string());
+  EXPECT_NE(i.out.find("rope_factors_long.weight"), std::string::npos);
+  EXPECT_NE(i.out.find("blk.0.attn_qkv.weight"), std::string::npos);
+  EXPECT_EQ(run("generate -m " + lr.string() + " -p \"hello\" -n 4 --temp 0 -t 2 -c 64").exit_code, 0);
+  RunResult bad = run("synth --arch qwen2 --shape tiny --rope-scaling longrope -o " + (dir_ / "x.gguf").string());
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("longrope"), std::string::npos) << bad.err;
+}
+
 TEST_F(Cli, GenerateOnSynthModelWithItsOwnVocabulary) {
   fs::path model = dir_ / "tiny.gguf";
   ASSERT_EQ(run("synth --shape tiny --type q4_0 -o " + model.string()).exit_code, 0);

@@ -161,6 +161,16 @@ std::vector<Case> cases() {
          rewrite_json(d / "config.json", [](auto& j) { j["rope_scaling"]["long_factor"][0] = 0.0; });
        },
        "config.json", "long_factor holds something other than a positive number", "phi3"},
+      {"Phi3YarnIsNotAccepted",
+       [](const fs::path& d) {
+         rewrite_json(d / "config.json", [](auto& j) { j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}}; });
+       },
+       "config.json", "unsupported rope_scaling type 'yarn' for phi3 (supported: default, longrope)", "phi3"},
+      {"LlamaLongRopeIsNotAccepted",
+       [](const fs::path& d) {
+         rewrite_json(d / "config.json", [](auto& j) { j["rope_scaling"] = {{"type", "longrope"}}; });
+       },
+       "config.json", "unsupported rope_scaling type 'longrope' for llama"},
       {"Phi3OddPartialRotary",
        [](const fs::path& d) { rewrite_json(d / "config.json", [](auto& j) { j["partial_rotary_factor"] = 0.2; }); },
        "config.json", "partial_rotary_factor gives 1 rotary dims", "phi3"},

@@ -127,7 +127,16 @@ TEST_F(ModelLoad, Phi3WithOneLongRopeFactorTensorIsRejected) {
   s.arch = "phi3", s.dim = 64, s.ffn_dim = 96, s.n_vocab = 300, s.rope_scaling = "longrope";
   write_synthetic_model(s, base_);
   auto f = std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(base_));
-  EXPECT_EQ(Model::load(f)->config().rope_scaling, RopeScalingType::LongRope);
+  {
+    auto m = Model::load(f);
+    EXPECT_EQ(m->config().rope_scaling, RopeScalingType::LongRope);
+    // Long factors once the context exceeds the original one (512 / 4 = 128), as llama.cpp.
+    EXPECT_TRUE(m->uses_long_rope_factors());  // loaded for ctx_len 512
+    m->set_context_size(128);
+    EXPECT_FALSE(m->uses_long_rope_factors());
+    m->set_context_size(129);
+    EXPECT_TRUE(m->uses_long_rope_factors());
+  }
   auto p = rewrite("one_factor.gguf", nullptr,
                    [](gguf::TensorInfo& t, auto&) { return t.name != "rope_factors_short.weight"; });
   EXPECT_NE(load_error(p).find("rope_factors_short.weight"), std::string::npos);
