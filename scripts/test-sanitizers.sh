@@ -4,7 +4,7 @@
 # tests_<preset> (the pagoda binary and the test executables labelled <preset> in
 # tests/CMakeLists.txt), then runs `ctest -L <preset>`:
 #   asan  AddressSanitizer + UndefinedBehaviorSanitizer (UB aborts: -fno-sanitize-recover):
-#         every unit test, the fuzz tests, serve_e2e and structured_output_e2e
+#         every unit test, the fuzz tests and serve_e2e
 #   tsan  ThreadSanitizer: tests/common, tests/engine, tests/server/http_*, tests/loadgen/runner
 # Extra ctest arguments after `--`, e.g. `scripts/test-sanitizers.sh asan -- -R Jinja`.
 # Time budget: PAGODA_SAN_DEADLINE (epoch seconds; scripts/test.sh sets it from
