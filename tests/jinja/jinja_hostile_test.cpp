@@ -120,7 +120,9 @@ TEST(JinjaHostile, LongRendersStopAtTheStepBudget) {
     expect_names(error_of("{% set s = 'x' * 1000000 %}{% for i in range(1000) %}{% set y = s ~ s %}{% endfor %}"),
                  "(max_steps)");
   });
-  EXPECT_LT(s, 20.0);  // generous: ASan and a loaded machine are 5-10x slower
+  // The default budget lets ~640 MB of copies through (a step per 64 bytes): 0.85 s in release
+  // and 20.2 s under ASan on 2 cores at load 15 (its allocator poisons every 2 MB buffer).
+  EXPECT_LT(s, 60.0);  // a bound that catches a hang, not a speed check
 }
 
 TEST(JinjaHostile, DeepOrCyclicValuesStopAtTheValueDepth) {
