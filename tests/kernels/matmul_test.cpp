@@ -15,6 +15,8 @@
 //   relative error <= 2^-8), so 2^-8 S + 1e-5 S.
 #include <gtest/gtest.h>
 
+#include "sanitizer_sampling.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -134,6 +136,7 @@ class MatmulTypeTest : public ::testing::TestWithParam<GgmlType> {};
 TEST_P(MatmulTypeTest, MatchesReferenceOnOddShapesEveryIsaAndPool) {
   const GgmlType type = GetParam();
   std::mt19937 rng(1234 + static_cast<int>(type));
+  test::CaseSample sample(5);  // all cases in release; every 5th under a sanitizer
   for (int64_t n_cols : col_counts(type)) {
     for (int64_t n_rows : kRowCounts) {
       const std::vector<uint8_t> w = make_weights(type, n_rows, n_cols, rng);
@@ -146,6 +149,7 @@ TEST_P(MatmulTypeTest, MatchesReferenceOnOddShapesEveryIsaAndPool) {
         const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), isa);
         for (int64_t n_tokens : kTokenCounts) {
           for (int threads : {1, 2}) {
+            if (!sample.take()) continue;
             // Poisoned output: every element must be written.
             std::vector<float> y(static_cast<size_t>(n_tokens * n_rows), std::nanf(""));
             matmul(m, x.data(), n_tokens, y.data(), pool(threads));
@@ -241,6 +245,7 @@ TEST_P(MatmulTypeTest, MultiMatchesSeparateCallsBitForBit) {
   const int64_t n_cols = 512;
   const int64_t rows[] = {67, 8, 17};
   std::mt19937 rng(11);
+  test::CaseSample sample(4);
   for (GgmlType other : {type, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16}) {
     const GgmlType types[] = {type, other, type};
     std::vector<std::vector<uint8_t>> w;
@@ -251,6 +256,7 @@ TEST_P(MatmulTypeTest, MultiMatchesSeparateCallsBitForBit) {
       for (int i = 0; i < 3; ++i) m.push_back(WeightMatrix::prepare(types[i], rows[i], n_cols, w[i].data(), isa));
       for (int64_t n_tokens : {int64_t{1}, int64_t{5}, int64_t{70}}) {
         const std::vector<float> x = make_acts(n_tokens, n_cols, rng);
+        if (!sample.take()) continue;
         std::vector<std::vector<float>> want(3), got(3);
         std::vector<MatmulTarget> targets;
         for (int i = 0; i < 3; ++i) {

@@ -6,6 +6,8 @@
 // per-token path for prompts, continued prompts and mixed prefill + decode batches.
 #include <gtest/gtest.h>
 
+#include "sanitizer_sampling.h"
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -117,6 +119,7 @@ TEST(PagedAttention, SimdPathsMatchTheReferenceForEveryTypeShapeAndLength) {
   const int gqa[] = {1, 4, 8};
   const int64_t lengths[] = {1, 2, 7, 15, 16, 17, 31, 32, 33, 100, 511, 513, 1000, 4096};
   int64_t checked = 0;
+  test::CaseSample sample(5);  // all cases in release; every 5th under a sanitizer
   for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
     if (!isa_supported(isa)) {
       std::printf("[ skipped ] %s not supported on this CPU\n", isa_name(isa));
@@ -130,6 +133,7 @@ TEST(PagedAttention, SimdPathsMatchTheReferenceForEveryTypeShapeAndLength) {
         const KvLayerView view = f.pool->layer_view(0);
         for (int n_q : gqa)
           for (int64_t n_ctx : lengths) {
+            if (!sample.take()) continue;
             const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
             auto q = random_q(n_q * hd, static_cast<uint32_t>(n_ctx * 31 + n_q));
             std::vector<float> o_ref(n_q * hd), m_ref(n_q), l_ref(n_q), o(n_q * hd), m(n_q), l(n_q);
@@ -182,6 +186,7 @@ TEST(PagedAttention, PrefillTilesMatchTheReferenceForEveryTypeShapeAndStart) {
                                            {3, 64},  {30, 5},   {100, 70}, {511, 20}, {1000, 9}, {2040, 8}};
   const int gqa[] = {1, 4, 8};
   int64_t checked = 0;
+  test::CaseSample sample(5);  // all cases in release; every 5th under a sanitizer
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
     if (!isa_supported(isa)) {
       std::printf("[ skipped ] %s not supported on this CPU\n", isa_name(isa));
@@ -198,6 +203,7 @@ TEST(PagedAttention, PrefillTilesMatchTheReferenceForEveryTypeShapeAndStart) {
         const KvLayerView view = f.pool->layer_view(0);
         for (int n_q : gqa)
           for (auto [pos0, n_tok] : spans) {
+            if (!sample.take()) continue;
             const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
             // Rows strided as in a batch: token stride > the group's n_q · hd.
             const int64_t stride = (n_q + 1) * hd;
