@@ -12,6 +12,7 @@ class GgufWeightSource final : public WeightSource {
   const std::string& path() const override { return f_->path(); }
   const std::vector<gguf::TensorInfo>& tensors() const override { return f_->tensors(); }
   const gguf::TensorInfo* find_tensor(std::string_view name) const override { return f_->find_tensor(name); }
+  size_t drop_resident(const gguf::TensorInfo& t) const override { return f_->drop_resident(t); }
 
  private:
   std::shared_ptr<const gguf::GgufFile> f_;
@@ -50,6 +51,16 @@ void OwnedWeightSource::add_view(const std::string& name, GgmlType type, std::ve
   tensors_.push_back(std::move(t));
 }
 
+void OwnedWeightSource::add_view_of(const WeightSource& from, const gguf::TensorInfo& t) {
+  add_view(t.name, t.type, t.dims, t.data);
+  viewed_from_[t.name] = {&from, &t};
+}
+
+size_t OwnedWeightSource::drop_resident(const gguf::TensorInfo& t) const {
+  auto it = viewed_from_.find(t.name);
+  return it == viewed_from_.end() ? 0 : it->second.first->drop_resident(*it->second.second);
+}
+
 void OwnedWeightSource::add_owned(const std::string& name, GgmlType type, std::vector<int64_t> dims,
                                   std::vector<uint8_t> bytes) {
   PAGODA_CHECK(bytes.size() == tensor_bytes(type, dims), "byte size mismatch for tensor " + name);
@@ -70,7 +81,7 @@ std::shared_ptr<const WeightSource> requantize(std::shared_ptr<const WeightSourc
       target = plain ? t.type : GgmlType::F16;
     }
     if (!matrix || target == t.type) {
-      out->add_view(t.name, t.type, t.dims, t.data);
+      out->add_view_of(*src, t);
       continue;
     }
     const int64_t n_cols = t.dims[0], n_rows = t.dims[1];
@@ -82,6 +93,9 @@ std::shared_ptr<const WeightSource> requantize(std::shared_ptr<const WeightSourc
       quantize_row(target, row.data(), bytes.data() + out_row * r, n_cols);
     }
     out->add_owned(t.name, target, t.dims, std::move(bytes));
+    // The source bytes are not read again: a GGUF's pages leave the resident set
+    // (else a --quantize of a Q8_0 file kept the whole file resident beside the copy).
+    src->drop_resident(t);
   }
   out->keep_alive(std::move(src));
   return out;

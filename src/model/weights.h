@@ -36,6 +36,14 @@ class WeightSource {
   virtual const std::string& path() const = 0;
   virtual const std::vector<gguf::TensorInfo>& tensors() const = 0;
   virtual const gguf::TensorInfo* find_tensor(std::string_view name) const = 0;
+  // Says that `t` (one of tensors()) will not be read again for now (its bytes
+  // were copied): a source over a read-only file mapping drops the tensor's
+  // pages from the resident set (a later read still sees the same bytes,
+  // faulted back in); other sources keep them. Returns the bytes dropped.
+  virtual size_t drop_resident(const gguf::TensorInfo& t) const {
+    (void)t;
+    return 0;
+  }
 };
 
 // The tensors of a GGUF file (views into its mapping, which the source keeps alive).
@@ -55,6 +63,12 @@ class OwnedWeightSource final : public WeightSource {
   // Adds a view; `data` must stay valid while the source lives (see keep_alive).
   // Requires: a unique name; dims in ggml order, first a multiple of the type's block.
   void add_view(const std::string& name, GgmlType type, std::vector<int64_t> dims, const uint8_t* data);
+  // Adds `t` of `from` as a view under its own name, type and dims; drop_resident()
+  // of it is passed on to `from`. Requires: `from` outlives this source
+  // (keep_alive it); a unique name.
+  void add_view_of(const WeightSource& from, const gguf::TensorInfo& t);
+  // Views added by add_view_of are passed to their source; the rest keep their bytes.
+  size_t drop_resident(const gguf::TensorInfo& t) const override;
   // Adds a tensor whose bytes the source owns. Requires: as add_view, and
   // bytes.size() == the byte size of dims.
   void add_owned(const std::string& name, GgmlType type, std::vector<int64_t> dims, std::vector<uint8_t> bytes);
@@ -65,6 +79,8 @@ class OwnedWeightSource final : public WeightSource {
   std::string path_;
   std::vector<gguf::TensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> index_;
+  // name -> (source, tensor) for views added by add_view_of
+  std::map<std::string, std::pair<const WeightSource*, const gguf::TensorInfo*>, std::less<>> viewed_from_;
   std::vector<std::unique_ptr<std::vector<uint8_t>>> owned_;  // stable addresses
   std::vector<std::shared_ptr<const void>> owners_;
 };
