@@ -36,7 +36,7 @@ const gguf::TensorInfo* OwnedWeightSource::find_tensor(std::string_view name) co
 }
 
 void OwnedWeightSource::add_view(const std::string& name, GgmlType type, std::vector<int64_t> dims,
-                                 const uint8_t* data) {
+                                 const uint8_t* data, std::function<size_t()> drop) {
   PAGODA_CHECK(!index_.count(name), "duplicate tensor " + name);
   PAGODA_CHECK(!dims.empty() && dims[0] % traits(type).block_size == 0, "bad dims for tensor " + name);
   gguf::TensorInfo t;
@@ -49,16 +49,16 @@ void OwnedWeightSource::add_view(const std::string& name, GgmlType type, std::ve
   t.data = data;
   index_[name] = tensors_.size();
   tensors_.push_back(std::move(t));
+  if (drop) drops_[name] = std::move(drop);
 }
 
 void OwnedWeightSource::add_view_of(const WeightSource& from, const gguf::TensorInfo& t) {
-  add_view(t.name, t.type, t.dims, t.data);
-  viewed_from_[t.name] = {&from, &t};
+  add_view(t.name, t.type, t.dims, t.data, [&from, &t] { return from.drop_resident(t); });
 }
 
 size_t OwnedWeightSource::drop_resident(const gguf::TensorInfo& t) const {
-  auto it = viewed_from_.find(t.name);
-  return it == viewed_from_.end() ? 0 : it->second.first->drop_resident(*it->second.second);
+  auto it = drops_.find(t.name);
+  return it == drops_.end() ? 0 : it->second();
 }
 
 void OwnedWeightSource::add_owned(const std::string& name, GgmlType type, std::vector<int64_t> dims,

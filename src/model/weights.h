@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -61,13 +62,17 @@ class OwnedWeightSource final : public WeightSource {
   const gguf::TensorInfo* find_tensor(std::string_view name) const override;
 
   // Adds a view; `data` must stay valid while the source lives (see keep_alive).
+  // `drop`, when given, is what drop_resident() of this tensor runs (e.g. a file
+  // mapping's drop_resident for the viewed bytes) and returns the bytes dropped.
   // Requires: a unique name; dims in ggml order, first a multiple of the type's block.
-  void add_view(const std::string& name, GgmlType type, std::vector<int64_t> dims, const uint8_t* data);
+  void add_view(const std::string& name, GgmlType type, std::vector<int64_t> dims, const uint8_t* data,
+                std::function<size_t()> drop = {});
   // Adds `t` of `from` as a view under its own name, type and dims; drop_resident()
   // of it is passed on to `from`. Requires: `from` outlives this source
   // (keep_alive it); a unique name.
   void add_view_of(const WeightSource& from, const gguf::TensorInfo& t);
-  // Views added by add_view_of are passed to their source; the rest keep their bytes.
+  // Runs the view's `drop` (add_view_of: passed on to its source); owned bytes and
+  // views without one stay.
   size_t drop_resident(const gguf::TensorInfo& t) const override;
   // Adds a tensor whose bytes the source owns. Requires: as add_view, and
   // bytes.size() == the byte size of dims.
@@ -79,8 +84,7 @@ class OwnedWeightSource final : public WeightSource {
   std::string path_;
   std::vector<gguf::TensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> index_;
-  // name -> (source, tensor) for views added by add_view_of
-  std::map<std::string, std::pair<const WeightSource*, const gguf::TensorInfo*>, std::less<>> viewed_from_;
+  std::map<std::string, std::function<size_t()>, std::less<>> drops_;  // name -> add_view's `drop`
   std::vector<std::unique_ptr<std::vector<uint8_t>>> owned_;  // stable addresses
   std::vector<std::shared_ptr<const void>> owners_;
 };

@@ -118,6 +118,16 @@ TEST_F(ResidentWeights, Q4_0ModelIsResidentAboutOnce) {
   EXPECT_LE(r.rss_growth, static_cast<double>(r.resident_weight_bytes) + kAllowanceBytes);
 }
 
+TEST_F(ResidentWeights, Q4_KModelIsResidentAboutOnce) {
+  // Q4_K's repacked form widens the 6-bit scales to bytes: 148 bytes per 144 (+2.8%).
+  SynthSpec s = q4_llama();
+  s.type = GgmlType::Q4_K;
+  const Measured r = load_and_run(s);
+  EXPECT_LE(r.rss_growth, 1.05 * static_cast<double>(r.file_tensor_bytes) + kAllowanceBytes)
+      << "RSS grew " << r.rss_growth / kMiB << " MiB";
+  EXPECT_LE(static_cast<double>(r.resident_weight_bytes), 1.05 * static_cast<double>(r.file_tensor_bytes));
+}
+
 TEST_F(ResidentWeights, TiedEmbeddingsAreResidentOnceUntilTheirRowsAreRead) {
   // token_embd is repacked for the output projection and still read row by row
   // for the embedding: its file pages are dropped after repacking and only the
