@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -64,7 +66,8 @@ namespace {
 
 class TensorLoader {
  public:
-  explicit TensorLoader(const WeightSource& f) : f_(f) {}
+  // sole_user: the model holds the only reference to `f`, so it may free what it copied.
+  TensorLoader(const WeightSource& f, bool sole_user) : f_(f), sole_user_(sole_user) {}
 
   const gguf::TensorInfo* find(const std::string& name) const { return f_.find_tensor(name); }
 
@@ -99,11 +102,16 @@ class TensorLoader {
   // copy). Tied embeddings too: token_embd's rows are still read per token, but
   // only the pages of tokens actually seen fault back in (a 4 KiB page holds 3.5
   // rows of a 2048-wide Q4_0 row), rather than the whole table staying resident
-  // because repacking read it once.
-  WeightMatrix matrix(const std::string& name, int64_t n_rows, int64_t n_cols) const {
+  // because repacking read it once. Bytes the source owns (--quantize's copies)
+  // are freed outright when the model is the source's only user, except `still_read`
+  // (tied token_embd, whose rows the embedding reads).
+  WeightMatrix matrix(const std::string& name, int64_t n_rows, int64_t n_cols, bool still_read = false) const {
     const gguf::TensorInfo& t = require(name, {n_cols, n_rows});
     WeightMatrix w = WeightMatrix::prepare(t.type, n_rows, n_cols, t.data);
-    if (w.packed()) f_.drop_resident(t);
+    if (w.packed()) {
+      if (sole_user_ && !still_read) released_ += f_.release(t);
+      else f_.drop_resident(t);
+    }
     return w;
   }
 
@@ -123,8 +131,13 @@ class TensorLoader {
     return out;
   }
 
+  // Bytes release() handed back (freed copies, or dropped file pages).
+  size_t released() const { return released_; }
+
  private:
   const WeightSource& f_;
+  bool sole_user_;
+  mutable size_t released_ = 0;
 };
 
 }  // namespace
@@ -143,7 +156,7 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
   m->weights_ = std::move(weights);
   m->config_ = config;
   const ModelConfig& c = m->config_;
-  TensorLoader ld(*m->weights_);
+  TensorLoader ld(*m->weights_, m->weights_.use_count() == 1);
 
   const ArchInfo& row = c.info();
   auto name = [&](Role role, int64_t layer = 0) { return row.gguf_tensor(role, layer); };
@@ -158,7 +171,7 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
   if (row.has(Role::Output) && ld.find(name(Role::Output))) {
     m->output_ = ld.matrix(name(Role::Output), c.n_vocab, c.dim);
   } else if (row.tied_allowed) {  // tied embeddings
-    m->output_ = ld.matrix(name(Role::TokenEmbd), c.n_vocab, c.dim);
+    m->output_ = ld.matrix(name(Role::TokenEmbd), c.n_vocab, c.dim, /*still_read=*/true);
   } else {
     throw Error(m->weights_->path() + ": missing tensor '" + name(Role::Output) + "'");
   }

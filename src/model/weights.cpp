@@ -66,6 +66,18 @@ void OwnedWeightSource::add_owned(const std::string& name, GgmlType type, std::v
   PAGODA_CHECK(bytes.size() == tensor_bytes(type, dims), "byte size mismatch for tensor " + name);
   owned_.push_back(std::make_unique<std::vector<uint8_t>>(std::move(bytes)));
   add_view(name, type, std::move(dims), owned_.back()->data());
+  owned_index_[name] = owned_.size() - 1;
+}
+
+size_t OwnedWeightSource::release(const gguf::TensorInfo& t) const {
+  auto it = owned_index_.find(t.name);
+  if (it == owned_index_.end()) return drop_resident(t);
+  std::unique_ptr<std::vector<uint8_t>>& bytes = owned_[it->second];
+  if (!bytes) return 0;
+  const size_t n = bytes->size();
+  bytes.reset();
+  tensors_[index_.find(t.name)->second].data = nullptr;
+  return n;
 }
 
 std::shared_ptr<const WeightSource> requantize(std::shared_ptr<const WeightSource> src, GgmlType type) {

@@ -45,6 +45,11 @@ class WeightSource {
     (void)t;
     return 0;
   }
+  // Says that `t` will never be read through this source again. Requires: the
+  // caller holds the only reference to the source (nothing else can read it) and
+  // has copied t's bytes. A source that owns t's bytes frees them (t.data becomes
+  // nullptr); others drop_resident(t). Returns the bytes freed or dropped.
+  virtual size_t release(const gguf::TensorInfo& t) const { return drop_resident(t); }
 };
 
 // The tensors of a GGUF file (views into its mapping, which the source keeps alive).
@@ -74,6 +79,9 @@ class OwnedWeightSource final : public WeightSource {
   // Runs the view's `drop` (add_view_of: passed on to its source); owned bytes and
   // views without one stay.
   size_t drop_resident(const gguf::TensorInfo& t) const override;
+  // Frees an owned tensor's bytes (requantize()'s copies once Model::load repacked
+  // them: else --quantize held the quantized bytes twice); views: drop_resident.
+  size_t release(const gguf::TensorInfo& t) const override;
   // Adds a tensor whose bytes the source owns. Requires: as add_view, and
   // bytes.size() == the byte size of dims.
   void add_owned(const std::string& name, GgmlType type, std::vector<int64_t> dims, std::vector<uint8_t> bytes);
@@ -82,10 +90,12 @@ class OwnedWeightSource final : public WeightSource {
 
  private:
   std::string path_;
-  std::vector<gguf::TensorInfo> tensors_;
+  // mutable: release() frees owned bytes and nulls their data (its caller is the only user).
+  mutable std::vector<gguf::TensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> index_;
   std::map<std::string, std::function<size_t()>, std::less<>> drops_;  // name -> add_view's `drop`
-  std::vector<std::unique_ptr<std::vector<uint8_t>>> owned_;  // stable addresses
+  mutable std::vector<std::unique_ptr<std::vector<uint8_t>>> owned_;  // stable addresses
+  std::map<std::string, size_t, std::less<>> owned_index_;               // name -> owned_ index
   std::vector<std::shared_ptr<const void>> owners_;
 };
 

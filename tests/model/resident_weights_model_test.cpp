@@ -20,7 +20,9 @@
 #include "common/thread_pool.h"
 #include "gguf/gguf.h"
 #include "kv/kv_store.h"
+#include "model/config.h"
 #include "model/model.h"
+#include "model/weights.h"
 #include "model/synth.h"
 
 namespace pagoda {
@@ -126,6 +128,36 @@ TEST_F(ResidentWeights, Q4_KModelIsResidentAboutOnce) {
   EXPECT_LE(r.rss_growth, 1.05 * static_cast<double>(r.file_tensor_bytes) + kAllowanceBytes)
       << "RSS grew " << r.rss_growth / kMiB << " MiB";
   EXPECT_LE(static_cast<double>(r.resident_weight_bytes), 1.05 * static_cast<double>(r.file_tensor_bytes));
+}
+
+TEST_F(ResidentWeights, QuantizeAtLoadHoldsOneCopy) {
+  // Written Q8_0, loaded as --quantize q4_0 does: requantize() makes Q4_0 copies,
+  // Model::load repacks them and frees the copies; the Q8_0 file pages read to
+  // re-encode are dropped. Before, all three stayed (~3.9x the Q4_0 bytes).
+  SynthSpec s = q4_llama();
+  s.type = GgmlType::Q8_0;
+  const std::string path = (dir_ / "q8.gguf").string();
+  write_synthetic_model(s, path);
+  ThreadPool pool(2);
+  ContiguousKvCache kv(s.n_layers, s.n_kv_heads, s.dim / s.n_heads, 64, 1);
+  std::vector<float> logits;
+  Batch batch;
+  for (int i = 0; i < 8; ++i) batch.add(1 + 37 * i, i, 0, i == 7);
+
+  malloc_trim(0);
+  const ProcessMemory before = read_process_memory();
+  auto file = std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(path));
+  std::unique_ptr<Model> m =
+      Model::load(ModelConfig::from_gguf(*file), requantize(gguf_weight_source(file), GgmlType::Q4_0));
+  m->forward(batch, kv, pool, logits);
+  const ProcessMemory after = read_process_memory();
+  const double growth = static_cast<double>(after.rss_bytes) - static_cast<double>(before.rss_bytes);
+  const double q4_bytes = static_cast<double>(m->file_tensor_bytes());  // the re-encoded tensors
+  std::printf("quantize at load: RSS growth %.1f MiB (anonymous %.1f, file %.1f) for %.1f MiB of Q4_0\n",
+              growth / kMiB, (static_cast<double>(after.anon_bytes) - before.anon_bytes) / kMiB,
+              (static_cast<double>(after.file_bytes) - before.file_bytes) / kMiB, q4_bytes / kMiB);
+  EXPECT_LT(q4_bytes, 45.0 * kMiB);  // Q4_0, not the Q8_0 file's 76 MiB
+  EXPECT_LE(growth, 1.05 * q4_bytes + kAllowanceBytes) << "RSS grew " << growth / kMiB << " MiB";
 }
 
 TEST_F(ResidentWeights, TiedEmbeddingsAreResidentOnceUntilTheirRowsAreRead) {
