@@ -12,6 +12,7 @@
 #include "cli/kv_options.h"
 #include "cli/model_loading.h"
 #include "common/error.h"
+#include "common/process_memory.h"
 #include "kernels/membw.h"
 
 namespace pagoda::cli {
@@ -87,6 +88,9 @@ Runner add_bench_model(CLI::App& app) {
         if (r >= 0) tg_rates.push_back(o->n_gen / dt);
       }
     }
+    // After the runs, before the bandwidth probe allocates its buffer: load + forward
+    // passes, what a server holds (with this KV budget).
+    const ProcessMemory mem = read_process_memory();
     const double bw = measure_read_bandwidth(pool);
     // A decode step reads every weight once and, in attention, the K/V of its context
     // (on average d + n/2 tokens over the run).
@@ -110,6 +114,10 @@ Runner add_bench_model(CLI::App& app) {
                           {"prompt_tokens_per_s_runs", pp_rates},
                           {"gen_tokens_per_s_runs", tg_rates},
                           {"model_bytes", lm.model->file_tensor_bytes()},
+                          {"resident_weight_bytes", lm.model->resident_weight_bytes()},
+                          {"process_rss_bytes", mem.rss_bytes},
+                          {"process_rss_anon_bytes", mem.anon_bytes},
+                          {"process_rss_file_bytes", mem.file_bytes},
                           {"decode_step_bytes", step_bytes},
                           {"decode_step_weight_bytes", weight_bytes},
                           {"read_bandwidth_bytes_per_s", bw},
@@ -140,6 +148,10 @@ Runner add_bench_model(CLI::App& app) {
     if (o->n_gen > 0)
       std::printf("  generation        (tg%d): %8.1f tok/s (median of %d, range %s)\n", o->n_gen, tg, o->repeats,
                   range(tg_rates).c_str());
+    std::printf("  resident: weights %.1f MiB (%.2fx the tensor bytes); process RSS %.1f MiB (anonymous %.1f, file %.1f)\n",
+                lm.model->resident_weight_bytes() / 1048576.0,
+                static_cast<double>(lm.model->resident_weight_bytes()) / static_cast<double>(lm.model->file_tensor_bytes()),
+                mem.rss_bytes / 1048576.0, mem.anon_bytes / 1048576.0, mem.file_bytes / 1048576.0);
     std::printf("  read bandwidth %.1f GB/s -> decode roofline %.1f tok/s", bw / 1e9, roofline);
     if (o->n_gen > 0) std::printf(" (generation at %.0f%% of it)", 100.0 * tg / roofline);
     std::printf("\n");

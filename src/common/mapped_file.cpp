@@ -40,6 +40,18 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
 
 MappedFile::~MappedFile() { reset(); }
 
+size_t MappedFile::drop_resident(const uint8_t* p, size_t n) const {
+  PAGODA_CHECK(p >= data_ && n <= size_ && static_cast<size_t>(p - data_) <= size_ - n,
+               "drop_resident: range outside the mapping of " + path_);
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) & ~(page - 1);
+  if (end <= begin) return 0;
+  // Advice: a failure (which the contract above rules out) leaves the pages resident.
+  if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) != 0) return 0;
+  return end - begin;
+}
+
 MappedFile::MappedFile(MappedFile&& other) noexcept
     : path_(std::move(other.path_)), data_(other.data_), size_(other.size_) {
   other.data_ = nullptr;

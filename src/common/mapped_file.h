@@ -26,6 +26,14 @@ class MappedFile {
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
+  // Drops this process's mapping of the whole pages inside [p, p + n) from its
+  // resident set (MADV_DONTNEED): the mapping is private and never written, so
+  // a later read faults the same bytes back in from the file (or the page
+  // cache): what is read never changes, only what is resident. Pages only
+  // partly inside the range (shared with a neighbouring tensor still read) are
+  // kept. Returns the bytes dropped. Requires: [p, p + n) inside the mapping.
+  size_t drop_resident(const uint8_t* p, size_t n) const;
+
  private:
   void reset();
   std::string path_;

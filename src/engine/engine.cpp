@@ -119,6 +119,8 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& con
     if (std::find(eog_ids_.begin(), eog_ids_.end(), id) == eog_ids_.end()) eog_ids_.push_back(id);
   }
   std::sort(eog_ids_.begin(), eog_ids_.end());
+  counters_.resident_weight_bytes = static_cast<int64_t>(model.resident_weight_bytes());
+  counters_.file_tensor_bytes = static_cast<int64_t>(model.file_tensor_bytes());
   publish_stats();
 }
 

@@ -221,6 +221,9 @@ struct EngineStats {
                                 // blocks, what pool.blocks_live + blocks_evictable accounts for
   int64_t finished = 0;         // ended with on_finish, any reason (incl. cancelled)
   int64_t cancelled = 0, errors = 0, refused_busy = 0;
+  // The model's weights (constant): Model::resident_weight_bytes() and file_tensor_bytes().
+  int64_t resident_weight_bytes = 0;
+  int64_t file_tensor_bytes = 0;
   PoolStats pool;
   CacheStats cache;
 };

@@ -141,6 +141,14 @@ class GgufFile {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(std::string_view name) const;
 
+  // Drops the whole pages of tensor `t` (one of this file's tensors) from the
+  // process's resident set; a later read faults them back in unchanged (see
+  // MappedFile::drop_resident). For tensors a caller has copied (repacked) and
+  // no longer reads. Returns the bytes dropped.
+  size_t drop_resident(const TensorInfo& t) const {
+    return t.data ? file_.drop_resident(t.data, static_cast<size_t>(t.n_bytes)) : 0;
+  }
+
  private:
   GgufFile() = default;
   MappedFile file_;

@@ -100,6 +100,13 @@ class Model {
   size_t weight_bytes() const;
   // Bytes of the model file's tensor data.
   size_t file_tensor_bytes() const;
+  // Bytes the weights keep resident once every one has been read: repacked
+  // copies, the file bytes still read in place (the embedding, unrepacked
+  // matrices), f32 copies of norms and biases. Repacked matrices' file pages are
+  // dropped at load (WeightSource::drop_resident), so they are not counted. An
+  // accounting figure, not a measurement: process RSS also holds the KV cache,
+  // scratch and code (common/process_memory.h measures it).
+  size_t resident_weight_bytes() const;
 
  private:
   struct Layer;

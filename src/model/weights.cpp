@@ -12,6 +12,7 @@ class GgufWeightSource final : public WeightSource {
   const std::string& path() const override { return f_->path(); }
   const std::vector<gguf::TensorInfo>& tensors() const override { return f_->tensors(); }
   const gguf::TensorInfo* find_tensor(std::string_view name) const override { return f_->find_tensor(name); }
+  size_t drop_resident(const gguf::TensorInfo& t) const override { return f_->drop_resident(t); }
 
  private:
   std::shared_ptr<const gguf::GgufFile> f_;
@@ -35,7 +36,7 @@ const gguf::TensorInfo* OwnedWeightSource::find_tensor(std::string_view name) co
 }
 
 void OwnedWeightSource::add_view(const std::string& name, GgmlType type, std::vector<int64_t> dims,
-                                 const uint8_t* data) {
+                                 const uint8_t* data, std::function<size_t()> drop) {
   PAGODA_CHECK(!index_.count(name), "duplicate tensor " + name);
   PAGODA_CHECK(!dims.empty() && dims[0] % traits(type).block_size == 0, "bad dims for tensor " + name);
   gguf::TensorInfo t;
@@ -48,6 +49,16 @@ void OwnedWeightSource::add_view(const std::string& name, GgmlType type, std::ve
   t.data = data;
   index_[name] = tensors_.size();
   tensors_.push_back(std::move(t));
+  if (drop) drops_[name] = std::move(drop);
+}
+
+void OwnedWeightSource::add_view_of(const WeightSource& from, const gguf::TensorInfo& t) {
+  add_view(t.name, t.type, t.dims, t.data, [&from, &t] { return from.drop_resident(t); });
+}
+
+size_t OwnedWeightSource::drop_resident(const gguf::TensorInfo& t) const {
+  auto it = drops_.find(t.name);
+  return it == drops_.end() ? 0 : it->second();
 }
 
 void OwnedWeightSource::add_owned(const std::string& name, GgmlType type, std::vector<int64_t> dims,
@@ -55,6 +66,18 @@ void OwnedWeightSource::add_owned(const std::string& name, GgmlType type, std::v
   PAGODA_CHECK(bytes.size() == tensor_bytes(type, dims), "byte size mismatch for tensor " + name);
   owned_.push_back(std::make_unique<std::vector<uint8_t>>(std::move(bytes)));
   add_view(name, type, std::move(dims), owned_.back()->data());
+  owned_index_[name] = owned_.size() - 1;
+}
+
+size_t OwnedWeightSource::release(const gguf::TensorInfo& t) const {
+  auto it = owned_index_.find(t.name);
+  if (it == owned_index_.end()) return drop_resident(t);
+  std::unique_ptr<std::vector<uint8_t>>& bytes = owned_[it->second];
+  if (!bytes) return 0;
+  const size_t n = bytes->size();
+  bytes.reset();
+  tensors_[index_.find(t.name)->second].data = nullptr;
+  return n;
 }
 
 std::shared_ptr<const WeightSource> requantize(std::shared_ptr<const WeightSource> src, GgmlType type) {
@@ -70,7 +93,7 @@ std::shared_ptr<const WeightSource> requantize(std::shared_ptr<const WeightSourc
       target = plain ? t.type : GgmlType::F16;
     }
     if (!matrix || target == t.type) {
-      out->add_view(t.name, t.type, t.dims, t.data);
+      out->add_view_of(*src, t);
       continue;
     }
     const int64_t n_cols = t.dims[0], n_rows = t.dims[1];
@@ -82,6 +105,9 @@ std::shared_ptr<const WeightSource> requantize(std::shared_ptr<const WeightSourc
       quantize_row(target, row.data(), bytes.data() + out_row * r, n_cols);
     }
     out->add_owned(t.name, target, t.dims, std::move(bytes));
+    // The source bytes are not read again: a GGUF's pages leave the resident set
+    // (else a --quantize of a Q8_0 file kept the whole file resident beside the copy).
+    src->drop_resident(t);
   }
   out->keep_alive(std::move(src));
   return out;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -36,6 +37,19 @@ class WeightSource {
   virtual const std::string& path() const = 0;
   virtual const std::vector<gguf::TensorInfo>& tensors() const = 0;
   virtual const gguf::TensorInfo* find_tensor(std::string_view name) const = 0;
+  // Says that `t` (one of tensors()) will not be read again for now (its bytes
+  // were copied): a source over a read-only file mapping drops the tensor's
+  // pages from the resident set (a later read still sees the same bytes,
+  // faulted back in); other sources keep them. Returns the bytes dropped.
+  virtual size_t drop_resident(const gguf::TensorInfo& t) const {
+    (void)t;
+    return 0;
+  }
+  // Says that `t` will never be read through this source again. Requires: the
+  // caller holds the only reference to the source (nothing else can read it) and
+  // has copied t's bytes. A source that owns t's bytes frees them (t.data becomes
+  // nullptr); others drop_resident(t). Returns the bytes freed or dropped.
+  virtual size_t release(const gguf::TensorInfo& t) const { return drop_resident(t); }
 };
 
 // The tensors of a GGUF file (views into its mapping, which the source keeps alive).
@@ -53,8 +67,21 @@ class OwnedWeightSource final : public WeightSource {
   const gguf::TensorInfo* find_tensor(std::string_view name) const override;
 
   // Adds a view; `data` must stay valid while the source lives (see keep_alive).
+  // `drop`, when given, is what drop_resident() of this tensor runs (e.g. a file
+  // mapping's drop_resident for the viewed bytes) and returns the bytes dropped.
   // Requires: a unique name; dims in ggml order, first a multiple of the type's block.
-  void add_view(const std::string& name, GgmlType type, std::vector<int64_t> dims, const uint8_t* data);
+  void add_view(const std::string& name, GgmlType type, std::vector<int64_t> dims, const uint8_t* data,
+                std::function<size_t()> drop = {});
+  // Adds `t` of `from` as a view under its own name, type and dims; drop_resident()
+  // of it is passed on to `from`. Requires: `from` outlives this source
+  // (keep_alive it); a unique name.
+  void add_view_of(const WeightSource& from, const gguf::TensorInfo& t);
+  // Runs the view's `drop` (add_view_of: passed on to its source); owned bytes and
+  // views without one stay.
+  size_t drop_resident(const gguf::TensorInfo& t) const override;
+  // Frees an owned tensor's bytes (requantize()'s copies once Model::load repacked
+  // them: else --quantize held the quantized bytes twice); views: drop_resident.
+  size_t release(const gguf::TensorInfo& t) const override;
   // Adds a tensor whose bytes the source owns. Requires: as add_view, and
   // bytes.size() == the byte size of dims.
   void add_owned(const std::string& name, GgmlType type, std::vector<int64_t> dims, std::vector<uint8_t> bytes);
@@ -63,9 +90,12 @@ class OwnedWeightSource final : public WeightSource {
 
  private:
   std::string path_;
-  std::vector<gguf::TensorInfo> tensors_;
+  // mutable: release() frees owned bytes and nulls their data (its caller is the only user).
+  mutable std::vector<gguf::TensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> index_;
-  std::vector<std::unique_ptr<std::vector<uint8_t>>> owned_;  // stable addresses
+  std::map<std::string, std::function<size_t()>, std::less<>> drops_;  // name -> add_view's `drop`
+  mutable std::vector<std::unique_ptr<std::vector<uint8_t>>> owned_;  // stable addresses
+  std::map<std::string, size_t, std::less<>> owned_index_;               // name -> owned_ index
   std::vector<std::shared_ptr<const void>> owners_;
 };
 

@@ -76,6 +76,13 @@ class SafetensorsFile {
   const TensorEntry* find(std::string_view name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
+  // Drops the whole pages of `e` (one of tensors()) from the process's resident set;
+  // a later read faults them back in unchanged (MappedFile::drop_resident). Nothing
+  // for parse()d bytes, which this object does not map. Returns the bytes dropped.
+  size_t drop_resident(const TensorEntry& e) const {
+    return file_.data() ? file_.drop_resident(e.data, static_cast<size_t>(e.n_bytes())) : 0;
+  }
+
  private:
   SafetensorsFile() = default;
   void parse_header(const uint8_t* bytes, size_t size);

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/json_text.h"
+#include "common/process_memory.h"
 #include "server/openai_protocol.h"
 
 namespace pagoda::server {
@@ -623,6 +624,12 @@ void ApiServer::handle_cache_stats(const HttpRequest&, std::shared_ptr<HttpExcha
               {"preemptions", s.preemptions},
               {"tokens_generated", s.tokens_generated},
               {"tokens_prefilled", s.tokens_prefilled}}}};
+  const ProcessMemory mem = read_process_memory();
+  body["memory"] = {{"resident_weight_bytes", s.resident_weight_bytes},
+                    {"file_tensor_bytes", s.file_tensor_bytes},
+                    {"process_rss_bytes", mem.rss_bytes},
+                    {"process_rss_anon_bytes", mem.anon_bytes},
+                    {"process_rss_file_bytes", mem.file_bytes}};
   ex->respond(json_response(200, body));
 }
 

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/process_memory.h"
 
 namespace pagoda::server {
 
@@ -201,6 +202,11 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
          d(stats.running));
   metric(out, "requests_waiting", "gauge", "Requests waiting for admission (incl. preempted).",
          d(stats.waiting));
+  metric(out, "resident_weight_bytes", "gauge",
+         "Bytes the model weights keep resident (repacked copies, file bytes still read).",
+         d(stats.resident_weight_bytes));
+  metric(out, "process_rss_bytes", "gauge", "Resident memory of the server process (VmRSS), in bytes.",
+         d(read_process_memory().rss_bytes));
   metric(out, "kv_bytes_reserved", "gauge", "KV cache memory committed, in bytes.",
          d(pool.bytes_reserved));
   metric(out, "kv_bytes_in_use", "gauge",

@@ -13,7 +13,8 @@
 //             generation_tokens_total, prefix_cache_queried_tokens_total,
 //             prefix_cache_hit_tokens_total, prefix_cache_evictions_total{reason},
 //             preemptions_total, requests_refused_total{reason} (busy/invalid)
-//   gauges    requests_running, requests_waiting, kv_bytes_reserved, kv_bytes_in_use,
+//   gauges    requests_running, requests_waiting, resident_weight_bytes, process_rss_bytes,
+//             kv_bytes_reserved, kv_bytes_in_use,
 //             kv_bytes_budget, kv_tokens_in_use, kv_blocks_total, kv_blocks_free,
 //             prefix_cache_bytes, prefix_cache_entries
 //   histograms (seconds) time_to_first_token_seconds, inter_token_latency_seconds,

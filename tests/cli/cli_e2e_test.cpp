@@ -159,6 +159,10 @@ TEST_F(Cli, SynthThenBenchModelReportsJson) {
   EXPECT_EQ(j.at("gen_tokens_per_s_runs").size(), 3u);
   EXPECT_GT(j.at("gen_tokens_per_s").get<double>(), 0.0);
   EXPECT_GT(j.at("model_bytes").get<double>(), 0.0);
+  // The tiny model's weights: about once (Q8_0 repacks byte for byte; f32 norms).
+  EXPECT_GE(j.at("resident_weight_bytes").get<double>(), 0.95 * j.at("model_bytes").get<double>());
+  EXPECT_LE(j.at("resident_weight_bytes").get<double>(), 1.05 * j.at("model_bytes").get<double>());
+  EXPECT_GT(j.at("process_rss_bytes").get<double>(), 0.0);
   EXPECT_EQ(j.at("threads").get<int>(), 2);
   EXPECT_GT(j.at("decode_roofline_tokens_per_s").get<double>(), 0.0);
 }

@@ -186,6 +186,9 @@ TEST_F(Serve, SecondRequestReusesThePrefixAndTenantsDoNotShare) {
   json s = body_json(stats);
   EXPECT_GT(s["prefix_cache"]["hit_tokens"].get<int64_t>(), 0);
   EXPECT_GT(s["pool"]["bytes_per_block"].get<int64_t>(), 0);
+  EXPECT_GT(s["memory"]["resident_weight_bytes"].get<int64_t>(), 0);
+  EXPECT_GT(s["memory"]["file_tensor_bytes"].get<int64_t>(), 0);
+  EXPECT_GT(s["memory"]["process_rss_bytes"].get<int64_t>(), 0);
   EXPECT_EQ(s["pool"]["bytes_in_use"].get<int64_t>(),
             (s["pool"]["blocks_live"].get<int64_t>() + s["pool"]["blocks_evictable"].get<int64_t>()) *
                 s["pool"]["bytes_per_block"].get<int64_t>());

@@ -280,6 +280,7 @@ EngineStats some_stats() {
   s.running = 3;
   s.waiting = 7;
   s.preemptions = 2;
+  s.resident_weight_bytes = 5 << 20;
   s.pool.bytes_reserved = 1 << 20;
   s.pool.bytes_in_use = 4096;
   s.pool.bytes_budget = uint64_t{8} << 30;
@@ -305,7 +306,8 @@ TEST(ServerMetrics, FreshRenderIsValidAndComplete) {
       "pagoda_cached_prompt_tokens_total", "pagoda_generation_tokens_total",
       "pagoda_prefix_cache_queried_tokens_total", "pagoda_prefix_cache_hit_tokens_total",
       "pagoda_prefix_cache_evictions_total", "pagoda_preemptions_total", "pagoda_requests_refused_total",
-      "pagoda_requests_running", "pagoda_requests_waiting", "pagoda_kv_bytes_reserved",
+      "pagoda_requests_running", "pagoda_requests_waiting", "pagoda_resident_weight_bytes",
+      "pagoda_process_rss_bytes", "pagoda_kv_bytes_reserved",
       "pagoda_kv_bytes_in_use", "pagoda_kv_bytes_budget", "pagoda_kv_tokens_in_use",
       "pagoda_kv_blocks_total", "pagoda_kv_blocks_free", "pagoda_prefix_cache_bytes",
       "pagoda_prefix_cache_entries", "pagoda_time_to_first_token_seconds",
@@ -333,6 +335,8 @@ TEST(ServerMetrics, GaugesAndCacheCountersComeFromTheSnapshot) {
   EXPECT_EQ(value_of(e, "pagoda_requests_running"), 3);
   EXPECT_EQ(value_of(e, "pagoda_requests_waiting"), 7);
   EXPECT_EQ(value_of(e, "pagoda_preemptions_total"), 2);
+  EXPECT_EQ(value_of(e, "pagoda_resident_weight_bytes"), 5 << 20);
+  EXPECT_GT(value_of(e, "pagoda_process_rss_bytes"), 0);  // this test process, measured
   EXPECT_EQ(value_of(e, "pagoda_kv_bytes_reserved"), 1 << 20);
   EXPECT_EQ(value_of(e, "pagoda_kv_bytes_in_use"), 4096);
   EXPECT_EQ(value_of(e, "pagoda_kv_bytes_budget"), 8589934592.0);
