@@ -53,6 +53,20 @@ void paged_attend_partial(const KvLayerView& view, const BlockId* blocks, int64_
                           int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
                           float* o, float* m, float* l);
 
+// Soft-capped scores (Gemma 2): s = softcap · tanh(q·k·scale / softcap) before the softmax;
+// otherwise as PagedAttendFn (partial results over [p_begin, p_end), mergeable). A sliding
+// window is the caller's p_begin (= query position + 1 - window). Requires: softcap > 0.
+using PagedAttendSoftcapFn = void (*)(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
+                                      int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
+                                      float softcap, float* o, float* m, float* l);
+void paged_attend_partial_softcap_ref(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
+                                      int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
+                                      float softcap, float* o, float* m, float* l);
+PagedAttendSoftcapFn paged_attend_softcap_kernel(Isa isa);
+void paged_attend_partial_softcap(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
+                                  int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
+                                  float softcap, float* o, float* m, float* l);
+
 // Full attention over [0, n_ctx): out [n_q, head_dim] = normalized result.
 // Requires: n_ctx >= 1.
 void paged_attend(const KvLayerView& view, const BlockId* blocks, int64_t n_ctx, int64_t kv_head,

@@ -21,6 +21,7 @@
 #include <limits>
 
 #include "kernels/exp_simd.h"
+#include "kernels/ops.h"
 #include "kv/paged_attention.h"
 #include "tensor/types.h"
 
@@ -217,7 +218,8 @@ inline void online_softmax_step(float* s, int64_t n, float* m, float* l, float* 
 // Partial attention of n_q <= kAttnMaxGroup heads over [p_begin, p_end).
 template <class V>
 void attend_group(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,
-                  int64_t kv_head, const float* q, int n_q, float scale, float* o, float* m, float* l) {
+                  int64_t kv_head, const float* q, int n_q, float scale, float* o, float* m, float* l,
+                  float softcap = 0.0f) {
   using Reg = typename V::Reg;
   constexpr int64_t W = V::kWidth;
   const int64_t hd = view.head_dim, bs = view.block_size;
@@ -239,6 +241,8 @@ void attend_group(const KvLayerView& view, const BlockId* blocks, int64_t p_begi
     const float* K = k_rows_f32<V>(view, b, kv_head, slot, n, ktile);  // [n][hd]
     for (int64_t j = 0; j < n; ++j)
       for (int h = 0; h < n_q; ++h) s[h * kAttnChunk + j] = dot_vec<V>(q + h * hd, K + j * hd, hd) * scale;
+    if (softcap > 0.0f)  // Gemma 2: one tanh per score, small next to the head_dim-long dot
+      for (int h = 0; h < n_q; ++h) softcap_inplace(s + h * kAttnChunk, n, softcap);
     for (int h = 0; h < n_q; ++h) online_softmax_step<V>(s + h * kAttnChunk, n, m + h, l + h, o + h * hd, hd);
     const float* Vr = v_rows_f32<V>(view, b, kv_head, slot, n, vtile);  // [n][hd]
     // o[h] += Σ_j w[h][j] · V[j]: the accumulator of one W-wide column strip stays in a
@@ -265,15 +269,20 @@ void attend_group(const KvLayerView& view, const BlockId* blocks, int64_t p_begi
 
 template <class V>
 void paged_attend_simd(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,
-                       int64_t kv_head, const float* q, int n_q, float scale, float* o, float* m, float* l) {
+                       int64_t kv_head, const float* q, int n_q, float scale, float* o, float* m, float* l,
+                       float softcap = 0.0f) {
   if (view.head_dim > kAttnTileFloats) {  // wider than a tile row: the reference handles it
-    paged_attend_partial_ref(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, o, m, l);
+    if (softcap > 0.0f)
+      paged_attend_partial_softcap_ref(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, softcap, o, m, l);
+    else
+      paged_attend_partial_ref(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, o, m, l);
     return;
   }
   const int64_t hd = view.head_dim;
   for (int h0 = 0; h0 < n_q; h0 += kAttnMaxGroup) {
     const int g = std::min(kAttnMaxGroup, n_q - h0);
-    attend_group<V>(view, blocks, p_begin, p_end, kv_head, q + h0 * hd, g, scale, o + h0 * hd, m + h0, l + h0);
+    attend_group<V>(view, blocks, p_begin, p_end, kv_head, q + h0 * hd, g, scale, o + h0 * hd, m + h0, l + h0,
+                    softcap);
   }
 }
 

@@ -157,6 +157,57 @@ void parse_rope_scaling(const JsonConfig& cfg, const json& rs, HfModelDir& d, Mo
   }
 }
 
+// Gemma 2 / 3 (text): activation, query scale, soft-caps, the local layers' pattern and RoPE.
+void parse_gemma(const JsonConfig& cfg, const ArchInfo& row, ModelConfig& c) {
+  const json& j = cfg.root();
+  const std::string& path = cfg.path();
+  for (const char* key : {"hidden_activation", "hidden_act"}) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    if (!it->is_string() || (it->get<std::string>() != "gelu_pytorch_tanh" && it->get<std::string>() != "gelu"))
+      throw Error(path + ": " + key + " must be gelu_pytorch_tanh for " + std::string(row.gguf_name));
+    break;
+  }
+  if (auto qs = cfg.opt_float(j, "query_pre_attn_scalar")) {
+    if (!(*qs > 0.0)) throw Error(path + ": query_pre_attn_scalar must be > 0");
+    c.attn_scale = static_cast<float>(1.0 / std::sqrt(*qs));
+  }
+  // transformers' Gemma2Config defaults 50 / 30 when absent; null means "none" (Gemma 3).
+  auto cap = [&](const char* key, double fallback) {
+    auto it = j.find(key);
+    if (it == j.end()) return static_cast<float>(fallback);
+    const double v = cfg.opt_float(j, key).value_or(0.0);
+    if (!(v >= 0.0)) throw Error(path + ": " + key + " must be >= 0");
+    return static_cast<float>(v);
+  };
+  if (row.attn_softcap) c.attn_softcap = cap("attn_logit_softcapping", row.attn_softcap_default);
+  else if (cap("attn_logit_softcapping", 0.0) != 0.0f)
+    throw Error(path + ": attn_logit_softcapping is not supported for " + std::string(row.gguf_name));
+  if (row.final_softcap) c.final_softcap = cap("final_logit_softcapping", row.final_softcap_default);
+  if (!j.contains("sliding_window") && row.sliding_window.default_window > 0)
+    c.sliding_window = row.sliding_window.default_window;
+  // The local/global layout must be the row's (layer i global when (i + 1) % period == 0).
+  const int64_t period = row.sliding_window.period;
+  if (auto p = cfg.opt_int(j, "sliding_window_pattern"); p && *p != period)
+    throw Error(path + ": sliding_window_pattern " + std::to_string(*p) + " is not " + std::string(row.gguf_name) +
+                "'s " + std::to_string(period));
+  if (auto it = j.find("layer_types"); it != j.end() && it->is_array() && c.sliding_window > 0) {
+    if (static_cast<int64_t>(it->size()) != c.n_layers) throw Error(path + ": layer_types has the wrong length");
+    for (int64_t i = 0; i < c.n_layers; ++i) {
+      const json& t = (*it)[static_cast<size_t>(i)];
+      const bool local = t.is_string() && t.get<std::string>() == "sliding_attention";
+      if (local != c.layer_is_local(i))
+        throw Error(path + ": layer_types[" + std::to_string(i) + "] does not follow " +
+                    std::string(row.gguf_name) + "'s pattern of one global layer every " + std::to_string(period));
+    }
+  }
+  if (row.sliding_window.local_rope_theta > 0.0f && c.sliding_window > 0) {
+    const double local = cfg.opt_float(j, "rope_local_base_freq").value_or(row.sliding_window.local_rope_theta);
+    if (!(local > 1.0)) throw Error(path + ": rope_local_base_freq must be > 1");
+    c.rope_theta_local = static_cast<float>(local);
+  }
+}
+
 ModelConfig parse_config(const json& j, const std::string& path, HfModelDir& d) {
   JsonConfig cfg(j, path);
   ModelConfig c;
@@ -222,6 +273,7 @@ ModelConfig parse_config(const json& j, const std::string& path, HfModelDir& d) 
       c.sliding_window = *sw;
     }
   }
+  if (row->hf_norm_shift != 0.0f) parse_gemma(cfg, *row, c);
   if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) throw Error(path + ": rope_scaling is not an object");
     parse_rope_scaling(cfg, *it, d, c);
@@ -265,6 +317,7 @@ struct Expected {
   std::string hf, gguf;
   std::vector<int64_t> shape;
   int64_t permute_heads = 0;
+  float norm_shift = 0.0f;  // added to a norm's values (Gemma: 1)
 };
 
 // The row's stored tensors (those with an HF name), tied output left out.
@@ -278,7 +331,8 @@ std::vector<Expected> expected_tensors(const HfModelDir& d) {
     int64_t permute = 0;
     if (row.permute_qk && t.permute == Permute::ByHeads) permute = c.n_heads;
     if (row.permute_qk && t.permute == Permute::ByKvHeads) permute = c.n_kv_heads;
-    e.push_back({hf_tensor_name(t, layer), gguf_tensor_name(t, layer), resolve_shape(t, c), permute});
+    e.push_back({hf_tensor_name(t, layer), gguf_tensor_name(t, layer), resolve_shape(t, c), permute,
+                 t.kind == TensorKind::Norm ? row.hf_norm_shift : 0.0f});
   };
   for (const TensorSpec& t : row.tensors)
     if (!t.per_layer) add(t, 0);
@@ -391,7 +445,17 @@ std::shared_ptr<const WeightSource> load_hf_weights(const HfModelDir& d) {
       throw Error(f.path() + ": tensor '" + x.hf + "' has shape " + e.shape_string() + ", expected " +
                   shape_string(x.shape) + " from config.json");
     std::vector<int64_t> dims(x.shape.rbegin(), x.shape.rend());  // ggml order
-    if (x.permute_heads > 0) {
+    if (x.norm_shift != 0.0f) {
+      // Gemma's (1 + w) norms, stored as llama.cpp's converter writes them: F32, w + 1
+      // (it converts BF16 to F32 before adding; arch_table.h hf_norm_shift).
+      const int64_t n = x.shape[0];
+      std::vector<float> v(static_cast<size_t>(n));
+      dequantize_row(*e.type, e.data, v.data(), n);
+      for (float& f : v) f += x.norm_shift;
+      std::vector<uint8_t> bytes(v.size() * sizeof(float));
+      std::memcpy(bytes.data(), v.data(), bytes.size());
+      out->add_owned(x.gguf, GgmlType::F32, dims, std::move(bytes));
+    } else if (x.permute_heads > 0) {
       const size_t rb = row_bytes(*e.type, x.shape[1]);
       out->add_owned(x.gguf, *e.type, dims, permute_rows(e.data, x.shape[0], rb, x.permute_heads));
     } else {
