@@ -70,13 +70,14 @@ void paged_attend_partial_softcap_ref(const KvLayerView& view, const BlockId* bl
 
 void paged_attend_tile_ref(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok,
                            int64_t kv_head, const float* q, int64_t q_stride, int n_q, float scale, float* out,
-                           int64_t out_stride) {
+                           int64_t out_stride, int64_t window, float softcap) {
   const int64_t hd = view.head_dim;
   std::vector<float> m(static_cast<size_t>(n_q)), l(static_cast<size_t>(n_q));
   for (int i = 0; i < n_tok; ++i) {
     float* o = out + i * out_stride;
-    paged_attend_partial_ref(view, blocks, 0, pos0 + i + 1, kv_head, q + i * q_stride, n_q, scale, o, m.data(),
-                             l.data());
+    const int64_t pos = pos0 + i;
+    partial_ref(view, blocks, window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0, pos + 1, kv_head,
+                q + i * q_stride, n_q, scale, softcap, o, m.data(), l.data());
     for (int h = 0; h < n_q; ++h)
       for (int64_t d = 0; d < hd; ++d) o[h * hd + d] /= l[h];
   }
@@ -131,9 +132,10 @@ PagedAttendTileFn paged_attend_tile_kernel(Isa isa) {
 }
 
 void paged_attend_tile(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,
-                       const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride) {
+                       const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride,
+                       int64_t window, float softcap) {
   static const PagedAttendTileFn fn = paged_attend_tile_kernel(best_isa());
-  fn(view, blocks, pos0, n_tok, kv_head, q, q_stride, n_q, scale, out, out_stride);
+  fn(view, blocks, pos0, n_tok, kv_head, q, q_stride, n_q, scale, out, out_stride, window, softcap);
 }
 
 void paged_attend(const KvLayerView& view, const BlockId* blocks, int64_t n_ctx, int64_t kv_head,

@@ -78,7 +78,8 @@ void paged_attend(const KvLayerView& view, const BlockId* blocks, int64_t n_ctx,
 constexpr int kAttnTileRows = 64;
 
 // Causal attention of n_tok consecutive query tokens of one sequence, at positions
-// pos0 .. pos0 + n_tok - 1: row (token i, head h) attends [0, pos0 + i].
+// pos0 .. pos0 + n_tok - 1: row (token i, head h) attends [0, pos0 + i], or with a window
+// w > 0 [max(0, pos0 + i - w + 1), pos0 + i]; scores soft-capped when softcap > 0.
 // q: token i head h at q[i * q_stride + h * head_dim ..][head_dim] f32 (query heads of
 // KV head kv_head); out: the normalized result at out[i * out_stride + h * head_dim ..].
 // blocks covers position pos0 + n_tok - 1.
@@ -86,16 +87,17 @@ constexpr int kAttnTileRows = 64;
 // rows do not overlap.
 using PagedAttendTileFn = void (*)(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok,
                                    int64_t kv_head, const float* q, int64_t q_stride, int n_q, float scale,
-                                   float* out, int64_t out_stride);
-// Scalar reference: paged_attend_partial_ref per token, then normalized.
+                                   float* out, int64_t out_stride, int64_t window, float softcap);
+// Scalar reference: paged_attend_partial_ref (or its soft-capped form) per token, then normalized.
 void paged_attend_tile_ref(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok,
                            int64_t kv_head, const float* q, int64_t q_stride, int n_q, float scale, float* out,
-                           int64_t out_stride);
+                           int64_t out_stride, int64_t window = 0, float softcap = 0.0f);
 // The tile kernel of one ISA level (Scalar: the reference). Requires: isa_supported(isa).
 PagedAttendTileFn paged_attend_tile_kernel(Isa isa);
 // Dispatches on best_isa().
 void paged_attend_tile(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,
-                       const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride);
+                       const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride,
+                       int64_t window = 0, float softcap = 0.0f);
 
 // out [n_q, head_dim] from n_parts partials laid out as m, l: [n_parts][n_q],
 // o: [n_parts][n_q][head_dim]. Requires: some part covers at least one position.

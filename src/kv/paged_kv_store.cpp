@@ -127,13 +127,9 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
   rows_.resize(static_cast<size_t>(n_rows));
   tiles_.clear();
   int64_t n_single = 0;
-  // Windows and soft-capping (Gemma) take the per-token path: the tile kernel has neither
-  // a lower bound nor a cap (a windowed row reads at most `window` positions anyway).
-  const bool tiles_ok = b.window <= 0 && b.softcap <= 0.0f;
   for (int64_t t = 0; t < b.n_tokens;) {
     int64_t e = t + 1;
-    while (tiles_ok && e < b.n_tokens && b.seq_ids[e] == b.seq_ids[t] && b.positions[e] == b.positions[e - 1] + 1)
-      ++e;
+    while (e < b.n_tokens && b.seq_ids[e] == b.seq_ids[t] && b.positions[e] == b.positions[e - 1] + 1) ++e;
     const int64_t len = e - t;
     if (len == 1) {
       ++n_single;
@@ -204,7 +200,7 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
       const int64_t g = task % n_kv;
       const int64_t off = tl.first_token * q_dim + g * hpk * hd;
       paged_attend_tile(view, tl.blocks, tl.pos0, tl.n_tok, g, b.q + off, q_dim, static_cast<int>(hpk), b.scale,
-                        b.out + off, q_dim);
+                        b.out + off, q_dim, b.window, b.softcap);
       return;
     }
     task -= n_tile_tasks;
