@@ -167,6 +167,9 @@ std::string ModelConfig::summary() const {
                   " layers, " + std::to_string(n_heads) + " heads (" + std::to_string(n_kv_heads) +
                   " kv, head_dim " + std::to_string(head_dim) + "), ffn " + std::to_string(ffn_dim) +
                   ", vocab " + std::to_string(n_vocab) + ", ctx " + std::to_string(ctx_len);
+  const SlidingWindowSpec& sw = info().sliding_window;
+  if (sliding_window > 0 && sw.pattern == SlidingWindowSpec::Pattern::EveryNthGlobal)
+    s += ", window " + std::to_string(sliding_window) + " (1 global layer in " + std::to_string(sw.period) + ")";
   return s;
 }
 
