@@ -157,6 +157,36 @@ void parse_rope_scaling(const JsonConfig& cfg, const json& rs, HfModelDir& d, Mo
   }
 }
 
+// Gemma 3 4B / 12B / 27B checkpoints are multimodal (model_type gemma3,
+// Gemma3ForConditionalGeneration): the text model's config is `text_config`, which lists
+// only what differs from transformers' Gemma3TextConfig defaults (the 4B lists no head
+// counts at all), so those defaults fill it in; the vision tower is not read (llama.cpp
+// likewise converts it to a separate mmproj file). Other configs pass through unchanged.
+json text_model_config(json j, const std::string& path) {
+  auto mt = j.find("model_type");
+  if (mt == j.end() || !mt->is_string() || mt->get<std::string>() != "gemma3") return j;
+  auto tc = j.find("text_config");
+  if (tc == j.end() || !tc->is_object()) throw Error(path + ": model_type gemma3 without a text_config object");
+  json t = *tc;
+  const json defaults = {{"vocab_size", 262208},          {"hidden_size", 2304},
+                         {"intermediate_size", 9216},     {"num_hidden_layers", 26},
+                         {"num_attention_heads", 8},      {"num_key_value_heads", 4},
+                         {"head_dim", 256},               {"max_position_embeddings", 131072},
+                         {"rms_norm_eps", 1e-6},          {"rope_theta", 1000000.0},
+                         {"query_pre_attn_scalar", 256},  {"sliding_window", 4096},
+                         {"sliding_window_pattern", 6},   {"rope_local_base_freq", 10000.0},
+                         {"hidden_activation", "gelu_pytorch_tanh"}, {"final_logit_softcapping", nullptr},
+                         {"attn_logit_softcapping", nullptr}, {"tie_word_embeddings", true}};
+  for (auto it = defaults.begin(); it != defaults.end(); ++it)
+    if (!t.contains(it.key())) t[it.key()] = it.value();
+  for (const char* key : {"bos_token_id", "eos_token_id", "tie_word_embeddings"})
+    if (j.contains(key) && !tc->contains(key)) t[key] = j[key];
+  t["model_type"] = "gemma3_text";
+  t["architectures"] = json::array({"Gemma3ForCausalLM"});
+  t["pagoda_multimodal_gemma3"] = true;  // tensor names under the language model (load_hf_weights)
+  return t;
+}
+
 // Gemma 2 / 3 (text): activation, query scale, soft-caps, the local layers' pattern and RoPE.
 void parse_gemma(const JsonConfig& cfg, const ArchInfo& row, ModelConfig& c) {
   const json& j = cfg.root();
@@ -284,6 +314,7 @@ ModelConfig parse_config(const json& j, const std::string& path, HfModelDir& d) 
     if (!it->is_boolean()) throw Error(path + ": tie_word_embeddings is not a boolean");
     d.tie_word_embeddings = it->get<bool>();
   }
+  d.multimodal_gemma3 = j.value("pagoda_multimodal_gemma3", false);
   if (auto bos = cfg.ids(j, "bos_token_id"); !bos.empty()) d.bos_token_id = bos[0];
   d.eos_token_ids = cfg.ids(j, "eos_token_id");
   return c;
@@ -383,7 +414,7 @@ HfModelDir HfModelDir::open(const std::string& dir) {
   const std::string config = join(dir, "config.json");
   if (!fs::is_regular_file(config))
     throw Error(dir + ": not a Hugging Face model directory: config.json is missing");
-  d.config = parse_config(read_json(config), config, d);
+  d.config = parse_config(text_model_config(read_json(config), config), config, d);
   if (const std::string t = join(dir, "tokenizer.json"); fs::is_regular_file(t)) d.tokenizer_json = t;
   if (const std::string t = join(dir, "tokenizer_config.json"); fs::is_regular_file(t)) d.tokenizer_config_json = t;
   d.chat_template = read_chat_template(dir, d.tokenizer_config_json);
@@ -436,6 +467,12 @@ std::shared_ptr<const WeightSource> load_hf_weights(const HfModelDir& d) {
 
   for (const Expected& x : expected_tensors(d)) {
     auto it = by_name.find(x.hf);
+    if (it == by_name.end() && d.multimodal_gemma3) {
+      // transformers < 4.52 saves the text model as language_model.model.*, later versions
+      // as model.language_model.*.
+      it = by_name.find("language_model." + x.hf);
+      if (it == by_name.end() && x.hf.rfind("model.", 0) == 0) it = by_name.find("model.language_model." + x.hf.substr(6));
+    }
     if (it == by_name.end()) throw Error(d.dir + ": tensor '" + x.hf + "' is missing (not in " + where + ")");
     const SafetensorsFile& f = *it->second.first;
     const TensorEntry& e = *it->second.second;

@@ -18,7 +18,6 @@
 #include "kv/kv_store.h"
 #include "model/config.h"
 #include "model/hf_model.h"
-#include "kernels/ops.h"
 #include "tensor/types.h"
 #include "model/model.h"
 #include "model_fixtures.h"
@@ -276,6 +275,63 @@ TEST(HfGemma, QueryPreAttnScalarThatNoGgufCanExpressIsRefusedByConvert) {
     ADD_FAILURE() << "convert accepted query_pre_attn_scalar 3";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("query_pre_attn_scalar"), std::string::npos) << e.what();
+  }
+  fs::remove_all(root);
+}
+
+// Gemma 3 4B+ checkpoints are multimodal: model_type gemma3, the text model's config in
+// text_config (only what differs from Gemma3TextConfig's defaults), its tensors under
+// language_model.model.* (transformers < 4.52) or model.language_model.* (later), next to a
+// vision tower that is not read. Both layouts give the text-only directory's logits.
+TEST(HfGemma, MultimodalGemma3CheckpointLoadsItsTextModel) {
+  const fs::path root = fs::temp_directory_path() / ("pagoda_hf_gemma3mm_" + std::to_string(::getpid()));
+  test::HfSpec s = spec("gemma3_text", GgmlType::F32, true, "mistral-7b-v0.1-tokenizer", "linear", 16);
+  s.n_shards = 1;
+  const fs::path text_dir = root / "text";
+  const int64_t vocab = test::write_hf_dir(s, text_dir);
+  ThreadPool pool(2);
+  HfModelDir dt = HfModelDir::open(text_dir.string());
+  auto tok = Tokenizer::from_hf_json(dt.tokenizer_json, dt.tokenizer_config_json);
+  const std::vector<int32_t> prompt = tok->encode(kPrompt, true, true);
+  auto text_model = Model::load(dt.config, load_hf_weights(dt));
+  const std::vector<float> want = prompt_logits(*text_model, prompt, pool);
+
+  nlohmann::json text_config = test::hf_config(s, vocab);
+  // Left to Gemma3TextConfig's defaults, as the real 4B config.json does.
+  for (const char* k : {"rms_norm_eps", "rope_theta", "rope_local_base_freq", "sliding_window_pattern",
+                        "hidden_activation", "tie_word_embeddings", "layer_types", "architectures", "model_type"})
+    text_config.erase(k);
+  text_config["model_type"] = "gemma3_text";
+  const nlohmann::json config = {{"model_type", "gemma3"},
+                                 {"architectures", {"Gemma3ForConditionalGeneration"}},
+                                 {"text_config", text_config},
+                                 {"vision_config", {{"hidden_size", 8}}}};
+  for (const std::string prefix : {"language_model.", "model.language_model."}) {
+    const fs::path dir = root / ("mm_" + std::to_string(prefix.size()));
+    fs::create_directories(dir);
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+      if (fs::exists(text_dir / f)) fs::copy_file(text_dir / f, dir / f);
+    test::write_text(dir / "config.json", config.dump(2));
+    safetensors::SafetensorsWriter w;
+    for (const test::HfTensor& t : test::hf_tensors(s, vocab)) {
+      const std::string name = prefix == "language_model." ? prefix + t.name : prefix + t.name.substr(6);
+      w.add_f32(name, GgmlType::F32, t.shape, t.values.data());
+    }
+    const std::vector<float> patch(8 * 3, 0.5f);
+    w.add_f32("vision_tower.vision_model.embeddings.patch_embedding.weight", GgmlType::F32, {8, 3}, patch.data());
+    w.write((dir / "model.safetensors").string());
+    HfModelDir d = HfModelDir::open(dir.string());
+    EXPECT_TRUE(d.multimodal_gemma3);
+    EXPECT_EQ(d.config.arch, Arch::Gemma3);
+    EXPECT_EQ(d.config.rope_theta, 1000000.0f);
+    EXPECT_EQ(d.config.rope_theta_local, 10000.0f);
+    EXPECT_EQ(d.config.rms_eps, 1e-6f);
+    auto m = Model::load(d.config, load_hf_weights(d));
+    const std::vector<float> got = prompt_logits(*m, prompt, pool);
+    ASSERT_EQ(got.size(), want.size());
+    size_t n_diff = 0;
+    for (size_t i = 0; i < got.size(); ++i) n_diff += got[i] != want[i];
+    EXPECT_EQ(n_diff, 0u) << prefix;
   }
   fs::remove_all(root);
 }
