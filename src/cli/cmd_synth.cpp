@@ -11,6 +11,8 @@ Runner add_synth(CLI::App& app) {
   struct Opts {
     std::string arch = "llama", shape, type = "f32", out, rope_scaling = "none", vocab_from;
     int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, head_dim = 0;
+    int64_t sliding_window = -1;
+    float attn_softcap = -1.0f, final_softcap = -1.0f;
     bool tied = false;
     uint64_t seed = 1;
   };
@@ -32,6 +34,10 @@ Runner add_synth(CLI::App& app) {
   app.add_option("--ctx", o->ctx, "Context length");
   app.add_flag("--tied", o->tied, "Tie output to token embeddings (no output.weight)");
   app.add_option("--rope-scaling", o->rope_scaling, "none|linear|llama3|yarn|longrope (phi3)")->capture_default_str();
+  app.add_option("--sliding-window", o->sliding_window,
+                 "Window of the local layers (gemma2/gemma3; default the real models': 4096 / 1024, 0: none)");
+  app.add_option("--attn-softcap", o->attn_softcap, "Attention logit soft-cap (gemma2; default 50, 0: none)");
+  app.add_option("--final-softcap", o->final_softcap, "Final logit soft-cap (gemma2 default 30, gemma3 none)");
   app.add_option("--seed", o->seed, "Weight seed")->capture_default_str();
   app.add_option("--vocab-from", o->vocab_from, "Copy the tokenizer from this GGUF");
   return [o] {
@@ -56,6 +62,9 @@ Runner add_synth(CLI::App& app) {
     if (o->ctx) s.ctx_len = o->ctx;
     if (o->tied) s.tied_embeddings = true;
     if (o->rope_scaling != "none") s.rope_scaling = o->rope_scaling;
+    if (o->sliding_window >= 0) s.sliding_window = o->sliding_window;
+    if (o->attn_softcap >= 0) s.attn_softcap = o->attn_softcap;
+    if (o->final_softcap >= 0) s.final_softcap = o->final_softcap;
     s.seed = o->seed;
     s.vocab_from = o->vocab_from;
     write_synthetic_model(s, o->out);

@@ -22,6 +22,14 @@ void softmax_ref(float* x, int64_t n);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void swiglu_ref(const float* gate, const float* up, float* out, int64_t n);
 
+// out[i] = gelu_tanh(gate[i]) * up[i], gelu_tanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x³)))
+// (Gemma's gelu_pytorch_tanh, ggml_gelu); out may alias gate or up. Scalar only: it is
+// O(ffn) per token against the O(ffn · dim) of the matmuls around it.
+void geglu_tanh(const float* gate, const float* up, float* out, int64_t n);
+
+// x[i] = cap * tanh(x[i] / cap) (Gemma's logit soft-capping). Requires cap > 0.
+void softcap_inplace(float* x, int64_t n, float cap);
+
 // y[i] += x[i]
 void add_inplace(float* y, const float* x, int64_t n);
 

@@ -9,9 +9,10 @@
 
 namespace pagoda {
 
-void paged_attend_partial_ref(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
-                              int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
-                              float* o, float* m, float* l) {
+namespace {
+
+void partial_ref(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end, int64_t kv_head,
+                 const float* q, int n_q, float scale, float softcap, float* o, float* m, float* l) {
   const int64_t hd = view.head_dim, bs = view.block_size;
   const int64_t n = p_end - p_begin;
   std::vector<float> k(static_cast<size_t>(hd)), v(static_cast<size_t>(hd));
@@ -24,7 +25,7 @@ void paged_attend_partial_ref(const KvLayerView& view, const BlockId* blocks, in
     for (int h = 0; h < n_q; ++h) {
       double acc = 0;
       for (int64_t i = 0; i < hd; ++i) acc += static_cast<double>(q[h * hd + i]) * k[i];
-      s[h * n + (p - p_begin)] = acc * scale;
+      s[h * n + (p - p_begin)] = softcap > 0 ? softcap * std::tanh(acc * scale / softcap) : acc * scale;
     }
   }
   for (int h = 0; h < n_q; ++h) {
@@ -52,15 +53,31 @@ void paged_attend_partial_ref(const KvLayerView& view, const BlockId* blocks, in
   for (int64_t i = 0; i < n_q * hd; ++i) o[i] = static_cast<float>(acc[i]);
 }
 
+}  // namespace
+
+void paged_attend_partial_ref(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
+                              int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
+                              float* o, float* m, float* l) {
+  partial_ref(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, 0.0f, o, m, l);
+}
+
+void paged_attend_partial_softcap_ref(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
+                                      int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
+                                      float softcap, float* o, float* m, float* l) {
+  PAGODA_CHECK(softcap > 0, "paged_attend_partial_softcap: softcap must be > 0");
+  partial_ref(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, softcap, o, m, l);
+}
+
 void paged_attend_tile_ref(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok,
                            int64_t kv_head, const float* q, int64_t q_stride, int n_q, float scale, float* out,
-                           int64_t out_stride) {
+                           int64_t out_stride, int64_t window, float softcap) {
   const int64_t hd = view.head_dim;
   std::vector<float> m(static_cast<size_t>(n_q)), l(static_cast<size_t>(n_q));
   for (int i = 0; i < n_tok; ++i) {
     float* o = out + i * out_stride;
-    paged_attend_partial_ref(view, blocks, 0, pos0 + i + 1, kv_head, q + i * q_stride, n_q, scale, o, m.data(),
-                             l.data());
+    const int64_t pos = pos0 + i;
+    partial_ref(view, blocks, window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0, pos + 1, kv_head,
+                q + i * q_stride, n_q, scale, softcap, o, m.data(), l.data());
     for (int h = 0; h < n_q; ++h)
       for (int64_t d = 0; d < hd; ++d) o[h * hd + d] /= l[h];
   }
@@ -72,7 +89,24 @@ extern const PagedAttendFn kPagedAttendAvx2;
 extern const PagedAttendFn kPagedAttendAvx512;
 extern const PagedAttendTileFn kPagedAttendTileAvx2;
 extern const PagedAttendTileFn kPagedAttendTileAvx512;
+extern const PagedAttendSoftcapFn kPagedAttendSoftcapAvx2;
+extern const PagedAttendSoftcapFn kPagedAttendSoftcapAvx512;
 }  // namespace paged_attention_internal
+
+PagedAttendSoftcapFn paged_attend_softcap_kernel(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512: return paged_attention_internal::kPagedAttendSoftcapAvx512;
+    case Isa::Avx2: return paged_attention_internal::kPagedAttendSoftcapAvx2;
+    default: return paged_attend_partial_softcap_ref;
+  }
+}
+
+void paged_attend_partial_softcap(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
+                                  int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
+                                  float softcap, float* o, float* m, float* l) {
+  static const PagedAttendSoftcapFn fn = paged_attend_softcap_kernel(best_isa());
+  fn(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, softcap, o, m, l);
+}
 
 PagedAttendFn paged_attend_kernel(Isa isa) {
   switch (isa) {
@@ -98,9 +132,10 @@ PagedAttendTileFn paged_attend_tile_kernel(Isa isa) {
 }
 
 void paged_attend_tile(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,
-                       const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride) {
+                       const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride,
+                       int64_t window, float softcap) {
   static const PagedAttendTileFn fn = paged_attend_tile_kernel(best_isa());
-  fn(view, blocks, pos0, n_tok, kv_head, q, q_stride, n_q, scale, out, out_stride);
+  fn(view, blocks, pos0, n_tok, kv_head, q, q_stride, n_q, scale, out, out_stride, window, softcap);
 }
 
 void paged_attend(const KvLayerView& view, const BlockId* blocks, int64_t n_ctx, int64_t kv_head,

@@ -53,6 +53,20 @@ void paged_attend_partial(const KvLayerView& view, const BlockId* blocks, int64_
                           int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
                           float* o, float* m, float* l);
 
+// Soft-capped scores (Gemma 2): s = softcap · tanh(q·k·scale / softcap) before the softmax;
+// otherwise as PagedAttendFn (partial results over [p_begin, p_end), mergeable). A sliding
+// window is the caller's p_begin (= query position + 1 - window). Requires: softcap > 0.
+using PagedAttendSoftcapFn = void (*)(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
+                                      int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
+                                      float softcap, float* o, float* m, float* l);
+void paged_attend_partial_softcap_ref(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
+                                      int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
+                                      float softcap, float* o, float* m, float* l);
+PagedAttendSoftcapFn paged_attend_softcap_kernel(Isa isa);
+void paged_attend_partial_softcap(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
+                                  int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
+                                  float softcap, float* o, float* m, float* l);
+
 // Full attention over [0, n_ctx): out [n_q, head_dim] = normalized result.
 // Requires: n_ctx >= 1.
 void paged_attend(const KvLayerView& view, const BlockId* blocks, int64_t n_ctx, int64_t kv_head,
@@ -64,7 +78,8 @@ void paged_attend(const KvLayerView& view, const BlockId* blocks, int64_t n_ctx,
 constexpr int kAttnTileRows = 64;
 
 // Causal attention of n_tok consecutive query tokens of one sequence, at positions
-// pos0 .. pos0 + n_tok - 1: row (token i, head h) attends [0, pos0 + i].
+// pos0 .. pos0 + n_tok - 1: row (token i, head h) attends [0, pos0 + i], or with a window
+// w > 0 [max(0, pos0 + i - w + 1), pos0 + i]; scores soft-capped when softcap > 0.
 // q: token i head h at q[i * q_stride + h * head_dim ..][head_dim] f32 (query heads of
 // KV head kv_head); out: the normalized result at out[i * out_stride + h * head_dim ..].
 // blocks covers position pos0 + n_tok - 1.
@@ -72,16 +87,17 @@ constexpr int kAttnTileRows = 64;
 // rows do not overlap.
 using PagedAttendTileFn = void (*)(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok,
                                    int64_t kv_head, const float* q, int64_t q_stride, int n_q, float scale,
-                                   float* out, int64_t out_stride);
-// Scalar reference: paged_attend_partial_ref per token, then normalized.
+                                   float* out, int64_t out_stride, int64_t window, float softcap);
+// Scalar reference: paged_attend_partial_ref (or its soft-capped form) per token, then normalized.
 void paged_attend_tile_ref(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok,
                            int64_t kv_head, const float* q, int64_t q_stride, int n_q, float scale, float* out,
-                           int64_t out_stride);
+                           int64_t out_stride, int64_t window = 0, float softcap = 0.0f);
 // The tile kernel of one ISA level (Scalar: the reference). Requires: isa_supported(isa).
 PagedAttendTileFn paged_attend_tile_kernel(Isa isa);
 // Dispatches on best_isa().
 void paged_attend_tile(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,
-                       const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride);
+                       const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride,
+                       int64_t window = 0, float softcap = 0.0f);
 
 // out [n_q, head_dim] from n_parts partials laid out as m, l: [n_parts][n_q],
 // o: [n_parts][n_q][head_dim]. Requires: some part covers at least one position.

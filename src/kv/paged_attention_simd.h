@@ -21,6 +21,7 @@
 #include <limits>
 
 #include "kernels/exp_simd.h"
+#include "kernels/ops.h"
 #include "kv/paged_attention.h"
 #include "tensor/types.h"
 
@@ -217,7 +218,8 @@ inline void online_softmax_step(float* s, int64_t n, float* m, float* l, float* 
 // Partial attention of n_q <= kAttnMaxGroup heads over [p_begin, p_end).
 template <class V>
 void attend_group(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,
-                  int64_t kv_head, const float* q, int n_q, float scale, float* o, float* m, float* l) {
+                  int64_t kv_head, const float* q, int n_q, float scale, float* o, float* m, float* l,
+                  float softcap = 0.0f) {
   using Reg = typename V::Reg;
   constexpr int64_t W = V::kWidth;
   const int64_t hd = view.head_dim, bs = view.block_size;
@@ -239,6 +241,8 @@ void attend_group(const KvLayerView& view, const BlockId* blocks, int64_t p_begi
     const float* K = k_rows_f32<V>(view, b, kv_head, slot, n, ktile);  // [n][hd]
     for (int64_t j = 0; j < n; ++j)
       for (int h = 0; h < n_q; ++h) s[h * kAttnChunk + j] = dot_vec<V>(q + h * hd, K + j * hd, hd) * scale;
+    if (softcap > 0.0f)  // Gemma 2: one tanh per score, small next to the head_dim-long dot
+      for (int h = 0; h < n_q; ++h) softcap_inplace(s + h * kAttnChunk, n, softcap);
     for (int h = 0; h < n_q; ++h) online_softmax_step<V>(s + h * kAttnChunk, n, m + h, l + h, o + h * hd, hd);
     const float* Vr = v_rows_f32<V>(view, b, kv_head, slot, n, vtile);  // [n][hd]
     // o[h] += Σ_j w[h][j] · V[j]: the accumulator of one W-wide column strip stays in a
@@ -265,15 +269,20 @@ void attend_group(const KvLayerView& view, const BlockId* blocks, int64_t p_begi
 
 template <class V>
 void paged_attend_simd(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,
-                       int64_t kv_head, const float* q, int n_q, float scale, float* o, float* m, float* l) {
+                       int64_t kv_head, const float* q, int n_q, float scale, float* o, float* m, float* l,
+                       float softcap = 0.0f) {
   if (view.head_dim > kAttnTileFloats) {  // wider than a tile row: the reference handles it
-    paged_attend_partial_ref(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, o, m, l);
+    if (softcap > 0.0f)
+      paged_attend_partial_softcap_ref(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, softcap, o, m, l);
+    else
+      paged_attend_partial_ref(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, o, m, l);
     return;
   }
   const int64_t hd = view.head_dim;
   for (int h0 = 0; h0 < n_q; h0 += kAttnMaxGroup) {
     const int g = std::min(kAttnMaxGroup, n_q - h0);
-    attend_group<V>(view, blocks, p_begin, p_end, kv_head, q + h0 * hd, g, scale, o + h0 * hd, m + h0, l + h0);
+    attend_group<V>(view, blocks, p_begin, p_end, kv_head, q + h0 * hd, g, scale, o + h0 * hd, m + h0, l + h0,
+                    softcap);
   }
 }
 
@@ -415,7 +424,8 @@ inline void tile_pv_rows(float* const* orow, int r, const float* s, int64_t ss, 
 // One tile: n_tok · n_q <= kAttnTileRows rows, head_dim <= 256.
 template <class V>
 void attend_tile_rows(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,
-                      const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride) {
+                      const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride,
+                      int64_t window, float softcap) {
   constexpr int64_t W = V::kWidth;
   const int64_t hd = view.head_dim, bs = view.block_size;
   // Kᵀ is [hd][chunk]: 32 positions for head_dim <= 128, 16 up to 256 (16 KiB either way).
@@ -440,11 +450,14 @@ void attend_tile_rows(const KvLayerView& view, const BlockId* blocks, int64_t po
     }
 
   const int64_t p_end = pos0 + n_tok;
-  for (int64_t p = 0; p < p_end;) {
+  // A window starts the sweep at the first row's first visible position; later rows mask
+  // the head of the chunks before their own window (Gemma's local layers).
+  const int64_t p_begin = window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0;
+  for (int64_t p = p_begin; p < p_end;) {
     const BlockId b = blocks[p / bs];
     const int64_t slot = p % bs;
     const int64_t n = std::min({chunk, bs - slot, p_end - p});
-    prefetch_ahead(view, blocks, p, 0, p_end, kv_head);
+    prefetch_ahead(view, blocks, p, p_begin, p_end, kv_head);
     // Rows of tokens before p see nothing of this chunk (token-major: a prefix of rows).
     const int r_begin = static_cast<int>(std::max<int64_t>(0, p - pos0)) * n_q;
 
@@ -456,12 +469,17 @@ void attend_tile_rows(const KvLayerView& view, const BlockId* blocks, int64_t po
       case 3: tile_scores<V, 3>(qrow, r_begin, n_rows, kt, ks, hd, scale, s, kAttnChunk); break;
       default: tile_scores<V, 4>(qrow, r_begin, n_rows, kt, ks, hd, scale, s, kAttnChunk); break;
     }
-    // Online softmax per row over its visible positions [p, min(p + n, pos + 1)); the
-    // masked tail of a diagonal chunk gets weight 0.
+    if (softcap > 0.0f)
+      for (int r = r_begin; r < n_rows; ++r) softcap_inplace(s + r * kAttnChunk, n, softcap);
+    // Online softmax per row over its visible positions [max(p, pos - window + 1),
+    // min(p + n, pos + 1)); the masked head (window) and tail (diagonal) get weight 0.
     for (int r = r_begin; r < n_rows; ++r) {
-      const int64_t n_vis = std::min<int64_t>(n, pos0 + r / n_q - p + 1);
+      const int64_t pos = pos0 + r / n_q;
+      const int64_t n_vis = std::min<int64_t>(n, pos - p + 1);
+      const int64_t j0 = window > 0 ? std::clamp<int64_t>(pos - window + 1 - p, 0, n_vis) : 0;
       float* sr = s + r * kAttnChunk;
-      online_softmax_step<V>(sr, n_vis, m + r, l + r, orow[r], hd);
+      if (j0 < n_vis) online_softmax_step<V>(sr + j0, n_vis - j0, m + r, l + r, orow[r], hd);
+      for (int64_t j = 0; j < j0; ++j) sr[j] = 0.0f;
       for (int64_t j = n_vis; j < n; ++j) sr[j] = 0.0f;
     }
     const float* Vr = v_rows_f32<V>(view, b, kv_head, slot, n, vtile);  // [n][hd]
@@ -476,7 +494,7 @@ void attend_tile_rows(const KvLayerView& view, const BlockId* blocks, int64_t po
 template <class V>
 void paged_attend_tile_simd(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok,
                             int64_t kv_head, const float* q, int64_t q_stride, int n_q, float scale, float* out,
-                            int64_t out_stride) {
+                            int64_t out_stride, int64_t window, float softcap) {
   const int64_t hd = view.head_dim;
   if (hd > 256) {  // beyond the tile's Kᵀ buffer: token by token on the decode kernel
     float m[kAttnMaxGroup], l[kAttnMaxGroup];
@@ -484,7 +502,9 @@ void paged_attend_tile_simd(const KvLayerView& view, const BlockId* blocks, int6
       for (int h0 = 0; h0 < n_q; h0 += kAttnMaxGroup) {
         const int g = std::min(kAttnMaxGroup, n_q - h0);
         float* o = out + i * out_stride + h0 * hd;
-        paged_attend_simd<V>(view, blocks, 0, pos0 + i + 1, kv_head, q + i * q_stride + h0 * hd, g, scale, o, m, l);
+        const int64_t pos = pos0 + i;
+        paged_attend_simd<V>(view, blocks, window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0, pos + 1, kv_head,
+                             q + i * q_stride + h0 * hd, g, scale, o, m, l, softcap);
         for (int h = 0; h < g; ++h)
           for (int64_t d = 0; d < hd; ++d) o[h * hd + d] /= l[h];
       }
@@ -496,7 +516,7 @@ void paged_attend_tile_simd(const KvLayerView& view, const BlockId* blocks, int6
     const int tt = std::max(1, kAttnTileRows / nh);
     for (int i0 = 0; i0 < n_tok; i0 += tt)
       attend_tile_rows<V>(view, blocks, pos0 + i0, std::min(tt, n_tok - i0), kv_head, q + i0 * q_stride + h0 * hd,
-                          q_stride, nh, scale, out + i0 * out_stride + h0 * hd, out_stride);
+                          q_stride, nh, scale, out + i0 * out_stride + h0 * hd, out_stride, window, softcap);
   }
 }
 

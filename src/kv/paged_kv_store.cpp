@@ -66,11 +66,40 @@ void PagedKvStore::store(int layer, SeqId seq, int64_t pos, const float* k, cons
   pool_.write_token(table_checked(seq, "store"), layer, pos, k, v);
 }
 
+namespace {
+
+// Partial attention of a (token, KV head) row over [p0, p1) with the layer's soft-cap.
+void attend_range(const KvLayerView& view, const BlockId* blocks, int64_t p0, int64_t p1, int64_t kv_head,
+                  const float* q, int n_q, float scale, float softcap, float* o, float* m, float* l) {
+  if (softcap > 0.0f)
+    paged_attend_partial_softcap(view, blocks, p0, p1, kv_head, q, n_q, scale, softcap, o, m, l);
+  else
+    paged_attend_partial(view, blocks, p0, p1, kv_head, q, n_q, scale, o, m, l);
+}
+
+// First position a query at `pos` sees with window w (0: the whole prefix).
+int64_t window_begin(int64_t pos, int64_t window) { return window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0; }
+
+}  // namespace
+
 void PagedKvStore::attend(int layer, SeqId seq, int64_t pos, int kv_head, const float* q, int n_q_heads,
-                          float scale, float* out) const {
+                          float scale, float* out, int64_t window, float softcap) const {
   const BlockTable& t = table_checked(seq, "attend");
   PAGODA_CHECK(pos >= 0 && pos < t.num_tokens(), "attend: position " + std::to_string(pos) + " not reserved");
-  paged_attend(pool_.layer_view(layer), t.blocks().data(), pos + 1, kv_head, q, n_q_heads, scale, out);
+  if (window <= 0 && softcap <= 0.0f) {
+    paged_attend(pool_.layer_view(layer), t.blocks().data(), pos + 1, kv_head, q, n_q_heads, scale, out);
+    return;
+  }
+  constexpr int kGroup = 64;
+  float m[kGroup], l[kGroup];
+  const int64_t hd = pool_.geometry().head_dim;
+  for (int h0 = 0; h0 < n_q_heads; h0 += kGroup) {
+    const int g = std::min(kGroup, n_q_heads - h0);
+    attend_range(pool_.layer_view(layer), t.blocks().data(), window_begin(pos, window), pos + 1, kv_head,
+                 q + h0 * hd, g, scale, softcap, out + h0 * hd, m, l);
+    for (int h = 0; h < g; ++h)
+      for (int64_t i = 0; i < hd; ++i) out[(h0 + h) * hd + i] /= l[h];
+  }
 }
 
 void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool) {
@@ -131,15 +160,18 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
     const int64_t n_ctx = b.positions[t] + 1;
     PAGODA_CHECK(b.positions[t] >= 0 && n_ctx <= table.num_tokens(),
                  "attend_batch: position " + std::to_string(b.positions[t]) + " not reserved");
-    int64_t parts = 1, part_len = n_ctx;
-    if (want_parts > 1 && n_ctx >= 2 * split_min_tokens_) {
-      parts = std::min(want_parts, n_ctx / split_min_tokens_);
-      part_len = ((n_ctx + parts - 1) / parts + bs - 1) / bs * bs;
-      parts = (n_ctx + part_len - 1) / part_len;
+    const int64_t p_begin = window_begin(b.positions[t], b.window);
+    const int64_t n_vis = n_ctx - p_begin;
+    int64_t parts = 1, part_len = n_vis;
+    if (want_parts > 1 && n_vis >= 2 * split_min_tokens_) {
+      parts = std::min(want_parts, n_vis / split_min_tokens_);
+      part_len = ((n_vis + parts - 1) / parts + bs - 1) / bs * bs;
+      parts = (n_vis + part_len - 1) / part_len;
     }
     for (int64_t g = 0; g < n_kv; ++g) {
       Row& r = rows_[static_cast<size_t>(t * n_kv + g)];
       r.blocks = table.blocks().data();
+      r.p_begin = p_begin;
       r.n_ctx = n_ctx;
       r.part_len = part_len;
       r.n_parts = static_cast<int32_t>(parts);
@@ -168,7 +200,7 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
       const int64_t g = task % n_kv;
       const int64_t off = tl.first_token * q_dim + g * hpk * hd;
       paged_attend_tile(view, tl.blocks, tl.pos0, tl.n_tok, g, b.q + off, q_dim, static_cast<int>(hpk), b.scale,
-                        b.out + off, q_dim);
+                        b.out + off, q_dim, b.window, b.softcap);
       return;
     }
     task -= n_tile_tasks;
@@ -179,7 +211,7 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
     if (r.n_parts == 1) {
       float* out = b.out + t * q_dim + g * hpk * hd;
       float m[kMaxGroup], l[kMaxGroup];
-      paged_attend_partial(view, r.blocks, 0, r.n_ctx, g, q, static_cast<int>(hpk), b.scale, out, m, l);
+      attend_range(view, r.blocks, r.p_begin, r.n_ctx, g, q, static_cast<int>(hpk), b.scale, b.softcap, out, m, l);
       for (int64_t h = 0; h < hpk; ++h) {
         const float inv = 1.0f / l[h];
         for (int64_t i = 0; i < hd; ++i) out[h * hd + i] *= inv;
@@ -187,10 +219,10 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
       return;
     }
     const int64_t part = task - r.first_task;
-    const int64_t p0 = part * r.part_len, p1 = std::min(r.n_ctx, p0 + r.part_len);
+    const int64_t p0 = r.p_begin + part * r.part_len, p1 = std::min(r.n_ctx, p0 + r.part_len);
     const int64_t slot = r.partial_offset + part;
-    paged_attend_partial(view, r.blocks, p0, p1, g, q, static_cast<int>(hpk), b.scale,
-                         &part_o_[slot * hpk * hd], &part_m_[slot * hpk], &part_l_[slot * hpk]);
+    attend_range(view, r.blocks, p0, p1, g, q, static_cast<int>(hpk), b.scale, b.softcap,
+                 &part_o_[slot * hpk * hd], &part_m_[slot * hpk], &part_l_[slot * hpk]);
   });
   if (n_partials == 0) return;
   pool.parallel_for(n_rows, [&](int64_t ri, int) {

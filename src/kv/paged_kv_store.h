@@ -72,7 +72,7 @@ class PagedKvStore final : public KvStore {
   // Requires: pos < capacity(seq) (checked).
   void store(int layer, SeqId seq, int64_t pos, const float* k, const float* v) override;
   void attend(int layer, SeqId seq, int64_t pos, int kv_head, const float* q, int n_q_heads,
-              float scale, float* out) const override;
+              float scale, float* out, int64_t window = 0, float softcap = 0.0f) const override;
   int64_t capacity(SeqId seq) const override;
   void attend_batch(int layer, const AttnBatch& batch, ThreadPool& pool) override;
 
@@ -85,7 +85,8 @@ class PagedKvStore final : public KvStore {
   // attend_batch scratch, grown to the largest batch seen.
   struct Row {
     const BlockId* blocks;
-    int64_t n_ctx;
+    int64_t p_begin;  // first visible position (> 0 only on windowed layers)
+    int64_t n_ctx;    // one past the last (the query position + 1)
     int64_t part_len;
     int32_t n_parts;
     int64_t first_task;

@@ -130,6 +130,55 @@ std::vector<ArchInfo> build_table() {
     r.tensors.insert(r.tensors.end(), block.begin(), block.end());
     rows.push_back(std::move(r));
   }
+  for (const bool gemma3 : {false, true}) {
+    // Gemma 2 / Gemma 3 (text): a llama block with GELU-tanh gating, norms after the
+    // attention and the FFN as well as before, embeddings scaled by sqrt(dim), tied
+    // output, NeoX RoPE on unpermuted Q/K; names from llama.cpp's gguf-py constants
+    // (post_attention_norm, post_ffw_norm; HF pre_feedforward_layernorm is ffn_norm).
+    ArchInfo r{.arch = gemma3 ? Arch::Gemma3 : Arch::Gemma2, .gguf_name = gemma3 ? "gemma3" : "gemma2"};
+    r.hf_model_types = {gemma3 ? "gemma3_text" : "gemma2"};
+    r.hf_architectures = {gemma3 ? "Gemma3ForCausalLM" : "Gemma2ForCausalLM"};
+    r.activation = Activation::GeluTanh;
+    r.rope = RopeKind::Neox;
+    r.rope_scalings = {RopeScalingType::Linear};  // Gemma 3 4B+: linear 8 on the global layers
+    r.qk_norm = gemma3;
+    r.hf_norm_shift = 1.0f;
+    r.embed_scale = true;
+    r.attn_softcap = !gemma3;
+    r.attn_softcap_default = gemma3 ? 0.0f : 50.0f;
+    r.final_softcap = true;
+    r.final_softcap_default = gemma3 ? 0.0f : 30.0f;
+    r.attn_scale_dim_over_heads_layers = gemma3 ? 62 : 46;  // the 27B models (llama.cpp's LLM_TYPE_27B)
+    // llama.cpp: gemma2 set_swa_pattern(2) (even layers local), gemma3 set_swa_pattern(6)
+    // (layer i global when i % 6 == 5): both "(i + 1) % period == 0 is global".
+    r.sliding_window.pattern = SlidingWindowSpec::Pattern::EveryNthGlobal;
+    r.sliding_window.period = gemma3 ? 6 : 2;
+    r.sliding_window.default_window = gemma3 ? 0 : 4096;
+    r.sliding_window.local_rope_theta = gemma3 ? 10000.0f : 0.0f;
+    r.tensors = {
+        {Role::TokenEmbd, "token_embd.weight", "model.embed_tokens.weight", false, {E::Vocab, E::Dim}, K::Matrix},
+        {Role::OutputNorm, "output_norm.weight", "model.norm.weight", false, {E::Dim}, K::Norm},
+        {Role::AttnNorm, "attn_norm.weight", "input_layernorm.weight", true, {E::Dim}, K::Norm},
+        {Role::AttnQ, "attn_q.weight", "self_attn.q_proj.weight", true, {E::QDim, E::Dim}, K::Matrix},
+        {Role::AttnK, "attn_k.weight", "self_attn.k_proj.weight", true, {E::KvDim, E::Dim}, K::Matrix},
+        {Role::AttnV, "attn_v.weight", "self_attn.v_proj.weight", true, {E::KvDim, E::Dim}, K::Matrix},
+    };
+    if (gemma3) {
+      r.tensors.push_back({Role::AttnQNorm, "attn_q_norm.weight", "self_attn.q_norm.weight", true, {E::HeadDim}, K::Norm});
+      r.tensors.push_back({Role::AttnKNorm, "attn_k_norm.weight", "self_attn.k_norm.weight", true, {E::HeadDim}, K::Norm});
+    }
+    const std::vector<TensorSpec> rest = {
+        {Role::AttnOut, "attn_output.weight", "self_attn.o_proj.weight", true, {E::Dim, E::QDim}, K::Matrix},
+        {Role::AttnPostNorm, "post_attention_norm.weight", "post_attention_layernorm.weight", true, {E::Dim}, K::Norm},
+        {Role::FfnNorm, "ffn_norm.weight", "pre_feedforward_layernorm.weight", true, {E::Dim}, K::Norm},
+        {Role::FfnGate, "ffn_gate.weight", "mlp.gate_proj.weight", true, {E::Ffn, E::Dim}, K::Matrix},
+        {Role::FfnUp, "ffn_up.weight", "mlp.up_proj.weight", true, {E::Ffn, E::Dim}, K::Matrix},
+        {Role::FfnDown, "ffn_down.weight", "mlp.down_proj.weight", true, {E::Dim, E::Ffn}, K::Matrix},
+        {Role::FfnPostNorm, "post_ffw_norm.weight", "post_feedforward_layernorm.weight", true, {E::Dim}, K::Norm},
+    };
+    r.tensors.insert(r.tensors.end(), rest.begin(), rest.end());
+    rows.push_back(std::move(r));
+  }
   return rows;
 }
 

@@ -20,8 +20,8 @@
 // what other GGUF readers expect), list its tensors in the order synth should
 // draw them, then give Model::load / Model::forward the ops the row's flags ask
 // for. Fields marked "(not read yet)" are declared for rows still to come
-// (Gemma's sliding windows, mixture-of-experts routers); a row that sets them
-// must also add the code that reads them.
+// (mixture-of-experts routers); a row that sets them must also add the code
+// that reads them.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +33,7 @@ namespace pagoda {
 
 struct ModelConfig;
 
-enum class Arch { Llama, Qwen2, Qwen3, Phi3 };
+enum class Arch { Llama, Qwen2, Qwen3, Phi3, Gemma2, Gemma3 };
 
 // RoPE context-extension scaling a model may declare (GGUF rope.scaling.type,
 // HF rope_scaling.type). Llama 3's scaling is carried by rope_freqs.weight and
@@ -42,11 +42,12 @@ enum class Arch { Llama, Qwen2, Qwen3, Phi3 };
 enum class RopeScalingType { None, Linear, Yarn, LongRope };
 
 enum class NormKind {
-  Rms,  // x / rms(x) * w
+  Rms,  // x / rms(x) * w (Gemma's x / rms(x) * (1 + w): the GGUF stores 1 + w, see hf_norm_shift)
 };
 
 enum class Activation {
-  Silu,  // gated: down(silu(gate(x)) * up(x))
+  Silu,      // gated: down(silu(gate(x)) * up(x))
+  GeluTanh,  // gated: down(gelu_tanh(gate(x)) * up(x)) (Gemma's gelu_pytorch_tanh)
 };
 
 enum class RopeKind {
@@ -61,7 +62,9 @@ enum class RouterKind {
   SoftmaxTopKRenormalized, // softmax, top k, weights renormalised to sum 1
 };
 
-// Sliding-window attention layout over layers (not read yet).
+// Sliding-window attention layout over layers: which layers are local (attend to the
+// last `sliding_window` positions only: key position k is visible from query position q
+// when q - window < k <= q, as llama.cpp's LLAMA_SWA_TYPE_STANDARD and HF's sliding mask).
 struct SlidingWindowSpec {
   enum class Pattern {
     None,        // every layer attends to the whole context
@@ -73,6 +76,14 @@ struct SlidingWindowSpec {
   };
   Pattern pattern = Pattern::None;
   int64_t period = 0;  // EveryNthGlobal only
+  // Window when the file has no {arch}.attention.sliding_window key (llama.cpp's
+  // gemma2 default 4096); 0: no key means no window (gemma3, as llama.cpp).
+  int64_t default_window = 0;
+  // RoPE base of the local layers when the file has no {arch}.rope.freq_base_swa key;
+  // local layers then also drop the RoPE scaling (gemma3: 10000, unscaled, while the
+  // global layers use rope.freq_base 1e6 and linear 8 on 4B+). 0: local layers use the
+  // global RoPE (gemma2).
+  float local_rope_theta = 0.0f;
 };
 
 struct MoeSpec {
@@ -96,7 +107,9 @@ enum class Extent {
 enum class Role {
   TokenEmbd, OutputNorm, Output, RopeFreqs, RopeFactorsLong, RopeFactorsShort,
   AttnNorm, AttnQ, AttnK, AttnV, AttnQkv, AttnQBias, AttnKBias, AttnVBias, AttnQNorm, AttnKNorm, AttnOut,
+  AttnPostNorm,  // RMSNorm of the attention output before the residual add (Gemma 2/3)
   FfnNorm, FfnGate, FfnUp, FfnGateUp, FfnDown,
+  FfnPostNorm,   // RMSNorm of the FFN output before the residual add (Gemma 2/3)
 };
 
 // How synth fills a tensor (and how convert stores it: everything but Matrix is 1-D F32).
@@ -145,6 +158,24 @@ struct ArchInfo {
   bool qkv_bias = false;      // q/k/v projections carry biases
   bool permute_qk = false;    // HF->GGUF permutes Q/K rows into GGML's RoPE pair order
   bool tied_allowed = true;   // output.weight may be absent (reads token_embd.weight)
+  // Gemma: HF checkpoints store RMSNorm weights w applied as (1 + w); llama.cpp's
+  // converter writes w + 1 into the GGUF (Gemma2Model / Gemma3Model modify_tensors), so
+  // GGUF norms are used as they are and load_hf_weights adds this shift to every HF
+  // norm tensor (TensorKind::Norm, q/k norms included). 0: no shift.
+  float hf_norm_shift = 0.0f;
+  bool embed_scale = false;   // embeddings multiplied by sqrt(dim) (Gemma)
+  // Attention logit soft-capping s -> c * tanh(s / c) read from {arch}.attn_logit_softcapping,
+  // with this default when the key is absent (gemma2: 50, as llama.cpp); 0: never capped.
+  float attn_softcap_default = 0.0f;
+  bool attn_softcap = false;  // the row reads attn_logit_softcapping at all
+  // Final-logit soft-capping from {arch}.final_logit_softcapping (read when final_softcap),
+  // this default when absent (gemma2: 30; gemma3: 0, i.e. only when the file says so).
+  bool final_softcap = false;
+  float final_softcap_default = 0.0f;
+  // llama.cpp's query scale for Gemma: 1/sqrt(dim / n_heads) for the 27B models (this
+  // block count), 1/sqrt(head_dim) otherwise; it has no GGUF key (HF: query_pre_attn_scalar,
+  // which equals those numbers). 0: always 1/sqrt(head_dim).
+  int64_t attn_scale_dim_over_heads_layers = 0;
   SlidingWindowSpec sliding_window{};
   MoeSpec moe{};
   std::vector<TensorSpec> tensors{};  // global tensors first, then one layer's, in synth's drawing order

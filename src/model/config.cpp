@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <cmath>
 #include <string>
 
 #include "common/error.h"
@@ -7,6 +8,29 @@
 namespace pagoda {
 
 const char* arch_name(Arch arch) { return arch_info(arch).gguf_name.data(); }
+
+float ModelConfig::attention_scale() const {
+  return attn_scale > 0.0f ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+float ModelConfig::gguf_attention_scale() const {
+  const ArchInfo& row = info();
+  if (row.attn_scale_dim_over_heads_layers > 0 && n_layers == row.attn_scale_dim_over_heads_layers)
+    return 1.0f / std::sqrt(static_cast<float>(dim / n_heads));
+  return 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+bool ModelConfig::layer_is_local(int64_t layer) const {
+  if (sliding_window <= 0) return false;
+  const SlidingWindowSpec& sw = info().sliding_window;
+  switch (sw.pattern) {
+    case SlidingWindowSpec::Pattern::None:
+    case SlidingWindowSpec::Pattern::Ignored: return false;
+    case SlidingWindowSpec::Pattern::AllLayers: return true;
+    case SlidingWindowSpec::Pattern::EveryNthGlobal: return (layer + 1) % sw.period != 0;
+  }
+  return false;
+}
 
 namespace {
 
@@ -101,9 +125,25 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
     if (has_long) c.rope_scaling = RopeScalingType::LongRope;
   }
 
+  // Sliding windows (model/arch_table.h SlidingWindowSpec): the key, else the row's default.
+  const SlidingWindowSpec& sw = row->sliding_window;
+  c.sliding_window = f.get_int(p + "attention.sliding_window").value_or(sw.default_window);
+  if (c.sliding_window < 0 || c.sliding_window > (int64_t{1} << 32))
+    throw Error(f.path() + ": attention.sliding_window has invalid value " + std::to_string(c.sliding_window));
+  if (sw.local_rope_theta > 0.0f && c.sliding_window > 0) {
+    c.rope_theta_local = static_cast<float>(f.get_float(p + "rope.freq_base_swa").value_or(sw.local_rope_theta));
+    if (!(c.rope_theta_local > 1.0f)) throw Error(f.path() + ": rope.freq_base_swa must be > 1");
+  }
+  auto softcap = [&](const std::string& key, float fallback) {
+    const float v = static_cast<float>(f.get_float(p + key).value_or(fallback));
+    if (!(v >= 0.0f) || !std::isfinite(v)) throw Error(f.path() + ": " + key + " must be >= 0");
+    return v;
+  };
+  if (row->attn_softcap) c.attn_softcap = softcap("attn_logit_softcapping", row->attn_softcap_default);
+  if (row->final_softcap) c.final_softcap = softcap("final_logit_softcapping", row->final_softcap_default);
+  c.attn_scale = c.gguf_attention_scale();
   // Declared for rows that will read them (model/arch_table.h); a mixture-of-
   // experts file of a dense row fails here rather than on a missing ffn_gate.
-  c.sliding_window = f.get_int(p + "attention.sliding_window").value_or(0);
   c.n_expert = f.get_int(p + "expert_count").value_or(0);
   c.n_expert_used = f.get_int(p + "expert_used_count").value_or(0);
   if (c.n_expert > 0 && row->moe.router == RouterKind::None)
@@ -127,6 +167,9 @@ std::string ModelConfig::summary() const {
                   " layers, " + std::to_string(n_heads) + " heads (" + std::to_string(n_kv_heads) +
                   " kv, head_dim " + std::to_string(head_dim) + "), ffn " + std::to_string(ffn_dim) +
                   ", vocab " + std::to_string(n_vocab) + ", ctx " + std::to_string(ctx_len);
+  const SlidingWindowSpec& sw = info().sliding_window;
+  if (sliding_window > 0 && sw.pattern == SlidingWindowSpec::Pattern::EveryNthGlobal)
+    s += ", window " + std::to_string(sliding_window) + " (1 global layer in " + std::to_string(sw.period) + ")";
   return s;
 }
 

@@ -33,9 +33,19 @@ struct ModelConfig {
   float rope_scaling_factor = 1.0f;
   int64_t rope_orig_ctx = 0;   // rope.scaling.original_context_length (YaRN)
   float rope_attn_factor = 1.0f;
-  // Declared by the file, not applied yet (no row reads them): the attention
-  // window in tokens (0: none) and the expert counts of mixture-of-experts rows.
+  // The attention window in tokens of the row's local layers (0: none; see
+  // layer_is_local). Rows with Pattern::Ignored keep the declared value unused.
   int64_t sliding_window = 0;
+  // RoPE of the local layers (rows with SlidingWindowSpec::local_rope_theta: gemma3):
+  // this base and no scaling. 0: local layers use the global RoPE.
+  float rope_theta_local = 0.0f;
+  // Attention score scale (q·k * attn_scale); 0: 1 / sqrt(head_dim).
+  float attn_scale = 0.0f;
+  // Soft-capping c * tanh(x / c) of attention scores and of the final logits; 0: none.
+  float attn_softcap = 0.0f;
+  float final_softcap = 0.0f;
+  // Declared by the file, not applied yet (no row reads them): the expert counts
+  // of mixture-of-experts rows.
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
 
@@ -47,6 +57,14 @@ struct ModelConfig {
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   int64_t heads_per_kv() const { return n_heads / n_kv_heads; }
+  float attention_scale() const;
+  // True when `layer` attends only to the last sliding_window positions.
+  bool layer_is_local(int64_t layer) const;
+  // The window `layer` attends over (0: the whole context).
+  int64_t layer_window(int64_t layer) const { return layer_is_local(layer) ? sliding_window : 0; }
+  // The attention scale the GGUF reader derives for this row and shape (llama.cpp has
+  // no GGUF key for Gemma's query_pre_attn_scalar); convert checks HF's value against it.
+  float gguf_attention_scale() const;
 
   // Throws pagoda::Error on an architecture without a row in the table
   // (model/arch_table.h) or missing / inconsistent keys.

@@ -12,6 +12,7 @@
 // those merges from SentencePiece scores in the first place). Rejected:
 // llama.cpp's LlamaHfVocab fallback, which writes every score as -1000 and so
 // tokenizes differently from tokenizer.json.
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -236,8 +237,20 @@ void convert_hf_to_gguf(const HfModelDir& d, const std::string& out_path, std::o
   // (llama.cpp's converter always writes it for phi3).
   if (c.rope_scaling == RopeScalingType::None && c.rope_orig_ctx != c.ctx_len)
     w.set(a + "rope.scaling.original_context_length", u32(c.rope_orig_ctx));
-  if (c.info().sliding_window.pattern != SlidingWindowSpec::Pattern::None)  // phi3 writes 0 for "none"
+  const ArchInfo& arch = c.info();
+  if (arch.sliding_window.pattern != SlidingWindowSpec::Pattern::None)  // phi3 writes 0 for "none"
     w.set(a + "attention.sliding_window", u32(c.sliding_window));
+  if (c.rope_theta_local > 0.0f && c.rope_theta_local != arch.sliding_window.local_rope_theta)
+    w.set(a + "rope.freq_base_swa", Value::f32(c.rope_theta_local));
+  if (arch.attn_softcap) w.set(a + "attn_logit_softcapping", Value::f32(c.attn_softcap));
+  if (arch.final_softcap && (c.final_softcap > 0.0f || arch.final_softcap_default > 0.0f))
+    w.set(a + "final_logit_softcapping", Value::f32(c.final_softcap));
+  // No GGUF key carries Gemma's query_pre_attn_scalar: readers derive the scale from the
+  // shape (ModelConfig::gguf_attention_scale), so a checkpoint that differs cannot be written.
+  if (c.attn_scale > 0.0f && std::fabs(c.attn_scale - c.gguf_attention_scale()) > 1e-6f * c.gguf_attention_scale())
+    throw Error(d.dir + ": query_pre_attn_scalar gives attention scale " + std::to_string(c.attn_scale) +
+                ", which a GGUF of this shape cannot express (readers use " +
+                std::to_string(c.gguf_attention_scale()) + ")");
   GgmlType matrix_type = GgmlType::F32;
   for (const TensorSpec& t : c.info().tensors) {  // the first per-layer matrix, as llama.cpp labels files
     if (!t.per_layer || t.kind != TensorKind::Matrix) continue;

@@ -166,6 +166,87 @@ void parse_rope_scaling(const JsonConfig& cfg, const json& rs, HfModelDir& d, Mo
   }
 }
 
+// Gemma 3 4B / 12B / 27B checkpoints are multimodal (model_type gemma3,
+// Gemma3ForConditionalGeneration): the text model's config is `text_config`, which lists
+// only what differs from transformers' Gemma3TextConfig defaults (the 4B lists no head
+// counts at all), so those defaults fill it in; the vision tower is not read (llama.cpp
+// likewise converts it to a separate mmproj file). Other configs pass through unchanged.
+json text_model_config(json j, const std::string& path) {
+  auto mt = j.find("model_type");
+  if (mt == j.end() || !mt->is_string() || mt->get<std::string>() != "gemma3") return j;
+  auto tc = j.find("text_config");
+  if (tc == j.end() || !tc->is_object()) throw Error(path + ": model_type gemma3 without a text_config object");
+  json t = *tc;
+  const json defaults = {{"vocab_size", 262208},          {"hidden_size", 2304},
+                         {"intermediate_size", 9216},     {"num_hidden_layers", 26},
+                         {"num_attention_heads", 8},      {"num_key_value_heads", 4},
+                         {"head_dim", 256},               {"max_position_embeddings", 131072},
+                         {"rms_norm_eps", 1e-6},          {"rope_theta", 1000000.0},
+                         {"query_pre_attn_scalar", 256},  {"sliding_window", 4096},
+                         {"sliding_window_pattern", 6},   {"rope_local_base_freq", 10000.0},
+                         {"hidden_activation", "gelu_pytorch_tanh"}, {"final_logit_softcapping", nullptr},
+                         {"attn_logit_softcapping", nullptr}, {"tie_word_embeddings", true}};
+  for (auto it = defaults.begin(); it != defaults.end(); ++it)
+    if (!t.contains(it.key())) t[it.key()] = it.value();
+  for (const char* key : {"bos_token_id", "eos_token_id", "tie_word_embeddings"})
+    if (j.contains(key) && !tc->contains(key)) t[key] = j[key];
+  t["model_type"] = "gemma3_text";
+  t["architectures"] = json::array({"Gemma3ForCausalLM"});
+  t["pagoda_multimodal_gemma3"] = true;  // tensor names under the language model (load_hf_weights)
+  return t;
+}
+
+// Gemma 2 / 3 (text): activation, query scale, soft-caps, the local layers' pattern and RoPE.
+void parse_gemma(const JsonConfig& cfg, const ArchInfo& row, ModelConfig& c) {
+  const json& j = cfg.root();
+  const std::string& path = cfg.path();
+  for (const char* key : {"hidden_activation", "hidden_act"}) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    if (!it->is_string() || (it->get<std::string>() != "gelu_pytorch_tanh" && it->get<std::string>() != "gelu"))
+      throw Error(path + ": " + key + " must be gelu_pytorch_tanh for " + std::string(row.gguf_name));
+    break;
+  }
+  if (auto qs = cfg.opt_float(j, "query_pre_attn_scalar")) {
+    if (!(*qs > 0.0)) throw Error(path + ": query_pre_attn_scalar must be > 0");
+    c.attn_scale = static_cast<float>(1.0 / std::sqrt(*qs));
+  }
+  // transformers' Gemma2Config defaults 50 / 30 when absent; null means "none" (Gemma 3).
+  auto cap = [&](const char* key, double fallback) {
+    auto it = j.find(key);
+    if (it == j.end()) return static_cast<float>(fallback);
+    const double v = cfg.opt_float(j, key).value_or(0.0);
+    if (!(v >= 0.0)) throw Error(path + ": " + key + " must be >= 0");
+    return static_cast<float>(v);
+  };
+  if (row.attn_softcap) c.attn_softcap = cap("attn_logit_softcapping", row.attn_softcap_default);
+  else if (cap("attn_logit_softcapping", 0.0) != 0.0f)
+    throw Error(path + ": attn_logit_softcapping is not supported for " + std::string(row.gguf_name));
+  if (row.final_softcap) c.final_softcap = cap("final_logit_softcapping", row.final_softcap_default);
+  if (!j.contains("sliding_window") && row.sliding_window.default_window > 0)
+    c.sliding_window = row.sliding_window.default_window;
+  // The local/global layout must be the row's (layer i global when (i + 1) % period == 0).
+  const int64_t period = row.sliding_window.period;
+  if (auto p = cfg.opt_int(j, "sliding_window_pattern"); p && *p != period)
+    throw Error(path + ": sliding_window_pattern " + std::to_string(*p) + " is not " + std::string(row.gguf_name) +
+                "'s " + std::to_string(period));
+  if (auto it = j.find("layer_types"); it != j.end() && it->is_array() && c.sliding_window > 0) {
+    if (static_cast<int64_t>(it->size()) != c.n_layers) throw Error(path + ": layer_types has the wrong length");
+    for (int64_t i = 0; i < c.n_layers; ++i) {
+      const json& t = (*it)[static_cast<size_t>(i)];
+      const bool local = t.is_string() && t.get<std::string>() == "sliding_attention";
+      if (local != c.layer_is_local(i))
+        throw Error(path + ": layer_types[" + std::to_string(i) + "] does not follow " +
+                    std::string(row.gguf_name) + "'s pattern of one global layer every " + std::to_string(period));
+    }
+  }
+  if (row.sliding_window.local_rope_theta > 0.0f && c.sliding_window > 0) {
+    const double local = cfg.opt_float(j, "rope_local_base_freq").value_or(row.sliding_window.local_rope_theta);
+    if (!(local > 1.0)) throw Error(path + ": rope_local_base_freq must be > 1");
+    c.rope_theta_local = static_cast<float>(local);
+  }
+}
+
 ModelConfig parse_config(const json& j, const std::string& path, HfModelDir& d) {
   JsonConfig cfg(j, path);
   ModelConfig c;
@@ -231,6 +312,7 @@ ModelConfig parse_config(const json& j, const std::string& path, HfModelDir& d) 
       c.sliding_window = *sw;
     }
   }
+  if (row->hf_norm_shift != 0.0f) parse_gemma(cfg, *row, c);
   if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) throw Error(path + ": rope_scaling is not an object");
     parse_rope_scaling(cfg, *it, d, c);
@@ -241,6 +323,7 @@ ModelConfig parse_config(const json& j, const std::string& path, HfModelDir& d) 
     if (!it->is_boolean()) throw Error(path + ": tie_word_embeddings is not a boolean");
     d.tie_word_embeddings = it->get<bool>();
   }
+  d.multimodal_gemma3 = j.value("pagoda_multimodal_gemma3", false);
   if (auto bos = cfg.ids(j, "bos_token_id"); !bos.empty()) d.bos_token_id = bos[0];
   d.eos_token_ids = cfg.ids(j, "eos_token_id");
   return c;
@@ -274,6 +357,7 @@ struct Expected {
   std::string hf, gguf;
   std::vector<int64_t> shape;
   int64_t permute_heads = 0;
+  float norm_shift = 0.0f;  // added to a norm's values (Gemma: 1)
 };
 
 // The row's stored tensors (those with an HF name), tied output left out.
@@ -287,7 +371,8 @@ std::vector<Expected> expected_tensors(const HfModelDir& d) {
     int64_t permute = 0;
     if (row.permute_qk && t.permute == Permute::ByHeads) permute = c.n_heads;
     if (row.permute_qk && t.permute == Permute::ByKvHeads) permute = c.n_kv_heads;
-    e.push_back({hf_tensor_name(t, layer), gguf_tensor_name(t, layer), resolve_shape(t, c), permute});
+    e.push_back({hf_tensor_name(t, layer), gguf_tensor_name(t, layer), resolve_shape(t, c), permute,
+                 t.kind == TensorKind::Norm ? row.hf_norm_shift : 0.0f});
   };
   for (const TensorSpec& t : row.tensors)
     if (!t.per_layer) add(t, 0);
@@ -338,7 +423,7 @@ HfModelDir HfModelDir::open(const std::string& dir) {
   const std::string config = join(dir, "config.json");
   if (!fs::is_regular_file(config))
     throw Error(dir + ": not a Hugging Face model directory: config.json is missing");
-  d.config = parse_config(read_json(config), config, d);
+  d.config = parse_config(text_model_config(read_json(config), config), config, d);
   if (const std::string t = join(dir, "tokenizer.json"); fs::is_regular_file(t)) d.tokenizer_json = t;
   if (const std::string t = join(dir, "tokenizer_config.json"); fs::is_regular_file(t)) d.tokenizer_config_json = t;
   d.chat_template = read_chat_template(dir, d.tokenizer_config_json);
@@ -391,6 +476,12 @@ std::shared_ptr<const WeightSource> load_hf_weights(const HfModelDir& d) {
 
   for (const Expected& x : expected_tensors(d)) {
     auto it = by_name.find(x.hf);
+    if (it == by_name.end() && d.multimodal_gemma3) {
+      // transformers < 4.52 saves the text model as language_model.model.*, later versions
+      // as model.language_model.*.
+      it = by_name.find("language_model." + x.hf);
+      if (it == by_name.end() && x.hf.rfind("model.", 0) == 0) it = by_name.find("model.language_model." + x.hf.substr(6));
+    }
     if (it == by_name.end()) throw Error(d.dir + ": tensor '" + x.hf + "' is missing (not in " + where + ")");
     const SafetensorsFile& f = *it->second.first;
     const TensorEntry& e = *it->second.second;
@@ -400,7 +491,17 @@ std::shared_ptr<const WeightSource> load_hf_weights(const HfModelDir& d) {
       throw Error(f.path() + ": tensor '" + x.hf + "' has shape " + e.shape_string() + ", expected " +
                   shape_string(x.shape) + " from config.json");
     std::vector<int64_t> dims(x.shape.rbegin(), x.shape.rend());  // ggml order
-    if (x.permute_heads > 0) {
+    if (x.norm_shift != 0.0f) {
+      // Gemma's (1 + w) norms, stored as llama.cpp's converter writes them: F32, w + 1
+      // (it converts BF16 to F32 before adding; arch_table.h hf_norm_shift).
+      const int64_t n = x.shape[0];
+      std::vector<float> v(static_cast<size_t>(n));
+      dequantize_row(*e.type, e.data, v.data(), n);
+      for (float& f : v) f += x.norm_shift;
+      std::vector<uint8_t> bytes(v.size() * sizeof(float));
+      std::memcpy(bytes.data(), v.data(), bytes.size());
+      out->add_owned(x.gguf, GgmlType::F32, dims, std::move(bytes));
+    } else if (x.permute_heads > 0) {
       const size_t rb = row_bytes(*e.type, x.shape[1]);
       out->add_owned(x.gguf, *e.type, dims, permute_rows(e.data, x.shape[0], rb, x.permute_heads));
       f.drop_resident(e);  // read once for the copy (else resident twice: +9 MiB a layer, TinyLlama BF16)

@@ -72,6 +72,7 @@ struct HfModelDir {
   std::string model_type;  // config.json model_type
   ModelConfig config;
   bool tie_word_embeddings = false;
+  bool multimodal_gemma3 = false;  // model_type gemma3: the text model of a Gemma 3 4B+ checkpoint
   std::optional<Llama3RopeScaling> llama3_rope;
   std::optional<LongRopeFactors> longrope;
   std::optional<int32_t> bos_token_id;   // config.json

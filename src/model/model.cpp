@@ -15,6 +15,8 @@ namespace pagoda {
 struct Model::Layer {
   std::vector<float> attn_norm;  // [dim]
   std::vector<float> ffn_norm;   // [dim]
+  std::vector<float> attn_post_norm;  // [dim] (gemma2/3) or empty
+  std::vector<float> ffn_post_norm;   // [dim] (gemma2/3) or empty
   std::vector<float> q_norm;     // [head_dim] (qwen3)
   std::vector<float> k_norm;     // [head_dim] (qwen3)
   std::vector<float> bq, bk, bv; // [q_dim], [kv_dim], [kv_dim] (qwen2)
@@ -40,6 +42,8 @@ struct Model::Scratch {
   std::vector<float> tmp;   // [T, dim]
   std::vector<float> rope_cos;  // [T, n_rot/2] per-token RoPE table, shared by all layers
   std::vector<float> rope_sin;  // [T, n_rot/2]
+  std::vector<float> rope_cos_local;  // [T, n_rot/2] local layers' own RoPE (gemma3)
+  std::vector<float> rope_sin_local;
   std::vector<int64_t> out_rows;
 
   void reserve(const ModelConfig& c, size_t T) {
@@ -57,6 +61,10 @@ struct Model::Scratch {
     grow(tmp, T * c.dim);
     grow(rope_cos, T * (c.n_rot / 2));
     grow(rope_sin, T * (c.n_rot / 2));
+    if (c.rope_theta_local > 0.0f) {
+      grow(rope_cos_local, T * (c.n_rot / 2));
+      grow(rope_sin_local, T * (c.n_rot / 2));
+    }
   }
 };
 
@@ -198,6 +206,8 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
     auto L = std::make_unique<Layer>();
     L->attn_norm = ld.vector(name(Role::AttnNorm, i), c.dim);
     L->ffn_norm = ld.vector(name(Role::FfnNorm, i), c.dim);
+    if (row.has(Role::AttnPostNorm)) L->attn_post_norm = ld.vector(name(Role::AttnPostNorm, i), c.dim);
+    if (row.has(Role::FfnPostNorm)) L->ffn_post_norm = ld.vector(name(Role::FfnPostNorm, i), c.dim);
     if (row.qk_norm) {
       L->q_norm = ld.vector(name(Role::AttnQNorm, i), c.head_dim);
       L->k_norm = ld.vector(name(Role::AttnKNorm, i), c.head_dim);
@@ -274,6 +284,11 @@ void Model::set_context_size(int64_t n_ctx) {
   }
   rope_inv_freq_.resize(c.n_rot / 2);
   rope_attn_factor_ = rope_scaled_inv_freq(rope_inv_freq_.data(), c.n_rot, c.rope_theta, scaling, factors);
+  rope_inv_freq_local_.clear();
+  if (c.rope_theta_local > 0.0f) {
+    rope_inv_freq_local_.resize(c.n_rot / 2);
+    rope_scaled_inv_freq(rope_inv_freq_local_.data(), c.n_rot, c.rope_theta_local, RopeScaling{}, nullptr);
+  }
 }
 
 size_t Model::weight_bytes() const {
@@ -346,14 +361,18 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
   Scratch& s = *scratch_;
   s.reserve(c, static_cast<size_t>(T));
   const int64_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
-  const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float attn_scale = c.attention_scale();
   const ArchInfo& row = c.info();
   const bool neox = row.rope == RopeKind::Neox;
 
-  // Embeddings: dequantize one row per token.
+  // Embeddings: dequantize one row per token (Gemma: times sqrt(dim)).
   const size_t emb_row = row_bytes(token_embd_->type, dim);
   for (int64_t t = 0; t < T; ++t)
     dequantize_row(token_embd_->type, token_embd_->data + emb_row * batch.tokens[t], &s.x[t * dim], dim);
+  if (row.embed_scale) {
+    const float e = std::sqrt(static_cast<float>(dim));
+    for (int64_t i = 0; i < T * dim; ++i) s.x[i] *= e;
+  }
 
   // RoPE angles depend only on the position: one cos/sin table per token serves
   // q and k of every layer (n_rot/2 sin+cos in double cost ~2 us per call).
@@ -361,10 +380,18 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
   for (int64_t t = 0; t < T; ++t)
     rope_table(&s.rope_cos[t * half_rot], &s.rope_sin[t * half_rot], c.n_rot, batch.positions[t],
                rope_inv_freq_.data(), rope_attn_factor_);
+  if (!rope_inv_freq_local_.empty())
+    for (int64_t t = 0; t < T; ++t)
+      rope_table(&s.rope_cos_local[t * half_rot], &s.rope_sin_local[t * half_rot], c.n_rot, batch.positions[t],
+                 rope_inv_freq_local_.data());
 
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& L = *layers_[li];
     const int layer = static_cast<int>(li);
+    const int64_t window = c.layer_window(layer);
+    const bool local_rope = window > 0 && !rope_inv_freq_local_.empty();
+    const float* rope_cos = local_rope ? s.rope_cos_local.data() : s.rope_cos.data();
+    const float* rope_sin = local_rope ? s.rope_sin_local.data() : s.rope_sin.data();
     // --- attention ---
     for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) rms_norm(&s.x[t * dim], L.attn_norm.data(), &s.xn[t * dim], dim, c.rms_eps);
@@ -386,8 +413,8 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
           for (int64_t h = 0; h < c.n_kv_heads; ++h)
             rms_norm(kt + h * hd, L.k_norm.data(), kt + h * hd, hd, c.rms_eps);
         }
-        const float* rc = &s.rope_cos[t * half_rot];
-        const float* rs = &s.rope_sin[t * half_rot];
+        const float* rc = &rope_cos[t * half_rot];
+        const float* rs = &rope_sin[t * half_rot];
         rope_apply(qt, c.n_heads, hd, c.n_rot, rc, rs, neox);
         rope_apply(kt, c.n_kv_heads, hd, c.n_rot, rc, rs, neox);
       }
@@ -407,10 +434,15 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
     ab.n_kv_heads = c.n_kv_heads;
     ab.head_dim = hd;
     ab.scale = attn_scale;
+    ab.window = window;
+    ab.softcap = c.attn_softcap;
     kv.attend_batch(layer, ab, pool);
     matmul(L.wo, s.attn.data(), T, s.tmp.data(), pool);
-    // --- feed-forward (SwiGLU) ---
+    // --- feed-forward (SwiGLU, or GELU-tanh gated for Gemma) ---
     for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+      if (!L.attn_post_norm.empty())
+        for (int64_t t = t0; t < t1; ++t)
+          rms_norm(&s.tmp[t * dim], L.attn_post_norm.data(), &s.tmp[t * dim], dim, c.rms_eps);
       add_inplace(&s.x[t0 * dim], &s.tmp[t0 * dim], (t1 - t0) * dim);
       for (int64_t t = t0; t < t1; ++t) rms_norm(&s.x[t * dim], L.ffn_norm.data(), &s.xn[t * dim], dim, c.rms_eps);
     });
@@ -418,10 +450,16 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
     matmul_multi(gate_up, s.xn.data(), T, pool);
     const int64_t ffn = c.ffn_dim;
     for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
-      swiglu(&s.gate[t0 * ffn], &s.up[t0 * ffn], &s.gate[t0 * ffn], (t1 - t0) * ffn);
+      if (row.activation == Activation::GeluTanh)
+        geglu_tanh(&s.gate[t0 * ffn], &s.up[t0 * ffn], &s.gate[t0 * ffn], (t1 - t0) * ffn);
+      else
+        swiglu(&s.gate[t0 * ffn], &s.up[t0 * ffn], &s.gate[t0 * ffn], (t1 - t0) * ffn);
     });
     matmul(L.w_down, s.gate.data(), T, s.tmp.data(), pool);
     for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+      if (!L.ffn_post_norm.empty())
+        for (int64_t t = t0; t < t1; ++t)
+          rms_norm(&s.tmp[t * dim], L.ffn_post_norm.data(), &s.tmp[t * dim], dim, c.rms_eps);
       add_inplace(&s.x[t0 * dim], &s.tmp[t0 * dim], (t1 - t0) * dim);
     });
   }
@@ -436,6 +474,7 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
   if (n_out == 0) return;
   logits.resize(static_cast<size_t>(n_out * c.n_vocab));
   matmul(output_, s.xn.data(), n_out, logits.data(), pool);
+  if (c.final_softcap > 0.0f) softcap_inplace(logits.data(), n_out * c.n_vocab, c.final_softcap);
 }
 
 }  // namespace pagoda

@@ -67,7 +67,8 @@ std::string synth_arch_names() {
 }
 
 std::vector<std::string> synth_shape_names() {
-  return {"tinyllama-1.1b", "llama3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b", "phi3.5-mini", "stories260k", "tiny"};
+  return {"tinyllama-1.1b", "llama3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b", "phi3.5-mini",
+          "gemma2-2b",      "gemma3-1b",   "gemma3-4b",    "stories260k", "tiny"};
 }
 
 std::optional<SynthSpec> synth_shape(const std::string& name) {
@@ -90,6 +91,18 @@ std::optional<SynthSpec> synth_shape(const std::string& name) {
     s.arch = "phi3";
     s.dim = 3072, s.n_layers = 32, s.n_heads = 32, s.n_kv_heads = 32, s.ffn_dim = 8192, s.n_vocab = 32064;
     s.ctx_len = 131072, s.rope_scaling = "longrope";
+  } else if (name == "gemma2-2b") {
+    s.arch = "gemma2";
+    s.dim = 2304, s.n_layers = 26, s.n_heads = 8, s.n_kv_heads = 4, s.head_dim = 256, s.ffn_dim = 9216;
+    s.n_vocab = 256000, s.ctx_len = 8192, s.sliding_window = 4096;
+  } else if (name == "gemma3-1b") {
+    s.arch = "gemma3";
+    s.dim = 1152, s.n_layers = 26, s.n_heads = 4, s.n_kv_heads = 1, s.head_dim = 256, s.ffn_dim = 6912;
+    s.n_vocab = 262144, s.ctx_len = 32768, s.sliding_window = 512;
+  } else if (name == "gemma3-4b") {  // the text model of Gemma 3 4B
+    s.arch = "gemma3";
+    s.dim = 2560, s.n_layers = 34, s.n_heads = 8, s.n_kv_heads = 4, s.head_dim = 256, s.ffn_dim = 10240;
+    s.n_vocab = 262208, s.ctx_len = 131072, s.sliding_window = 1024, s.rope_scaling = "linear";
   } else if (name == "stories260k") {
     s.dim = 64, s.n_layers = 5, s.n_heads = 8, s.n_kv_heads = 4, s.ffn_dim = 172, s.n_vocab = 512;
     s.ctx_len = 512, s.tied_embeddings = true;
@@ -125,8 +138,7 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   c.arch_name = spec.arch;
   c.dim = spec.dim, c.n_layers = spec.n_layers, c.n_heads = spec.n_heads, c.n_kv_heads = spec.n_kv_heads;
   c.head_dim = head_dim, c.ffn_dim = spec.ffn_dim, c.n_vocab = spec.n_vocab, c.n_rot = head_dim;
-  if (!spec.tied_embeddings && !row->has(Role::Output))
-    throw Error("synth: " + spec.arch + " has no separate output.weight");
+  if (!row->has(Role::Output)) spec.tied_embeddings = true;  // Gemma: always tied
   if (spec.tied_embeddings && !row->tied_allowed)
     throw Error("synth: " + spec.arch + " cannot tie its embeddings");
   const int64_t blk = traits(spec.type).block_size;
@@ -160,13 +172,33 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
     w.set(a + "attention.key_length", Value::u32(static_cast<uint32_t>(head_dim)));
     w.set(a + "attention.value_length", Value::u32(static_cast<uint32_t>(head_dim)));
   }
-  w.set(a + "attention.layer_norm_rms_epsilon", Value::f32(1e-5f));
-  w.set(a + "rope.freq_base", Value::f32(spec.rope_scaling == "llama3" ? 500000.0f : 10000.0f));
+  const bool gemma = row->hf_norm_shift != 0.0f;
+  // Gemma's configs: eps 1e-6; Gemma 3's global layers rope base 1e6 (local 10000 implied).
+  w.set(a + "attention.layer_norm_rms_epsilon", Value::f32(gemma ? 1e-6f : 1e-5f));
+  w.set(a + "rope.freq_base", Value::f32(spec.rope_scaling == "llama3" ? 500000.0f
+                                         : row->arch == Arch::Gemma3 ? 1000000.0f
+                                                                     : 10000.0f));
+  if (row->sliding_window.pattern == SlidingWindowSpec::Pattern::EveryNthGlobal) {
+    const int64_t window = spec.sliding_window >= 0 ? spec.sliding_window
+                           : row->sliding_window.default_window > 0 ? row->sliding_window.default_window
+                                                                     : 1024;
+    if (window > 0) w.set(a + "attention.sliding_window", Value::u32(static_cast<uint32_t>(window)));
+    else if (row->sliding_window.default_window > 0)
+      throw Error("synth: " + spec.arch + " always has a window (llama.cpp's default " +
+                  std::to_string(row->sliding_window.default_window) + " applies without the key)");
+  }
+  if (row->attn_softcap)
+    w.set(a + "attn_logit_softcapping",
+          Value::f32(spec.attn_softcap >= 0 ? spec.attn_softcap : row->attn_softcap_default));
+  if (row->final_softcap) {
+    const float fc = spec.final_softcap >= 0 ? spec.final_softcap : row->final_softcap_default;
+    if (fc > 0 || row->final_softcap_default > 0) w.set(a + "final_logit_softcapping", Value::f32(fc));
+  }
   w.set(a + "rope.dimension_count", Value::u32(static_cast<uint32_t>(head_dim)));
   w.set(a + "vocab_size", Value::u32(static_cast<uint32_t>(spec.n_vocab)));
   if (spec.rope_scaling == "linear") {
     w.set(a + "rope.scaling.type", Value::str("linear"));
-    w.set(a + "rope.scaling.factor", Value::f32(4.0f));
+    w.set(a + "rope.scaling.factor", Value::f32(row->arch == Arch::Gemma3 ? 8.0f : 4.0f));  // Gemma 3 4B+: 8
   } else if (spec.rope_scaling == "yarn") {
     w.set(a + "rope.scaling.type", Value::str("yarn"));
     w.set(a + "rope.scaling.factor", Value::f32(4.0f));
@@ -243,8 +275,12 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
     GgmlType type = GgmlType::F32;
     switch (t.kind) {
       case TensorKind::Matrix:
-        // Embeddings std 1 (a row is the residual stream's start); projections 1/sqrt(fan_in).
-        fill(rng, buf, t.role == Role::TokenEmbd ? 1.0f : 1.0f / std::sqrt(static_cast<float>(shape.back())));
+        // Embeddings std 1 (a row is the residual stream's start; Gemma's 1/sqrt(dim), which
+        // its sqrt(dim) embedding scale brings back to 1, and which keeps its tied logits
+        // O(1) as in the real models); projections 1/sqrt(fan_in).
+        fill(rng, buf,
+             t.role == Role::TokenEmbd ? (row->embed_scale ? 1.0f / std::sqrt(static_cast<float>(spec.dim)) : 1.0f)
+                                       : 1.0f / std::sqrt(static_cast<float>(shape.back())));
         type = spec.type;
         break;
       case TensorKind::Norm: buf = norm_weights(rng, n); break;

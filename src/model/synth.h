@@ -30,12 +30,20 @@ struct SynthSpec {
   GgmlType type = GgmlType::F32;  // the 2-D projection matrices, embeddings and output
   bool tied_embeddings = false;
   std::string rope_scaling = "none";  // none | linear | llama3 | yarn | longrope (phi3)
+  // Rows with sliding windows (gemma2, gemma3): the local layers' window; -1: the real
+  // models' (gemma2 4096, gemma3 1024); 0: none (no key written).
+  int64_t sliding_window = -1;
+  // Soft-caps written as {arch}.attn_logit_softcapping / final_logit_softcapping;
+  // -1: the row's default (gemma2 50 / 30, gemma3 none). Rows without them ignore these.
+  float attn_softcap = -1.0f;
+  float final_softcap = -1.0f;
   uint64_t seed = 1;
   std::string vocab_from;  // GGUF whose tokenizer.* metadata is copied (sets n_vocab)
   std::string name = "synthetic";
 };
 
-// Named real shapes: tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b, phi3.5-mini, stories260k, tiny.
+// Named real shapes: tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b, phi3.5-mini, gemma2-2b,
+// gemma3-1b, gemma3-4b, stories260k, tiny.
 // Returns nullopt for an unknown name. Sets arch-independent sizes only.
 std::optional<SynthSpec> synth_shape(const std::string& name);
 std::vector<std::string> synth_shape_names();

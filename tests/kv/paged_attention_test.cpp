@@ -212,7 +212,8 @@ TEST(PagedAttention, PrefillTilesMatchTheReferenceForEveryTypeShapeAndStart) {
             const int64_t head = (pos0 + n_tok) % 2;
             paged_attend_tile_ref(view, f.table.blocks().data(), pos0, n_tok, head, q.data(), stride, n_q, scale,
                                   want.data(), stride);
-            fn(view, f.table.blocks().data(), pos0, n_tok, head, q.data(), stride, n_q, scale, got.data(), stride);
+            fn(view, f.table.blocks().data(), pos0, n_tok, head, q.data(), stride, n_q, scale, got.data(), stride, 0,
+               0.0f);
             for (size_t i = 0; i < want.size(); ++i)
               ASSERT_NEAR(got[i], want[i], 2e-5f * (1.0f + std::fabs(want[i])))
                   << isa_name(isa) << " k=" << kv_type_name(tc.k) << " v=" << kv_type_name(tc.v) << " hd=" << hd
@@ -220,6 +221,44 @@ TEST(PagedAttention, PrefillTilesMatchTheReferenceForEveryTypeShapeAndStart) {
                   << " index " << i % stride << (static_cast<int64_t>(i % stride) >= n_q * hd ? " (padding)" : "");
             ++checked;
           }
+      }
+  }
+  std::printf("checked %lld tiles\n", static_cast<long long>(checked));
+}
+
+// Gemma's local layers and soft-capping in the tiles: a window shorter than, equal to and
+// longer than a chunk / block, starting inside a chunk, with and without a cap (1.5, small
+// enough to change every softmax); the reference applies both per token.
+TEST(PagedAttention, PrefillTilesWithWindowsAndSoftcapMatchTheReference) {
+  const std::pair<int64_t, int> spans[] = {{0, 7}, {0, 33}, {30, 5}, {100, 70}, {511, 20}, {1000, 9}};
+  int64_t checked = 0;
+  for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
+    if (!isa_supported(isa)) continue;
+    const PagedAttendTileFn fn = paged_attend_tile_kernel(isa);
+    for (KvType t : {KvType::F32, KvType::Q8})
+      for (int64_t hd : {64, 256, 320}) {
+        Filled f;
+        fill(f, t, t, hd, 2048, 16, static_cast<uint32_t>(hd + 3));
+        const KvLayerView view = f.pool->layer_view(0);
+        for (int64_t window : {int64_t{1}, int64_t{5}, int64_t{16}, int64_t{40}, int64_t{4096}})
+          for (float softcap : {0.0f, 1.5f})
+            for (int n_q : {1, 4})
+              for (auto [pos0, n_tok] : spans) {
+                const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+                const int64_t stride = (n_q + 1) * hd;
+                auto q = random_q(n_tok * stride, static_cast<uint32_t>(pos0 * 5 + n_tok + n_q + window));
+                std::vector<float> want(q.size(), -1.0f), got(q.size(), -1.0f);
+                paged_attend_tile_ref(view, f.table.blocks().data(), pos0, n_tok, 1, q.data(), stride, n_q, scale,
+                                      want.data(), stride, window, softcap);
+                fn(view, f.table.blocks().data(), pos0, n_tok, 1, q.data(), stride, n_q, scale, got.data(), stride,
+                   window, softcap);
+                for (size_t i = 0; i < want.size(); ++i)
+                  ASSERT_NEAR(got[i], want[i], 2e-5f * (1.0f + std::fabs(want[i])))
+                      << isa_name(isa) << " " << kv_type_name(t) << " hd=" << hd << " window=" << window
+                      << " softcap=" << softcap << " n_q=" << n_q << " pos0=" << pos0 << " n_tok=" << n_tok
+                      << " token " << i / stride << " index " << i % stride;
+                ++checked;
+              }
       }
   }
   std::printf("checked %lld tiles\n", static_cast<long long>(checked));

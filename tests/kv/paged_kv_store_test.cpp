@@ -40,7 +40,7 @@ Batch random_batch(const std::vector<std::pair<SeqId, std::pair<int64_t, int64_t
 }
 
 // Stores the batch in every layer, then returns layer 1's attention output.
-std::vector<float> run(KvStore& kv, const Batch& b, ThreadPool& pool) {
+std::vector<float> run(KvStore& kv, const Batch& b, ThreadPool& pool, int64_t window = 0, float softcap = 0.0f) {
   const int64_t T = static_cast<int64_t>(b.seqs.size());
   for (int layer = 0; layer < kLayers; ++layer)
     for (int64_t t = 0; t < T; ++t) {
@@ -58,6 +58,8 @@ std::vector<float> run(KvStore& kv, const Batch& b, ThreadPool& pool) {
   ab.n_kv_heads = kKvHeads;
   ab.head_dim = kHd;
   ab.scale = 0.125f;
+  ab.window = window;
+  ab.softcap = softcap;
   kv.attend_batch(1, ab, pool);
   return out;
 }
@@ -125,6 +127,43 @@ TEST(PagedKvStore, LongContextSplitAcrossThreadsGivesTheSameResult) {
   ASSERT_TRUE(whole.reserve(0, n + 1).ok());
   Batch d = random_batch({{0, {n, n + 1}}}, 2);
   expect_close(run(split, d, threads), run(whole, d, threads), 1e-5f, "split decode");
+}
+
+// Gemma's local layers and soft-capping: a window w shows positions (pos - w, pos], and
+// scores are capped to c·tanh(s / c) — the paged kernels (per-token path, SIMD soft-cap,
+// the long-context split starting at the window's first position) against the contiguous
+// cache's scalar loop. Windows cut inside a block, on a block boundary and cover more
+// than the sequence; the soft-cap (1.5) is small enough to change every softmax.
+TEST(PagedKvStore, SlidingWindowAndSoftcapMatchTheContiguousCache) {
+  ThreadPool threads(4);
+  for (int64_t window : {int64_t{5}, int64_t{16}, int64_t{37}, int64_t{4096}}) {
+    for (float softcap : {0.0f, 1.5f}) {
+      PagedKvPool pool = make_pool(16, KvType::F32);
+      PagedKvStore paged(pool);
+      paged.set_split_min_tokens(32);
+      ContiguousKvCache flat(kLayers, kKvHeads, kHd, 2048, 2);
+      const int64_t n0 = 100, n1 = 300;
+      ASSERT_TRUE(paged.reserve(0, n0).ok());
+      ASSERT_TRUE(paged.reserve(1, n1).ok());
+      Batch b = random_batch({{0, {0, n0}}, {1, {0, n1}}}, 7);
+      const auto a = run(paged, b, threads, window, softcap);
+      expect_close(a, run(flat, b, threads, window, softcap), 2e-5f, "prefill");
+      ASSERT_TRUE(paged.reserve(1, n1 + 1).ok());
+      Batch d = random_batch({{1, {n1, n1 + 1}}}, 8);  // one row per KV head: the split runs
+      expect_close(run(paged, d, threads, window, softcap), run(flat, d, threads, window, softcap), 2e-5f,
+                   "decode");
+      // The mask matters: without it the outputs differ (windows shorter than the context).
+      if (window < n0) {
+        PagedKvStore full(pool);
+        ASSERT_TRUE(full.reserve(0, n0).ok());
+        ASSERT_TRUE(full.reserve(1, n1).ok());
+        const auto c = run(full, b, threads, 0, softcap);
+        double max_diff = 0;
+        for (size_t i = 0; i < a.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(a[i]) - c[i]));
+        EXPECT_GT(max_diff, 0.1) << "window " << window;
+      }
+    }
+  }
 }
 
 TEST(PagedKvStore, ForkedSequenceContinuesAfterASharedPrefix) {

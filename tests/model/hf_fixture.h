@@ -15,7 +15,7 @@
 namespace pagoda::test {
 
 struct HfSpec {
-  std::string model_type = "llama";  // llama | mistral | qwen2 | qwen3 | phi3
+  std::string model_type = "llama";  // llama | mistral | qwen2 | qwen3 | phi3 | gemma2 | gemma3_text
   int64_t dim = 32, n_layers = 2, n_heads = 4, n_kv_heads = 2, head_dim = 0, ffn = 48;
   int64_t vocab = 0;                 // 0: the tokenizer's size
   GgmlType dtype = GgmlType::F32;    // F32, F16 or BF16
@@ -25,7 +25,10 @@ struct HfSpec {
   std::string rope = "none";         // none | llama3 | linear | yarn | longrope (phi3)
   double partial_rotary = 0;         // > 0: config.json partial_rotary_factor (Phi-4-mini: 0.75)
   uint64_t seed = 7;
+  int64_t sliding_window = 8;        // gemma only: shorter than the test prompts
 };
+
+inline bool is_gemma(const HfSpec& s) { return s.model_type == "gemma2" || s.model_type == "gemma3_text"; }
 
 inline std::string shared_models() { return std::string(PAGODA_SHARED_DIR) + "/models/"; }
 
@@ -61,13 +64,15 @@ inline std::vector<HfTensor> hf_tensors(const HfSpec& s, int64_t vocab) {
     for (float& x : t.values) x = uniform() * stddev * 1.7320508f;
     out.push_back(std::move(t));
   };
+  const bool gemma = is_gemma(s);
   auto vec = [&](const std::string& name, int64_t n, bool norm) {
     HfTensor t{name, {n}, std::vector<float>(static_cast<size_t>(n))};
-    for (float& x : t.values) x = norm ? 1.0f + 0.1f * uniform() : 0.1f * uniform();
+    // Gemma stores w of (1 + w) norms: values near 0, as in its checkpoints.
+    for (float& x : t.values) x = norm && !gemma ? 1.0f + 0.1f * uniform() : 0.1f * uniform();
     out.push_back(std::move(t));
   };
   const float s_dim = 1.0f / std::sqrt(static_cast<float>(s.dim));
-  mat("model.embed_tokens.weight", vocab, s.dim, 1.0f);
+  mat("model.embed_tokens.weight", vocab, s.dim, gemma ? s_dim : 1.0f);
   for (int64_t i = 0; i < s.n_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     vec(p + "input_layernorm.weight", s.dim, true);
@@ -83,12 +88,13 @@ inline std::vector<HfTensor> hf_tensors(const HfSpec& s, int64_t vocab) {
       vec(p + "self_attn.k_proj.bias", kv_dim, false);
       vec(p + "self_attn.v_proj.bias", kv_dim, false);
     }
-    if (s.model_type == "qwen3") {
+    if (s.model_type == "qwen3" || s.model_type == "gemma3_text") {
       vec(p + "self_attn.q_norm.weight", hd, true);
       vec(p + "self_attn.k_norm.weight", hd, true);
     }
     mat(p + "self_attn.o_proj.weight", s.dim, q_dim, 1.0f / std::sqrt(static_cast<float>(q_dim)));
     vec(p + "post_attention_layernorm.weight", s.dim, true);
+    if (gemma) vec(p + "pre_feedforward_layernorm.weight", s.dim, true);
     if (s.model_type == "phi3") {
       mat(p + "mlp.gate_up_proj.weight", 2 * s.ffn, s.dim, s_dim);
     } else {
@@ -96,9 +102,10 @@ inline std::vector<HfTensor> hf_tensors(const HfSpec& s, int64_t vocab) {
       mat(p + "mlp.up_proj.weight", s.ffn, s.dim, s_dim);
     }
     mat(p + "mlp.down_proj.weight", s.dim, s.ffn, 1.0f / std::sqrt(static_cast<float>(s.ffn)));
+    if (gemma) vec(p + "post_feedforward_layernorm.weight", s.dim, true);
   }
   vec("model.norm.weight", s.dim, true);
-  if (!s.tied) mat("lm_head.weight", vocab, s.dim, s_dim);
+  if (!s.tied && !gemma) mat("lm_head.weight", vocab, s.dim, s_dim);
   return out;
 }
 
@@ -123,6 +130,28 @@ inline nlohmann::json hf_config(const HfSpec& s, int64_t vocab) {
                       {"eos_token_id", 2},
                       {"torch_dtype", s.dtype == GgmlType::F32 ? "float32" : "bfloat16"}};
   if (s.head_dim) c["head_dim"] = s.head_dim;
+  if (is_gemma(s)) {  // the keys of google/gemma-2-2b / gemma-3-1b-it's config.json
+    const int64_t hd = s.head_dim ? s.head_dim : s.dim / s.n_heads;
+    c["hidden_activation"] = "gelu_pytorch_tanh";
+    c["query_pre_attn_scalar"] = hd;
+    c["sliding_window"] = s.sliding_window;
+    c["tie_word_embeddings"] = true;
+    if (s.model_type == "gemma2") {
+      c["attn_logit_softcapping"] = 50.0;
+      c["final_logit_softcapping"] = 30.0;
+      c["architectures"] = {"Gemma2ForCausalLM"};
+    } else {
+      c["attn_logit_softcapping"] = nullptr;
+      c["final_logit_softcapping"] = nullptr;
+      c["rope_theta"] = 1000000.0;
+      c["rope_local_base_freq"] = 10000.0;
+      c["sliding_window_pattern"] = 6;
+      c["architectures"] = {"Gemma3ForCausalLM"};
+      nlohmann::json types = nlohmann::json::array();
+      for (int64_t i = 0; i < s.n_layers; ++i) types.push_back((i + 1) % 6 == 0 ? "full_attention" : "sliding_attention");
+      c["layer_types"] = types;
+    }
+  }
   if (s.rope == "llama3")
     c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 1024}};

@@ -1,5 +1,5 @@
 // A Hugging Face directory and the GGUF converted from it are the same model:
-// for llama / mistral, qwen2 and qwen3 shapes, F32 and BF16 safetensors in two
+// for llama / mistral, qwen2, qwen3, gemma2 and gemma3 shapes, F32 and BF16 safetensors in two
 // shards, tied and untied embeddings, the logits of every prompt position are
 // bit-identical (the converter keeps the stored dtype; --type f32 from BF16 is
 // compared within rounding), the two tokenizers give the same ids, and greedy
@@ -16,7 +16,9 @@
 
 #include "hf_fixture.h"
 #include "kv/kv_store.h"
+#include "model/config.h"
 #include "model/hf_model.h"
+#include "tensor/types.h"
 #include "model/model.h"
 #include "model_fixtures.h"
 #include "tokenizer/tokenizer.h"
@@ -85,6 +87,10 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.rope_orig_ctx, b.rope_orig_ctx);
   EXPECT_EQ(a.arch_name, b.arch_name);
   EXPECT_EQ(a.sliding_window, b.sliding_window);
+  EXPECT_EQ(a.rope_theta_local, b.rope_theta_local);
+  EXPECT_EQ(a.attention_scale(), b.attention_scale());
+  EXPECT_EQ(a.attn_softcap, b.attn_softcap);
+  EXPECT_EQ(a.final_softcap, b.final_softcap);
   EXPECT_EQ(a.n_expert, b.n_expert);
 }
 
@@ -157,6 +163,7 @@ TEST_P(HfModel, DirectoryAndConvertedGgufGiveIdenticalLogitsTokensAndText) {
 test::HfSpec spec(std::string type, GgmlType dt, bool tied, std::string tok, std::string rope = "none",
                   int64_t head_dim = 0) {
   test::HfSpec s;
+  if (type == "gemma3_text") s.n_layers = 6;  // five local layers, then one global
   s.model_type = std::move(type);
   s.dtype = dt;
   s.tied = tied;
@@ -185,13 +192,160 @@ INSTANTIATE_TEST_SUITE_P(
                       spec("qwen3", GgmlType::BF16, true, "qwen3-tokenizer", "none", 16),
                       spec("phi3", GgmlType::F32, false, "mistral-7b-v0.1-tokenizer", "longrope"),
                       spec("phi3", GgmlType::BF16, false, "mistral-7b-v0.1-tokenizer", "none"),
-                      phi4_mini_like()),
+                      phi4_mini_like(),
+                      spec("gemma2", GgmlType::F32, true, "mistral-7b-v0.1-tokenizer"),
+                      spec("gemma2", GgmlType::BF16, true, "mistral-7b-v0.1-tokenizer"),
+                      // F32: with AVX512-BF16 the BF16 kernels round activations to BF16, which
+                      // over six layers with QK-norm at dim 32 costs 1.6% against the F32 file
+                      // (the BF16 check above allows 1%); gemma2 covers BF16 + the norm shift.
+                      spec("gemma3_text", GgmlType::F32, true, "mistral-7b-v0.1-tokenizer", "linear", 16)),
     [](const auto& info) {
       const test::HfSpec& s = info.param;
       return s.model_type + "_" + type_name(s.dtype) + (s.tied ? "_tied" : "_untied") + "_" +
              (s.tokenizer.substr(0, s.tokenizer.find('-'))) + "_rope_" + s.rope +
              (s.partial_rotary > 0 ? "_partial_rotary" : "");
     });
+
+// Gemma's norms: HF stores w and applies (1 + w); llama.cpp's converter writes w + 1 as
+// F32 (after converting BF16 to F32), and GGUF readers apply the stored value as is. The
+// converted file must hold exactly f32(w) + 1 for every norm (q/k norms included), and the
+// metadata llama.cpp reads for Gemma (sliding window, soft-caps, local RoPE base).
+TEST(HfGemma, ConvertedNormsHoldOnePlusWAndTheGemmaKeys) {
+  for (const std::string type : {"gemma2", "gemma3_text"}) {
+    const fs::path root =
+        fs::temp_directory_path() / ("pagoda_hf_gemma_" + type + "_" + std::to_string(::getpid()));
+    test::HfSpec s = spec(type, GgmlType::BF16, true, "mistral-7b-v0.1-tokenizer");
+    s.n_shards = 1;
+    test::write_hf_dir(s, root);
+    HfModelDir d = HfModelDir::open(root.string());
+    const std::string out = (root / "model.gguf").string();
+    convert_hf_to_gguf(d, out, std::nullopt);
+    const auto g = gguf::GgufFile::open(out);
+    const auto raw = safetensors::SafetensorsFile::open((root / "model.safetensors").string());
+    std::vector<std::string> norms = {"model.norm.weight", "model.layers.1.input_layernorm.weight",
+                                      "model.layers.1.post_attention_layernorm.weight",
+                                      "model.layers.1.pre_feedforward_layernorm.weight",
+                                      "model.layers.1.post_feedforward_layernorm.weight"};
+    std::vector<std::string> gguf_names = {"output_norm.weight", "blk.1.attn_norm.weight",
+                                           "blk.1.post_attention_norm.weight", "blk.1.ffn_norm.weight",
+                                           "blk.1.post_ffw_norm.weight"};
+    if (type == "gemma3_text") {
+      norms.push_back("model.layers.1.self_attn.q_norm.weight");
+      gguf_names.push_back("blk.1.attn_q_norm.weight");
+    }
+    for (size_t i = 0; i < norms.size(); ++i) {
+      const safetensors::TensorEntry* a = raw.find(norms[i]);
+      const gguf::TensorInfo* b = g.find_tensor(gguf_names[i]);
+      ASSERT_TRUE(a && b) << norms[i];
+      ASSERT_EQ(b->type, GgmlType::F32) << gguf_names[i];
+      const int64_t n = a->shape[0];
+      std::vector<float> w(static_cast<size_t>(n));
+      dequantize_row(GgmlType::BF16, a->data, w.data(), n);
+      for (int64_t k = 0; k < n; ++k) {
+        float stored;
+        std::memcpy(&stored, b->data + 4 * k, 4);
+        ASSERT_EQ(stored, w[k] + 1.0f) << gguf_names[i] << "[" << k << "]";
+      }
+    }
+    const std::string a = type == "gemma2" ? "gemma2." : "gemma3.";
+    EXPECT_EQ(g.get_string("general.architecture").value_or(""), a.substr(0, 6));
+    EXPECT_EQ(g.get_int(a + "attention.sliding_window"), 8);
+    EXPECT_EQ(g.find_tensor("output.weight"), nullptr);
+    if (type == "gemma2") {
+      EXPECT_EQ(g.get_float(a + "attn_logit_softcapping"), 50.0);
+      EXPECT_EQ(g.get_float(a + "final_logit_softcapping"), 30.0);
+    } else {
+      EXPECT_FALSE(g.has(a + "attn_logit_softcapping"));
+      EXPECT_FALSE(g.has(a + "final_logit_softcapping"));
+      EXPECT_EQ(g.get_float(a + "rope.freq_base"), 1000000.0);
+    }
+    const ModelConfig c = ModelConfig::from_gguf(g);
+    EXPECT_EQ(c.sliding_window, 8);
+    EXPECT_EQ(c.layer_is_local(0), true);
+    EXPECT_EQ(c.layer_is_local(1), type == "gemma3_text");
+    EXPECT_EQ(c.layer_is_local(5), false);
+    EXPECT_EQ(c.rope_theta_local, type == "gemma2" ? 0.0f : 10000.0f);
+    fs::remove_all(root);
+  }
+}
+
+// An HF Gemma checkpoint whose query_pre_attn_scalar is not what a GGUF reader derives
+// from the shape loads (HF semantics) but does not convert: no GGUF key could carry it.
+TEST(HfGemma, QueryPreAttnScalarThatNoGgufCanExpressIsRefusedByConvert) {
+  const fs::path root = fs::temp_directory_path() / ("pagoda_hf_gemma_qpas_" + std::to_string(::getpid()));
+  test::HfSpec s = spec("gemma2", GgmlType::F32, true, "mistral-7b-v0.1-tokenizer");
+  s.n_shards = 1;
+  test::write_hf_dir(s, root);
+  nlohmann::json c = test::hf_config(s, test::tokenizer_size((root / "tokenizer.json").string()));
+  c["query_pre_attn_scalar"] = 3;
+  test::write_text(root / "config.json", c.dump());
+  HfModelDir d = HfModelDir::open(root.string());
+  EXPECT_FLOAT_EQ(d.config.attention_scale(), 1.0f / std::sqrt(3.0f));
+  try {
+    convert_hf_to_gguf(d, (root / "x.gguf").string(), std::nullopt);
+    ADD_FAILURE() << "convert accepted query_pre_attn_scalar 3";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("query_pre_attn_scalar"), std::string::npos) << e.what();
+  }
+  fs::remove_all(root);
+}
+
+// Gemma 3 4B+ checkpoints are multimodal: model_type gemma3, the text model's config in
+// text_config (only what differs from Gemma3TextConfig's defaults), its tensors under
+// language_model.model.* (transformers < 4.52) or model.language_model.* (later), next to a
+// vision tower that is not read. Both layouts give the text-only directory's logits.
+TEST(HfGemma, MultimodalGemma3CheckpointLoadsItsTextModel) {
+  const fs::path root = fs::temp_directory_path() / ("pagoda_hf_gemma3mm_" + std::to_string(::getpid()));
+  test::HfSpec s = spec("gemma3_text", GgmlType::F32, true, "mistral-7b-v0.1-tokenizer", "linear", 16);
+  s.n_shards = 1;
+  const fs::path text_dir = root / "text";
+  const int64_t vocab = test::write_hf_dir(s, text_dir);
+  ThreadPool pool(2);
+  HfModelDir dt = HfModelDir::open(text_dir.string());
+  auto tok = Tokenizer::from_hf_json(dt.tokenizer_json, dt.tokenizer_config_json);
+  const std::vector<int32_t> prompt = tok->encode(kPrompt, true, true);
+  auto text_model = Model::load(dt.config, load_hf_weights(dt));
+  const std::vector<float> want = prompt_logits(*text_model, prompt, pool);
+
+  nlohmann::json text_config = test::hf_config(s, vocab);
+  // Left to Gemma3TextConfig's defaults, as the real 4B config.json does.
+  for (const char* k : {"rms_norm_eps", "rope_theta", "rope_local_base_freq", "sliding_window_pattern",
+                        "hidden_activation", "tie_word_embeddings", "layer_types", "architectures", "model_type"})
+    text_config.erase(k);
+  text_config["model_type"] = "gemma3_text";
+  const nlohmann::json config = {{"model_type", "gemma3"},
+                                 {"architectures", {"Gemma3ForConditionalGeneration"}},
+                                 {"text_config", text_config},
+                                 {"vision_config", {{"hidden_size", 8}}}};
+  for (const std::string prefix : {"language_model.", "model.language_model."}) {
+    const fs::path dir = root / ("mm_" + std::to_string(prefix.size()));
+    fs::create_directories(dir);
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+      if (fs::exists(text_dir / f)) fs::copy_file(text_dir / f, dir / f);
+    test::write_text(dir / "config.json", config.dump(2));
+    safetensors::SafetensorsWriter w;
+    for (const test::HfTensor& t : test::hf_tensors(s, vocab)) {
+      const std::string name = prefix == "language_model." ? prefix + t.name : prefix + t.name.substr(6);
+      w.add_f32(name, GgmlType::F32, t.shape, t.values.data());
+    }
+    const std::vector<float> patch(8 * 3, 0.5f);
+    w.add_f32("vision_tower.vision_model.embeddings.patch_embedding.weight", GgmlType::F32, {8, 3}, patch.data());
+    w.write((dir / "model.safetensors").string());
+    HfModelDir d = HfModelDir::open(dir.string());
+    EXPECT_TRUE(d.multimodal_gemma3);
+    EXPECT_EQ(d.config.arch, Arch::Gemma3);
+    EXPECT_EQ(d.config.rope_theta, 1000000.0f);
+    EXPECT_EQ(d.config.rope_theta_local, 10000.0f);
+    EXPECT_EQ(d.config.rms_eps, 1e-6f);
+    auto m = Model::load(d.config, load_hf_weights(d));
+    const std::vector<float> got = prompt_logits(*m, prompt, pool);
+    ASSERT_EQ(got.size(), want.size());
+    size_t n_diff = 0;
+    for (size_t i = 0; i < got.size(); ++i) n_diff += got[i] != want[i];
+    EXPECT_EQ(n_diff, 0u) << prefix;
+  }
+  fs::remove_all(root);
+}
 
 // The llama Q/K permutation is llama.cpp's: a GGUF written with the HF weights
 // unpermuted (what a converter without the permutation would write) gives

@@ -43,12 +43,30 @@ Conventions (each is a place where an implementation can silently go wrong):
   rope.scaling.original_context_length, else by the short one (llama.cpp's
   choice, fixed per context), and cos/sin are multiplied by
   rope.scaling.attn_factor.
+- gemma2 / gemma3 (Google's Gemma 2 and Gemma 3 text models, llama.cpp's graphs
+  and transformers' modeling_gemma2/3):
+  * norm weights are used as the GGUF stores them: llama.cpp's converter already
+    wrote HF's (1 + w) into the file;
+  * embeddings times sqrt(n_embd); tied output;
+  * a block is x += post_attention_norm(attn(attn_norm(x)));
+    x += post_ffw_norm(ffn(ffn_norm(x))), ffn = down(gelu_tanh(gate) * up);
+  * scores q.k * s where s = 1/sqrt(n_embd / n_head) for the 27B models (46 layers for
+    gemma2, 62 for gemma3), 1/sqrt(head_dim) otherwise (query_pre_attn_scalar);
+  * gemma2 caps scores to c * tanh(s / c), c = attn_logit_softcapping (default 50),
+    and logits likewise with final_logit_softcapping (default 30); gemma3 caps logits
+    only when the file has the key; gemma3 has q/k norms;
+  * local layers: layer i is global when (i + 1) % P == 0 (P = 2 gemma2, 6 gemma3),
+    otherwise it sees keys k with q - W < k <= q, W = attention.sliding_window
+    (gemma2 default 4096; gemma3 without the key has no local layers);
+  * gemma3's local layers rotate with base rope.freq_base_swa (default 10000) and
+    no scaling; its global layers use rope.freq_base and the linear factor.
 """
 
 import numpy as np
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "phi3")
-NEOX_ROPE_ARCHS = ("qwen2", "qwen3", "phi3")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")
+NEOX_ROPE_ARCHS = ("qwen2", "qwen3", "phi3", "gemma2", "gemma3")
+GEMMA_ARCHS = ("gemma2", "gemma3")
 
 
 class LlamaConfig:
@@ -102,6 +120,24 @@ class LlamaConfig:
         else:
             raise ValueError("unsupported rope.scaling.type %r" % scaling_type)
 
+        self.gemma = arch in GEMMA_ARCHS
+        self.sliding_window = 0
+        self.swa_period = 0
+        self.rope_base_local = None
+        self.attn_softcap = 0.0
+        self.final_softcap = 0.0
+        self.attn_scale = 1.0 / np.sqrt(self.head_dim)
+        if self.gemma:
+            self.swa_period = 2 if arch == "gemma2" else 6
+            self.sliding_window = int(key("attention.sliding_window", 4096 if arch == "gemma2" else 0))
+            if arch == "gemma3" and self.sliding_window > 0:
+                self.rope_base_local = float(key("rope.freq_base_swa", 10000.0))
+            if arch == "gemma2":
+                self.attn_softcap = float(key("attn_logit_softcapping", 50.0))
+            self.final_softcap = float(key("final_logit_softcapping", 30.0 if arch == "gemma2" else 0.0))
+            if self.n_layer == (46 if arch == "gemma2" else 62):
+                self.attn_scale = 1.0 / np.sqrt(self.n_embd // self.n_head)
+
         if self.n_head % self.n_head_kv:
             raise ValueError("head_count %d is not a multiple of head_count_kv %d" % (self.n_head, self.n_head_kv))
         if self.n_rot % 2 or self.n_rot > self.head_dim:
@@ -123,13 +159,19 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-def rope_angles(cfg, n_tokens, freq_factors):
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def rope_angles(cfg, n_tokens, freq_factors, base=None, linear_factor=None):
     """(n_tokens, n_rot/2) angles: position p, pair i -> p * base^(-2i/n_rot) / ff[i] / linear."""
+    base = cfg.rope_base if base is None else base
+    linear_factor = cfg.rope_linear_factor if linear_factor is None else linear_factor
     i = np.arange(cfg.n_rot // 2, dtype=np.float64)
-    inv_freq = cfg.rope_base ** (-2.0 * i / cfg.n_rot)
+    inv_freq = base ** (-2.0 * i / cfg.n_rot)
     if freq_factors is not None:
         inv_freq = inv_freq / freq_factors
-    inv_freq = inv_freq / cfg.rope_linear_factor
+    inv_freq = inv_freq / linear_factor
     pos = np.arange(n_tokens, dtype=np.float64)
     return pos[:, None] * inv_freq[None, :]
 
@@ -151,17 +193,26 @@ def apply_rope(x, angles, n_rot, neox, magnitude=1.0):
     return out
 
 
-def causal_attention(q, k, v, n_head_kv):
+def causal_attention(q, k, v, n_head_kv, scale=None, window=0, softcap=0.0):
     """q: (T, n_head, hd), k/v: (T, n_head_kv, hd) -> (T, n_head, hd).
-    Query head h attends with kv head h // (n_head / n_head_kv); position t sees 0..t."""
+    Query head h attends with kv head h // (n_head / n_head_kv); position t sees 0..t
+    (window w > 0: t-w+1..t). Scores q.k * scale (default 1/sqrt(hd)), then c*tanh(s/c)
+    when softcap c > 0."""
     n_tokens, n_head, head_dim = q.shape
     group = n_head // n_head_kv
     kv_of_head = np.arange(n_head) // group
     k = k[:, kv_of_head, :]            # (T, n_head, hd): kv heads repeated per group
     v = v[:, kv_of_head, :]
-    scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(head_dim)   # (n_head, T, T)
-    future = np.triu(np.ones((n_tokens, n_tokens), dtype=bool), k=1)
-    scores = np.where(future[None, :, :], -np.inf, scores)
+    scale = 1.0 / np.sqrt(head_dim) if scale is None else scale
+    scores = np.einsum("qhd,khd->hqk", q, k) * scale   # (n_head, T, T)
+    if softcap > 0:
+        scores = softcap * np.tanh(scores / softcap)
+    qpos = np.arange(n_tokens)[:, None]
+    kpos = np.arange(n_tokens)[None, :]
+    hidden = kpos > qpos
+    if window > 0:
+        hidden = hidden | (kpos <= qpos - window)
+    scores = np.where(hidden[None, :, :], -np.inf, scores)
     scores = scores - scores.max(axis=-1, keepdims=True)
     probs = np.exp(scores)
     probs = probs / probs.sum(axis=-1, keepdims=True)
@@ -235,12 +286,16 @@ class LlamaModel:
                 "k_norm": weight(p + "attn_k_norm.weight", (D,), optional=True),
                 "wo": weight(p + "attn_output.weight", (E, H * D)),
                 "ffn_norm": weight(p + "ffn_norm.weight", (E,)),
+                "attn_post_norm": weight(p + "post_attention_norm.weight", (E,), optional=not cfg.gemma),
+                "ffn_post_norm": weight(p + "post_ffw_norm.weight", (E,), optional=not cfg.gemma),
                 "w_gate": w_gate,
                 "w_up": w_up,
                 "w_down": weight(p + "ffn_down.weight", (E, F)),
             })
-        if cfg.arch == "qwen3" and self.layers and self.layers[0]["q_norm"] is None:
-            raise ValueError("qwen3 model without attn_q_norm.weight")
+        if cfg.arch in ("qwen3", "gemma3") and self.layers and self.layers[0]["q_norm"] is None:
+            raise ValueError("%s model without attn_q_norm.weight" % cfg.arch)
+        if cfg.gemma and not self.tied_output:
+            raise ValueError("gemma with output.weight (llama.cpp uses token_embd)")
 
     def forward(self, tokens):
         """tokens: list of ids -> logits (n_tokens, n_vocab) float64, every position."""
@@ -252,9 +307,16 @@ class LlamaModel:
             raise ValueError("token id out of range [0, %d)" % self.n_vocab)
         T, H, KV, D = tokens.size, cfg.n_head, cfg.n_head_kv, cfg.head_dim
         angles = rope_angles(cfg, T, self.rope_freqs)                  # (T, n_rot/2)
+        angles_local = angles
+        if cfg.rope_base_local is not None:
+            angles_local = rope_angles(cfg, T, None, base=cfg.rope_base_local, linear_factor=1.0)
 
         x = self.token_embd[tokens]                                    # (T, E) residual stream
-        for L in self.layers:
+        if cfg.gemma:
+            x = x * np.sqrt(cfg.n_embd)
+        for il, L in enumerate(self.layers):
+            local = cfg.sliding_window > 0 and (il + 1) % cfg.swa_period != 0
+            ang = angles_local if local else angles
             h = rms_norm(x, L["attn_norm"], cfg.rms_eps)
             q = h @ L["wq"].T                                          # (T, H*D)
             k = h @ L["wk"].T                                          # (T, KV*D)
@@ -272,16 +334,27 @@ class LlamaModel:
                 q = rms_norm(q, L["q_norm"], cfg.rms_eps)
             if L["k_norm"] is not None:
                 k = rms_norm(k, L["k_norm"], cfg.rms_eps)
-            q = apply_rope(q, angles, cfg.n_rot, cfg.rope_neox, cfg.rope_attn_factor)
-            k = apply_rope(k, angles, cfg.n_rot, cfg.rope_neox, cfg.rope_attn_factor)
-            attn = causal_attention(q, k, v, KV).reshape(T, H * D)
-            x = x + attn @ L["wo"].T
+            q = apply_rope(q, ang, cfg.n_rot, cfg.rope_neox, cfg.rope_attn_factor)
+            k = apply_rope(k, ang, cfg.n_rot, cfg.rope_neox, cfg.rope_attn_factor)
+            attn = causal_attention(q, k, v, KV, scale=cfg.attn_scale, window=cfg.sliding_window if local else 0,
+                                    softcap=cfg.attn_softcap).reshape(T, H * D)
+            a = attn @ L["wo"].T
+            if L["attn_post_norm"] is not None:
+                a = rms_norm(a, L["attn_post_norm"], cfg.rms_eps)
+            x = x + a
 
             h = rms_norm(x, L["ffn_norm"], cfg.rms_eps)
-            ff = silu(h @ L["w_gate"].T) * (h @ L["w_up"].T)           # (T, F)
-            x = x + ff @ L["w_down"].T
+            act = gelu_tanh if cfg.gemma else silu
+            ff = act(h @ L["w_gate"].T) * (h @ L["w_up"].T)            # (T, F)
+            f = ff @ L["w_down"].T
+            if L["ffn_post_norm"] is not None:
+                f = rms_norm(f, L["ffn_post_norm"], cfg.rms_eps)
+            x = x + f
 
-        return rms_norm(x, self.output_norm, cfg.rms_eps) @ self.output.T   # (T, n_vocab)
+        logits = rms_norm(x, self.output_norm, cfg.rms_eps) @ self.output.T   # (T, n_vocab)
+        if cfg.final_softcap > 0:
+            logits = cfg.final_softcap * np.tanh(logits / cfg.final_softcap)
+        return logits
 
     def greedy(self, prompt, n_new):
         """Greedy decoding: the n_new ids after prompt (recomputes the full sequence per step)."""

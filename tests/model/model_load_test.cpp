@@ -104,6 +104,44 @@ TEST_F(ModelLoad, HeadsNotMultipleOfKvHeadsIsRejected) {
   EXPECT_NE(load_error(p).find("head_count_kv"), std::string::npos);
 }
 
+// Gemma's own keys and tensors: bad values are one line naming the key, a missing
+// post-norm names the tensor; a gemma3 file without a window has no local layers, a
+// gemma2 file without one gets llama.cpp's 4096.
+TEST_F(ModelLoad, GemmaKeysAreCheckedAndDefaulted) {
+  for (const std::string arch : {"gemma2", "gemma3"}) {
+    SynthSpec s = *synth_shape("tiny");
+    s.arch = arch;
+    s.dim = 64, s.ffn_dim = 96, s.n_vocab = 300, s.n_layers = 6;
+    if (arch == "gemma3") s.final_softcap = 5.0f;  // gemma3 writes the key only when capped
+    write_synthetic_model(s, base_);
+    auto set = [&](const std::string& key, gguf::Value value) {
+      return rewrite("bad.gguf", [&](std::string& k, gguf::Value& v) {
+        if (k == arch + "." + key) v = value;
+        return true;
+      }, nullptr);
+    };
+    EXPECT_NE(load_error(set("attention.sliding_window", gguf::Value::i32(-3))).find("sliding_window"),
+              std::string::npos);
+    EXPECT_NE(load_error(set("final_logit_softcapping", gguf::Value::f32(-1.0f))).find("final_logit_softcapping"),
+              std::string::npos);
+    if (arch == "gemma2") {
+      EXPECT_NE(load_error(set("attn_logit_softcapping", gguf::Value::f32(-2.0f))).find("attn_logit_softcapping"),
+                std::string::npos);
+    }
+    auto p = rewrite("nopost.gguf", nullptr,
+                     [](gguf::TensorInfo& t, auto&) { return t.name != "blk.3.post_ffw_norm.weight"; });
+    EXPECT_NE(load_error(p).find("blk.3.post_ffw_norm.weight"), std::string::npos);
+    auto no_window = rewrite("nowin.gguf", [&](std::string& k, gguf::Value&) {
+      return k != arch + ".attention.sliding_window";
+    }, nullptr);
+    const ModelConfig c = ModelConfig::from_gguf(gguf::GgufFile::open(no_window));
+    EXPECT_EQ(c.sliding_window, arch == "gemma2" ? 4096 : 0);
+    EXPECT_EQ(c.layer_is_local(0), arch == "gemma2");
+    EXPECT_EQ(c.attn_softcap, arch == "gemma2" ? 50.0f : 0.0f);
+    EXPECT_EQ(c.final_softcap, arch == "gemma2" ? 30.0f : 5.0f);
+  }
+}
+
 TEST_F(ModelLoad, UnsupportedWeightTypeListsTheSupportedOnes) {
   // Q2_K data (84 bytes per 256 values) in place of an F32 norm-free matrix.
   auto p = rewrite("q2k.gguf", nullptr, [](gguf::TensorInfo& t, std::vector<uint8_t>& bytes) {

@@ -7,7 +7,9 @@ and the numpy reference (llama_numpy.py over gguf_numpy.py, which share no code
 with pagoda) computes the same logits in float64 from the same file. Cases
 cover llama (GQA, tied embeddings, llama3 and linear RoPE scaling, head_dim !=
 dim/heads), qwen2 (q/k/v biases), qwen3 (q/k norm), phi3 (fused QKV and
-gate-up, LongRoPE with long and short factors, 64 greedy steps), every
+gate-up, LongRoPE with long and short factors, 64 greedy steps), gemma2 and
+gemma3 (sliding windows shorter than the tokens, soft-caps, post-norms, local
+and global RoPE, 64 greedy steps), every
 supported weight type, the one-token-at-a-time decode path, and the real
 stories260K model.
 
@@ -79,7 +81,12 @@ LONG_TOKENS = [1] + [(37 * i + 11) % 320 for i in range(95)]
 # linear RoPE factor (0.31), missing llama3 rope_freqs (3.8e-3 at 96 tokens),
 # wrong attention scale for head_dim != dim/heads (0.18), swapped Q4_K nibble
 # halves (1.4, correlation 0.39). Not detectable at these scales: RMS eps
-# 1e-6 vs 1e-5 (6e-6).
+# 1e-6 vs 1e-5 (6e-6). Gemma bugs, measured on the gemma cases' files: no
+# window mask (0.47 / 0.56), gemma3 local layers on the global RoPE (0.90), no
+# final soft-cap (gemma2 30: 2.2e-2, gemma3 4: 0.74), no gemma2 attention cap
+# (50: 2.6e-4; the strong-softcaps case's 2: 0.42), QK-norm dropped (0.23), a
+# wrong query scale (0.32), norms shifted by 1 twice (0.29), post-attention norm
+# dropped (0.25).
 #   f32:   1e-4 relative (100x the measured 1e-6 float32 noise; catches e.g. a
 #          RoPE angle computed in float16 or a misplaced norm weight).
 #   f16:   1e-3 relative (2x the f16-activation error).
@@ -235,6 +242,52 @@ def build_cases():
     cases.append(Case("phi3-q8_0-greedy-64", "phi3", "q8_0", SHAPE, extra=["--rope-scaling", "longrope"],
                       logits_extra=["--one-by-one"], ref_ctx=128, greedy_steps=64,
                       expect=expect_arch_and_type("phi3", "q8_0")))
+    # gemma2 / gemma3: (1 + w) norms as stored, sqrt(dim) embeddings, post-norms, GELU-tanh,
+    # soft-caps, QK-norm (gemma3), and sliding windows shorter than the token list, so the
+    # local layers' mask cuts (gemma2: layer 0 local, 1 global; gemma3 needs 6 layers for
+    # one global layer). The greedy cases run 64 steps one token at a time through the
+    # paged KV cache with a window of 16.
+    def gemma_checks(arch, window, softcaps):
+        def post_norms(g):
+            return all(g.has_tensor("blk.%d.%s.weight" % (i, n)) for i in (0, 1)
+                       for n in ("post_attention_norm", "post_ffw_norm", "ffn_norm"))
+        checks = [("post_attention_norm, post_ffw_norm, ffn_norm in every block", post_norms),
+                  ("no output.weight (tied)", lambda g: not g.has_tensor("output.weight")),
+                  ("attention.sliding_window is %d" % window,
+                   lambda g: g.get(arch + ".attention.sliding_window") == window)]
+        if softcaps:
+            checks.append(("attn/final_logit_softcapping %s" % (softcaps,),
+                           lambda g: (g.get(arch + ".attn_logit_softcapping"),
+                                      g.get(arch + ".final_logit_softcapping")) == softcaps))
+        if arch == "gemma3":
+            checks.append(("attn_q_norm / attn_k_norm", lambda g: g.has_tensor("blk.0.attn_q_norm.weight")
+                           and g.has_tensor("blk.0.attn_k_norm.weight")))
+        return checks
+    shape6 = [x if x != "2" or i == 0 or SHAPE[i - 1] != "--layers" else "6" for i, x in enumerate(SHAPE)]
+    cases.append(Case("gemma2-f32-window-8", "gemma2", "f32", SHAPE, extra=["--sliding-window", "8"],
+                      expect=with_checks(expect_arch_and_type("gemma2", "f32"),
+                                         *gemma_checks("gemma2", 8, (50.0, 30.0)))))
+    cases.append(Case("gemma2-f32-strong-softcaps", "gemma2", "f32", SHAPE,
+                      extra=["--sliding-window", "24", "--attn-softcap", "2", "--final-softcap", "3"],
+                      tokens=LONG_TOKENS, expect=with_checks(expect_arch_and_type("gemma2", "f32"),
+                                                             *gemma_checks("gemma2", 24, (2.0, 3.0)))))
+    cases.append(Case("gemma2-q8_0-greedy-64", "gemma2", "q8_0", SHAPE, extra=["--sliding-window", "16"],
+                      logits_extra=["--one-by-one"], greedy_steps=64,
+                      expect=with_checks(expect_arch_and_type("gemma2", "q8_0"),
+                                         *gemma_checks("gemma2", 16, (50.0, 30.0)))))
+    cases.append(Case("gemma3-f32-window-8", "gemma3", "f32", shape6, extra=["--sliding-window", "8"],
+                      tokens=LONG_TOKENS, expect=with_checks(expect_arch_and_type("gemma3", "f32"),
+                                                             *gemma_checks("gemma3", 8, None))))
+    cases.append(Case("gemma3-f32-linear-global", "gemma3", "f32", shape6,
+                      extra=["--sliding-window", "24", "--rope-scaling", "linear", "--final-softcap", "4"],
+                      tokens=LONG_TOKENS, expect=with_checks(
+                          expect_arch_and_type("gemma3", "f32"), *gemma_checks("gemma3", 24, None),
+                          ("linear scaling 8", lambda g: g.get("gemma3.rope.scaling.factor") == 8.0),
+                          ("final_logit_softcapping 4", lambda g: g.get("gemma3.final_logit_softcapping") == 4.0))))
+    cases.append(Case("gemma3-q8_0-greedy-64", "gemma3", "q8_0", shape6, extra=["--sliding-window", "16"],
+                      logits_extra=["--one-by-one"], greedy_steps=64,
+                      expect=with_checks(expect_arch_and_type("gemma3", "q8_0"),
+                                         *gemma_checks("gemma3", 16, None))))
     # The decode path: one token per forward call, through the KV cache.
     cases.append(Case("llama-f32-decode", "llama", "f32", SHAPE, logits_extra=["--one-by-one"], expect=llama_f32,
                       tokens=LONG_TOKENS))
