@@ -531,7 +531,7 @@ void matmul_quant_scalar(const WeightMatrix& w, const QuantizedActs& a, const Ti
 struct ActScratch {
   std::vector<int8_t> q;
   std::vector<float> d, dsum32, neg8_dsum32;
-  std::vector<int32_t> sum32, sum16;
+  std::vector<int32_t> sum32, sum16, sum16_pairs;
   std::vector<uint16_t> bf16;
 };
 ActScratch& act_scratch() {
@@ -559,12 +559,14 @@ QuantizedActs quantize_acts(Isa isa, ActKind kind, const float* x, int64_t n_tok
   float* dsum32 = kind == ActKind::Block32 ? grow(s.dsum32, nt * nc / 32) : nullptr;
   float* neg8_dsum32 = kind == ActKind::Block32 ? grow(s.neg8_dsum32, nt * nc / 32) : nullptr;
   int32_t* sum16 = kind == ActKind::Super256 ? grow(s.sum16, nt * nc / 16) : nullptr;
+  int32_t* sum16_pairs = kind == ActKind::Super256 ? grow(s.sum16_pairs, nt * nc / 32) : nullptr;
   a.q = q;
   a.d = d;
   a.sum32 = sum32;
   a.dsum32 = dsum32;
   a.neg8_dsum32 = neg8_dsum32;
   a.sum16 = sum16;
+  a.sum16_pairs = sum16_pairs;
   auto row = [&](int64_t t) {
     ActRowOut out{q + t * n_cols, d + t * (n_cols / a.d_per), sum32 + t * (n_cols / 32),
                   dsum32 ? dsum32 + t * (n_cols / 32) : nullptr,
@@ -573,6 +575,12 @@ QuantizedActs quantize_acts(Isa isa, ActKind kind, const float* x, int64_t n_tok
       case Isa::Avx512: quantize_act_row_avx512(kind, x + t * n_cols, n_cols, out); break;
       case Isa::Avx2: quantize_act_row_avx2(kind, x + t * n_cols, n_cols, out); break;
       case Isa::Scalar: quantize_act_row_scalar(kind, x + t * n_cols, n_cols, out); break;
+    }
+    if (sum16_pairs) {
+      const int32_t* s16 = sum16 + t * (n_cols / 16);
+      for (int64_t j = 0; j < n_cols / 32; ++j)
+        sum16_pairs[t * (n_cols / 32) + j] = static_cast<int32_t>(
+            static_cast<uint32_t>(static_cast<uint16_t>(s16[2 * j])) | static_cast<uint32_t>(s16[2 * j + 1]) << 16);
     }
   };
   // Quantizing a 2048-wide row takes ~0.5 us with AVX-512; below 16 rows a pool

@@ -83,6 +83,8 @@ struct V256 {
   static I load_u8_i32(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
   static I load_s8_i32(const uint8_t* p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
   static F load_f16(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static I pack16(I lo, I hi) { return _mm256_blend_epi16(lo, _mm256_slli_epi32(hi, 16), 0xAA); }
+  static I dot16(I acc, I a, I b) { return add(acc, _mm256_madd_epi16(a, b)); }
   static I bcast16(const uint8_t* p) { return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static I lut16(I table, I idx) { return _mm256_shuffle_epi8(table, idx); }
   // 2^(e-128): f32 exponent field e - 1, or for e < 2 the subnormal 0x00200000 << e.

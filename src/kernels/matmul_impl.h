@@ -116,6 +116,10 @@ struct QuantizedActs {
   const float* dsum32 = nullptr;   // Block32: [n_tokens, n_cols / 32] d * sum32
   const float* neg8_dsum32 = nullptr;  // Block32: -8 * dsum32, Q4_0's offset term
   const int32_t* sum16 = nullptr;  // Super256: [n_tokens, n_cols / 16] sum of q over each 16
+  // Super256: [n_tokens, n_cols / 32] the two 16-sums of each 32 as int16 pairs (low half
+  // sum16[2j], high half sum16[2j+1]; |sum| <= 16 x 127 fits), the operand of the
+  // Q2_K / Q3_K kernels' 16-bit dot products (vpdpwssd / pmaddwd) with per-row pairs.
+  const int32_t* sum16_pairs = nullptr;
   int64_t d_per = 32;              // values per scale: 32 (Block32) or 256 (Super256)
   int64_t n_scales() const { return n_cols / d_per; }
 };

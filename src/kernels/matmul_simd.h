@@ -23,7 +23,9 @@
 //   mul16(w, xb) / mul16_q8(w, xb): int16 pair sums, add16, widen (pair sums
 //   -> int32 lane sums); then mullo, add, load_u8_i32(p), load_s8_i32(p),
 //   load_f16(p), cvt(I), fmadd(a,b,c), mul(a,b), set1f(f), fzero(),
-//   store(y, F, n_valid); for the codebook formats bcast16(p) (16 bytes to every
+//   store(y, F, n_valid); pack16(lo, hi) (int16 pairs: low half of lo, high half
+//   from hi) and dot16(acc, a, b) (acc += sum of the two int16 products per lane);
+//   for the codebook formats bcast16(p) (16 bytes to every
 //   128-bit lane), lut16(table, idx) (byte shuffle: table[idx] per byte, idx < 16)
 //   and load_e8m0_half(p) (L E8M0 bytes -> 2^(e-128) as floats, exact).
 #pragma once
@@ -392,15 +394,20 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
   } else if constexpr (T == GgmlType::Q2_K || T == GgmlType::Q3_K) {
     // 16-column sub-blocks, two per 32-column chunk (steps 0-3 and 4-7), as Q6_K.
     // Q2_K: d sc c - dmin m per sub-block, the min term from the activation sums;
-    // Q3_K: d sc (c - 4), the -4 folded in as -4 x (sum of the 16 activations).
+    // Q3_K: d sc (c - 4), the -4 taken as -4 x sum_i sc_i x (sum of sub-block i's
+    // activations). The two sub-blocks' integer dots (|dot| <= 16 x 7 x 127, int16)
+    // and scales go into int16 pairs, so one 16-bit dot (vpdpwssd; AVX2 pmaddwd + add)
+    // applies both scales, and one more the mins (or Q3_K's offsets) against the
+    // activations' 16-sums as pairs: 3-4 uops per token and chunk where two 32-bit
+    // multiplies per term took 8-10 (measured: see README, Weight types).
     constexpr size_t chunk = (T == GgmlType::Q3_K ? 3 : 2) * VB;
     const int64_t nsb = n_cols / 256;
     const I m0f = V::set1(0x0F);
     for (int64_t u = 0; u < nsb; ++u) {
       const uint8_t* p = gp + u * unit_bytes;
       const uint8_t* sp = p + 8 * chunk;
-      I isum[N], imin[N];
-      for (int t = 0; t < N; ++t) isum[t] = imin[t] = V::zero();
+      I isum[N], iaux[N];  // iaux: Q2_K sum m_i s16_i; Q3_K sum sc_i s16_i
+      for (int t = 0; t < N; ++t) isum[t] = iaux[t] = V::zero();
       for (int j = 0; j < 8; ++j) {
         I dot0[N], dot1[N], p0[N], p1[N];
         for (int t = 0; t < N; ++t) dot0[t] = dot1[t] = V::zero();
@@ -411,24 +418,18 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
             else step_acc<V, T, s - 4>(dot1[t], p1[t], w, xb);
           }
         });
+        I sc01, aux01;  // per lane: (sub-block 2j, 2j+1) scales, and mins (Q2_K) or scales
         if constexpr (T == GgmlType::Q2_K) {
           const I sm0 = V::load_u8_i32(sp + 4 * L + (2 * j) * L), sm1 = V::load_u8_i32(sp + 4 * L + (2 * j + 1) * L);
-          const I sc0 = V::and_(sm0, m0f), sc1 = V::and_(sm1, m0f);
-          const I mn0 = V::template srli16<4>(sm0), mn1 = V::template srli16<4>(sm1);  // bytes < 256: no spill
-          for (int t = 0; t < N; ++t) {
-            const int32_t* s16 = a.sum16 + (t0 + t) * (n_cols / 16) + u * 16 + 2 * j;
-            isum[t] = V::add(isum[t], V::add(V::mullo(dot0[t], sc0), V::mullo(dot1[t], sc1)));
-            imin[t] = V::add(imin[t], V::add(V::mullo(mn0, V::set1(s16[0])), V::mullo(mn1, V::set1(s16[1]))));
-          }
+          sc01 = V::pack16(V::and_(sm0, m0f), V::and_(sm1, m0f));
+          aux01 = V::pack16(V::template srli16<4>(sm0), V::template srli16<4>(sm1));  // lanes < 256: no spill
         } else {
-          const I sc0 = V::load_s8_i32(sp + 2 * L + (2 * j) * L);
-          const I sc1 = V::load_s8_i32(sp + 2 * L + (2 * j + 1) * L);
-          for (int t = 0; t < N; ++t) {
-            const int32_t* s16 = a.sum16 + (t0 + t) * (n_cols / 16) + u * 16 + 2 * j;
-            const I d0 = V::add(dot0[t], V::set1(-4 * s16[0]));
-            const I d1 = V::add(dot1[t], V::set1(-4 * s16[1]));
-            isum[t] = V::add(isum[t], V::add(V::mullo(d0, sc0), V::mullo(d1, sc1)));
-          }
+          sc01 = V::pack16(V::load_s8_i32(sp + 2 * L + (2 * j) * L), V::load_s8_i32(sp + 2 * L + (2 * j + 1) * L));
+          aux01 = sc01;
+        }
+        for (int t = 0; t < N; ++t) {
+          isum[t] = V::dot16(isum[t], V::pack16(dot0[t], dot1[t]), sc01);
+          iaux[t] = V::dot16(iaux[t], aux01, V::set1(a.sum16_pairs[(t0 + t) * (n_cols / 32) + u * 8 + j]));
         }
       }
       const F dd = V::load_f16(sp);
@@ -436,8 +437,13 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
       if constexpr (T == GgmlType::Q2_K) dm = V::load_f16(sp + 2 * L);
       for (int t = 0; t < N; ++t) {
         const F dxt = V::set1f(a.d[(t0 + t) * nsb + u]);
-        accf[t] = V::fmadd(V::cvt(isum[t]), V::mul(dd, dxt), accf[t]);
-        if constexpr (T == GgmlType::Q2_K) accf[t] = V::fnmadd(V::cvt(imin[t]), V::mul(dm, dxt), accf[t]);
+        if constexpr (T == GgmlType::Q2_K) {
+          accf[t] = V::fmadd(V::cvt(isum[t]), V::mul(dd, dxt), accf[t]);
+          accf[t] = V::fnmadd(V::cvt(iaux[t]), V::mul(dm, dxt), accf[t]);
+        } else {
+          const I q3 = V::add(isum[t], V::mullo(iaux[t], V::set1(-4)));
+          accf[t] = V::fmadd(V::cvt(q3), V::mul(dd, dxt), accf[t]);
+        }
       }
     }
   } else if constexpr (T == GgmlType::IQ4_XS) {
