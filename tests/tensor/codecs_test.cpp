@@ -301,6 +301,101 @@ TEST(KnownAnswer, Q8_KScalesCodesByFloatD) {
   for (int e = 0; e < 256; ++e) EXPECT_EQ(y[e], -0.375f * (e - 128)) << e;
 }
 
+// Q2_K, written the way ggml's loops walk it: two halves of 128 values (32 bytes of
+// qs each), four 2-bit shifts, per shift two runs of 16 values with their own
+// scale byte (low nibble scale, high nibble min).
+TEST(KnownAnswer, Q2_KWalksHalvesShiftsAndRunsOfSixteen) {
+  BlockQ2_K b;
+  b.d = 0x3C00;     // 1
+  b.dmin = 0x3800;  // 0.5
+  for (int i = 0; i < 16; ++i) b.scales[i] = static_cast<uint8_t>((i + 1) % 16 | (15 - i) << 4);
+  for (int k = 0; k < 64; ++k) b.qs[k] = static_cast<uint8_t>(k * 37 + 11);
+  const auto y = decode_block(GgmlType::Q2_K, b);
+  int e = 0, is = 0;
+  for (int half = 0; half < 2; ++half)
+    for (int shift = 0; shift < 8; shift += 2)
+      for (int run = 0; run < 2; ++run, ++is)
+        for (int l = 16 * run; l < 16 * run + 16; ++l, ++e) {
+          const int q = (b.qs[32 * half + l] >> shift) & 3;
+          ASSERT_EQ(y[e], 1.0f * (b.scales[is] & 15) * q - 0.5f * (b.scales[is] >> 4)) << e;
+        }
+}
+
+// Q3_K likewise, with the hmask bit m (1, 2, 4, ... over the 8 shifts of both
+// halves) of hmask[l] meaning "no -4", and the 16 six-bit scales set by hand:
+// scale i = 17 + 3i (biased by 32), low nibbles in bytes 0..7 (i < 8) / their high
+// nibbles (i >= 8), top two bits in bytes 8..11.
+TEST(KnownAnswer, Q3_KAppliesHmaskAndSixBitScales) {
+  BlockQ3_K b;
+  std::memset(&b, 0, sizeof(b));
+  b.d = 0x3400;  // 0.25
+  int scale[16];
+  for (int i = 0; i < 16; ++i) {
+    scale[i] = 17 + 3 * i;  // 17 .. 62
+    b.scales[i % 8] |= static_cast<uint8_t>((scale[i] & 15) << (4 * (i / 8)));
+    b.scales[8 + i % 4] |= static_cast<uint8_t>((scale[i] >> 4) << (2 * (i / 4)));
+  }
+  for (int k = 0; k < 64; ++k) b.qs[k] = static_cast<uint8_t>(k * 53 + 5);
+  for (int k = 0; k < 32; ++k) b.hmask[k] = static_cast<uint8_t>(k * 91 + 3);
+  const auto y = decode_block(GgmlType::Q3_K, b);
+  int e = 0, is = 0, m = 1;
+  for (int half = 0; half < 2; ++half)
+    for (int shift = 0; shift < 8; shift += 2, m <<= 1)
+      for (int run = 0; run < 2; ++run, ++is)
+        for (int l = 16 * run; l < 16 * run + 16; ++l, ++e) {
+          const int q = ((b.qs[32 * half + l] >> shift) & 3) - ((b.hmask[l] & m) ? 0 : 4);
+          ASSERT_EQ(y[e], 0.25f * (scale[is] - 32) * q) << e;
+        }
+}
+
+TEST(KnownAnswer, Iq4_NlLooksUpTheNonLinearTable) {
+  const int8_t table[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  BlockIQ4_NL b;
+  b.d = 0xB800;  // -0.5
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | (15 - j) << 4);
+  const auto y = decode_block(GgmlType::IQ4_NL, b);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], -0.5f * table[j]) << j;
+    EXPECT_EQ(y[j + 16], -0.5f * table[15 - j]) << j;
+  }
+}
+
+// IQ4_XS sub-block ib: 6-bit scale from nibble ib % 2 of scales_l[ib / 2] and bits
+// 2ib..2ib+1 of scales_h, biased by 32; set here to 0, 9, 18, ... 63.
+TEST(KnownAnswer, Iq4_XsCombinesSplitSixBitScales) {
+  const int8_t table[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  BlockIQ4_XS b;
+  std::memset(&b, 0, sizeof(b));
+  b.d = 0x3C00;
+  for (int ib = 0; ib < 8; ++ib) {
+    const int ls = 9 * ib;
+    b.scales_l[ib / 2] |= static_cast<uint8_t>((ls & 15) << (4 * (ib % 2)));
+    b.scales_h |= static_cast<uint16_t>((ls >> 4) << (2 * ib));
+  }
+  for (int k = 0; k < 128; ++k) b.qs[k] = static_cast<uint8_t>(k * 29 + 7);
+  const auto y = decode_block(GgmlType::IQ4_XS, b);
+  for (int ib = 0; ib < 8; ++ib)
+    for (int j = 0; j < 16; ++j) {
+      EXPECT_EQ(y[32 * ib + j], static_cast<float>(9 * ib - 32) * table[b.qs[16 * ib + j] & 15]);
+      EXPECT_EQ(y[32 * ib + j + 16], static_cast<float>(9 * ib - 32) * table[b.qs[16 * ib + j] >> 4]);
+    }
+}
+
+// MXFP4: e2m1 codes (sign bit 3; 0, 0.5, 1, 1.5, 2, 3, 4, 6) times 2^(e - 127).
+TEST(KnownAnswer, Mxfp4DecodesE2m1TimesPowerOfTwo) {
+  const float e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  for (int e : {0, 1, 2, 120, 127, 130, 254}) {
+    BlockMXFP4 b;
+    b.e = static_cast<uint8_t>(e);
+    for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | (15 - j) << 4);
+    const auto y = decode_block(GgmlType::MXFP4, b);
+    for (int j = 0; j < 16; ++j) {
+      EXPECT_EQ(y[j], e2m1[j] * std::ldexp(1.0f, e - 127) + 0.0f) << e << " " << j;
+      EXPECT_EQ(y[j + 16], e2m1[15 - j] * std::ldexp(1.0f, e - 127) + 0.0f) << e << " " << j;
+    }
+  }
+}
+
 // ---------------------------------------------------------------- single-bit probes
 
 // Decodes the (scale, min) of each Q4_K sub-block through the public API: with d =
