@@ -616,12 +616,13 @@ size_t WeightMatrix::stream_bytes() const {
 }
 
 // Repacking costs one pass over the weights at load, split over all CPUs for
-// matrices over 4 MiB: ~1 ms per MiB for Q4_0/Q4_1/Q8_0 (plain copies, see
+// matrices over 4 MiB: ~1 ms per MiB for Q4_0/Q4_1/Q8_0/IQ4_NL/MXFP4 (plain copies, see
 // pack_fast_lane; ~0.6 s for a 600 MiB Q4_0 TinyLlama), ~4 ms per MiB for the
 // others (per-code shuffling), measured on 2 busy Zen 3 cores; and, for the
 // quantized types, a private
-// copy of the matrix: the same size as the GGUF bytes for Q8_0/Q4_x/Q5_x/Q6_K
-// (+3% for Q4_K, +2% for Q5_K, whose 6-bit scales are widened to bytes), plus
+// copy of the matrix: the same size as the GGUF bytes for Q8_0/Q4_x/Q5_x/Q6_K/
+// Q2_K/IQ4_NL/MXFP4 (+3% for Q4_K and Q3_K, +2% for Q5_K, +1.5% for IQ4_XS, whose
+// 6-bit scales are widened to bytes), plus
 // zero rows up to a multiple of 16 (8 for AVX2). The mmap'd GGUF pages are
 // then clean page cache the kernel may drop. Float types are never copied.
 WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols, const uint8_t* data,

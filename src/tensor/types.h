@@ -213,7 +213,10 @@ float e8m0_to_f32_half(uint8_t e);
 // ---- scalar reference codecs: one row of n values ----
 // Requires: n % block_size(type) == 0, a weight type (or Q8_K/Q8_1 for activations).
 void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
-// Reference quantizer (round-to-nearest, ggml's scale choice). Used by the GGUF
+// Reference quantizer: ggml's reference scheme (round-to-nearest, ggml's scale
+// choice) for Q4_0 .. Q6_K; pagoda's own simpler search for Q2_K, Q3_K, IQ4_NL,
+// IQ4_XS and MXFP4 (valid blocks, each value on the nearest level of its final
+// grid, not llama.cpp's bytes; see codecs_k.cpp / codecs_iq.cpp). Used by the GGUF
 // writer, `pagoda synth` and tests; not a hot path.
 void quantize_row(GgmlType type, const float* src, void* dst, int64_t n);
 
