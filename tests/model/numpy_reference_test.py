@@ -181,7 +181,8 @@ def expect_arch_and_type(arch, weight_type):
     # llama.cpp's llama_ftype values (llama.h), which general.file_type holds;
     # not the tensor type ids above (Q8_0 is tensor type 8 but file type 7).
     file_type = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9,
-                 "q4_k": 14, "q5_k": 16, "q6_k": 18, "bf16": 32}[weight_type]
+                 "q2_k": 10, "q3_k": 11, "q4_k": 14, "q5_k": 16, "q6_k": 18, "iq4_nl": 25, "iq4_xs": 30,
+                 "bf16": 32, "mxfp4": 38}[weight_type]
 
     def check(g):
         problems = []
