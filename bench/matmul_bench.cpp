@@ -62,6 +62,15 @@ std::vector<uint8_t> random_weights(GgmlType type, int64_t n_rows, int64_t n_col
   for (size_t off = 0; off < w.size(); off += tt.type_size) {
     if (type == GgmlType::Q6_K) {
       std::memcpy(&w[off + 208], &s, 2);
+    } else if (type == GgmlType::Q2_K) {
+      std::memcpy(&w[off + 80], &s, 2);
+      std::memcpy(&w[off + 82], &s, 2);
+    } else if (type == GgmlType::Q3_K) {
+      std::memcpy(&w[off + 108], &s, 2);
+    } else if (type == GgmlType::MXFP4) {
+      w[off] = 121;  // 2^-7
+    } else if (type == GgmlType::IQ4_NL || type == GgmlType::IQ4_XS) {
+      std::memcpy(&w[off], &s, 2);
     } else {
       std::memcpy(&w[off], &s, 2);
       if (type != GgmlType::Q8_0 && type != GgmlType::Q4_0 && type != GgmlType::Q5_0) std::memcpy(&w[off + 2], &s, 2);
@@ -216,7 +225,8 @@ void register_all() {
           ->UseRealTime();
   const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F16,  GgmlType::Q4_K,
                             GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q4_1, GgmlType::Q5_0,
-                            GgmlType::Q5_1, GgmlType::BF16, GgmlType::F32};
+                            GgmlType::Q5_1, GgmlType::BF16, GgmlType::F32,  GgmlType::Q2_K,
+                            GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4};
   for (const char* kind : {"Matvec", "Matmul512"}) {
     const int64_t n_tokens = std::strcmp(kind, "Matvec") == 0 ? 1 : 512;
     for (GgmlType type : types)

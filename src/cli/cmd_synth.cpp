@@ -21,7 +21,7 @@ Runner add_synth(CLI::App& app) {
   for (const auto& s : synth_shape_names()) shapes += (shapes.empty() ? "" : "|") + s;
   app.add_option("--arch", o->arch, "Architecture: " + synth_arch_names())->capture_default_str();
   app.add_option("--shape", o->shape, "Named shape: " + shapes + " (other flags override it)");
-  app.add_option("--type", o->type, "Weight type: f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k")
+  app.add_option("--type", o->type, "Weight type: f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k|iq4_nl|iq4_xs|mxfp4")
       ->capture_default_str();
   app.add_option("-o,--output", o->out, "Output GGUF path")->required();
   app.add_option("--dim", o->dim, "Embedding width");

@@ -45,9 +45,16 @@ struct UnitCodes {
   float d = 0;      // f16 scale widened
   float m = 0;      // Q4_1/Q5_1 min, K-quant dmin
   f16_t d_bits = 0, m_bits = 0;  // the raw f16 words (copied into packed units)
-  uint8_t sc[16];   // Q4_K/Q5_K: 8 x 6-bit scales; Q6_K: 16 x int8 scales (as bytes)
-  uint8_t mn[8];    // Q4_K/Q5_K: 8 x 6-bit mins
+  // Q4_K/Q5_K: 8 x 6-bit scales; Q2_K: 16 x 4-bit scales; Q6_K: 16 x int8 scales,
+  // Q3_K: 16 x (scale - 32), IQ4_XS: 8 x (scale - 32), as int8 (stored as bytes)
+  uint8_t sc[16];
+  uint8_t mn[16];   // Q4_K/Q5_K: 8 x 6-bit mins; Q2_K: 16 x 4-bit mins
 };
+
+// The codebook formats: codes c are 4-bit table indices, a value is table[c] times
+// the scale (see matmul_impl.h).
+bool is_codebook(GgmlType t) { return t == GgmlType::IQ4_NL || t == GgmlType::IQ4_XS || t == GgmlType::MXFP4; }
+const int8_t* codebook(GgmlType t) { return t == GgmlType::MXFP4 ? kMxfp4Values : kIq4nlValues; }
 
 // The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (ggml's
 // get_scale_min_k4 packing: 8 scales and 8 mins in 12 bytes).
@@ -160,6 +167,71 @@ void decode_unit(GgmlType type, const uint8_t* blk, UnitCodes& u) {
       }
       return;
     }
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K: {
+      // Value e: half h = e / 128, quarter j, lane l = e % 32: bits 2j..2j+1 of
+      // qs[32h + l] (Q3_K: plus bit 4h + j of hmask[l] as bit 2, set meaning +4).
+      const bool q3 = type == GgmlType::Q3_K;
+      const uint8_t* qs = blk + (q3 ? offsetof(BlockQ3_K, qs) : offsetof(BlockQ2_K, qs));
+      for (int e = 0; e < 256; ++e) {
+        const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+        uint8_t c = (qs[32 * h + l] >> (2 * j)) & 3;
+        if (q3) c = static_cast<uint8_t>(c | ((blk[offsetof(BlockQ3_K, hmask) + l] >> (4 * h + j)) & 1) << 2);
+        u.c[e] = c;
+      }
+      if (q3) {
+        BlockQ3_K b;
+        std::memcpy(&b, blk, sizeof b);
+        set_d(b.d);
+        for (int i = 0; i < 16; ++i) {
+          const int low = i < 8 ? b.scales[i] & 0xF : b.scales[i - 8] >> 4;
+          const int high = (b.scales[8 + i % 4] >> (2 * (i / 4))) & 3;
+          u.sc[i] = static_cast<uint8_t>(static_cast<int8_t>((low | high << 4) - 32));
+        }
+      } else {
+        BlockQ2_K b;
+        std::memcpy(&b, blk, sizeof b);
+        set_d(b.d);
+        set_m(b.dmin);
+        for (int i = 0; i < 16; ++i) {
+          u.sc[i] = b.scales[i] & 0xF;
+          u.mn[i] = b.scales[i] >> 4;
+        }
+      }
+      return;
+    }
+    case GgmlType::IQ4_NL:
+    case GgmlType::MXFP4: {
+      // Q4_0's nibble order after a 2-byte f16 d (IQ4_NL) or a 1-byte exponent (MXFP4).
+      const uint8_t* qs = blk + (type == GgmlType::IQ4_NL ? 2 : 1);
+      if (type == GgmlType::IQ4_NL) {
+        f16_t d;
+        std::memcpy(&d, blk, 2);
+        set_d(d);
+      } else {
+        u.d_bits = blk[0];
+        u.d = e8m0_to_f32_half(blk[0]);
+      }
+      for (int j = 0; j < 16; ++j) {
+        u.c[j] = qs[j] & 0xF;
+        u.c[j + 16] = qs[j] >> 4;
+      }
+      return;
+    }
+    case GgmlType::IQ4_XS: {
+      BlockIQ4_XS b;
+      std::memcpy(&b, blk, sizeof b);
+      set_d(b.d);
+      for (int j = 0; j < 8; ++j) {
+        const int ls = ((b.scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | ((b.scales_h >> (2 * j)) & 3) << 4;
+        u.sc[j] = static_cast<uint8_t>(static_cast<int8_t>(ls - 32));
+        for (int l = 0; l < 16; ++l) {
+          u.c[32 * j + l] = b.qs[16 * j + l] & 0xF;
+          u.c[32 * j + l + 16] = b.qs[16 * j + l] >> 4;
+        }
+      }
+      return;
+    }
     default:
       PAGODA_CHECK(false, std::string("decode_unit: not a quantized weight type: ") + type_name(type));
   }
@@ -190,6 +262,21 @@ void pack_unit_lane(GgmlType type, const UnitCodes& u, int lanes, int r, uint8_t
       const int s = col / 4, i = col % 4;
       uint8_t& byte = hv[(s / 4) * vb + 4 * r + i];
       byte = static_cast<uint8_t>(byte | (((c[col] >> 4) & 3) << (2 * (s & 3))));
+    }
+  };
+  // Bits 0..1 of the codes into 2 vectors: vector s/4, bits 2(s&3)..+1.
+  auto put_low2 = [&](const uint8_t* c, uint8_t* lv) {
+    for (int col = 0; col < 32; ++col) {
+      const int s = col / 4, i = col % 4;
+      uint8_t& byte = lv[(s / 4) * vb + 4 * r + i];
+      byte = static_cast<uint8_t>(byte | ((c[col] & 3) << (2 * (s & 3))));
+    }
+  };
+  // Bit 2 of the codes: byte i of the lane, bit s.
+  auto put_bit2 = [&](const uint8_t* c, uint8_t* hv) {
+    for (int col = 0; col < 32; ++col) {
+      const int s = col / 4, i = col % 4;
+      hv[4 * r + i] = static_cast<uint8_t>(hv[4 * r + i] | (((c[col] >> 2) & 1) << s));
     }
   };
   auto put_f16 = [&](uint8_t* at, f16_t v) { std::memcpy(at + 2 * r, &v, 2); };
@@ -240,13 +327,38 @@ void pack_unit_lane(GgmlType type, const UnitCodes& u, int lanes, int r, uint8_t
       for (int i = 0; i < 16; ++i) s[2 * lanes + i * lanes + r] = u.sc[i];
       return;
     }
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K: {
+      const bool q3 = type == GgmlType::Q3_K;
+      const size_t chunk = (q3 ? 3 : 2) * vb;
+      for (int j = 0; j < 8; ++j) {
+        put_low2(u.c + 32 * j, p + j * chunk);
+        if (q3) put_bit2(u.c + 32 * j, p + j * chunk + 2 * vb);
+      }
+      uint8_t* s = p + 8 * chunk;
+      put_f16(s, u.d_bits);
+      if (q3) {
+        for (int i = 0; i < 16; ++i) s[2 * lanes + i * lanes + r] = u.sc[i];
+      } else {
+        put_f16(s + 2 * lanes, u.m_bits);
+        for (int i = 0; i < 16; ++i) s[4 * lanes + i * lanes + r] = static_cast<uint8_t>(u.sc[i] | u.mn[i] << 4);
+      }
+      return;
+    }
+    case GgmlType::IQ4_XS: {
+      for (int j = 0; j < 8; ++j) put_nibbles(u.c + 32 * j, p + j * 4 * vb);
+      uint8_t* s = p + 32 * vb;
+      put_f16(s, u.d_bits);
+      for (int j = 0; j < 8; ++j) s[2 * lanes + j * lanes + r] = u.sc[j];
+      return;
+    }
     default:
       PAGODA_CHECK(false, "pack_unit_lane: unsupported type");
   }
 }
 
-// Q4_0/Q4_1/Q8_0 pack by plain copies: their GGUF code order already is the
-// packed step order (Q4: qs[4s..4s+3] holds columns 4s.. low and 16+4s.. high),
+// Q4_0/Q4_1/Q8_0 (and IQ4_NL, MXFP4: Q4_0's nibble order) pack by plain copies:
+// their GGUF code order already is the packed step order (Q4: qs[4s..4s+3] holds columns 4s.. low and 16+4s.. high),
 // so a lane's 4 bytes per vector come straight from qs (Q8_0: with the sign
 // bit flipped, q + 128, except for AVX2, see matmul_impl.h). 10x faster than
 // the per-code path for the two formats most files use.
@@ -260,7 +372,13 @@ void pack_fast_lane(GgmlType type, const uint8_t* blk, int lanes, int r, uint8_t
     std::memcpy(p + 8 * vb + 2 * r, blk, 2);
     return;
   }
-  const size_t qs_off = type == GgmlType::Q4_0 ? offsetof(BlockQ4_0, qs) : offsetof(BlockQ4_1, qs);
+  if (type == GgmlType::MXFP4) {
+    for (int s = 0; s < 4; ++s) std::memcpy(p + s * vb + 4 * r, blk + offsetof(BlockMXFP4, qs) + 4 * s, 4);
+    p[4 * vb + r] = blk[0];  // e
+    return;
+  }
+  // Q4_0, Q4_1, IQ4_NL (IQ4_NL's bytes are Q4_0's: f16 d, then the same nibble order)
+  const size_t qs_off = type == GgmlType::Q4_1 ? offsetof(BlockQ4_1, qs) : offsetof(BlockQ4_0, qs);
   for (int s = 0; s < 4; ++s) std::memcpy(p + s * vb + 4 * r, blk + qs_off + 4 * s, 4);
   std::memcpy(p + 4 * vb + 2 * r, blk, 2);                                            // d
   if (type == GgmlType::Q4_1) std::memcpy(p + 4 * vb + 2 * lanes + 2 * r, blk + 2, 2);  // m
@@ -275,7 +393,19 @@ float dot_quant_scalar(GgmlType type, const uint8_t* row, int64_t n_cols, const 
   const int8_t* xq = a.q + t * a.n_cols;
   UnitCodes u;
   float acc = 0.0f;
-  if (!is_k_quant(type)) {
+  const int8_t* table = is_codebook(type) ? codebook(type) : nullptr;
+  if (table && !is_super_block(type)) {  // IQ4_NL, MXFP4: sum table[c] x, times d dx
+    const int64_t nb = n_cols / 32;
+    const float* dx = a.d + t * nb;
+    for (int64_t b = 0; b < nb; ++b) {
+      decode_unit(type, row + b * block_bytes, u);
+      int32_t dot = 0;
+      for (int j = 0; j < 32; ++j) dot += table[u.c[j]] * xq[b * 32 + j];
+      acc = std::fma(static_cast<float>(dot), u.d * dx[b], acc);
+    }
+    return acc;
+  }
+  if (!is_super_block(type)) {
     const int64_t nb = n_cols / 32;
     const float* dx = a.d + t * nb;
     const int32_t* sx = a.sum32 + t * nb;
@@ -301,7 +431,35 @@ float dot_quant_scalar(GgmlType type, const uint8_t* row, int64_t n_cols, const 
     decode_unit(type, row + sb * block_bytes, u);
     const int8_t* x = xq + sb * 256;
     const float dx = a.d[t * nsb + sb];
-    if (type == GgmlType::Q6_K) {
+    if (type == GgmlType::Q2_K) {  // like Q4_K on 16-column sub-blocks
+      const int32_t* s16 = a.sum16 + t * (n_cols / 16) + sb * 16;
+      int32_t isum = 0, imin = 0;
+      for (int i = 0; i < 16; ++i) {
+        int32_t dot = 0;
+        for (int l = 0; l < 16; ++l) dot += u.c[16 * i + l] * x[16 * i + l];
+        isum += u.sc[i] * dot;
+        imin += u.mn[i] * s16[i];
+      }
+      acc = std::fma(static_cast<float>(isum), u.d * dx, acc);
+      acc = std::fma(-static_cast<float>(imin), u.m * dx, acc);
+    } else if (type == GgmlType::Q3_K) {  // like Q6_K with codes offset by 4
+      const int32_t* s16 = a.sum16 + t * (n_cols / 16) + sb * 16;
+      int32_t isum = 0;
+      for (int i = 0; i < 16; ++i) {
+        int32_t dot = -4 * s16[i];
+        for (int l = 0; l < 16; ++l) dot += u.c[16 * i + l] * x[16 * i + l];
+        isum += static_cast<int8_t>(u.sc[i]) * dot;
+      }
+      acc = std::fma(static_cast<float>(isum), u.d * dx, acc);
+    } else if (type == GgmlType::IQ4_XS) {
+      int32_t isum = 0;
+      for (int j = 0; j < 8; ++j) {
+        int32_t dot = 0;
+        for (int l = 0; l < 32; ++l) dot += table[u.c[32 * j + l]] * x[32 * j + l];
+        isum += static_cast<int8_t>(u.sc[j]) * dot;
+      }
+      acc = std::fma(static_cast<float>(isum), u.d * dx, acc);
+    } else if (type == GgmlType::Q6_K) {
       const int32_t* s16 = a.sum16 + t * (n_cols / 16) + sb * 16;
       int32_t isum = 0;
       for (int i = 0; i < 16; ++i) {
@@ -373,7 +531,7 @@ void matmul_quant_scalar(const WeightMatrix& w, const QuantizedActs& a, const Ti
 struct ActScratch {
   std::vector<int8_t> q;
   std::vector<float> d, dsum32, neg8_dsum32;
-  std::vector<int32_t> sum32, sum16;
+  std::vector<int32_t> sum32, sum16, sum16_pairs;
   std::vector<uint16_t> bf16;
 };
 ActScratch& act_scratch() {
@@ -401,12 +559,14 @@ QuantizedActs quantize_acts(Isa isa, ActKind kind, const float* x, int64_t n_tok
   float* dsum32 = kind == ActKind::Block32 ? grow(s.dsum32, nt * nc / 32) : nullptr;
   float* neg8_dsum32 = kind == ActKind::Block32 ? grow(s.neg8_dsum32, nt * nc / 32) : nullptr;
   int32_t* sum16 = kind == ActKind::Super256 ? grow(s.sum16, nt * nc / 16) : nullptr;
+  int32_t* sum16_pairs = kind == ActKind::Super256 ? grow(s.sum16_pairs, nt * nc / 32) : nullptr;
   a.q = q;
   a.d = d;
   a.sum32 = sum32;
   a.dsum32 = dsum32;
   a.neg8_dsum32 = neg8_dsum32;
   a.sum16 = sum16;
+  a.sum16_pairs = sum16_pairs;
   auto row = [&](int64_t t) {
     ActRowOut out{q + t * n_cols, d + t * (n_cols / a.d_per), sum32 + t * (n_cols / 32),
                   dsum32 ? dsum32 + t * (n_cols / 32) : nullptr,
@@ -415,6 +575,12 @@ QuantizedActs quantize_acts(Isa isa, ActKind kind, const float* x, int64_t n_tok
       case Isa::Avx512: quantize_act_row_avx512(kind, x + t * n_cols, n_cols, out); break;
       case Isa::Avx2: quantize_act_row_avx2(kind, x + t * n_cols, n_cols, out); break;
       case Isa::Scalar: quantize_act_row_scalar(kind, x + t * n_cols, n_cols, out); break;
+    }
+    if (sum16_pairs) {
+      const int32_t* s16 = sum16 + t * (n_cols / 16);
+      for (int64_t j = 0; j < n_cols / 32; ++j)
+        sum16_pairs[t * (n_cols / 32) + j] = static_cast<int32_t>(
+            static_cast<uint32_t>(static_cast<uint16_t>(s16[2 * j])) | static_cast<uint32_t>(s16[2 * j + 1]) << 16);
     }
   };
   // Quantizing a 2048-wide row takes ~0.5 us with AVX-512; below 16 rows a pool
@@ -450,12 +616,13 @@ size_t WeightMatrix::stream_bytes() const {
 }
 
 // Repacking costs one pass over the weights at load, split over all CPUs for
-// matrices over 4 MiB: ~1 ms per MiB for Q4_0/Q4_1/Q8_0 (plain copies, see
+// matrices over 4 MiB: ~1 ms per MiB for Q4_0/Q4_1/Q8_0/IQ4_NL/MXFP4 (plain copies, see
 // pack_fast_lane; ~0.6 s for a 600 MiB Q4_0 TinyLlama), ~4 ms per MiB for the
 // others (per-code shuffling), measured on 2 busy Zen 3 cores; and, for the
 // quantized types, a private
-// copy of the matrix: the same size as the GGUF bytes for Q8_0/Q4_x/Q5_x/Q6_K
-// (+3% for Q4_K, +2% for Q5_K, whose 6-bit scales are widened to bytes), plus
+// copy of the matrix: the same size as the GGUF bytes for Q8_0/Q4_x/Q5_x/Q6_K/
+// Q2_K/IQ4_NL/MXFP4 (+3% for Q4_K and Q3_K, +2% for Q5_K, +1.5% for IQ4_XS, whose
+// 6-bit scales are widened to bytes), plus
 // zero rows up to a multiple of 16 (8 for AVX2). The mmap'd GGUF pages are
 // then clean page cache the kernel may drop. Float types are never copied.
 WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols, const uint8_t* data,
@@ -489,7 +656,8 @@ WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols
         for (int64_t un = 0; un < n_units; ++un) {
           const uint8_t* blk = row + un * tt.type_size;
           uint8_t* p = out + (g * n_units + un) * unit_bytes;
-          if (type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0) {
+          if (type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0 ||
+              type == GgmlType::IQ4_NL || type == GgmlType::MXFP4) {
             pack_fast_lane(type, blk, lanes, r, p);
             continue;
           }

@@ -9,8 +9,9 @@
 // - matmul() computes y[t][r] = sum_k W[r][k] * x[t][k] for t < n_tokens
 //   (x: [n_tokens, n_cols] f32 row-major, y: [n_tokens, n_rows] f32 row-major).
 //   Quantized weights are never dequantized as a whole: activations are
-//   quantized once per call to 8-bit blocks (Q8_0 for the 32-wide formats,
-//   Q8_K for the K-quants) and integer dot products run on whole blocks.
+//   quantized once per call to 8-bit blocks (one scale per 32 values for the
+//   32-wide formats, per 256 for the 256-value super-block formats: the K-quants
+//   and IQ4_XS) and integer dot products run on whole blocks.
 //   n_tokens == 1 is the decode (matrix-vector) case; larger n_tokens tile so
 //   each weight block loaded is reused across tokens.
 // - Work is split over `pool`; call from the pool's owner thread only. The
@@ -77,7 +78,7 @@ struct MatmulTarget {
 // For each target: y = x · wᵀ, as matmul() computes it (bit-identical), for
 // several matrices that read the same activations (wq/wk/wv; gate/up). When
 // the targets are quantized alike (same ISA, same activation format: the
-// 32-wide formats share one, the K-quants another) the activations are
+// 32-wide formats share one, the 256-value formats another) the activations are
 // quantized once and all tiles run as one pool job; at decode that saves two
 // pool round trips and two quantizations per layer for wq/wk/wv. Otherwise
 // it calls matmul() per target.

@@ -19,6 +19,13 @@
 //     the code of column 4s+i.
 //   - Q6 2-bit vectors (2 per chunk): vector s/4, byte i, bits 2(s&3)..+1 =
 //     bits 4..5 of the code of column 4s+i.
+//   - low 2-bit vectors (Q2_K, Q3_K; 2 per chunk): as the Q6 2-bit vectors but
+//     holding bits 0..1 of the code.
+//   - Q3 high-bit vector (1 per chunk): as the Q5 one, holding bit 2 of the code.
+//   - codebook formats (IQ4_NL, IQ4_XS, MXFP4): nibble vectors of 4-bit table
+//     indices; the kernel turns each index into its table level with one byte
+//     shuffle (vpshufb) of a 16-entry table: level + 128 (u8) for AVX-512, the
+//     signed level for AVX2, exactly as Q8_0's codes.
 //   - Q8_0 byte vectors (8 per chunk): code = q + 128 (u8) for AVX-512
 //     (vpdpbusd wants unsigned weights); for AVX2 (L = 8) q itself (s8), as
 //     in GGUF, because pmaddubsw takes |q| x sign(x, q) and the xor back to
@@ -32,10 +39,18 @@
 //   Q4_K  8 x [4 VB nibbles], [d][dmin][sc: 8 x L u8][m: 8 x L u8]  (148 vs 144 B/row)
 //   Q5_K  8 x [4 VB nibbles][1 VB high bits], [d][dmin][sc][m]      (180 vs 176 B/row)
 //   Q6_K  8 x [4 VB nibbles][2 VB 2-bit], [d][sc: 16 x L s8]        (= GGUF, 210)
+//   Q2_K  8 x [2 VB low 2-bit], [d][dmin][sc | m << 4: 16 x L u8]   (= GGUF, 84)
+//   Q3_K  8 x [2 VB low 2-bit][1 VB high bits], [d][sc - 32: 16 x L s8]  (114 vs 110)
+//   IQ4_NL [4 VB nibbles][d]                                        (= GGUF)
+//   MXFP4 [4 VB nibbles][e: L u8]                                   (= GGUF)
+//   IQ4_XS 8 x [4 VB nibbles], [d][ls - 32: 8 x L s8]               (138 vs 136)
 // Value of a code: Q8_0/Q4_0/Q5_0: d*(c - 128/8/16); Q4_1/Q5_1: d*c + m;
 // Q4_K/Q5_K: d*sc[j]*c - dmin*m[j] (j = 32-column sub-block); Q6_K: d*sc[i]*(c - 32)
-// (i = 16-column sub-block). The K-quants' 6-bit scales are unpacked to one byte
-// each so a lane loads them with one vpmovzxbd instead of the 12-byte bit puzzle.
+// (i = 16-column sub-block); Q2_K: d*sc[i]*c - dmin*m[i]; Q3_K: d*sc[i]*(c - 4);
+// IQ4_NL: d*table[c]; IQ4_XS: d*sc[j]*table[c]; MXFP4: 2^(e-128)*table[c]. The
+// K-quants' 6-bit scales are unpacked to one byte each so a lane loads them with
+// one vpmovzxbd instead of the 12-byte bit puzzle; Q2_K's 4-bit scale and min stay
+// in their byte and are split with an and and a shift per 16 columns and 16 rows.
 #pragma once
 
 #include <algorithm>
@@ -55,14 +70,16 @@ enum class ActKind {
   Super256  // Q8_K-style: one f32 scale per 256 values, + int sums per 16 and 32
 };
 
-inline bool is_k_quant(GgmlType t) {
-  return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
+// The types whose blocks are 256-value super-blocks (activations as Q8_K).
+inline bool is_super_block(GgmlType t) {
+  return t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
+         t == GgmlType::Q6_K || t == GgmlType::IQ4_XS;
 }
 inline bool is_float_type(GgmlType t) {
   return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
 }
-inline ActKind act_kind(GgmlType t) { return is_k_quant(t) ? ActKind::Super256 : ActKind::Block32; }
-inline int64_t unit_cols(GgmlType t) { return is_k_quant(t) ? 256 : 32; }
+inline ActKind act_kind(GgmlType t) { return is_super_block(t) ? ActKind::Super256 : ActKind::Block32; }
+inline int64_t unit_cols(GgmlType t) { return is_super_block(t) ? 256 : 32; }
 
 // Bytes of one packed unit for `lanes` rows.
 inline size_t packed_unit_bytes(GgmlType t, int lanes) {
@@ -76,6 +93,11 @@ inline size_t packed_unit_bytes(GgmlType t, int lanes) {
     case GgmlType::Q4_K: return 32 * vb + 20 * l;
     case GgmlType::Q5_K: return 40 * vb + 20 * l;
     case GgmlType::Q6_K: return 48 * vb + 18 * l;
+    case GgmlType::Q2_K: return 16 * vb + 20 * l;
+    case GgmlType::Q3_K: return 24 * vb + 18 * l;
+    case GgmlType::IQ4_NL: return 4 * vb + 2 * l;
+    case GgmlType::MXFP4: return 4 * vb + l;
+    case GgmlType::IQ4_XS: return 32 * vb + 10 * l;
     default: break;
   }
   // A size of 0 would make prepare() pack nothing and the kernels read past it.
@@ -94,6 +116,10 @@ struct QuantizedActs {
   const float* dsum32 = nullptr;   // Block32: [n_tokens, n_cols / 32] d * sum32
   const float* neg8_dsum32 = nullptr;  // Block32: -8 * dsum32, Q4_0's offset term
   const int32_t* sum16 = nullptr;  // Super256: [n_tokens, n_cols / 16] sum of q over each 16
+  // Super256: [n_tokens, n_cols / 32] the two 16-sums of each 32 as int16 pairs (low half
+  // sum16[2j], high half sum16[2j+1]; |sum| <= 16 x 127 fits), the operand of the
+  // Q2_K / Q3_K kernels' 16-bit dot products (vpdpwssd / pmaddwd) with per-row pairs.
+  const int32_t* sum16_pairs = nullptr;
   int64_t d_per = 32;              // values per scale: 32 (Block32) or 256 (Super256)
   int64_t n_scales() const { return n_cols / d_per; }
 };

@@ -23,9 +23,14 @@
 //   mul16(w, xb) / mul16_q8(w, xb): int16 pair sums, add16, widen (pair sums
 //   -> int32 lane sums); then mullo, add, load_u8_i32(p), load_s8_i32(p),
 //   load_f16(p), cvt(I), fmadd(a,b,c), mul(a,b), set1f(f), fzero(),
-//   store(y, F, n_valid).
+//   store(y, F, n_valid); pack16(lo, hi) (int16 pairs: low half of lo, high half
+//   from hi) and dot16(acc, a, b) (acc += sum of the two int16 products per lane);
+//   for the codebook formats bcast16(p) (16 bytes to every
+//   128-bit lane), lut16(table, idx) (byte shuffle: table[idx] per byte, idx < 16)
+//   and load_e8m0_half(p) (L E8M0 bytes -> 2^(e-128) as floats, exact).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -36,6 +41,32 @@
 #include "tensor/types.h"
 
 namespace pagoda::matmul_detail {
+
+// The codebook formats: packed codes are 4-bit table indices (matmul_impl.h).
+constexpr bool is_codebook(GgmlType t) {
+  return t == GgmlType::IQ4_NL || t == GgmlType::IQ4_XS || t == GgmlType::MXFP4;
+}
+// Whether the codes fed to the dot instructions are Q8_0-style bytes (q + 128 for
+// AVX-512, signed q for AVX2) rather than small unsigned codes.
+constexpr bool signed_codes(GgmlType t) { return t == GgmlType::Q8_0 || is_codebook(t); }
+
+// A codebook's 16 levels as the bytes the dot instructions take: level + Offset
+// (V::kQ8Offset: 128 makes them u8 for vpdpbusd, 0 keeps them signed for AVX2's
+// sign trick), looked up per index with one byte shuffle.
+template <GgmlType T, int Offset>
+struct CodebookBytes {
+  static constexpr std::array<uint8_t, 16> make() {
+    std::array<uint8_t, 16> b{};
+    for (int k = 0; k < 16; ++k)
+      b[k] = static_cast<uint8_t>((T == GgmlType::MXFP4 ? kMxfp4Values[k] : kIq4nlValues[k]) + Offset);
+    return b;
+  }
+  alignas(16) static constexpr std::array<uint8_t, 16> bytes = make();
+};
+template <class V, GgmlType T>
+inline typename V::I codebook_table() {
+  return V::bcast16(CodebookBytes<T, V::kQ8Offset>::bytes.data());
+}
 
 template <int Begin, int End, class Fn>
 inline __attribute__((always_inline)) void static_for(Fn&& fn) {
@@ -75,6 +106,29 @@ inline __attribute__((always_inline)) void chunk_steps(const uint8_t* cp, Step&&
       step(std::integral_constant<int, s4>{},
            V::or_and(V::and_(V::template srli16<4>(v), m0f), high(std::integral_constant<int, s4>{}), m10));
     });
+  } else if constexpr (T == GgmlType::Q2_K || T == GgmlType::Q3_K) {
+    const I m03 = V::set1(0x03030303);
+    const I l0 = V::load(cp), l1 = V::load(cp + VB);
+    [[maybe_unused]] I hv;
+    if constexpr (T == GgmlType::Q3_K) hv = V::load(cp + 2 * VB);
+    static_for<0, 8>([&](auto s) {
+      // Bits 2(s&3)..+1 of vector s/4 -> bits 0..1; Q3_K: bit s of hv -> bit 2.
+      I c = V::and_(V::template srli16<2 * (s & 3)>(s < 4 ? l0 : l1), m03);
+      if constexpr (T == GgmlType::Q3_K) {
+        I h;
+        if constexpr (s <= 2) h = V::template slli16<2 - s>(hv);
+        else h = V::template srli16<s - 2>(hv);
+        c = V::or_and(c, h, V::set1(0x04040404));
+      }
+      step(s, c);
+    });
+  } else if constexpr (is_codebook(T)) {
+    const I tbl = codebook_table<V, T>();
+    static_for<0, 4>([&](auto s) {
+      const I v = V::load(cp + s * VB);
+      step(s, V::lut16(tbl, V::and_(v, m0f)));
+      step(std::integral_constant<int, s + 4>{}, V::lut16(tbl, V::and_(V::template srli16<4>(v), m0f)));
+    });
   } else if constexpr (T == GgmlType::Q6_K) {
     const I h0 = V::load(cp + 4 * VB), h1 = V::load(cp + 5 * VB);
     const I m30 = V::set1(0x30303030);
@@ -98,19 +152,24 @@ inline __attribute__((always_inline)) void chunk_steps(const uint8_t* cp, Step&&
 // Calls into one int16 pair-sum accumulator that cannot overflow (AVX2:
 // pmaddubsw pair sums are <= 2 x max_code x 127, and int16 holds 32767):
 // Q4 codes < 16 -> 3810 per step, 8 steps; Q5 < 32 -> 7874, 4 steps;
-// Q6 < 64 -> 16002, 2 steps; Q8 (|q| x sign) -> 32512, 1 step.
+// Q6 < 64 -> 16002, 2 steps; Q8 (|q| x sign) -> 32512, 1 step; Q2_K / Q3_K
+// codes < 4 / < 8 -> 762 / 1778, 4 steps (a 16-column sub-block); MXFP4 levels
+// |v| <= 12 -> 3048, 8 steps; IQ4 levels |v| <= 127 -> 32258, 1 step.
 constexpr int pair_steps(GgmlType t) {
   switch (t) {
-    case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q4_K: return 8;
+    case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q4_K: case GgmlType::MXFP4: return 8;
     case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q5_K: return 4;
+    case GgmlType::Q2_K: case GgmlType::Q3_K: return 4;
     case GgmlType::Q6_K: return 2;
     default: return 1;
   }
 }
 
-// The order chunk_steps visits step s in: Q8_0 in order; nibble formats by
-// pairs (0, 4, 1, 5, 2, 6, 3, 7).
-constexpr int call_index(GgmlType t, int s) { return t == GgmlType::Q8_0 ? s : s < 4 ? 2 * s : 2 * (s - 4) + 1; }
+// The order chunk_steps visits step s in: Q8_0, Q2_K and Q3_K in order; nibble
+// formats by pairs (0, 4, 1, 5, 2, 6, 3, 7).
+constexpr int call_index(GgmlType t, int s) {
+  return t == GgmlType::Q8_0 || t == GgmlType::Q2_K || t == GgmlType::Q3_K ? s : s < 4 ? 2 * s : 2 * (s - 4) + 1;
+}
 
 // acc32 += the products of one step for one token. C: the index of this call
 // among the calls into acc32 since it was zeroed. AVX-512: one vpdpbusd.
@@ -123,11 +182,11 @@ template <class V, GgmlType T, int C>
 inline __attribute__((always_inline)) void step_acc(typename V::I& acc32, typename V::I& p16,
                                                     typename V::I w, typename V::I xb) {
   if constexpr (!V::kPairSums) {
-    if constexpr (T == GgmlType::Q8_0) acc32 = V::dot4_q8(acc32, w, xb);
+    if constexpr (signed_codes(T)) acc32 = V::dot4_q8(acc32, w, xb);
     else acc32 = V::dot4(acc32, w, xb);
   } else {
     constexpr int K = pair_steps(T);
-    const typename V::I prod = T == GgmlType::Q8_0 ? V::mul16_q8(w, xb) : V::mul16(w, xb);
+    const typename V::I prod = signed_codes(T) ? V::mul16_q8(w, xb) : V::mul16(w, xb);
     if constexpr (C % K == 0) p16 = prod;
     else p16 = V::add16(p16, prod);
     if constexpr (C % K == K - 1) {
@@ -139,7 +198,7 @@ inline __attribute__((always_inline)) void step_acc(typename V::I& acc32, typena
 
 constexpr bool is_block32(GgmlType t) {
   return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q5_0 || t == GgmlType::Q4_1 ||
-         t == GgmlType::Q5_1;
+         t == GgmlType::Q5_1 || t == GgmlType::IQ4_NL || t == GgmlType::MXFP4;
 }
 
 // The codes of step s (columns 4s..4s+3 of the 32-column chunk at cp) of every
@@ -147,8 +206,9 @@ constexpr bool is_block32(GgmlType t) {
 // so a G-group kernel can hold step s of G groups at once. The repeated loads
 // (nibble vector s & 3 for s and s + 4, the high-bit vectors) are the same
 // addresses with no store between, and the compiler merges them.
+// tbl: codebook_table<V, T>() for the codebook formats (unused otherwise).
 template <class V, GgmlType T, int s>
-inline __attribute__((always_inline)) typename V::I step_codes(const uint8_t* cp) {
+inline __attribute__((always_inline)) typename V::I step_codes(const uint8_t* cp, typename V::I tbl) {
   using I = typename V::I;
   constexpr int VB = 4 * V::L;
   if constexpr (T == GgmlType::Q8_0) {
@@ -159,6 +219,8 @@ inline __attribute__((always_inline)) typename V::I step_codes(const uint8_t* cp
     const I lo = s < 4 ? V::and_(v, m0f) : V::and_(V::template srli16<4>(v), m0f);
     if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q4_1) {
       return lo;
+    } else if constexpr (is_codebook(T)) {
+      return V::lut16(tbl, lo);
     } else {  // Q5: bit s of each byte of the high-bit vector -> bit 4
       const I hv = V::load(cp + 4 * VB);
       I h;
@@ -207,7 +269,9 @@ void block32_kernel(const uint8_t* const* gp, uint8_t* const* up, const Quantize
   // integer pair sums instead needs per-token sums split by pair parity from
   // the quantizer and a broadcast per (token, block): rejected as no cheaper.
   constexpr bool has_min = T == GgmlType::Q4_1 || T == GgmlType::Q5_1;
-  constexpr int offset = T == GgmlType::Q8_0 ? V::kQ8Offset : T == GgmlType::Q4_0 ? 8 : 16;
+  constexpr int offset = signed_codes(T) ? V::kQ8Offset : T == GgmlType::Q4_0 ? 8 : 16;
+  [[maybe_unused]] I tbl = V::zero();
+  if constexpr (is_codebook(T)) tbl = codebook_table<V, T>();
   constexpr size_t scale_off = (T == GgmlType::Q8_0 ? 8 : T == GgmlType::Q5_0 || T == GgmlType::Q5_1 ? 5 : 4) * VB;
   const int64_t nb = n_cols / 32;
   const int8_t* xq[N];
@@ -234,7 +298,7 @@ void block32_kernel(const uint8_t* const* gp, uint8_t* const* up, const Quantize
         if constexpr (C == Codes::Unpacked) {
           w[g] = V::load(up[g] + (u * 8 + s) * VB);
         } else {
-          w[g] = step_codes<V, T, s>(p[g]);
+          w[g] = step_codes<V, T, s>(p[g], tbl);
           if constexpr (C == Codes::PackedAndStore) V::store_i(up[g] + (u * 8 + s) * VB, w[g]);
         }
       }
@@ -244,7 +308,10 @@ void block32_kernel(const uint8_t* const* gp, uint8_t* const* up, const Quantize
       }
     });
     F dw[G];
-    for (int g = 0; g < G; ++g) dw[g] = V::load_f16(p[g] + scale_off);
+    for (int g = 0; g < G; ++g) {
+      if constexpr (T == GgmlType::MXFP4) dw[g] = V::load_e8m0_half(p[g] + scale_off);
+      else dw[g] = V::load_f16(p[g] + scale_off);
+    }
     if constexpr (has_min) {
       F mw[G];
       for (int g = 0; g < G; ++g) mw[g] = V::load_f16(p[g] + scale_off + 2 * L);
@@ -323,6 +390,90 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
         accf[t] = V::fmadd(V::cvt(isum[t]), V::mul(dd, dxt), accf[t]);
         accf[t] = V::fnmadd(V::cvt(imin[t]), V::mul(dm, dxt), accf[t]);
       }
+    }
+  } else if constexpr (T == GgmlType::Q2_K || T == GgmlType::Q3_K) {
+    // 16-column sub-blocks, two per 32-column chunk (steps 0-3 and 4-7), as Q6_K.
+    // Q2_K: d sc c - dmin m per sub-block, the min term from the activation sums;
+    // Q3_K: d sc (c - 4), the -4 taken as -4 x sum_i sc_i x (sum of sub-block i's
+    // activations). The two sub-blocks' integer dots (|dot| <= 16 x 7 x 127, int16)
+    // and scales go into int16 pairs, so one 16-bit dot (vpdpwssd; AVX2 pmaddwd + add)
+    // applies both scales, and one more the mins (or Q3_K's offsets) against the
+    // activations' 16-sums as pairs: 3-4 uops per token and chunk where two 32-bit
+    // multiplies per term took 8-10 (measured: see README, Weight types).
+    constexpr size_t chunk = (T == GgmlType::Q3_K ? 3 : 2) * VB;
+    const int64_t nsb = n_cols / 256;
+    const I m0f = V::set1(0x0F);
+    for (int64_t u = 0; u < nsb; ++u) {
+      const uint8_t* p = gp + u * unit_bytes;
+      const uint8_t* sp = p + 8 * chunk;
+      I isum[N], iaux[N];  // iaux: Q2_K sum m_i s16_i; Q3_K sum sc_i s16_i
+      for (int t = 0; t < N; ++t) isum[t] = iaux[t] = V::zero();
+      for (int j = 0; j < 8; ++j) {
+        I dot0[N], dot1[N], p0[N], p1[N];
+        for (int t = 0; t < N; ++t) dot0[t] = dot1[t] = V::zero();
+        chunk_steps<V, T>(p + j * chunk, [&](auto s, I w) {
+          for (int t = 0; t < N; ++t) {
+            const I xb = V::bcast4(xq[t] + u * 256 + j * 32 + 4 * s);
+            if constexpr (s < 4) step_acc<V, T, s>(dot0[t], p0[t], w, xb);
+            else step_acc<V, T, s - 4>(dot1[t], p1[t], w, xb);
+          }
+        });
+        I sc01, aux01;  // per lane: (sub-block 2j, 2j+1) scales, and mins (Q2_K) or scales
+        if constexpr (T == GgmlType::Q2_K) {
+          const I sm0 = V::load_u8_i32(sp + 4 * L + (2 * j) * L), sm1 = V::load_u8_i32(sp + 4 * L + (2 * j + 1) * L);
+          sc01 = V::pack16(V::and_(sm0, m0f), V::and_(sm1, m0f));
+          aux01 = V::pack16(V::template srli16<4>(sm0), V::template srli16<4>(sm1));  // lanes < 256: no spill
+        } else {
+          sc01 = V::pack16(V::load_s8_i32(sp + 2 * L + (2 * j) * L), V::load_s8_i32(sp + 2 * L + (2 * j + 1) * L));
+          aux01 = sc01;
+        }
+        for (int t = 0; t < N; ++t) {
+          isum[t] = V::dot16(isum[t], V::pack16(dot0[t], dot1[t]), sc01);
+          iaux[t] = V::dot16(iaux[t], aux01, V::set1(a.sum16_pairs[(t0 + t) * (n_cols / 32) + u * 8 + j]));
+        }
+      }
+      const F dd = V::load_f16(sp);
+      [[maybe_unused]] F dm = V::fzero();
+      if constexpr (T == GgmlType::Q2_K) dm = V::load_f16(sp + 2 * L);
+      for (int t = 0; t < N; ++t) {
+        const F dxt = V::set1f(a.d[(t0 + t) * nsb + u]);
+        if constexpr (T == GgmlType::Q2_K) {
+          accf[t] = V::fmadd(V::cvt(isum[t]), V::mul(dd, dxt), accf[t]);
+          accf[t] = V::fnmadd(V::cvt(iaux[t]), V::mul(dm, dxt), accf[t]);
+        } else {
+          const I q3 = V::add(isum[t], V::mullo(iaux[t], V::set1(-4)));
+          accf[t] = V::fmadd(V::cvt(q3), V::mul(dd, dxt), accf[t]);
+        }
+      }
+    }
+  } else if constexpr (T == GgmlType::IQ4_XS) {
+    // Per 32-column sub-block j: the table levels' dot (AVX-512: levels + 128, so
+    // minus 128 x the activation sum) times the signed 6-bit scale.
+    constexpr size_t chunk = 4 * VB;
+    const int64_t nsb = n_cols / 256;
+    for (int64_t u = 0; u < nsb; ++u) {
+      const uint8_t* p = gp + u * unit_bytes;
+      const uint8_t* sp = p + 8 * chunk;
+      I isum[N];
+      for (int t = 0; t < N; ++t) isum[t] = V::zero();
+      for (int j = 0; j < 8; ++j) {
+        I dot[N], p16[N];
+        for (int t = 0; t < N; ++t) dot[t] = V::zero();
+        chunk_steps<V, T>(p + j * chunk, [&](auto s, I w) {
+          for (int t = 0; t < N; ++t)
+            step_acc<V, T, call_index(T, s)>(dot[t], p16[t], w, V::bcast4(xq[t] + u * 256 + j * 32 + 4 * s));
+        });
+        const I sc = V::load_s8_i32(sp + 2 * L + j * L);
+        for (int t = 0; t < N; ++t) {
+          I dj = dot[t];
+          if constexpr (V::kQ8Offset != 0)
+            dj = V::add(dj, V::set1(-V::kQ8Offset * a.sum32[(t0 + t) * (n_cols / 32) + u * 8 + j]));
+          isum[t] = V::add(isum[t], V::mullo(dj, sc));
+        }
+      }
+      const F dd = V::load_f16(sp);
+      for (int t = 0; t < N; ++t)
+        accf[t] = V::fmadd(V::cvt(isum[t]), V::mul(dd, V::set1f(a.d[(t0 + t) * nsb + u])), accf[t]);
     }
   } else if constexpr (T == GgmlType::Q6_K) {
     constexpr size_t chunk = 6 * VB;
@@ -450,6 +601,11 @@ void packed_dispatch(const WeightMatrix& w, const QuantizedActs& a, const Tile& 
     case GgmlType::Q4_K: return packed_tile<V, GgmlType::Q4_K>(w, a, tile, y);
     case GgmlType::Q5_K: return packed_tile<V, GgmlType::Q5_K>(w, a, tile, y);
     case GgmlType::Q6_K: return packed_tile<V, GgmlType::Q6_K>(w, a, tile, y);
+    case GgmlType::Q2_K: return packed_tile<V, GgmlType::Q2_K>(w, a, tile, y);
+    case GgmlType::Q3_K: return packed_tile<V, GgmlType::Q3_K>(w, a, tile, y);
+    case GgmlType::IQ4_NL: return packed_tile<V, GgmlType::IQ4_NL>(w, a, tile, y);
+    case GgmlType::IQ4_XS: return packed_tile<V, GgmlType::IQ4_XS>(w, a, tile, y);
+    case GgmlType::MXFP4: return packed_tile<V, GgmlType::MXFP4>(w, a, tile, y);
     default: break;
   }
   // A type prepare() accepts with no kernel here would leave y unwritten.

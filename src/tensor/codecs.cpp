@@ -1,6 +1,7 @@
 // Scalar reference block codecs: dequantize_row / quantize_row for the 32-wide
 // formats (Q4_0 .. Q8_1), the plain float types, and the dispatch for all.
-// The K-quants (Q4_K, Q5_K, Q6_K, Q8_K) live in codecs_k.cpp.
+// The K-quants (Q2_K .. Q6_K, Q8_K) live in codecs_k.cpp, the codebook formats
+// (IQ4_NL, IQ4_XS, MXFP4) in codecs_iq.cpp.
 //
 // Decoding follows ggml's rules bit for bit (the layouts are documented on the
 // block structs in types.h). Encoding follows ggml's reference quantizers
@@ -260,6 +261,11 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
     case GgmlType::Q5_K: return dequantize_q5_k(src, dst, num_blocks);
     case GgmlType::Q6_K: return dequantize_q6_k(src, dst, num_blocks);
     case GgmlType::Q8_K: return dequantize_q8_k(src, dst, num_blocks);
+    case GgmlType::Q2_K: return dequantize_q2_k(src, dst, num_blocks);
+    case GgmlType::Q3_K: return dequantize_q3_k(src, dst, num_blocks);
+    case GgmlType::IQ4_NL: return dequantize_iq4_nl(src, dst, num_blocks);
+    case GgmlType::IQ4_XS: return dequantize_iq4_xs(src, dst, num_blocks);
+    case GgmlType::MXFP4: return dequantize_mxfp4(src, dst, num_blocks);
     default: unsupported("dequantize_row", type);
   }
 }
@@ -290,6 +296,11 @@ void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
     case GgmlType::Q5_K: return quantize_q5_k(src, dst, num_blocks);
     case GgmlType::Q6_K: return quantize_q6_k(src, dst, num_blocks);
     case GgmlType::Q8_K: return quantize_q8_k(src, dst, num_blocks);
+    case GgmlType::Q2_K: return quantize_q2_k(src, dst, num_blocks);
+    case GgmlType::Q3_K: return quantize_q3_k(src, dst, num_blocks);
+    case GgmlType::IQ4_NL: return quantize_iq4_nl(src, dst, num_blocks);
+    case GgmlType::IQ4_XS: return quantize_iq4_xs(src, dst, num_blocks);
+    case GgmlType::MXFP4: return quantize_mxfp4(src, dst, num_blocks);
     default: unsupported("quantize_row", type);
   }
 }

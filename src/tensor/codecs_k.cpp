@@ -1,4 +1,4 @@
-// Scalar reference codecs for the K-quants: Q4_K, Q5_K, Q6_K and Q8_K.
+// Scalar reference codecs for the K-quants: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and Q8_K.
 //
 // Decoding is ggml's (dequantize_row_q*_K), written per element rather than in
 // ggml's unrolled order; the layouts are spelled out next to each decoder.
@@ -10,7 +10,12 @@
 // and finally every value is re-coded against the scale it will be decoded with
 // (so each value is the nearest level of its sub-block's final grid).
 // Measured on N(0,1) data (codecs_test pins these with ~15% margin), RMS error / RMS(x):
-//   Q4_K 0.071, Q5_K 0.036, Q6_K 0.018, Q8_K 0.0069 (Q4_0 0.085, Q8_0 0.0053 for scale).
+//   Q2_K 0.27, Q3_K 0.15, Q4_K 0.071, Q5_K 0.036, Q6_K 0.018, Q8_K 0.0069 (Q4_0 0.085,
+//   Q8_0 0.0053 for scale).
+// Q2_K and Q3_K use the same fits as Q4_K and Q6_K on their 16-value sub-blocks, not
+// ggml's further searches (make_qkx3 / imatrix weights): the blocks are valid and each
+// value is the nearest level of its final grid, but the bytes differ from llama.cpp's
+// quantizer and the error is somewhat higher.
 // The f16 super-block scale is about amax/1000 (Q4_K) or amax/4000 (Q6_K), an f16
 // subnormal once a block's amax drops below ~0.05, which costs up to a few percent
 // extra relative error on such tiny blocks, exactly as in ggml.
@@ -116,7 +121,52 @@ void dequantize_scale_min_k(const void* src, float* y, int64_t num_blocks, CodeF
   }
 }
 
+// Q2_K / Q3_K: the 2-bit code of value e; half h = e / 128 owns qs[32h .. 32h+32),
+// and its quarter j = (e % 128) / 32 sits in bits 2j..2j+1 of byte l = e % 32.
+int low2_code(const uint8_t* qs, int e) {
+  const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+  return (qs[32 * h + l] >> (2 * j)) & 3;
+}
+
+// Q3_K: the third bit of value e is bit 4h + j of hmask[l] (h, j, l as low2_code).
+int q3_k_high_bit(const uint8_t* hmask, int e) {
+  const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+  return (hmask[l] >> (4 * h + j)) & 1;
+}
+
+// Q3_K's 6-bit scale i (0..15), still biased by 32: low nibble from byte i (i < 8) or
+// the high nibble of byte i - 8, top two bits from byte 8 + i % 4 at bit 2 (i / 4).
+int q3_k_scale(const uint8_t* scales, int i) {
+  const int low = i < 8 ? scales[i] & 0x0f : scales[i - 8] >> 4;
+  const int high = (scales[8 + i % 4] >> (2 * (i / 4))) & 3;
+  return low | high << 4;
+}
+
 }  // namespace
+
+void dequantize_q2_k(const void* src, float* y, int64_t num_blocks) {
+  for (int64_t i = 0; i < num_blocks; ++i, y += kQK_K) {
+    const auto b = load_block<BlockQ2_K>(src, i);
+    const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
+    for (int e = 0; e < kQK_K; ++e) {
+      const uint8_t sm = b.scales[e / 16];
+      const float scale = d * static_cast<float>(sm & 0x0f), offset = dmin * static_cast<float>(sm >> 4);
+      y[e] = scale * static_cast<float>(low2_code(b.qs, e)) - offset;
+    }
+  }
+}
+
+void dequantize_q3_k(const void* src, float* y, int64_t num_blocks) {
+  for (int64_t i = 0; i < num_blocks; ++i, y += kQK_K) {
+    const auto b = load_block<BlockQ3_K>(src, i);
+    const float d = f16_to_f32(b.d);
+    for (int e = 0; e < kQK_K; ++e) {
+      const float scale = d * static_cast<float>(q3_k_scale(b.scales, e / 16) - 32);
+      const int q = low2_code(b.qs, e) - (q3_k_high_bit(b.hmask, e) ? 0 : 4);
+      y[e] = scale * static_cast<float>(q);
+    }
+  }
+}
 
 void dequantize_q4_k(const void* src, float* y, int64_t num_blocks) {
   dequantize_scale_min_k<BlockQ4_K>(src, y, num_blocks,
@@ -306,7 +356,106 @@ float fit_symmetric(const float* x, int n, int nmax, uint8_t* q) {
   return scale;
 }
 
+// Packs the 2-bit codes q[256] & 3 into qs[64] (layout: low2_code).
+void pack_low2(const uint8_t* q, uint8_t* qs) {
+  std::memset(qs, 0, kQK_K / 4);
+  for (int e = 0; e < kQK_K; ++e) {
+    const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+    qs[32 * h + l] |= static_cast<uint8_t>((q[e] & 3) << (2 * j));
+  }
+}
+
 }  // namespace
+
+// Per 16-value sub-block a scale and offset fit with codes 0..3 (Q4_K's search), the
+// 16 scales and offsets quantized to 4 bits against f16 d = max / 15 and dmin, then
+// every value re-coded against its decoded grid.
+void quantize_q2_k(const float* x, void* dst, int64_t num_blocks) {
+  constexpr int kGroups = kQK_K / 16;
+  for (int64_t i = 0; i < num_blocks; ++i, x += kQK_K) {
+    BlockQ2_K b;
+    uint8_t q[kQK_K];
+    float weights[16], sub_scale[kGroups], sub_offset[kGroups];
+    float max_scale = 0, max_offset = 0;
+    for (int g = 0; g < kGroups; ++g) {
+      const float* xs = x + 16 * g;
+      float sum_x2 = 0;
+      for (int l = 0; l < 16; ++l) sum_x2 += xs[l] * xs[l];
+      const float av_x = std::sqrt(sum_x2 / 16);
+      for (int l = 0; l < 16; ++l) weights[l] = av_x + std::fabs(xs[l]);
+      sub_scale[g] = fit_scale_offset(xs, weights, 16, 3, -0.5f, 0.1f, 15, q + 16 * g, &sub_offset[g]);
+      max_scale = std::max(max_scale, sub_scale[g]);
+      max_offset = std::max(max_offset, sub_offset[g]);
+    }
+    const float inv_scale = max_scale > 0 ? 15.0f / max_scale : 0.0f;
+    const float inv_offset = max_offset > 0 ? 15.0f / max_offset : 0.0f;
+    int sc[kGroups], m[kGroups];
+    for (int g = 0; g < kGroups; ++g) {
+      sc[g] = std::clamp(nearest_int(inv_scale * sub_scale[g]), 0, 15);
+      m[g] = std::clamp(nearest_int(inv_offset * sub_offset[g]), 0, 15);
+      b.scales[g] = static_cast<uint8_t>(sc[g] | m[g] << 4);
+    }
+    b.d = f32_to_f16(max_scale / 15.0f);
+    b.dmin = f32_to_f16(max_offset / 15.0f);
+    const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
+    for (int g = 0; g < kGroups; ++g) {
+      const float scale = d * static_cast<float>(sc[g]);
+      if (scale == 0.0f) continue;  // every value decodes to -offset; keep the fit's codes
+      const float offset = dmin * static_cast<float>(m[g]);
+      for (int l = 0; l < 16; ++l) {
+        const int e = 16 * g + l;
+        q[e] = static_cast<uint8_t>(std::clamp(nearest_int((x[e] + offset) / scale), 0, 3));
+      }
+    }
+    pack_low2(q, b.qs);
+    store_block(dst, i, b);
+  }
+}
+
+// Per 16-value sub-block a symmetric fit with codes -4..3 (Q6_K's), the 16 scales
+// quantized to 6 bits (-32..31, the signed extreme on -32) against f16 d, then every
+// value re-coded against its decoded scale.
+void quantize_q3_k(const float* x, void* dst, int64_t num_blocks) {
+  constexpr int kGroups = kQK_K / 16;
+  for (int64_t i = 0; i < num_blocks; ++i, x += kQK_K) {
+    BlockQ3_K b;
+    std::memset(&b, 0, sizeof(b));
+    uint8_t q[kQK_K];  // value + 4, 0..7
+    float group_scale[kGroups];
+    for (int g = 0; g < kGroups; ++g) group_scale[g] = fit_symmetric(x + 16 * g, 16, 4, q + 16 * g);
+    float max_scale, max_abs_scale;
+    signed_absmax(group_scale, kGroups, &max_scale, &max_abs_scale);
+    if (max_abs_scale < kGroupMaxEps) {  // all zeros: d = 0 decodes everything to 0
+      store_block(dst, i, b);
+      continue;
+    }
+    const float iscale = -32.0f / max_scale;
+    b.d = f32_to_f16(1.0f / iscale);
+    int ls[kGroups];
+    for (int g = 0; g < kGroups; ++g) {
+      ls[g] = std::clamp(nearest_int(iscale * group_scale[g]), -32, 31);
+      const int v = ls[g] + 32;
+      if (g < 8) b.scales[g] |= static_cast<uint8_t>(v & 0x0f);
+      else b.scales[g - 8] |= static_cast<uint8_t>((v & 0x0f) << 4);
+      b.scales[8 + g % 4] |= static_cast<uint8_t>((v >> 4) << (2 * (g / 4)));
+    }
+    const float d = f16_to_f32(b.d);
+    for (int g = 0; g < kGroups; ++g) {
+      const float scale = d * static_cast<float>(ls[g]);
+      if (scale == 0.0f) continue;
+      for (int l = 0; l < 16; ++l) {
+        const int e = 16 * g + l;
+        q[e] = static_cast<uint8_t>(std::clamp(nearest_int(x[e] / scale), -4, 3) + 4);
+      }
+    }
+    pack_low2(q, b.qs);
+    for (int e = 0; e < kQK_K; ++e) {
+      const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+      b.hmask[l] |= static_cast<uint8_t>((q[e] >> 2) << (4 * h + j));
+    }
+    store_block(dst, i, b);
+  }
+}
 
 void quantize_q4_k(const float* x, void* dst, int64_t num_blocks) {
   for (int64_t i = 0; i < num_blocks; ++i, x += kQK_K) {

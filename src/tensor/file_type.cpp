@@ -17,6 +17,11 @@ std::optional<LlamaFileType> file_type_of(GgmlType t) {
     case GgmlType::Q4_K: return LlamaFileType::MostlyQ4_K_S;
     case GgmlType::Q5_K: return LlamaFileType::MostlyQ5_K_S;
     case GgmlType::Q6_K: return LlamaFileType::MostlyQ6_K;
+    case GgmlType::IQ4_NL: return LlamaFileType::MostlyIQ4_NL;
+    case GgmlType::IQ4_XS: return LlamaFileType::MostlyIQ4_XS;
+    // llama.cpp's one MXFP4 label (its quantizer puts the experts in MXFP4, the rest in
+    // Q8_0); the closest name for a file whose matrices are all MXFP4.
+    case GgmlType::MXFP4: return LlamaFileType::MostlyMXFP4_MOE;
     default: return std::nullopt;
   }
 }

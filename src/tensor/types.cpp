@@ -21,18 +21,21 @@ constexpr TypeTraits kTraits[] = {
     {GgmlType::Q5_1, "q5_1", kQK, sizeof(BlockQ5_1), true, true},
     {GgmlType::Q8_0, "q8_0", kQK, sizeof(BlockQ8_0), true, true},
     {GgmlType::Q8_1, "q8_1", kQK, sizeof(BlockQ8_1), true, false},
-    {GgmlType::Q2_K, "q2_K", kQK_K, 84, true, false},
-    {GgmlType::Q3_K, "q3_K", kQK_K, 110, true, false},
+    {GgmlType::Q2_K, "q2_K", kQK_K, sizeof(BlockQ2_K), true, true},
+    {GgmlType::Q3_K, "q3_K", kQK_K, sizeof(BlockQ3_K), true, true},
     {GgmlType::Q4_K, "q4_K", kQK_K, sizeof(BlockQ4_K), true, true},
     {GgmlType::Q5_K, "q5_K", kQK_K, sizeof(BlockQ5_K), true, true},
     {GgmlType::Q6_K, "q6_K", kQK_K, sizeof(BlockQ6_K), true, true},
     {GgmlType::Q8_K, "q8_K", kQK_K, sizeof(BlockQ8_K), true, false},
+    {GgmlType::IQ4_NL, "iq4_nl", kQK, sizeof(BlockIQ4_NL), true, true},
+    {GgmlType::IQ4_XS, "iq4_xs", kQK_K, sizeof(BlockIQ4_XS), true, true},
     {GgmlType::I8, "i8", 1, 1, false, false},
     {GgmlType::I16, "i16", 1, 2, false, false},
     {GgmlType::I32, "i32", 1, 4, false, false},
     {GgmlType::I64, "i64", 1, 8, false, false},
     {GgmlType::F64, "f64", 1, 8, false, false},
     {GgmlType::BF16, "bf16", 1, 2, false, true},
+    {GgmlType::MXFP4, "mxfp4", kQK, sizeof(BlockMXFP4), true, true},
 };
 
 }  // namespace
@@ -145,6 +148,15 @@ bf16_t f32_to_bf16(float f) {
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<bf16_t>((x >> 16) | 0x40);  // quiet nan
   uint32_t rounding = 0x7fff + ((x >> 16) & 1);
   return static_cast<bf16_t>((x + rounding) >> 16);
+}
+
+float e8m0_to_f32_half(uint8_t e) {
+  // 2^(e - 128) has the f32 exponent field e - 1 for e >= 2; e = 1 and 0 give the
+  // subnormals 2^-127 and 2^-128 (mantissa bit 22 and 21).
+  const uint32_t bits = e < 2 ? uint32_t{0x00200000} << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
 }  // namespace pagoda

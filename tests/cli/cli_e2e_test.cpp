@@ -185,9 +185,9 @@ TEST_F(Cli, BenchModelAtAContextDepthCountsTheKvReadPerStep) {
 }
 
 TEST_F(Cli, SynthRejectsUnknownTypeAndShape) {
-  RunResult t = run("synth --shape tiny --type q3_k -o " + (dir_ / "x.gguf").string());
+  RunResult t = run("synth --shape tiny --type iq3_s -o " + (dir_ / "x.gguf").string());
   EXPECT_EQ(t.exit_code, 1);
-  EXPECT_NE(t.err.find("q3_k"), std::string::npos) << t.err;
+  EXPECT_NE(t.err.find("iq3_s"), std::string::npos) << t.err;
   RunResult s = run("synth --shape gpt-5 -o " + (dir_ / "x.gguf").string());
   EXPECT_EQ(s.exit_code, 1);
 }

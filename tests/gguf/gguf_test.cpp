@@ -22,7 +22,7 @@ using testing::TempFile;
 // ValueType / GgmlType ids as written in files.
 constexpr uint32_t kU8 = 0, kU32 = 4, kI32 = 5, kF32v = 6, kBool = 7, kStr = 8, kArr = 9,
                    kU64 = 10;
-constexpr uint32_t kF32 = 0, kQ4_0 = 2, kQ8_0 = 8, kIQ4_XS = 23;
+constexpr uint32_t kF32 = 0, kQ4_0 = 2, kQ8_0 = 8, kIQ3_S = 21;
 constexpr uint64_t kHuge = uint64_t{1} << 62;
 
 #define EXPECT_CONTAINS(haystack, needle) \
@@ -400,17 +400,17 @@ TEST(GgufReader, HonoursCustomAlignment) {
 }
 
 TEST(GgufReader, AcceptsUnknownTensorTypeWithoutData) {
-  // An IQ4_XS tensor (type 23, unknown to pagoda) next to a known one; its
+  // An IQ3_S tensor (type 21, unknown to pagoda) next to a known one; its
   // size is unknown, so range and overlap checks skip it.
   Bytes b;
-  b.header(3, 2, 0).tensor("iq", {256, 4}, kIQ4_XS, 0).tensor("w", {8}, kF32, 0);
+  b.header(3, 2, 0).tensor("iq", {256, 4}, kIQ3_S, 0).tensor("w", {8}, kF32, 0);
   b.pad_to(32).fill(32, 0);
   TempFile f(b.bytes());
   GgufFile g = GgufFile::open(f.path());
   const TensorInfo* iq = g.find_tensor("iq");
   ASSERT_NE(iq, nullptr);
   EXPECT_FALSE(iq->type_known);
-  EXPECT_EQ(iq->type_id, kIQ4_XS);
+  EXPECT_EQ(iq->type_id, kIQ3_S);
   EXPECT_EQ(iq->data, nullptr);
   EXPECT_EQ(iq->n_bytes, 0u);
   EXPECT_EQ(iq->n_elements(), 1024);

@@ -13,7 +13,7 @@ namespace {
 
 TEST(PackedUnitBytesDeathTest, TypeWithoutPackedLayoutAbortsNamingIt) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_DEATH((void)packed_unit_bytes(GgmlType::Q2_K, 8), "no packed layout for q2_K");
+  EXPECT_DEATH((void)packed_unit_bytes(GgmlType::Q8_1, 8), "no packed layout for q8_1");
   EXPECT_DEATH((void)packed_unit_bytes(GgmlType::F32, 16), "no packed layout for f32");
 }
 
@@ -24,8 +24,11 @@ TEST(PackedUnitBytes, EveryQuantizedWeightTypeHasALayout) {
     const auto type = static_cast<GgmlType>(id);
     if (is_float_type(type)) continue;
     for (int lanes : {8, 16}) {
-      // One unit holds lanes rows of unit_cols(type) codes, at least 4 bits each.
-      EXPECT_GE(packed_unit_bytes(type, lanes), static_cast<size_t>(lanes * unit_cols(type) / 2)) << tt->name;
+      // One unit holds lanes rows of unit_cols(type) codes, at least 2 bits each (Q2_K),
+      // and no fewer bytes than the GGUF blocks it repacks, bar none.
+      EXPECT_GE(packed_unit_bytes(type, lanes), static_cast<size_t>(lanes * unit_cols(type) / 4)) << tt->name;
+      EXPECT_GE(packed_unit_bytes(type, lanes), lanes * tt->type_size * (unit_cols(type) / tt->block_size))
+          << tt->name;
     }
   }
 }

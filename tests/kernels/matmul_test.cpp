@@ -33,7 +33,8 @@ namespace {
 
 constexpr GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
                                GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
-                               GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                               GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K,
+                               GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4};
 constexpr Isa kIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512};
 constexpr int64_t kRowCounts[] = {1, 3, 17, 64, 67};
 constexpr int64_t kTokenCounts[] = {1, 2, 3, 5, 8, 17};
@@ -97,7 +98,7 @@ std::vector<double> error_bounds(GgmlType type, Isa isa, int64_t n_rows, int64_t
                                  int64_t n_tokens) {
   const size_t rb = row_bytes(type, n_cols);
   const bool quant = traits(type).is_quantized;
-  const int64_t per = type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q6_K ? 256 : 32;
+  const int64_t per = traits(type).block_size == 256 ? 256 : 32;  // the activation blocks
   const bool bf16_acts = type == GgmlType::BF16 && isa == Isa::Avx512 && has_avx512bf16();
   std::vector<double> bound(static_cast<size_t>(n_tokens * n_rows));
   std::vector<float> wrow(static_cast<size_t>(n_cols)), xerr(static_cast<size_t>(n_cols));
@@ -172,7 +173,8 @@ TEST_P(MatmulTypeTest, MatchesReferenceOnOddShapesEveryIsaAndPool) {
 }
 
 // Packing keeps the GGUF size (plus zero rows to a whole group) for all but
-// Q4_K/Q5_K, whose unpacked scales cost 4 bytes per row per 256 columns.
+// Q4_K/Q5_K, whose unpacked scales cost 4 bytes per row per 256 columns, Q3_K (4:
+// its 6-bit scales as bytes) and IQ4_XS (2: likewise).
 TEST_P(MatmulTypeTest, ReportsOwnedAndStreamedBytes) {
   const GgmlType type = GetParam();
   const int64_t n_rows = 67, n_cols = 512;
@@ -190,7 +192,9 @@ TEST_P(MatmulTypeTest, ReportsOwnedAndStreamedBytes) {
     const int64_t lanes = isa == Isa::Avx512 ? 16 : 8;
     const int64_t padded_rows = (n_rows + lanes - 1) / lanes * lanes;
     size_t want = row_bytes(type, n_cols) * padded_rows;
-    if (type == GgmlType::Q4_K || type == GgmlType::Q5_K) want += 4 * (n_cols / 256) * padded_rows;
+    if (type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q3_K)
+      want += 4 * (n_cols / 256) * padded_rows;
+    if (type == GgmlType::IQ4_XS) want += 2 * (n_cols / 256) * padded_rows;
     EXPECT_EQ(m.owned_bytes(), want) << type_name(type) << " " << isa_name(isa);
     EXPECT_EQ(m.stream_bytes(), want);
   }
@@ -289,12 +293,23 @@ TEST(Matmul, RandomBitWeightsMatchReference) {
     const size_t rb = row_bytes(type, n_cols), bb = traits(type).type_size;
     std::vector<uint8_t> w(rb * n_rows);
     for (uint8_t& b : w) b = static_cast<uint8_t>(rng());
-    // f16 fields: d (and m / dmin) at the block start; Q6_K's d at byte 208.
+    // f16 fields: d (and m / dmin) at the block start; Q6_K's d at byte 208, Q2_K's d
+    // and dmin at 80, Q3_K's d at 108; IQ4_XS's scales_h at 2 stays random; MXFP4's
+    // exponent byte kept to 2^-10..2^5 (random bytes reach 2^127: inf products).
     std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
     for (size_t off = 0; off < w.size(); off += bb) {
       const f16_t a = f32_to_f16(scale(rng)), b = f32_to_f16(scale(rng));
       if (type == GgmlType::Q6_K) {
         std::memcpy(&w[off + 208], &a, 2);
+      } else if (type == GgmlType::Q2_K) {
+        std::memcpy(&w[off + 80], &a, 2);
+        std::memcpy(&w[off + 82], &b, 2);
+      } else if (type == GgmlType::Q3_K) {
+        std::memcpy(&w[off + 108], &a, 2);
+      } else if (type == GgmlType::MXFP4) {
+        w[off] = static_cast<uint8_t>(118 + w[off] % 16);
+      } else if (type == GgmlType::IQ4_NL || type == GgmlType::IQ4_XS) {
+        std::memcpy(&w[off], &a, 2);
       } else {
         std::memcpy(&w[off], &a, 2);
         if (type != GgmlType::Q8_0 && type != GgmlType::Q4_0 && type != GgmlType::Q5_0) std::memcpy(&w[off + 2], &b, 2);
@@ -314,6 +329,41 @@ TEST(Matmul, RandomBitWeightsMatchReference) {
         ASSERT_LE(err, bound[i]) << describe(type, isa, n_rows, n_cols, n_tokens, 2) << " at token "
                                  << i / n_rows << " row " << i % n_rows << ": got " << y[i] << " want "
                                  << ref[i];
+      }
+    }
+  }
+}
+
+// MXFP4's scale 2^(e-128) at the ends of the E8M0 range: the subnormal scales of
+// e = 0, 1 (one blend in the SIMD decoders) and the largest whose levels stay finite
+// (12 x 2^(252-128) = 2.6e38), made
+// visible by activations of 1e30 (small e) and 1e-30 (large e).
+TEST(Matmul, Mxfp4ExtremeExponentsMatchReference) {
+  std::mt19937 rng(77);
+  const int64_t n_cols = 64, n_tokens = 3;
+  for (const auto& [exponents, act_scale] : {std::pair{std::vector<int>{0, 1, 2, 3, 4}, 1e30f},
+                                            std::pair{std::vector<int>{248, 249, 250, 251, 252}, 1e-30f}}) {
+    const int64_t n_rows = static_cast<int64_t>(exponents.size());
+    const size_t rb = row_bytes(GgmlType::MXFP4, n_cols);
+    std::vector<uint8_t> w(rb * n_rows);
+    for (uint8_t& b : w) b = static_cast<uint8_t>(rng());
+    for (int64_t r = 0; r < n_rows; ++r)
+      for (int64_t b = 0; b < n_cols / 32; ++b) w[r * rb + b * sizeof(BlockMXFP4)] = static_cast<uint8_t>(exponents[r]);
+    std::vector<float> x = make_acts(n_tokens, n_cols, rng);
+    for (float& v : x) v *= act_scale;
+    std::vector<float> ref(n_tokens * n_rows);
+    matmul_reference(GgmlType::MXFP4, n_rows, n_cols, w.data(), x.data(), n_tokens, ref.data());
+    for (Isa isa : kIsas) {
+      if (!isa_runs(isa)) continue;
+      const std::vector<double> bound = error_bounds(GgmlType::MXFP4, isa, n_rows, n_cols, w, x, n_tokens);
+      const WeightMatrix m = WeightMatrix::prepare(GgmlType::MXFP4, n_rows, n_cols, w.data(), isa);
+      std::vector<float> y(n_tokens * n_rows);
+      matmul(m, x.data(), n_tokens, y.data(), pool(1));
+      for (int64_t i = 0; i < n_tokens * n_rows; ++i) {
+        ASSERT_GT(std::fabs(ref[i]), 1e-20f) << "the check needs visible outputs";
+        ASSERT_LE(std::fabs(static_cast<double>(y[i]) - ref[i]), bound[i])
+            << "isa=" << isa_name(isa) << " e=" << exponents[i % n_rows] << " token " << i / n_rows << ": got "
+            << y[i] << " want " << ref[i];
       }
     }
   }

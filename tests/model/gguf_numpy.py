@@ -60,7 +60,8 @@ _SCALAR_FORMATS = {
 
 # ggml tensor types: id -> (name, values per block, bytes per block).
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = 0, 1, 2, 3, 6, 7, 8
-Q4_K, Q5_K, Q6_K, BF16 = 12, 13, 14, 30
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16 = 10, 11, 12, 13, 14, 30
+IQ4_NL, IQ4_XS, MXFP4 = 20, 23, 39
 QK = 32     # values per block of the 32-wide formats
 QK_K = 256  # values per super-block of the K-quants
 GGML_TYPES = {
@@ -75,7 +76,17 @@ GGML_TYPES = {
     Q4_K: ("Q4_K", QK_K, 2 + 2 + 12 + QK_K // 2),         # d, dmin, scales[12], qs[128]
     Q5_K: ("Q5_K", QK_K, 2 + 2 + 12 + QK_K // 8 + QK_K // 2),  # ... qh[32], qs[128]
     Q6_K: ("Q6_K", QK_K, QK_K // 2 + QK_K // 4 + QK_K // 16 + 2),  # ql, qh, scales, d
+    Q2_K: ("Q2_K", QK_K, QK_K // 16 + QK_K // 4 + 2 + 2),  # scales[16], qs[64], d, dmin
+    Q3_K: ("Q3_K", QK_K, QK_K // 8 + QK_K // 4 + 12 + 2),  # hmask[32], qs[64], scales[12], d
+    IQ4_NL: ("IQ4_NL", QK, 2 + QK // 2),                  # d, qs[16]
+    IQ4_XS: ("IQ4_XS", QK_K, 2 + 2 + QK_K // 64 + QK_K // 2),  # d, scales_h, scales_l[4], qs[128]
+    MXFP4: ("MXFP4", QK, 1 + QK // 2),                    # e (E8M0), qs[16]
 }
+
+# ggml's kvalues_iq4nl (the non-linear IQ4 codebook) and kvalues_mxfp4 (the e2m1
+# values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives, doubled to integers).
+IQ4NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int8)
+MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int8)
 
 
 def type_name(ggml_type):
@@ -204,6 +215,79 @@ def _deq_q6_k(b):
     return dl * q
 
 
+def _low2_codes(qs):
+    """Q2_K / Q3_K qs: (n, 64) -> (n, 256) 2-bit codes. Half h (128 values) owns
+    qs[32h:32h+32]; its quarter j (32 values) is bits 2j..2j+1 of those bytes."""
+    qs = qs.reshape(-1, 2, 1, 32)
+    shifts = (2 * np.arange(4, dtype=np.uint8))[None, None, :, None]
+    return ((qs >> shifts) & 3).reshape(-1, QK_K)
+
+
+def _deq_q2_k(b):
+    # Sub-block i (16 values): x = (d * (scales[i] & 15)) * q - dmin * (scales[i] >> 4)
+    scales = b[:, 0:16]
+    d, dmin = _f16(b, 80), _f16(b, 82)
+    q = _low2_codes(b[:, 16:80]).astype(np.float32)
+    dl = np.repeat(d * (scales & 0x0F).astype(np.float32), 16, axis=1)
+    ml = np.repeat(dmin * (scales >> 4).astype(np.float32), 16, axis=1)
+    return dl * q - ml
+
+
+def _deq_q3_k(b):
+    # q = low2 - 4 unless the hmask bit is set (bit 4h + j of hmask[l]), in -4..3;
+    # x = (d * (s - 32)) * q with s the 6-bit scale of sub-block i:
+    # low 4 bits: scales[i] & 15 (i < 8) or scales[i - 8] >> 4; high 2 bits:
+    # bits 2 (i // 4) .. +1 of scales[8 + i % 4].
+    hmask, scales = b[:, 0:32], b[:, 96:108]
+    d = _f16(b, 108)
+    low2 = _low2_codes(b[:, 32:96]).astype(np.int8)
+    hshift = np.arange(8, dtype=np.uint8).reshape(1, 2, 4, 1)    # (h, j) -> 4h + j
+    hbit = ((hmask.reshape(-1, 1, 1, 32) >> hshift) & 1).reshape(-1, QK_K).astype(np.int8)
+    q = low2 - np.int8(4) * (np.int8(1) - hbit)
+    i = np.arange(16)
+    low4 = np.concatenate([scales[:, 0:8] & 0x0F, scales[:, 0:8] >> 4], axis=1)
+    high2 = (scales[:, 8 + i % 4] >> (2 * (i // 4)).astype(np.uint8)) & 3
+    s = (low4 | (high2 << 4)).astype(np.int32) - 32
+    dl = np.repeat(d * s.astype(np.float32), 16, axis=1)
+    return dl * q.astype(np.float32)
+
+
+def _deq_iq4_nl(b):
+    # x = d * IQ4NL_VALUES[index], indices in Q4_0's nibble order
+    d = _f16(b, 0)
+    return d * IQ4NL_VALUES[_nibbles_lo_then_hi(b[:, 2:18])].astype(np.float32)
+
+
+def _deq_iq4_xs(b):
+    # Sub-block j (32 values): ls = nibble j % 2 of scales_l[j // 2] | bits 2j..2j+1 of
+    # the uint16 scales_h << 4; x = (d * (ls - 32)) * IQ4NL_VALUES[index], each
+    # sub-block's 16 bytes in IQ4_NL's nibble order.
+    d = _f16(b, 0)
+    scales_h = np.ascontiguousarray(b[:, 2:4]).view("<u2").astype(np.int32)    # (n, 1)
+    scales_l = b[:, 4:8].astype(np.int32)
+    j = np.arange(8)
+    ls = ((scales_l[:, j // 2] >> (4 * (j % 2))) & 0x0F) | (((scales_h >> (2 * j)) & 3) << 4)
+    dl = (d * (ls - 32).astype(np.float32))[:, :, None]                          # (n, 8, 1)
+    qs = b[:, 8:136].reshape(-1, 8, 16)
+    idx = np.concatenate([qs & 0x0F, qs >> 4], axis=2)                          # (n, 8, 32)
+    return (dl * IQ4NL_VALUES[idx].astype(np.float32)).reshape(-1, QK_K)
+
+
+def e8m0_to_f32_half(e):
+    """E8M0 bytes -> 2^(e - 128) as float32 (ggml's halved scale), exact: the f32
+    exponent field e - 1 for e >= 2, the subnormals 2^-127 / 2^-128 for e = 1 / 0."""
+    e = np.asarray(e).astype(np.uint32)
+    bits = np.where(e < 2, np.uint32(0x00200000) << e, (e - np.uint32(1)) << np.uint32(23))
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def _deq_mxfp4(b):
+    # x = MXFP4_VALUES[index] * 2^(e - 128), indices in Q4_0's nibble order
+    d = e8m0_to_f32_half(b[:, 0:1])
+    with np.errstate(over="ignore"):  # 12 x 2^127 is inf in float32, as in C
+        return MXFP4_VALUES[_nibbles_lo_then_hi(b[:, 1:17])].astype(np.float32) * d
+
+
 def _deq_f32(raw):
     return raw.view("<f4").astype(np.float32)
 
@@ -220,6 +304,7 @@ def _deq_bf16(raw):
 _BLOCK_DECODERS = {
     Q4_0: _deq_q4_0, Q4_1: _deq_q4_1, Q5_0: _deq_q5_0, Q5_1: _deq_q5_1,
     Q8_0: _deq_q8_0, Q4_K: _deq_q4_k, Q5_K: _deq_q5_k, Q6_K: _deq_q6_k,
+    Q2_K: _deq_q2_k, Q3_K: _deq_q3_k, IQ4_NL: _deq_iq4_nl, IQ4_XS: _deq_iq4_xs, MXFP4: _deq_mxfp4,
 }
 _PLAIN_DECODERS = {F32: _deq_f32, F16: _deq_f16, BF16: _deq_bf16}
 
@@ -531,6 +616,61 @@ def _scalar_decode(ggml_type, block):
                 out[base + l + 32] = d * f32(sc[is_ + 2]) * f32(q2)
                 out[base + l + 64] = d * f32(sc[is_ + 4]) * f32(q3)
                 out[base + l + 96] = d * f32(sc[is_ + 6]) * f32(q4)
+    elif ggml_type in (Q2_K, Q3_K):
+        # ggml's loops: two halves of 128 (32 bytes of qs each), four shifts, and per
+        # shift two runs of 16 values with their own scale. Q3_K's scales unpacked
+        # with ggml's 32-bit mask arithmetic (kmask1/kmask2), not per scale.
+        if ggml_type == Q2_K:
+            sc_bytes, q = block[0:16], block[16:80]
+            d, dmin = half(80), half(82)
+        else:
+            hm, q, raw = block[0:32], block[32:96], block[96:108]
+            d = half(108)
+            a = list(struct.unpack("<3I", raw))
+            tmp = a[2]
+            k1, k2 = 0x03030303, 0x0F0F0F0F
+            aux = [(a[0] & k2) | (((tmp >> 0) & k1) << 4), (a[1] & k2) | (((tmp >> 2) & k1) << 4),
+                   ((a[0] >> 4) & k2) | (((tmp >> 4) & k1) << 4), ((a[1] >> 4) & k2) | (((tmp >> 6) & k1) << 4)]
+            sc6 = struct.unpack("<16b", struct.pack("<4I", *aux))
+        y, is_, m = 0, 0, 1
+        for n in range(2):
+            shift = 0
+            for j in range(4):
+                for part in range(2):
+                    if ggml_type == Q2_K:
+                        sc = sc_bytes[is_]
+                        dl, ml = d * f32(sc & 0xF), dmin * f32(sc >> 4)
+                    else:
+                        dl = d * f32(sc6[is_] - 32)
+                    is_ += 1
+                    for l in range(16 * part, 16 * part + 16):
+                        v = (q[32 * n + l] >> shift) & 3
+                        if ggml_type == Q2_K:
+                            out[y] = dl * f32(v) - ml
+                        else:
+                            out[y] = dl * f32(v - (0 if hm[l] & m else 4))
+                        y += 1
+                shift += 2
+                m <<= 1
+    elif ggml_type in (IQ4_NL, MXFP4):
+        if ggml_type == IQ4_NL:
+            d, qs, table = half(0), block[2:18], IQ4NL_VALUES
+        else:
+            d = f32(2.0 ** (block[0] - 128))  # exact in float64, representable in float32
+            qs, table = block[1:17], MXFP4_VALUES
+        for j in range(16):
+            out[j] = d * f32(table[qs[j] & 0xF])
+            out[j + 16] = d * f32(table[qs[j] >> 4])
+    elif ggml_type == IQ4_XS:
+        d = half(0)
+        scales_h = struct.unpack("<H", block[2:4])[0]
+        scales_l, qs = block[4:8], block[8:136]
+        for ib in range(8):
+            ls = ((scales_l[ib // 2] >> 4 * (ib % 2)) & 0xF) | (((scales_h >> 2 * ib) & 3) << 4)
+            dl = d * f32(ls - 32)
+            for j in range(16):
+                out[32 * ib + j] = dl * f32(IQ4NL_VALUES[qs[16 * ib + j] & 0xF])
+                out[32 * ib + j + 16] = dl * f32(IQ4NL_VALUES[qs[16 * ib + j] >> 4])
     else:
         raise ValueError(ggml_type)
     return out
@@ -541,7 +681,8 @@ def _random_blocks(ggml_type, n_blocks, rng):
     _, _, block_bytes = GGML_TYPES[ggml_type]
     blocks = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
     half_offsets = {Q4_0: [0], Q4_1: [0, 2], Q5_0: [0], Q5_1: [0, 2], Q8_0: [0],
-                    Q4_K: [0, 2], Q5_K: [0, 2], Q6_K: [208]}[ggml_type]
+                    Q4_K: [0, 2], Q5_K: [0, 2], Q6_K: [208], Q2_K: [80, 82], Q3_K: [108],
+                    IQ4_NL: [0], IQ4_XS: [0], MXFP4: []}[ggml_type]
     for off in half_offsets:
         vals = rng.uniform(-0.1, 0.1, size=n_blocks).astype("<f2")
         blocks[:, off:off + 2] = vals.view(np.uint8).reshape(n_blocks, 2)
@@ -554,15 +695,19 @@ def self_test(verbose=True):
     import tempfile
 
     rng = np.random.default_rng(1234)
-    for ggml_type in (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K):
+    for ggml_type in (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4):
         blocks = _random_blocks(ggml_type, 7, rng)
-        got = dequantize(blocks.reshape(-1), ggml_type, 7 * GGML_TYPES[ggml_type][1])
-        want = np.concatenate([np.array(_scalar_decode(ggml_type, bytes(b)), np.float32) for b in blocks])
+        if ggml_type == MXFP4:  # every exponent: subnormal scales (e = 0, 1) up to 2^127
+            blocks = _random_blocks(ggml_type, 256, rng)
+            blocks[:, 0] = np.arange(256, dtype=np.uint8)
+        got = dequantize(blocks.reshape(-1), ggml_type, blocks.shape[0] * GGML_TYPES[ggml_type][1])
+        with np.errstate(over="ignore"):
+            want = np.concatenate([np.array(_scalar_decode(ggml_type, bytes(b)), np.float32) for b in blocks])
         bad = np.nonzero(got.view(np.uint32) != want.view(np.uint32))[0]
         assert bad.size == 0, "%s: vectorised != scalar at value %d: %r vs %r" % (
             type_name(ggml_type), bad[0], got[bad[0]], want[bad[0]])
         if verbose:
-            print("  dequant %-5s vectorised == scalar on 7 random blocks" % type_name(ggml_type))
+            print("  dequant %-6s vectorised == scalar on %d random blocks" % (type_name(ggml_type), blocks.shape[0]))
 
     # Hand-made Q4_0 block: d = 1, byte j = (lo=j%16, hi=15-j%16) -> element j = j-8, element 16+j = 7-j.
     blk = np.zeros(18, np.uint8)

@@ -143,19 +143,20 @@ TEST_F(ModelLoad, GemmaKeysAreCheckedAndDefaulted) {
 }
 
 TEST_F(ModelLoad, UnsupportedWeightTypeListsTheSupportedOnes) {
-  // Q2_K data (84 bytes per 256 values) in place of an F32 norm-free matrix.
-  auto p = rewrite("q2k.gguf", nullptr, [](gguf::TensorInfo& t, std::vector<uint8_t>& bytes) {
+  // Q8_K (a known type, but activations only: 292 bytes per 256 values) in place of an
+  // F32 matrix.
+  auto p = rewrite("q8k.gguf", nullptr, [](gguf::TensorInfo& t, std::vector<uint8_t>& bytes) {
     if (t.name == "blk.0.ffn_gate.weight") {
-      // [64, 96] cannot be Q2_K (64 % 256 != 0); keep rows, widen to 256 columns.
+      // [64, 96] cannot be Q8_K (64 % 256 != 0); keep rows, widen to 256 columns.
       t.dims = {256, 96};
-      t.type = GgmlType::Q2_K;
-      bytes.assign(84 * 96, 0);
+      t.type = GgmlType::Q8_K;
+      bytes.assign(292 * 96, 0);
     }
     return true;
   });
   std::string msg = load_error(p);
   EXPECT_NE(msg.find("blk.0.ffn_gate.weight"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("q2_K"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("q8_K"), std::string::npos) << msg;
   EXPECT_NE(msg.find("q8_0"), std::string::npos) << msg;
 }
 

@@ -11,7 +11,9 @@ gate-up, LongRoPE with long and short factors, 64 greedy steps), gemma2 and
 gemma3 (sliding windows shorter than the tokens, soft-caps, post-norms, local
 and global RoPE, 64 greedy steps), every
 supported weight type, the one-token-at-a-time decode path, and the real
-stories260K model.
+stories260K model. The fidelity cases compare each quantized type's logits
+with the reference of the f32 model it was quantized from, within a bound
+derived from the type's weight error.
 
 Before any pagoda case it checks the reference itself: the dequantizer
 self-test (gguf_numpy.self_test) and greedy decoding of stories260K from BOS,
@@ -117,6 +119,28 @@ def tolerance_for(weight_type):
     return TOLERANCES.get(weight_type, TOL_QUANT)
 
 
+# Fidelity: a quantized model against the f32 model it was quantized from (synth
+# draws the same weights for a seed whatever the type), i.e. how much the weight
+# type itself moves the logits. The bound comes from the type's weight error: the
+# relative RMS error of quantize -> dequantize on N(0,1) rows, as measured by
+# tests/tensor/codecs_test.cpp (RoundTrip.RelativeRmsErrorOnGaussianDataIsWithinBound).
+# Measured on 2 seeds (7, 8) of the SHAPE_K llama: relative RMS logit error = 1.7-2.1 x
+# the weight error for every type (Q8_0 2.7x: there the 8-bit activations' own ~1.4e-2
+# dominates), max|diff| / max|ref| = 1.5-2.3 x (Q8_0 3.0x). Bounds: max_rel = 3 x
+# weight error + 0.03, correlation > 1 - (3 x weight error + 0.02)^2 / 2 (1 - corr is
+# about half the squared relative RMS error); argmax not checked (Q2_K legitimately
+# flips most near-ties). A broken quantizer or layout gives errors of the order of the
+# logits (relative RMS ~1.4 for unrelated logits), above every bound here.
+WEIGHT_REL_RMS = {"q8_0": 0.0053, "q4_0": 0.085, "q4_1": 0.077, "q5_0": 0.043, "q5_1": 0.038,
+                  "q2_k": 0.269, "q3_k": 0.152, "q4_k": 0.071, "q5_k": 0.036, "q6_k": 0.0177,
+                  "iq4_nl": 0.0758, "iq4_xs": 0.0764, "mxfp4": 0.111}
+
+
+def fidelity_tolerance(weight_type):
+    w = WEIGHT_REL_RMS[weight_type]
+    return Tolerance(max_rel=3 * w + 0.03, min_corr=1 - (3 * w + 0.02) ** 2 / 2, min_argmax=0.0)
+
+
 # ---------------------------------------------------------------------------
 # Cases
 # ---------------------------------------------------------------------------
@@ -127,7 +151,7 @@ SHAPE_K = ["--dim", "256", "--layers", "2", "--heads", "4", "--kv-heads", "2",
            "--ffn", "768", "--vocab", "320", "--ctx", "128"]
 SHAPE_HEAD_DIM = ["--dim", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--head-dim", "32",
                   "--ffn", "128", "--vocab", "320", "--ctx", "128"]
-K_QUANTS = ("q4_k", "q5_k", "q6_k")
+K_QUANTS = ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs")  # 256-value (super-)blocks
 SEED = "7"
 
 
@@ -157,12 +181,15 @@ def expect_arch_and_type(arch, weight_type):
     ggml_type = {"f32": gguf_numpy.F32, "f16": gguf_numpy.F16, "bf16": gguf_numpy.BF16,
                  "q8_0": gguf_numpy.Q8_0, "q4_0": gguf_numpy.Q4_0, "q4_1": gguf_numpy.Q4_1,
                  "q5_0": gguf_numpy.Q5_0, "q5_1": gguf_numpy.Q5_1, "q4_k": gguf_numpy.Q4_K,
-                 "q5_k": gguf_numpy.Q5_K, "q6_k": gguf_numpy.Q6_K}[weight_type]
+                 "q5_k": gguf_numpy.Q5_K, "q6_k": gguf_numpy.Q6_K, "q2_k": gguf_numpy.Q2_K,
+                 "q3_k": gguf_numpy.Q3_K, "iq4_nl": gguf_numpy.IQ4_NL, "iq4_xs": gguf_numpy.IQ4_XS,
+                 "mxfp4": gguf_numpy.MXFP4}[weight_type]
 
     # llama.cpp's llama_ftype values (llama.h), which general.file_type holds;
     # not the tensor type ids above (Q8_0 is tensor type 8 but file type 7).
     file_type = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9,
-                 "q4_k": 14, "q5_k": 16, "q6_k": 18, "bf16": 32}[weight_type]
+                 "q2_k": 10, "q3_k": 11, "q4_k": 14, "q5_k": 16, "q6_k": 18, "iq4_nl": 25, "iq4_xs": 30,
+                 "bf16": 32, "mxfp4": 38}[weight_type]
 
     def check(g):
         problems = []
@@ -215,7 +242,8 @@ def build_cases():
             ("has attn_q_norm/attn_k_norm", lambda g: g.has_tensor("blk.0.attn_q_norm.weight")
              and g.has_tensor("blk.0.attn_k_norm.weight")))),
     ]
-    for t in ("f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"):
+    for t in ("f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
+              "iq4_nl", "iq4_xs", "mxfp4"):
         cases.append(Case("llama-" + t, "llama", t, SHAPE_K if t in K_QUANTS else SHAPE,
                           expect=expect_arch_and_type("llama", t)))
     # Quantized weights together with the qwen-specific parts.
@@ -293,6 +321,11 @@ def build_cases():
                       tokens=LONG_TOKENS))
     cases.append(Case("llama-q4_k-decode", "llama", "q4_k", SHAPE_K, logits_extra=["--one-by-one"],
                       expect=expect_arch_and_type("llama", "q4_k"), tokens=LONG_TOKENS))
+    # MXFP4 (gpt-oss's expert type) and Q3_K through the decode path too.
+    cases.append(Case("qwen3-mxfp4-decode", "qwen3", "mxfp4", SHAPE, logits_extra=["--one-by-one"],
+                      expect=expect_arch_and_type("qwen3", "mxfp4"), tokens=LONG_TOKENS))
+    cases.append(Case("llama-q3_k-decode", "llama", "q3_k", SHAPE_K, logits_extra=["--one-by-one"],
+                      expect=expect_arch_and_type("llama", "q3_k"), tokens=LONG_TOKENS))
     return cases
 
 
@@ -434,6 +467,52 @@ def run_case(args, case):
             result.ok = False
             result.error = ((result.error + "; ") if result.error else "") + (
                 "greedy step %d: pagoda picks %d, reference %d" % (t, picks[t], greedy_ids[t]))
+    return result
+
+
+class F32Reference:
+    """The numpy logits of the f32 SHAPE_K llama synth (seed SEED), computed once."""
+
+    def __init__(self, args):
+        self.args = args
+        self.logits = None
+        self.error = ""
+
+    def get(self):
+        if self.logits is None and not self.error:
+            path = os.path.join(self.args.workdir, "fidelity-f32.gguf")
+            if os.path.exists(path):
+                os.unlink(path)
+            self.error = run([self.args.pagoda, "synth", "--arch", "llama", "--type", "f32", "--seed", SEED]
+                             + SHAPE_K + ["-o", path]) or ""
+            if not self.error:
+                self.logits = llama_numpy.LlamaModel(gguf_numpy.GgufFile(path)).forward(TOKENS)
+        return self.logits
+
+
+def check_fidelity(args, f32_ref, weight_type):
+    """pagoda on the weight_type synth vs the numpy reference of the f32 synth."""
+    result = Result("fidelity-" + weight_type + "-vs-f32", weight_type)
+    ref = f32_ref.get()
+    if ref is None:
+        result.error = "f32 reference: " + f32_ref.error
+        return result
+    model_path = os.path.join(args.workdir, result.name + ".gguf")
+    logits_path = os.path.join(args.workdir, result.name + ".f32")
+    for p in (model_path, logits_path):
+        if os.path.exists(p):
+            os.unlink(p)
+    err = run([args.pagoda, "synth", "--arch", "llama", "--type", weight_type, "--seed", SEED] + SHAPE_K
+              + ["-o", model_path]) or pagoda_logits(args, model_path, TOKENS, logits_path)
+    if err:
+        result.error = err
+        return result
+    try:
+        got = read_logits(logits_path, len(TOKENS), ref.shape[1])
+    except ValueError as e:
+        result.error = str(e)
+        return result
+    compare(result, ref, got, fidelity_tolerance(weight_type))
     return result
 
 
@@ -597,6 +676,9 @@ def main():
             print("warning: pagoda binary not found or not executable: %s" % args.pagoda)
         jobs = [lambda: check_pagoda_stories(args)] if args.filter in "stories260K-f32-real" else []
         jobs += [(lambda c=c: run_case(args, c)) for c in build_cases() if args.filter in c.name]
+        f32_ref = F32Reference(args)
+        jobs += [(lambda t=t: check_fidelity(args, f32_ref, t)) for t in WEIGHT_REL_RMS
+                 if args.filter in "fidelity-" + t + "-vs-f32"]
         for job in jobs:
             start = time.time()
             r = job()

@@ -27,6 +27,9 @@ TEST(FileType, UniformWeightTypesGetLlamaCppLabels) {
   EXPECT_EQ(label(GgmlType::Q5_K), 16u);  // LLAMA_FTYPE_MOSTLY_Q5_K_S
   EXPECT_EQ(label(GgmlType::Q6_K), 18u);  // LLAMA_FTYPE_MOSTLY_Q6_K
   EXPECT_EQ(label(GgmlType::BF16), 32u);  // LLAMA_FTYPE_MOSTLY_BF16
+  EXPECT_EQ(label(GgmlType::IQ4_NL), 25u);  // LLAMA_FTYPE_MOSTLY_IQ4_NL
+  EXPECT_EQ(label(GgmlType::IQ4_XS), 30u);  // LLAMA_FTYPE_MOSTLY_IQ4_XS
+  EXPECT_EQ(label(GgmlType::MXFP4), 38u);   // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
 }
 
 TEST(FileType, TensorIdsAreNotFileTypes) {

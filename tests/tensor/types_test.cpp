@@ -169,7 +169,9 @@ TEST(Traits, BlockSizesAndBytesMatchGgml) {
       {GgmlType::Q8_1, 32, 36, "q8_1"},  {GgmlType::Q2_K, 256, 84, "q2_K"},
       {GgmlType::Q3_K, 256, 110, "q3_K"}, {GgmlType::Q4_K, 256, 144, "q4_K"},
       {GgmlType::Q5_K, 256, 176, "q5_K"}, {GgmlType::Q6_K, 256, 210, "q6_K"},
-      {GgmlType::Q8_K, 256, 292, "q8_K"}, {GgmlType::I8, 1, 1, "i8"},
+      {GgmlType::Q8_K, 256, 292, "q8_K"}, {GgmlType::IQ4_NL, 32, 18, "iq4_nl"},
+      {GgmlType::IQ4_XS, 256, 136, "iq4_xs"}, {GgmlType::MXFP4, 32, 17, "mxfp4"},
+      {GgmlType::I8, 1, 1, "i8"},
       {GgmlType::I32, 1, 4, "i32"},      {GgmlType::F64, 1, 8, "f64"},
   };
   for (const Want& w : wants) {
@@ -186,6 +188,12 @@ TEST(Traits, TypeIdsAreTheGgufNumbers) {
   EXPECT_EQ(type_traits(12)->type, GgmlType::Q4_K);
   EXPECT_EQ(type_traits(30)->type, GgmlType::BF16);
   EXPECT_EQ(type_traits(8)->type, GgmlType::Q8_0);
+  EXPECT_EQ(type_traits(10)->type, GgmlType::Q2_K);
+  EXPECT_EQ(type_traits(11)->type, GgmlType::Q3_K);
+  EXPECT_EQ(type_traits(20)->type, GgmlType::IQ4_NL);
+  EXPECT_EQ(type_traits(23)->type, GgmlType::IQ4_XS);
+  EXPECT_EQ(type_traits(39)->type, GgmlType::MXFP4);
+  EXPECT_FALSE(type_traits(21).has_value());  // IQ3_S: not supported
   EXPECT_FALSE(type_traits(4).has_value());  // the removed Q4_2
   EXPECT_FALSE(type_traits(31).has_value());
   EXPECT_FALSE(type_traits(0xffffffffu).has_value());
@@ -199,12 +207,16 @@ TEST(Traits, ParsesWeightTypeNamesCaseInsensitively) {
   EXPECT_EQ(parse_type_name("bf16"), GgmlType::BF16);
   EXPECT_EQ(parse_type_name("q8_0"), GgmlType::Q8_0);
   EXPECT_EQ(parse_type_name("q5_1"), GgmlType::Q5_1);
+  EXPECT_EQ(parse_type_name("q2_k"), GgmlType::Q2_K);
+  EXPECT_EQ(parse_type_name("Q3_K"), GgmlType::Q3_K);
+  EXPECT_EQ(parse_type_name("IQ4_NL"), GgmlType::IQ4_NL);
+  EXPECT_EQ(parse_type_name("iq4_xs"), GgmlType::IQ4_XS);
+  EXPECT_EQ(parse_type_name("mxfp4"), GgmlType::MXFP4);
 }
 
 TEST(Traits, RejectsNamesOfNonWeightTypesAndJunk) {
   EXPECT_FALSE(parse_type_name("q8_1").has_value());  // activations only
   EXPECT_FALSE(parse_type_name("q8_K").has_value());
-  EXPECT_FALSE(parse_type_name("q2_K").has_value());
   EXPECT_FALSE(parse_type_name("i32").has_value());
   EXPECT_FALSE(parse_type_name("").has_value());
   EXPECT_FALSE(parse_type_name("q4_K ").has_value());
@@ -213,7 +225,8 @@ TEST(Traits, RejectsNamesOfNonWeightTypesAndJunk) {
 
 TEST(Traits, SupportedWeightTypesListsEveryWeightType) {
   EXPECT_EQ(supported_weight_types(),
-            "f32, f16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K, bf16");
+            "f32, f16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, "
+            "bf16, mxfp4");
 }
 
 TEST(Traits, RowBytesCountsWholeBlocks) {
@@ -223,6 +236,13 @@ TEST(Traits, RowBytesCountsWholeBlocks) {
   EXPECT_EQ(row_bytes(GgmlType::F16, 7), 14u);
   EXPECT_EQ(row_bytes(GgmlType::F32, 3), 12u);
   EXPECT_EQ(row_bytes(GgmlType::Q4_0, 0), 0u);
+}
+
+// 2^(e - 128) for every e: normal exponents from the bits, e = 0 and 1 the two
+// subnormals (checked against ldexp, an independent computation).
+TEST(Traits, E8m0HalfIsTwoToTheEMinus128ForEveryByte) {
+  for (int e = 0; e < 256; ++e)
+    EXPECT_EQ(e8m0_to_f32_half(static_cast<uint8_t>(e)), std::ldexp(1.0f, e - 128)) << e;
 }
 
 TEST(TraitsDeathTest, RowBytesRejectsPartialBlocks) {
