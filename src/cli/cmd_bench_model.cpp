@@ -75,7 +75,7 @@ Runner add_bench_model(CLI::App& app) {
       }
     }
     const double bw = measure_read_bandwidth(pool);
-    const size_t step_bytes = lm.model->weight_bytes();
+    const size_t step_bytes = lm.model->decode_step_bytes();
     const double roofline = bw / static_cast<double>(step_bytes);
     const double pp = median(pp_rates), tg = median(tg_rates);
     if (o->json) {
@@ -91,7 +91,10 @@ Runner add_bench_model(CLI::App& app) {
                           {"prompt_tokens_per_s_runs", pp_rates},
                           {"gen_tokens_per_s_runs", tg_rates},
                           {"model_bytes", lm.model->file_tensor_bytes()},
+                          {"weight_bytes", lm.model->weight_bytes()},
                           {"decode_step_bytes", step_bytes},
+                          {"n_expert", c.n_expert},
+                          {"n_expert_used", c.n_expert_used},
                           {"read_bandwidth_bytes_per_s", bw},
                           {"decode_roofline_tokens_per_s", roofline},
                           {"decode_roofline_fraction", roofline > 0 ? tg / roofline : 0.0},
@@ -106,6 +109,12 @@ Runner add_bench_model(CLI::App& app) {
     std::printf("model: %s\n  %s\n  tensor bytes %.1f MiB, decode step streams %.1f MiB, %d threads, %s\n",
                 o->model.c_str(), c.summary().c_str(), lm.model->file_tensor_bytes() / 1048576.0,
                 step_bytes / 1048576.0, threads, cpu_features_string().c_str());
+    if (c.n_expert > 0)
+      std::printf("  mixture of experts: %lld of %lld experts a token; a decode step reads %.1f%% of the %.1f MiB "
+                  "of weights (attention, router, %lld experts' FFN, output, one embedding row)\n",
+                  static_cast<long long>(c.n_expert_used), static_cast<long long>(c.n_expert),
+                  100.0 * static_cast<double>(step_bytes) / static_cast<double>(lm.model->weight_bytes()),
+                  lm.model->weight_bytes() / 1048576.0, static_cast<long long>(c.n_expert_used));
     // The spread is printed beside the median: on a shared machine runs vary by 10-30%.
     auto range = [](const std::vector<double>& v) {
       char buf[64];

@@ -600,6 +600,57 @@ void matmul_multi(std::span<const MatmulTarget> targets, const float* x, int64_t
   });
 }
 
+void matmul_grouped(std::span<const GroupedMatmul> jobs, const float* x, int64_t n_x_rows, ThreadPool& pool) {
+  if (jobs.empty() || n_x_rows <= 0) return;
+  const WeightMatrix& w0 = *jobs[0].w;
+  const int64_t n_cols = w0.n_cols();
+  bool shared = !is_float_type(w0.type());
+  for (const GroupedMatmul& j : jobs) {
+    PAGODA_CHECK(j.w->n_cols() == n_cols, "matmul_grouped: jobs differ in n_cols");
+    PAGODA_CHECK(j.row0 >= 0 && j.n_tokens >= 0 && j.row0 + j.n_tokens <= n_x_rows,
+                 "matmul_grouped: job rows outside x");
+    shared = shared && !is_float_type(j.w->type()) && j.w->isa() == w0.isa() &&
+             act_kind(j.w->type()) == act_kind(w0.type());
+  }
+  if (!shared) {
+    for (const GroupedMatmul& j : jobs) matmul(*j.w, x + j.row0 * n_cols, j.n_tokens, j.y, pool);
+    return;
+  }
+  // Activations are quantized row by row, so quantizing all of x once gives
+  // each job exactly the codes matmul() would compute for its rows alone.
+  const QuantizedActs all = quantize_acts(w0.isa(), act_kind(w0.type()), x, n_x_rows, n_cols, pool);
+  // Job i owns tasks [first[i], first[i + 1]); kept per thread, grown once.
+  thread_local std::vector<int64_t> first;
+  thread_local std::vector<TileGrid> grids;
+  first.assign(jobs.size() + 1, 0);
+  grids.resize(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    grids[i] = TileGrid(*jobs[i].w, std::max<int64_t>(jobs[i].n_tokens, 1));
+    const bool empty = jobs[i].n_tokens == 0 || jobs[i].w->n_rows() == 0;
+    first[i + 1] = first[i] + (empty ? 0 : grids[i].n_tasks);
+  }
+  auto view = [&](const GroupedMatmul& j) {
+    QuantizedActs a = all;
+    const int64_t r = j.row0;
+    a.n_tokens = j.n_tokens;
+    a.q += r * n_cols;
+    a.d += r * (n_cols / all.d_per);
+    a.sum32 += r * (n_cols / 32);
+    if (a.dsum32) a.dsum32 += r * (n_cols / 32);
+    if (a.neg8_dsum32) a.neg8_dsum32 += r * (n_cols / 32);
+    if (a.sum16) a.sum16 += r * (n_cols / 16);
+    return a;
+  };
+  const int64_t* fp = first.data();
+  const TileGrid* gp = grids.data();
+  const size_t n_jobs = jobs.size();
+  pool.parallel_for(fp[n_jobs], [&](int64_t task, int) {
+    const size_t i = static_cast<size_t>(std::upper_bound(fp, fp + n_jobs + 1, task) - fp) - 1;
+    const GroupedMatmul& j = jobs[i];
+    run_quant_tile(*j.w, view(j), gp[i].tile(*j.w, j.n_tokens, task - fp[i]), j.y);
+  });
+}
+
 void matmul_reference(GgmlType type, int64_t n_rows, int64_t n_cols, const uint8_t* data,
                       const float* x, int64_t n_tokens, float* y) {
   const size_t rb = pagoda::row_bytes(type, n_cols);

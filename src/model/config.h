@@ -33,11 +33,14 @@ struct ModelConfig {
   float rope_scaling_factor = 1.0f;
   int64_t rope_orig_ctx = 0;   // rope.scaling.original_context_length (YaRN)
   float rope_attn_factor = 1.0f;
-  // Declared by the file, not applied yet (no row reads them): the attention
-  // window in tokens (0: none) and the expert counts of mixture-of-experts rows.
+  // Declared by the file, not applied yet (no row reads it): the attention
+  // window in tokens (0: none).
   int64_t sliding_window = 0;
+  // Mixture of experts (rows with has_experts(); 0 otherwise): experts per layer,
+  // experts each token uses (1 <= n_expert_used <= n_expert), one expert's FFN width.
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
+  int64_t expert_ffn_dim = 0;
 
   // The architecture's row: norms, activation, RoPE kind, biases, tensor names.
   const ArchInfo& info() const { return arch_info(arch); }
