@@ -156,7 +156,10 @@ std::vector<ArchInfo> build_table() {
     r.rope = RopeKind::Neox;
     r.rope_scalings = kAllScalings;
     r.qk_norm = true;
-    r.moe = {.router = RouterKind::SoftmaxTopKRenormalized, .expert_ffn_key = true};
+    r.moe = {.router = RouterKind::SoftmaxTopKRenormalized,
+             .expert_ffn_key = true,
+             .hf_expert_count_key = "num_experts",
+             .hf_expert_ffn_key = "moe_intermediate_size"};
     r.tensors = concat(global_tensors(),
                        with_experts(llama_block({.qk_norm = true}), "mlp.gate.weight", "mlp.experts.*.gate_proj.weight",
                                     "mlp.experts.*.up_proj.weight", "mlp.experts.*.down_proj.weight"));
@@ -174,7 +177,10 @@ std::vector<ArchInfo> build_table() {
     r.rope = RopeKind::Normal;
     r.rope_scalings = kAllScalings;
     r.permute_qk = true;
-    r.moe = {.router = RouterKind::SoftmaxTopKRenormalized, .expert_ffn_key = false};
+    r.moe = {.router = RouterKind::SoftmaxTopKRenormalized,
+             .expert_ffn_key = false,
+             .hf_expert_count_key = "num_local_experts",
+             .hf_expert_ffn_key = ""};
     r.tensors = concat(global_tensors(), with_experts(llama_block({.permute_qk = true}), "block_sparse_moe.gate.weight",
                                                       "block_sparse_moe.experts.*.w1.weight",
                                                       "block_sparse_moe.experts.*.w3.weight",

@@ -84,6 +84,10 @@ struct MoeSpec {
   // The expert FFN width comes from {arch}.expert_feed_forward_length (qwen3moe)
   // rather than feed_forward_length (mixtral: llama's key, the expert width).
   bool expert_ffn_key = false;
+  // config.json keys: the expert count (qwen3_moe num_experts, mixtral
+  // num_local_experts) and one expert's FFN width ("" : intermediate_size is it).
+  std::string_view hf_expert_count_key{};
+  std::string_view hf_expert_ffn_key{};
 };
 
 // A symbolic tensor extent, resolved by resolve_shape() against a ModelConfig.

@@ -15,7 +15,7 @@
 namespace pagoda::test {
 
 struct HfSpec {
-  std::string model_type = "llama";  // llama | mistral | qwen2 | qwen3 | phi3
+  std::string model_type = "llama";  // llama | mistral | qwen2 | qwen3 | phi3 | qwen3_moe | mixtral
   int64_t dim = 32, n_layers = 2, n_heads = 4, n_kv_heads = 2, head_dim = 0, ffn = 48;
   int64_t vocab = 0;                 // 0: the tokenizer's size
   GgmlType dtype = GgmlType::F32;    // F32, F16 or BF16
@@ -25,6 +25,10 @@ struct HfSpec {
   std::string rope = "none";         // none | llama3 | linear | yarn | longrope (phi3)
   double partial_rotary = 0;         // > 0: config.json partial_rotary_factor (Phi-4-mini: 0.75)
   uint64_t seed = 7;
+  // qwen3_moe / mixtral: experts per layer, used per token, and (qwen3_moe) one
+  // expert's width moe_intermediate_size (mixtral's is ffn).
+  int64_t n_expert = 4, n_expert_used = 2, moe_ffn = 32;
+  bool moe() const { return model_type == "qwen3_moe" || model_type == "mixtral"; }
 };
 
 inline std::string shared_models() { return std::string(PAGODA_SHARED_DIR) + "/models/"; }
@@ -83,12 +87,27 @@ inline std::vector<HfTensor> hf_tensors(const HfSpec& s, int64_t vocab) {
       vec(p + "self_attn.k_proj.bias", kv_dim, false);
       vec(p + "self_attn.v_proj.bias", kv_dim, false);
     }
-    if (s.model_type == "qwen3") {
+    if (s.model_type == "qwen3" || s.model_type == "qwen3_moe") {
       vec(p + "self_attn.q_norm.weight", hd, true);
       vec(p + "self_attn.k_norm.weight", hd, true);
     }
     mat(p + "self_attn.o_proj.weight", s.dim, q_dim, 1.0f / std::sqrt(static_cast<float>(q_dim)));
     vec(p + "post_attention_layernorm.weight", s.dim, true);
+    if (s.moe()) {
+      // HF names per model: qwen3_moe mlp.gate + mlp.experts.E.{gate,up,down}_proj;
+      // mixtral block_sparse_moe.gate + block_sparse_moe.experts.E.w1 (gate) / w3 (up) / w2 (down).
+      const bool q = s.model_type == "qwen3_moe";
+      const int64_t f = q ? s.moe_ffn : s.ffn;
+      const std::string m = p + (q ? "mlp." : "block_sparse_moe.");
+      mat(m + "gate.weight", s.n_expert, s.dim, 2.0f * s_dim);
+      for (int64_t e = 0; e < s.n_expert; ++e) {
+        const std::string x = m + "experts." + std::to_string(e) + ".";
+        mat(x + (q ? "gate_proj.weight" : "w1.weight"), f, s.dim, s_dim);
+        mat(x + (q ? "up_proj.weight" : "w3.weight"), f, s.dim, s_dim);
+        mat(x + (q ? "down_proj.weight" : "w2.weight"), s.dim, f, 1.0f / std::sqrt(static_cast<float>(f)));
+      }
+      continue;
+    }
     if (s.model_type == "phi3") {
       mat(p + "mlp.gate_up_proj.weight", 2 * s.ffn, s.dim, s_dim);
     } else {
@@ -123,6 +142,15 @@ inline nlohmann::json hf_config(const HfSpec& s, int64_t vocab) {
                       {"eos_token_id", 2},
                       {"torch_dtype", s.dtype == GgmlType::F32 ? "float32" : "bfloat16"}};
   if (s.head_dim) c["head_dim"] = s.head_dim;
+  if (s.model_type == "qwen3_moe") {
+    c["num_experts"] = s.n_expert;
+    c["moe_intermediate_size"] = s.moe_ffn;
+    c["norm_topk_prob"] = true;
+    c["decoder_sparse_step"] = 1;
+    c["mlp_only_layers"] = nlohmann::json::array();
+  }
+  if (s.model_type == "mixtral") c["num_local_experts"] = s.n_expert;
+  if (s.moe()) c["num_experts_per_tok"] = s.n_expert_used;
   if (s.rope == "llama3")
     c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 1024}};

@@ -86,6 +86,8 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.arch_name, b.arch_name);
   EXPECT_EQ(a.sliding_window, b.sliding_window);
   EXPECT_EQ(a.n_expert, b.n_expert);
+  EXPECT_EQ(a.n_expert_used, b.n_expert_used);
+  EXPECT_EQ(a.expert_ffn_dim, b.expert_ffn_dim);
 }
 
 TEST_P(HfModel, DirectoryAndConvertedGgufGiveIdenticalLogitsTokensAndText) {
@@ -185,7 +187,11 @@ INSTANTIATE_TEST_SUITE_P(
                       spec("qwen3", GgmlType::BF16, true, "qwen3-tokenizer", "none", 16),
                       spec("phi3", GgmlType::F32, false, "mistral-7b-v0.1-tokenizer", "longrope"),
                       spec("phi3", GgmlType::BF16, false, "mistral-7b-v0.1-tokenizer", "none"),
-                      phi4_mini_like()),
+                      phi4_mini_like(),
+                      spec("qwen3_moe", GgmlType::F32, false, "qwen3-tokenizer", "none", 16),
+                      spec("qwen3_moe", GgmlType::BF16, false, "qwen3-tokenizer", "yarn", 16),
+                      spec("mixtral", GgmlType::F32, false, "mistral-7b-v0.1-tokenizer"),
+                      spec("mixtral", GgmlType::BF16, true, "mistral-7b-v0.1-tokenizer")),
     [](const auto& info) {
       const test::HfSpec& s = info.param;
       return s.model_type + "_" + type_name(s.dtype) + (s.tied ? "_tied" : "_untied") + "_" +
