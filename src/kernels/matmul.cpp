@@ -446,7 +446,27 @@ int64_t tile_rows(const WeightMatrix& w) {
 }  // namespace
 
 size_t WeightMatrix::stream_bytes() const {
-  return owned_.empty() ? static_cast<size_t>(n_rows_) * row_bytes_ : owned_.size();
+  return packed_ == nullptr ? static_cast<size_t>(n_rows_) * row_bytes_ : packed_bytes_;
+}
+
+WeightMatrix WeightMatrix::row_slice(int64_t row0, int64_t n_rows) const {
+  PAGODA_CHECK(row0 >= 0 && n_rows >= 0 && row0 + n_rows <= n_rows_ && row0 % kSliceRowAlign == 0,
+               "WeightMatrix::row_slice: rows [" + std::to_string(row0) + ", " + std::to_string(row0 + n_rows) +
+                   ") outside the matrix or not aligned to " + std::to_string(kSliceRowAlign));
+  WeightMatrix m;
+  m.type_ = type_;
+  m.n_rows_ = n_rows;
+  m.n_cols_ = n_cols_;
+  m.row_bytes_ = row_bytes_;
+  m.isa_ = isa_;
+  m.data_ = data_ + static_cast<size_t>(row0) * row_bytes_;
+  if (packed_ != nullptr) {
+    const int lanes = packed_lanes(isa_);
+    const size_t group_bytes = static_cast<size_t>(n_cols_ / unit_cols(type_)) * packed_unit_bytes(type_, lanes);
+    m.packed_ = packed_ + static_cast<size_t>(row0 / lanes) * group_bytes;
+    m.packed_bytes_ = static_cast<size_t>((n_rows + lanes - 1) / lanes) * group_bytes;
+  }
+  return m;
 }
 
 // Repacking costs one pass over the weights at load, split over all CPUs for
@@ -480,6 +500,8 @@ WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols
   const int64_t n_units = n_cols / unit_cols(type);
   const size_t unit_bytes = packed_unit_bytes(type, lanes);
   m.owned_ = HugePageBuffer(static_cast<size_t>(n_groups * n_units) * unit_bytes);  // zeroed
+  m.packed_ = m.owned_.data();
+  m.packed_bytes_ = m.owned_.size();
   uint8_t* out = m.owned_.data();
   auto pack_groups = [&](int64_t g0, int64_t g1) {
     UnitCodes u;

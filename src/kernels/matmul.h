@@ -53,7 +53,16 @@ class WeightMatrix {
   size_t stream_bytes() const;
   // Bytes this object itself owns (repacked copies), 0 when it only views the file.
   size_t owned_bytes() const { return owned_.size(); }
-  const uint8_t* packed() const { return owned_.empty() ? nullptr : owned_.data(); }
+  const uint8_t* packed() const { return packed_; }
+
+  // Rows [row0, row0 + n_rows) as a matrix of their own that shares this one's
+  // bytes (GGUF and repacked: nothing is copied) — one expert of a stacked
+  // [n_expert * rows, cols] MoE tensor, repacked once as a whole, so the experts
+  // sit in one huge-page buffer instead of n_expert heap blocks under 2 MiB.
+  // This matrix must outlive the slice (moving it keeps the bytes in place).
+  // Requires: row0 % kSliceRowAlign == 0, 0 <= n_rows, row0 + n_rows <= n_rows().
+  WeightMatrix row_slice(int64_t row0, int64_t n_rows) const;
+  static constexpr int64_t kSliceRowAlign = 16;  // the widest packed row group (AVX-512)
 
  private:
   GgmlType type_ = GgmlType::F32;
@@ -63,6 +72,8 @@ class WeightMatrix {
   const uint8_t* data_ = nullptr;
   Isa isa_ = Isa::Scalar;
   HugePageBuffer owned_;
+  const uint8_t* packed_ = nullptr;  // owned_.data(), or a parent's (row_slice); null: GGUF layout
+  size_t packed_bytes_ = 0;
 };
 
 // y[n_tokens, n_rows] = x[n_tokens, n_cols] · Wᵀ. Requires: x and y do not alias.
