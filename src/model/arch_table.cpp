@@ -2,6 +2,8 @@
 // constants (MODEL_TENSOR names) and convert_hf_to_gguf.py's HF -> GGUF map.
 #include "model/arch_table.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "model/config.h"
 
@@ -185,6 +187,31 @@ std::vector<ArchInfo> build_table() {
                                                       "block_sparse_moe.experts.*.w1.weight",
                                                       "block_sparse_moe.experts.*.w3.weight",
                                                       "block_sparse_moe.experts.*.w2.weight"));
+    rows.push_back(std::move(r));
+  }
+  {
+    // OLMoE (OLMoE-1B-7B): a llama block with RMSNorm over the whole q and k
+    // projections (HF q_norm [hidden], k_norm [kv dim]; llama.cpp's olmoe graph
+    // norms Qcur/Kcur before the head reshape), NeoX RoPE, 64 experts of which 8
+    // are used, top-k weights NOT renormalised (norm_topk_prob false, as
+    // llama.cpp's olmoe graph fixes it).
+    ArchInfo r{.arch = Arch::Olmoe, .gguf_name = "olmoe"};
+    r.hf_model_types = {"olmoe"};
+    r.hf_architectures = {"OlmoeForCausalLM"};
+    r.rope = RopeKind::Neox;
+    r.rope_scalings = kAllScalings;
+    r.qk_norm_full = true;
+    r.moe = {.router = RouterKind::SoftmaxTopK,
+             .expert_ffn_key = false,
+             .hf_expert_count_key = "num_experts",
+             .hf_expert_ffn_key = ""};
+    std::vector<TensorSpec> block = llama_block({});
+    auto out = std::find_if(block.begin(), block.end(), [](const TensorSpec& t) { return t.role == Role::AttnOut; });
+    block.insert(out, {{Role::AttnQNorm, "attn_q_norm.weight", "self_attn.q_norm.weight", true, {E::QDim}, K::Norm},
+                       {Role::AttnKNorm, "attn_k_norm.weight", "self_attn.k_norm.weight", true, {E::KvDim}, K::Norm}});
+    r.tensors = concat(global_tensors(),
+                       with_experts(std::move(block), "mlp.gate.weight", "mlp.experts.*.gate_proj.weight",
+                                    "mlp.experts.*.up_proj.weight", "mlp.experts.*.down_proj.weight"));
     rows.push_back(std::move(r));
   }
   return rows;

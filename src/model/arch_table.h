@@ -35,7 +35,7 @@ struct ModelConfig;
 
 // Mixtral is GGUF architecture `llama` with experts: a row of its own (HF names,
 // tensors) that find_arch_by_gguf picks for a `llama` file with llama.expert_count.
-enum class Arch { Llama, Qwen2, Qwen3, Phi3, Qwen3Moe, Mixtral };
+enum class Arch { Llama, Qwen2, Qwen3, Phi3, Qwen3Moe, Mixtral, Olmoe };
 
 // RoPE context-extension scaling a model may declare (GGUF rope.scaling.type,
 // HF rope_scaling.type). Llama 3's scaling is carried by rope_freqs.weight and
@@ -164,6 +164,8 @@ struct ArchInfo {
   RopeKind rope = RopeKind::Normal;
   std::vector<RopeScalingType> rope_scalings{};     // accepted rope.scaling types (None always)
   bool qk_norm = false;       // RMSNorm over head_dim of every q and k head, before RoPE
+  bool qk_norm_full = false;  // RMSNorm over all of q (q_dim) and of k (kv_dim), before the
+                              // head split and RoPE (OLMoE); excludes qk_norm
   bool qkv_bias = false;      // q/k/v projections carry biases
   bool permute_qk = false;    // HF->GGUF permutes Q/K rows into GGML's RoPE pair order
   bool tied_allowed = true;   // output.weight may be absent (reads token_embd.weight)

@@ -184,11 +184,14 @@ void parse_experts(const JsonConfig& cfg, const ArchInfo& row, const HfModelDir&
                 " (dense layers between expert layers) is not supported");
   if (auto it = j.find("mlp_only_layers"); it != j.end() && it->is_array() && !it->empty())
     throw Error(cfg.path() + ": mlp_only_layers (dense layers among expert layers) is not supported");
-  if (row.arch == Arch::Qwen3Moe) {
-    auto it = j.find("norm_topk_prob");
-    if (it == j.end() || !it->is_boolean() || !it->get<bool>())
-      throw Error(cfg.path() + ": " + d.model_type + " needs norm_topk_prob = true (renormalised top-k weights, "
-                  "as Qwen3-MoE checkpoints and llama.cpp's qwen3moe have it)");
+  // The row fixes renormalisation (as llama.cpp's graphs do); config.json must agree.
+  const bool renorm = row.moe.router == RouterKind::SoftmaxTopKRenormalized;
+  if (auto it = j.find("norm_topk_prob"); (it != j.end() && it->is_boolean()) || row.arch == Arch::Qwen3Moe) {
+    const bool given = it != j.end() && it->is_boolean() && it->get<bool>();
+    if (given != renorm)
+      throw Error(cfg.path() + ": " + d.model_type + " needs norm_topk_prob = " + (renorm ? "true" : "false") +
+                  " (" + (renorm ? "renormalised" : "unrenormalised") + " top-k weights, as its checkpoints and " +
+                  "llama.cpp's " + std::string(row.gguf_name) + " graph have it)");
   }
 }
 

@@ -13,8 +13,8 @@ namespace pagoda {
 struct Model::Layer {
   std::vector<float> attn_norm;  // [dim]
   std::vector<float> ffn_norm;   // [dim]
-  std::vector<float> q_norm;     // [head_dim] (qwen3)
-  std::vector<float> k_norm;     // [head_dim] (qwen3)
+  std::vector<float> q_norm;     // [head_dim] (qwen3), [q_dim] (olmoe: qk_norm_full)
+  std::vector<float> k_norm;     // [head_dim] (qwen3), [kv_dim] (olmoe)
   std::vector<float> bq, bk, bv; // [q_dim], [kv_dim], [kv_dim] (qwen2)
   WeightMatrix wq;      // [q_dim, dim]
   WeightMatrix wk;      // [kv_dim, dim]
@@ -242,6 +242,9 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
     if (row.qk_norm) {
       L->q_norm = ld.vector(name(Role::AttnQNorm, i), c.head_dim);
       L->k_norm = ld.vector(name(Role::AttnKNorm, i), c.head_dim);
+    } else if (row.qk_norm_full) {
+      L->q_norm = ld.vector(name(Role::AttnQNorm, i), c.q_dim());
+      L->k_norm = ld.vector(name(Role::AttnKNorm, i), c.kv_dim());
     }
     if (row.qkv_bias) {
       L->bq = ld.vector(name(Role::AttnQBias, i), c.q_dim());
@@ -508,6 +511,10 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
           add_inplace(qt, L.bq.data(), q_dim);
           add_inplace(kt, L.bk.data(), kv_dim);
           add_inplace(vt, L.bv.data(), kv_dim);
+        }
+        if (row.qk_norm_full) {
+          rms_norm(qt, L.q_norm.data(), qt, q_dim, c.rms_eps);
+          rms_norm(kt, L.k_norm.data(), kt, kv_dim, c.rms_eps);
         }
         if (row.qk_norm) {
           for (int64_t h = 0; h < c.n_heads; ++h) rms_norm(qt + h * hd, L.q_norm.data(), qt + h * hd, hd, c.rms_eps);

@@ -15,7 +15,7 @@
 namespace pagoda::test {
 
 struct HfSpec {
-  std::string model_type = "llama";  // llama | mistral | qwen2 | qwen3 | phi3 | qwen3_moe | mixtral
+  std::string model_type = "llama";  // llama | mistral | qwen2 | qwen3 | phi3 | qwen3_moe | mixtral | olmoe
   int64_t dim = 32, n_layers = 2, n_heads = 4, n_kv_heads = 2, head_dim = 0, ffn = 48;
   int64_t vocab = 0;                 // 0: the tokenizer's size
   GgmlType dtype = GgmlType::F32;    // F32, F16 or BF16
@@ -28,7 +28,7 @@ struct HfSpec {
   // qwen3_moe / mixtral: experts per layer, used per token, and (qwen3_moe) one
   // expert's width moe_intermediate_size (mixtral's is ffn).
   int64_t n_expert = 4, n_expert_used = 2, moe_ffn = 32;
-  bool moe() const { return model_type == "qwen3_moe" || model_type == "mixtral"; }
+  bool moe() const { return model_type == "qwen3_moe" || model_type == "mixtral" || model_type == "olmoe"; }
 };
 
 inline std::string shared_models() { return std::string(PAGODA_SHARED_DIR) + "/models/"; }
@@ -91,13 +91,18 @@ inline std::vector<HfTensor> hf_tensors(const HfSpec& s, int64_t vocab) {
       vec(p + "self_attn.q_norm.weight", hd, true);
       vec(p + "self_attn.k_norm.weight", hd, true);
     }
+    if (s.model_type == "olmoe") {  // over the whole projection
+      vec(p + "self_attn.q_norm.weight", q_dim, true);
+      vec(p + "self_attn.k_norm.weight", kv_dim, true);
+    }
     mat(p + "self_attn.o_proj.weight", s.dim, q_dim, 1.0f / std::sqrt(static_cast<float>(q_dim)));
     vec(p + "post_attention_layernorm.weight", s.dim, true);
     if (s.moe()) {
       // HF names per model: qwen3_moe mlp.gate + mlp.experts.E.{gate,up,down}_proj;
-      // mixtral block_sparse_moe.gate + block_sparse_moe.experts.E.w1 (gate) / w3 (up) / w2 (down).
-      const bool q = s.model_type == "qwen3_moe";
-      const int64_t f = q ? s.moe_ffn : s.ffn;
+      // mixtral block_sparse_moe.gate + block_sparse_moe.experts.E.w1 (gate) / w3 (up) / w2 (down);
+      // olmoe as qwen3_moe, its expert width intermediate_size.
+      const bool q = s.model_type != "mixtral";
+      const int64_t f = s.model_type == "qwen3_moe" ? s.moe_ffn : s.ffn;
       const std::string m = p + (q ? "mlp." : "block_sparse_moe.");
       mat(m + "gate.weight", s.n_expert, s.dim, 2.0f * s_dim);
       for (int64_t e = 0; e < s.n_expert; ++e) {
@@ -150,6 +155,10 @@ inline nlohmann::json hf_config(const HfSpec& s, int64_t vocab) {
     c["mlp_only_layers"] = nlohmann::json::array();
   }
   if (s.model_type == "mixtral") c["num_local_experts"] = s.n_expert;
+  if (s.model_type == "olmoe") {
+    c["num_experts"] = s.n_expert;
+    c["norm_topk_prob"] = false;
+  }
   if (s.moe()) c["num_experts_per_tok"] = s.n_expert_used;
   if (s.rope == "llama3")
     c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},

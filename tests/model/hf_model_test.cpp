@@ -191,7 +191,8 @@ INSTANTIATE_TEST_SUITE_P(
                       spec("qwen3_moe", GgmlType::F32, false, "qwen3-tokenizer", "none", 16),
                       spec("qwen3_moe", GgmlType::BF16, false, "qwen3-tokenizer", "yarn", 16),
                       spec("mixtral", GgmlType::F32, false, "mistral-7b-v0.1-tokenizer"),
-                      spec("mixtral", GgmlType::BF16, true, "mistral-7b-v0.1-tokenizer")),
+                      spec("mixtral", GgmlType::BF16, true, "mistral-7b-v0.1-tokenizer"),
+                      spec("olmoe", GgmlType::BF16, false, "qwen3-tokenizer")),
     [](const auto& info) {
       const test::HfSpec& s = info.param;
       return s.model_type + "_" + type_name(s.dtype) + (s.tied ? "_tied" : "_untied") + "_" +

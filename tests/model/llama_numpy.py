@@ -2,7 +2,7 @@
 C++ forward pass is checked against (tests/model/numpy_reference_test.py).
 
 Architectures: `llama` (with experts: Mixtral), `qwen2`, `qwen3`, `phi3`,
-`qwen3moe`, read from GGUF metadata.
+`qwen3moe`, `olmoe`, read from GGUF metadata.
 Written from the model definitions (llama.cpp's llama/qwen2/qwen3/phi3 graphs,
 Meta's, Qwen's and Microsoft's reference models in transformers), sharing no
 code with pagoda.
@@ -48,11 +48,12 @@ Conventions (each is a place where an implementation can silently go wrong):
 
 import numpy as np
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "phi3", "qwen3moe")
-NEOX_ROPE_ARCHS = ("qwen2", "qwen3", "phi3", "qwen3moe")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "phi3", "qwen3moe", "olmoe")
+NEOX_ROPE_ARCHS = ("qwen2", "qwen3", "phi3", "qwen3moe", "olmoe")
 # Mixture-of-experts architectures whose top-k routing weights are renormalised to
 # sum 1: Qwen3-MoE (norm_topk_prob, as llama.cpp's qwen3moe graph), Mixtral (GGUF
 # `llama` with expert_count; HF softmaxes then renormalises the top k).
+# OLMoE keeps the top-k softmax weights as they are (norm_topk_prob false).
 RENORMALIZED_TOPK_ARCHS = ("qwen3moe", "llama")
 
 
@@ -88,8 +89,8 @@ class LlamaConfig:
         self.n_expert = int(key("expert_count", 0))
         self.n_expert_used = int(key("expert_used_count", 0))
         self.n_ff_exp = int(key("expert_feed_forward_length", self.n_ff))
-        if arch == "qwen3moe" and self.n_expert == 0:
-            raise ValueError("qwen3moe without expert_count")
+        if arch in ("qwen3moe", "olmoe") and self.n_expert == 0:
+            raise ValueError("%s without expert_count" % arch)
         if self.n_expert and not 1 <= self.n_expert_used <= self.n_expert:
             raise ValueError("expert_used_count %d not in [1, %d]" % (self.n_expert_used, self.n_expert))
         self.rms_eps = float(key("attention.layer_norm_rms_epsilon", required=True))
@@ -255,8 +256,9 @@ class LlamaModel:
                 "bq": weight(p + "attn_q.bias", (H * D,), optional=True),
                 "bk": weight(p + "attn_k.bias", (KV * D,), optional=True),
                 "bv": weight(p + "attn_v.bias", (KV * D,), optional=True),
-                "q_norm": weight(p + "attn_q_norm.weight", (D,), optional=True),
-                "k_norm": weight(p + "attn_k_norm.weight", (D,), optional=True),
+                # OLMoE: q/k norms over the whole projection ([H*D], [KV*D]), not per head.
+                "q_norm": weight(p + "attn_q_norm.weight", (H * D,) if cfg.arch == "olmoe" else (D,), optional=True),
+                "k_norm": weight(p + "attn_k_norm.weight", (KV * D,) if cfg.arch == "olmoe" else (D,), optional=True),
                 "wo": weight(p + "attn_output.weight", (E, H * D)),
                 "ffn_norm": weight(p + "ffn_norm.weight", (E,)),
                 "w_gate": w_gate,
@@ -292,12 +294,15 @@ class LlamaModel:
                 k = k + L["bk"]
             if L["bv"] is not None:
                 v = v + L["bv"]
+            if cfg.arch == "olmoe":
+                q = rms_norm(q, L["q_norm"], cfg.rms_eps)
+                k = rms_norm(k, L["k_norm"], cfg.rms_eps)
             q = q.reshape(T, H, D)
             k = k.reshape(T, KV, D)
             v = v.reshape(T, KV, D)
-            if L["q_norm"] is not None:
+            if L["q_norm"] is not None and cfg.arch != "olmoe":
                 q = rms_norm(q, L["q_norm"], cfg.rms_eps)
-            if L["k_norm"] is not None:
+            if L["k_norm"] is not None and cfg.arch != "olmoe":
                 k = rms_norm(k, L["k_norm"], cfg.rms_eps)
             q = apply_rope(q, angles, cfg.n_rot, cfg.rope_neox, cfg.rope_attn_factor)
             k = apply_rope(k, angles, cfg.n_rot, cfg.rope_neox, cfg.rope_attn_factor)

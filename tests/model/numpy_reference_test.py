@@ -293,6 +293,17 @@ def build_cases():
     cases.append(Case("mixtral-q8_0-greedy-64-decode", "mixtral", "q8_0", SHAPE, extra=mix,
                       logits_extra=["--one-by-one"], greedy_steps=64,
                       expect=with_checks(expect_arch_and_type("llama", "q8_0"), *mix_has)))
+    # olmoe: q/k norms over the whole projection, top-k weights not renormalised.
+    omoe = ["--experts", "8", "--experts-used", "2"]
+    omoe_has = moe_checks("olmoe", 8, 2, 512) + (
+        ("attn_q_norm [q_dim], attn_k_norm [kv_dim]",
+         lambda g: tuple(g.tensors["blk.0.attn_q_norm.weight"].dims) == (256,)
+         and tuple(g.tensors["blk.0.attn_k_norm.weight"].dims) == (128,)),)
+    cases.append(Case("olmoe-f32", "olmoe", "f32", SHAPE, extra=omoe, tokens=LONG_TOKENS,
+                      expect=with_checks(expect_arch_and_type("olmoe", "f32"), *omoe_has)))
+    cases.append(Case("olmoe-q8_0-greedy-64-decode", "olmoe", "q8_0", SHAPE, extra=omoe,
+                      logits_extra=["--one-by-one"], greedy_steps=64,
+                      expect=with_checks(expect_arch_and_type("olmoe", "q8_0"), *omoe_has)))
     # The decode path: one token per forward call, through the KV cache.
     cases.append(Case("llama-f32-decode", "llama", "f32", SHAPE, logits_extra=["--one-by-one"], expect=llama_f32,
                       tokens=LONG_TOKENS))
