@@ -92,9 +92,10 @@ Runner add_bench_model(CLI::App& app) {
     // passes, what a server holds (with this KV budget).
     const ProcessMemory mem = read_process_memory();
     const double bw = measure_read_bandwidth(pool);
-    // A decode step reads every weight once and, in attention, the K/V of its context
-    // (on average d + n/2 tokens over the run).
-    const size_t weight_bytes = lm.model->weight_bytes();
+    // A decode step reads the weights it uses (every matrix once; of a mixture of experts
+    // only the chosen experts) and, in attention, the K/V of its context (on average
+    // d + n/2 tokens over the run).
+    const size_t weight_bytes = lm.model->decode_step_bytes();
     const size_t kv_step_bytes = static_cast<size_t>(
         static_cast<double>(kv.pool->bytes_per_token()) * (static_cast<double>(d) + o->n_gen / 2.0));
     const size_t step_bytes = weight_bytes + (d > 0 ? kv_step_bytes : 0);
@@ -118,8 +119,11 @@ Runner add_bench_model(CLI::App& app) {
                           {"process_rss_bytes", mem.rss_bytes},
                           {"process_rss_anon_bytes", mem.anon_bytes},
                           {"process_rss_file_bytes", mem.file_bytes},
+                          {"weight_bytes", lm.model->weight_bytes()},
                           {"decode_step_bytes", step_bytes},
                           {"decode_step_weight_bytes", weight_bytes},
+                          {"n_expert", c.n_expert},
+                          {"n_expert_used", c.n_expert_used},
                           {"read_bandwidth_bytes_per_s", bw},
                           {"decode_roofline_tokens_per_s", roofline},
                           {"decode_roofline_fraction", roofline > 0 ? tg / roofline : 0.0},
@@ -135,6 +139,12 @@ Runner add_bench_model(CLI::App& app) {
                 o->model.c_str(), c.summary().c_str(), lm.model->file_tensor_bytes() / 1048576.0,
                 step_bytes / 1048576.0, d > 0 ? " (weights and K/V)" : "", threads, cpu_features_string().c_str());
     if (d > 0) std::printf("  at a context depth of %lld tokens\n", static_cast<long long>(d));
+    if (c.n_expert > 0)
+      std::printf("  mixture of experts: %lld of %lld experts a token; a decode step reads %.1f%% of the %.1f MiB "
+                  "of weights (attention, router, %lld experts' FFN, output, one embedding row)\n",
+                  static_cast<long long>(c.n_expert_used), static_cast<long long>(c.n_expert),
+                  100.0 * static_cast<double>(weight_bytes) / static_cast<double>(lm.model->weight_bytes()),
+                  lm.model->weight_bytes() / 1048576.0, static_cast<long long>(c.n_expert_used));
     // The spread is printed beside the median: on a shared machine runs vary by 10-30%.
     auto range = [](const std::vector<double>& v) {
       char buf[64];

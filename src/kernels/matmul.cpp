@@ -612,7 +612,27 @@ int64_t tile_rows(const WeightMatrix& w) {
 }  // namespace
 
 size_t WeightMatrix::stream_bytes() const {
-  return owned_.empty() ? static_cast<size_t>(n_rows_) * row_bytes_ : owned_.size();
+  return packed_ == nullptr ? static_cast<size_t>(n_rows_) * row_bytes_ : packed_bytes_;
+}
+
+WeightMatrix WeightMatrix::row_slice(int64_t row0, int64_t n_rows) const {
+  PAGODA_CHECK(row0 >= 0 && n_rows >= 0 && row0 + n_rows <= n_rows_ && row0 % kSliceRowAlign == 0,
+               "WeightMatrix::row_slice: rows [" + std::to_string(row0) + ", " + std::to_string(row0 + n_rows) +
+                   ") outside the matrix or not aligned to " + std::to_string(kSliceRowAlign));
+  WeightMatrix m;
+  m.type_ = type_;
+  m.n_rows_ = n_rows;
+  m.n_cols_ = n_cols_;
+  m.row_bytes_ = row_bytes_;
+  m.isa_ = isa_;
+  m.data_ = data_ + static_cast<size_t>(row0) * row_bytes_;
+  if (packed_ != nullptr) {
+    const int lanes = packed_lanes(isa_);
+    const size_t group_bytes = static_cast<size_t>(n_cols_ / unit_cols(type_)) * packed_unit_bytes(type_, lanes);
+    m.packed_ = packed_ + static_cast<size_t>(row0 / lanes) * group_bytes;
+    m.packed_bytes_ = static_cast<size_t>((n_rows + lanes - 1) / lanes) * group_bytes;
+  }
+  return m;
 }
 
 // Repacking costs one pass over the weights at load, split over all CPUs for
@@ -647,6 +667,8 @@ WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols
   const int64_t n_units = n_cols / unit_cols(type);
   const size_t unit_bytes = packed_unit_bytes(type, lanes);
   m.owned_ = HugePageBuffer(static_cast<size_t>(n_groups * n_units) * unit_bytes);  // zeroed
+  m.packed_ = m.owned_.data();
+  m.packed_bytes_ = m.owned_.size();
   uint8_t* out = m.owned_.data();
   auto pack_groups = [&](int64_t g0, int64_t g1) {
     UnitCodes u;
@@ -765,6 +787,57 @@ void matmul_multi(std::span<const MatmulTarget> targets, const float* x, int64_t
     while (task >= first[i + 1]) ++i;
     const WeightMatrix& w = *targets[i].w;
     run_quant_tile(w, a, grids[i].tile(w, n_tokens, task - first[i]), targets[i].y);
+  });
+}
+
+void matmul_grouped(std::span<const GroupedMatmul> jobs, const float* x, int64_t n_x_rows, ThreadPool& pool) {
+  if (jobs.empty() || n_x_rows <= 0) return;
+  const WeightMatrix& w0 = *jobs[0].w;
+  const int64_t n_cols = w0.n_cols();
+  bool shared = !is_float_type(w0.type());
+  for (const GroupedMatmul& j : jobs) {
+    PAGODA_CHECK(j.w->n_cols() == n_cols, "matmul_grouped: jobs differ in n_cols");
+    PAGODA_CHECK(j.row0 >= 0 && j.n_tokens >= 0 && j.row0 + j.n_tokens <= n_x_rows,
+                 "matmul_grouped: job rows outside x");
+    shared = shared && !is_float_type(j.w->type()) && j.w->isa() == w0.isa() &&
+             act_kind(j.w->type()) == act_kind(w0.type());
+  }
+  if (!shared) {
+    for (const GroupedMatmul& j : jobs) matmul(*j.w, x + j.row0 * n_cols, j.n_tokens, j.y, pool);
+    return;
+  }
+  // Activations are quantized row by row, so quantizing all of x once gives
+  // each job exactly the codes matmul() would compute for its rows alone.
+  const QuantizedActs all = quantize_acts(w0.isa(), act_kind(w0.type()), x, n_x_rows, n_cols, pool);
+  // Job i owns tasks [first[i], first[i + 1]); kept per thread, grown once.
+  thread_local std::vector<int64_t> first;
+  thread_local std::vector<TileGrid> grids;
+  first.assign(jobs.size() + 1, 0);
+  grids.resize(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    grids[i] = TileGrid(*jobs[i].w, std::max<int64_t>(jobs[i].n_tokens, 1));
+    const bool empty = jobs[i].n_tokens == 0 || jobs[i].w->n_rows() == 0;
+    first[i + 1] = first[i] + (empty ? 0 : grids[i].n_tasks);
+  }
+  auto view = [&](const GroupedMatmul& j) {
+    QuantizedActs a = all;
+    const int64_t r = j.row0;
+    a.n_tokens = j.n_tokens;
+    a.q += r * n_cols;
+    a.d += r * (n_cols / all.d_per);
+    a.sum32 += r * (n_cols / 32);
+    if (a.dsum32) a.dsum32 += r * (n_cols / 32);
+    if (a.neg8_dsum32) a.neg8_dsum32 += r * (n_cols / 32);
+    if (a.sum16) a.sum16 += r * (n_cols / 16);
+    return a;
+  };
+  const int64_t* fp = first.data();
+  const TileGrid* gp = grids.data();
+  const size_t n_jobs = jobs.size();
+  pool.parallel_for(fp[n_jobs], [&](int64_t task, int) {
+    const size_t i = static_cast<size_t>(std::upper_bound(fp, fp + n_jobs + 1, task) - fp) - 1;
+    const GroupedMatmul& j = jobs[i];
+    run_quant_tile(*j.w, view(j), gp[i].tile(*j.w, j.n_tokens, task - fp[i]), j.y);
   });
 }
 

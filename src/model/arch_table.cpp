@@ -2,6 +2,8 @@
 // constants (MODEL_TENSOR names) and convert_hf_to_gguf.py's HF -> GGUF map.
 #include "model/arch_table.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "model/config.h"
 
@@ -56,6 +58,22 @@ std::vector<TensorSpec> llama_block(const LayerOptions& o) {
   t.push_back({Role::FfnUp, "ffn_up.weight", "mlp.up_proj.weight", true, {E::Ffn, E::Dim}, K::Matrix});
   t.push_back({Role::FfnDown, "ffn_down.weight", "mlp.down_proj.weight", true, {E::Dim, E::Ffn}, K::Matrix});
   return t;
+}
+
+// A llama block's FFN replaced by a mixture of experts: the router and the three
+// stacked expert tensors, with the row's HF names ('*' = expert index).
+std::vector<TensorSpec> with_experts(std::vector<TensorSpec> block, std::string_view hf_router,
+                                     std::string_view hf_gate, std::string_view hf_up, std::string_view hf_down) {
+  std::erase_if(block, [](const TensorSpec& t) {
+    return t.role == Role::FfnGate || t.role == Role::FfnUp || t.role == Role::FfnDown;
+  });
+  block.push_back({Role::FfnRouter, "ffn_gate_inp.weight", hf_router, true, {E::NExpert, E::Dim}, K::Router});
+  block.push_back({Role::FfnGateExps, "ffn_gate_exps.weight", hf_gate, true, {E::NExpert, E::FfnExp, E::Dim},
+                   K::Experts});
+  block.push_back({Role::FfnUpExps, "ffn_up_exps.weight", hf_up, true, {E::NExpert, E::FfnExp, E::Dim}, K::Experts});
+  block.push_back({Role::FfnDownExps, "ffn_down_exps.weight", hf_down, true, {E::NExpert, E::Dim, E::FfnExp},
+                   K::Experts});
+  return block;
 }
 
 std::vector<TensorSpec> concat(std::vector<TensorSpec> a, const std::vector<TensorSpec>& b) {
@@ -179,6 +197,72 @@ std::vector<ArchInfo> build_table() {
     r.tensors.insert(r.tensors.end(), rest.begin(), rest.end());
     rows.push_back(std::move(r));
   }
+  {
+    // Qwen3-MoE (Qwen3-30B-A3B, 235B-A22B): qwen3's attention, every layer's FFN a
+    // mixture of experts (HF decoder_sparse_step 1, no mlp_only_layers), top-k
+    // weights renormalised (norm_topk_prob, as llama.cpp's qwen3moe graph fixes it).
+    ArchInfo r{.arch = Arch::Qwen3Moe, .gguf_name = "qwen3moe"};
+    r.hf_model_types = {"qwen3_moe"};
+    r.hf_architectures = {"Qwen3MoeForCausalLM"};
+    r.rope = RopeKind::Neox;
+    r.rope_scalings = kAllScalings;
+    r.qk_norm = true;
+    r.moe = {.router = RouterKind::SoftmaxTopKRenormalized,
+             .expert_ffn_key = true,
+             .hf_expert_count_key = "num_experts",
+             .hf_expert_ffn_key = "moe_intermediate_size"};
+    r.tensors = concat(global_tensors(),
+                       with_experts(llama_block({.qk_norm = true}), "mlp.gate.weight", "mlp.experts.*.gate_proj.weight",
+                                    "mlp.experts.*.up_proj.weight", "mlp.experts.*.down_proj.weight"));
+    rows.push_back(std::move(r));
+  }
+  {
+    // Mixtral: a llama with experts. llama.cpp writes general.architecture =
+    // llama with llama.expert_count / expert_used_count and feed_forward_length
+    // = the expert width; HF block_sparse_moe.experts.E.w1 (gate) / w3 (up) /
+    // w2 (down). Its router softmaxes the top-k logits, which equals softmax
+    // then top-k renormalised.
+    ArchInfo r{.arch = Arch::Mixtral, .gguf_name = "llama", .id = "mixtral"};
+    r.hf_model_types = {"mixtral"};
+    r.hf_architectures = {"MixtralForCausalLM"};
+    r.rope = RopeKind::Normal;
+    r.rope_scalings = kAllScalings;
+    r.permute_qk = true;
+    r.moe = {.router = RouterKind::SoftmaxTopKRenormalized,
+             .expert_ffn_key = false,
+             .hf_expert_count_key = "num_local_experts",
+             .hf_expert_ffn_key = ""};
+    r.tensors = concat(global_tensors(), with_experts(llama_block({.permute_qk = true}), "block_sparse_moe.gate.weight",
+                                                      "block_sparse_moe.experts.*.w1.weight",
+                                                      "block_sparse_moe.experts.*.w3.weight",
+                                                      "block_sparse_moe.experts.*.w2.weight"));
+    rows.push_back(std::move(r));
+  }
+  {
+    // OLMoE (OLMoE-1B-7B): a llama block with RMSNorm over the whole q and k
+    // projections (HF q_norm [hidden], k_norm [kv dim]; llama.cpp's olmoe graph
+    // norms Qcur/Kcur before the head reshape), NeoX RoPE, 64 experts of which 8
+    // are used, top-k weights NOT renormalised (norm_topk_prob false, as
+    // llama.cpp's olmoe graph fixes it).
+    ArchInfo r{.arch = Arch::Olmoe, .gguf_name = "olmoe"};
+    r.hf_model_types = {"olmoe"};
+    r.hf_architectures = {"OlmoeForCausalLM"};
+    r.rope = RopeKind::Neox;
+    r.rope_scalings = kAllScalings;
+    r.qk_norm_full = true;
+    r.moe = {.router = RouterKind::SoftmaxTopK,
+             .expert_ffn_key = false,
+             .hf_expert_count_key = "num_experts",
+             .hf_expert_ffn_key = ""};
+    std::vector<TensorSpec> block = llama_block({});
+    auto out = std::find_if(block.begin(), block.end(), [](const TensorSpec& t) { return t.role == Role::AttnOut; });
+    block.insert(out, {{Role::AttnQNorm, "attn_q_norm.weight", "self_attn.q_norm.weight", true, {E::QDim}, K::Norm},
+                       {Role::AttnKNorm, "attn_k_norm.weight", "self_attn.k_norm.weight", true, {E::KvDim}, K::Norm}});
+    r.tensors = concat(global_tensors(),
+                       with_experts(std::move(block), "mlp.gate.weight", "mlp.experts.*.gate_proj.weight",
+                                    "mlp.experts.*.up_proj.weight", "mlp.experts.*.down_proj.weight"));
+    rows.push_back(std::move(r));
+  }
   return rows;
 }
 
@@ -208,9 +292,19 @@ const ArchInfo& arch_info(Arch arch) {
   return arch_table().front();
 }
 
-const ArchInfo* find_arch_by_gguf(std::string_view name) {
+const ArchInfo* find_arch_by_gguf(std::string_view name, bool has_experts) {
+  const ArchInfo* any = nullptr;
+  for (const ArchInfo& r : arch_table()) {
+    if (r.gguf_name != name && !contains(r.gguf_aliases, name)) continue;
+    if (r.has_experts() == has_experts) return &r;
+    if (!any) any = &r;
+  }
+  return any;
+}
+
+const ArchInfo* find_arch_by_name(std::string_view name) {
   for (const ArchInfo& r : arch_table())
-    if (r.gguf_name == name || contains(r.gguf_aliases, name)) return &r;
+    if (r.name() == name) return &r;
   return nullptr;
 }
 
@@ -226,8 +320,9 @@ const ArchInfo* find_arch_by_hf(std::string_view model_type, std::string_view hf
 std::string supported_gguf_arch_names() {
   std::vector<std::string_view> names;
   for (const ArchInfo& r : arch_table()) {
-    names.push_back(r.gguf_name);
-    names.insert(names.end(), r.gguf_aliases.begin(), r.gguf_aliases.end());
+    if (!contains(names, r.gguf_name)) names.push_back(r.gguf_name);
+    for (std::string_view a : r.gguf_aliases)
+      if (!contains(names, a)) names.push_back(a);
   }
   return join_names(names);
 }
@@ -268,9 +363,12 @@ std::string gguf_tensor_name(const TensorSpec& t, int64_t layer) {
   return "blk." + std::to_string(layer) + "." + std::string(t.gguf);
 }
 
-std::string hf_tensor_name(const TensorSpec& t, int64_t layer) {
+std::string hf_tensor_name(const TensorSpec& t, int64_t layer, int64_t expert) {
   if (t.hf.empty() || !t.per_layer) return std::string(t.hf);
-  return "model.layers." + std::to_string(layer) + "." + std::string(t.hf);
+  std::string name(t.hf);
+  if (const size_t star = name.find('*'); star != std::string::npos)
+    name.replace(star, 1, std::to_string(expert));
+  return "model.layers." + std::to_string(layer) + "." + name;
 }
 
 std::vector<int64_t> resolve_shape(const TensorSpec& t, const ModelConfig& c) {
@@ -287,6 +385,8 @@ std::vector<int64_t> resolve_shape(const TensorSpec& t, const ModelConfig& c) {
       case Extent::RotHalf: out.push_back(c.n_rot / 2); break;
       case Extent::QkvDim: out.push_back(c.q_dim() + 2 * c.kv_dim()); break;
       case Extent::GateUpDim: out.push_back(2 * c.ffn_dim); break;
+      case Extent::NExpert: out.push_back(c.n_expert); break;
+      case Extent::FfnExp: out.push_back(c.expert_ffn_dim); break;
     }
   }
   return out;

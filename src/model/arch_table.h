@@ -33,7 +33,9 @@ namespace pagoda {
 
 struct ModelConfig;
 
-enum class Arch { Llama, Qwen2, Qwen3, Phi3, Gemma2, Gemma3 };
+// Mixtral is GGUF architecture `llama` with experts: a row of its own (HF names,
+// tensors) that find_arch_by_gguf picks for a `llama` file with llama.expert_count.
+enum class Arch { Llama, Qwen2, Qwen3, Phi3, Gemma2, Gemma3, Qwen3Moe, Mixtral, Olmoe };
 
 // RoPE context-extension scaling a model may declare (GGUF rope.scaling.type,
 // HF rope_scaling.type). Llama 3's scaling is carried by rope_freqs.weight and
@@ -55,11 +57,13 @@ enum class RopeKind {
   Neox,    // halves (i, i + n_rot/2), as HF's rotate_half, on unpermuted weights
 };
 
-// Mixture-of-experts routing (not read yet).
+// Mixture-of-experts routing: how the router's logits over the n_expert experts
+// become the weights of the k experts a token uses.
 enum class RouterKind {
   None,                    // dense FFN
-  SoftmaxTopK,             // softmax over all experts, keep the top k weights as they are
-  SoftmaxTopKRenormalized, // softmax, top k, weights renormalised to sum 1
+  SoftmaxTopK,             // softmax over all experts, keep the top k weights as they are (OLMoE)
+  SoftmaxTopKRenormalized, // softmax, top k, weights renormalised to sum 1 (Qwen3-MoE
+                           // norm_topk_prob; Mixtral's softmax over the top-k logits is the same)
 };
 
 // Sliding-window attention layout over layers: which layers are local (attend to the
@@ -87,7 +91,14 @@ struct SlidingWindowSpec {
 };
 
 struct MoeSpec {
-  RouterKind router = RouterKind::None;  // None: the row has no experts (not read yet)
+  RouterKind router = RouterKind::None;  // None: the row has no experts
+  // The expert FFN width comes from {arch}.expert_feed_forward_length (qwen3moe)
+  // rather than feed_forward_length (mixtral: llama's key, the expert width).
+  bool expert_ffn_key = false;
+  // config.json keys: the expert count (qwen3_moe num_experts, mixtral
+  // num_local_experts) and one expert's FFN width ("" : intermediate_size is it).
+  std::string_view hf_expert_count_key{};
+  std::string_view hf_expert_ffn_key{};
 };
 
 // A symbolic tensor extent, resolved by resolve_shape() against a ModelConfig.
@@ -101,6 +112,8 @@ enum class Extent {
   RotHalf,    // n_rot / 2
   QkvDim,     // q_dim + 2 * kv_dim (fused Q, K, V rows, in that order)
   GateUpDim,  // 2 * ffn_dim (fused gate then up rows)
+  NExpert,    // n_expert
+  FfnExp,     // expert_ffn_dim (one expert's FFN width)
 };
 
 // What a tensor is for: Model::load and synth look tensors up by role.
@@ -110,6 +123,8 @@ enum class Role {
   AttnPostNorm,  // RMSNorm of the attention output before the residual add (Gemma 2/3)
   FfnNorm, FfnGate, FfnUp, FfnGateUp, FfnDown,
   FfnPostNorm,   // RMSNorm of the FFN output before the residual add (Gemma 2/3)
+  FfnRouter,                          // [n_expert, dim] router logits (ffn_gate_inp)
+  FfnGateExps, FfnUpExps, FfnDownExps, // [n_expert, ffn_exp, dim] / [n_expert, dim, ffn_exp]
 };
 
 // How synth fills a tensor (and how convert stores it: everything but Matrix is 1-D F32).
@@ -118,6 +133,11 @@ enum class TensorKind {
   Norm,        // 1 + small jitter
   Bias,        // small values
   RopeFactors, // computed from the RoPE scaling, never random
+  Router,      // 2-D like Matrix, but always F32 (llama.cpp's converter and quantizer
+               // keep ffn_gate_inp F32: 128 x 2048 is 1 MiB a layer, and routing is
+               // a discrete choice that quantization noise would flip)
+  Experts,     // 3-D [n_expert, rows, cols]: n_expert matrices drawn like Matrix; in HF
+               // directories one 2-D tensor per expert (the hf name's '*' is the index)
 };
 
 enum class Presence {
@@ -135,6 +155,7 @@ struct TensorSpec {
   // Names without the layer prefix for per-layer tensors: GGUF "blk.N." + gguf,
   // HF "model.layers.N." + hf. hf == "" means the tensor is not stored in HF
   // directories: the HF loader computes it from config.json (rope_freqs).
+  // Experts: hf holds one '*', replaced by the expert index.
   std::string_view gguf;
   std::string_view hf;
   bool per_layer;
@@ -147,6 +168,7 @@ struct TensorSpec {
 struct ArchInfo {
   Arch arch;
   std::string_view gguf_name;                     // general.architecture written, metadata key prefix
+  std::string_view id{};                          // synth --arch name when gguf_name is shared ("mixtral")
   std::vector<std::string_view> gguf_aliases{};     // other general.architecture values read as this row
   std::vector<std::string_view> hf_model_types{};   // config.json model_type values
   std::vector<std::string_view> hf_architectures{}; // config.json architectures[0] values
@@ -155,6 +177,8 @@ struct ArchInfo {
   RopeKind rope = RopeKind::Normal;
   std::vector<RopeScalingType> rope_scalings{};     // accepted rope.scaling types (None always)
   bool qk_norm = false;       // RMSNorm over head_dim of every q and k head, before RoPE
+  bool qk_norm_full = false;  // RMSNorm over all of q (q_dim) and of k (kv_dim), before the
+                              // head split and RoPE (OLMoE); excludes qk_norm
   bool qkv_bias = false;      // q/k/v projections carry biases
   bool permute_qk = false;    // HF->GGUF permutes Q/K rows into GGML's RoPE pair order
   bool tied_allowed = true;   // output.weight may be absent (reads token_embd.weight)
@@ -188,21 +212,27 @@ struct ArchInfo {
   std::string gguf_tensor(Role role, int64_t layer = 0) const;
   std::string hf_tensor(Role role, int64_t layer = 0) const;
   bool supports(RopeScalingType t) const;
+  bool has_experts() const { return moe.router != RouterKind::None; }
+  // The row's name for synth and messages: id, else gguf_name.
+  std::string_view name() const { return id.empty() ? gguf_name : id; }
 };
 
 // Every row, in table order.
 const std::vector<ArchInfo>& arch_table();
 const ArchInfo& arch_info(Arch arch);
-// Lookups: nullptr when no row matches.
-const ArchInfo* find_arch_by_gguf(std::string_view general_architecture);
+// Lookups: nullptr when no row matches. Among rows sharing a GGUF name (llama and
+// mixtral), the one whose has_experts() equals `has_experts` ({arch}.expert_count > 0).
+const ArchInfo* find_arch_by_gguf(std::string_view general_architecture, bool has_experts = false);
+// By name() (synth --arch): nullptr when none.
+const ArchInfo* find_arch_by_name(std::string_view name);
 const ArchInfo* find_arch_by_hf(std::string_view model_type, std::string_view hf_architecture);
 // "llama, mistral, qwen2, qwen3": for "unsupported" messages.
 std::string supported_gguf_arch_names();
 std::string supported_hf_model_types();
 
-// Full names of a spec at `layer`.
+// Full names of a spec at `layer` (and, for Experts tensors in HF, `expert`).
 std::string gguf_tensor_name(const TensorSpec& t, int64_t layer);
-std::string hf_tensor_name(const TensorSpec& t, int64_t layer);
+std::string hf_tensor_name(const TensorSpec& t, int64_t layer, int64_t expert = 0);
 // Row-major (HF) shape of `t` for config `c`.
 std::vector<int64_t> resolve_shape(const TensorSpec& t, const ModelConfig& c);
 

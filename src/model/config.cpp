@@ -57,12 +57,13 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
   auto arch = f.get_string("general.architecture");
   if (!arch) throw Error(f.path() + ": missing metadata key 'general.architecture'");
   c.arch_name = *arch;
-  const ArchInfo* row = find_arch_by_gguf(*arch);
+  const std::string p = *arch + ".";
+  // llama with experts is the mixtral row.
+  const ArchInfo* row = find_arch_by_gguf(*arch, f.get_int(p + "expert_count").value_or(0) > 0);
   if (!row)
     throw Error(f.path() + ": unsupported architecture '" + *arch + "' (supported: " + supported_gguf_arch_names() +
                 ")");
   c.arch = row->arch;
-  const std::string p = *arch + ".";
   c.name = f.get_string("general.name").value_or("");
   c.dim = require_positive(f, p + "embedding_length");
   c.n_layers = require_positive(f, p + "block_count");
@@ -142,13 +143,19 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
   if (row->attn_softcap) c.attn_softcap = softcap("attn_logit_softcapping", row->attn_softcap_default);
   if (row->final_softcap) c.final_softcap = softcap("final_logit_softcapping", row->final_softcap_default);
   c.attn_scale = c.gguf_attention_scale();
-  // Declared for rows that will read them (model/arch_table.h); a mixture-of-
-  // experts file of a dense row fails here rather than on a missing ffn_gate.
+  // A mixture-of-experts file of a dense row fails here rather than on a missing ffn_gate.
   c.n_expert = f.get_int(p + "expert_count").value_or(0);
-  c.n_expert_used = f.get_int(p + "expert_used_count").value_or(0);
-  if (c.n_expert > 0 && row->moe.router == RouterKind::None)
+  if (c.n_expert > 0 && !row->has_experts())
     throw Error(f.path() + ": " + *arch + " with " + std::to_string(c.n_expert) +
                 " experts (mixture of experts) is not supported");
+  if (row->has_experts()) {
+    c.n_expert = require_positive(f, p + "expert_count");
+    c.n_expert_used = require_positive(f, p + "expert_used_count");
+    if (c.n_expert_used > c.n_expert || c.n_expert > 4096)
+      throw Error(f.path() + ": " + p + "expert_used_count " + std::to_string(c.n_expert_used) +
+                  " must be <= expert_count " + std::to_string(c.n_expert) + " (<= 4096)");
+    c.expert_ffn_dim = row->moe.expert_ffn_key ? require_positive(f, p + "expert_feed_forward_length") : c.ffn_dim;
+  }
 
   if (auto vs = f.get_int(p + "vocab_size")) {
     c.n_vocab = *vs;
@@ -170,6 +177,9 @@ std::string ModelConfig::summary() const {
   const SlidingWindowSpec& sw = info().sliding_window;
   if (sliding_window > 0 && sw.pattern == SlidingWindowSpec::Pattern::EveryNthGlobal)
     s += ", window " + std::to_string(sliding_window) + " (1 global layer in " + std::to_string(sw.period) + ")";
+  if (n_expert > 0)
+    s += ", " + std::to_string(n_expert_used) + " of " + std::to_string(n_expert) + " experts (ffn " +
+         std::to_string(expert_ffn_dim) + ")";
   return s;
 }
 

@@ -44,10 +44,11 @@ struct ModelConfig {
   // Soft-capping c * tanh(x / c) of attention scores and of the final logits; 0: none.
   float attn_softcap = 0.0f;
   float final_softcap = 0.0f;
-  // Declared by the file, not applied yet (no row reads them): the expert counts
-  // of mixture-of-experts rows.
+  // Mixture of experts (rows with has_experts(); 0 otherwise): experts per layer,
+  // experts each token uses (1 <= n_expert_used <= n_expert), one expert's FFN width.
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
+  int64_t expert_ffn_dim = 0;
 
   // The architecture's row: norms, activation, RoPE kind, biases, tensor names.
   const ArchInfo& info() const { return arch_info(arch); }

@@ -238,6 +238,11 @@ void convert_hf_to_gguf(const HfModelDir& d, const std::string& out_path, std::o
   if (c.rope_scaling == RopeScalingType::None && c.rope_orig_ctx != c.ctx_len)
     w.set(a + "rope.scaling.original_context_length", u32(c.rope_orig_ctx));
   const ArchInfo& arch = c.info();
+  if (c.info().has_experts()) {
+    w.set(a + "expert_count", u32(c.n_expert));
+    w.set(a + "expert_used_count", u32(c.n_expert_used));
+    if (c.info().moe.expert_ffn_key) w.set(a + "expert_feed_forward_length", u32(c.expert_ffn_dim));
+  }
   if (arch.sliding_window.pattern != SlidingWindowSpec::Pattern::None)  // phi3 writes 0 for "none"
     w.set(a + "attention.sliding_window", u32(c.sliding_window));
   if (c.rope_theta_local > 0.0f && c.rope_theta_local != arch.sliding_window.local_rope_theta)
@@ -253,7 +258,7 @@ void convert_hf_to_gguf(const HfModelDir& d, const std::string& out_path, std::o
                 std::to_string(c.gguf_attention_scale()) + ")");
   GgmlType matrix_type = GgmlType::F32;
   for (const TensorSpec& t : c.info().tensors) {  // the first per-layer matrix, as llama.cpp labels files
-    if (!t.per_layer || t.kind != TensorKind::Matrix) continue;
+    if (!t.per_layer || (t.kind != TensorKind::Matrix && t.kind != TensorKind::Experts)) continue;
     if (const gguf::TensorInfo* m = weights->find_tensor(gguf_tensor_name(t, 0))) matrix_type = m->type;
     break;
   }

@@ -247,6 +247,35 @@ void parse_gemma(const JsonConfig& cfg, const ArchInfo& row, ModelConfig& c) {
   }
 }
 
+// Expert counts of a mixture-of-experts row, and the layouts pagoda (like
+// llama.cpp's graphs for these rows) does not run: dense layers among the MoE
+// ones, and Qwen3-MoE without renormalised top-k weights.
+void parse_experts(const JsonConfig& cfg, const ArchInfo& row, const HfModelDir& d, ModelConfig& c) {
+  const json& j = cfg.root();
+  const std::string count_key(row.moe.hf_expert_count_key);
+  c.n_expert = cfg.positive(count_key.c_str());
+  c.n_expert_used = cfg.positive("num_experts_per_tok");
+  if (c.n_expert_used > c.n_expert || c.n_expert > 4096)
+    throw Error(cfg.path() + ": num_experts_per_tok " + std::to_string(c.n_expert_used) + " must be <= " +
+                count_key + " " + std::to_string(c.n_expert) + " (<= 4096)");
+  const std::string ffn_key(row.moe.hf_expert_ffn_key);
+  c.expert_ffn_dim = ffn_key.empty() ? c.ffn_dim : cfg.positive(ffn_key.c_str());
+  if (auto step = cfg.opt_int(j, "decoder_sparse_step"); step && *step != 1)
+    throw Error(cfg.path() + ": decoder_sparse_step " + std::to_string(*step) +
+                " (dense layers between expert layers) is not supported");
+  if (auto it = j.find("mlp_only_layers"); it != j.end() && it->is_array() && !it->empty())
+    throw Error(cfg.path() + ": mlp_only_layers (dense layers among expert layers) is not supported");
+  // The row fixes renormalisation (as llama.cpp's graphs do); config.json must agree.
+  const bool renorm = row.moe.router == RouterKind::SoftmaxTopKRenormalized;
+  if (auto it = j.find("norm_topk_prob"); (it != j.end() && it->is_boolean()) || row.arch == Arch::Qwen3Moe) {
+    const bool given = it != j.end() && it->is_boolean() && it->get<bool>();
+    if (given != renorm)
+      throw Error(cfg.path() + ": " + d.model_type + " needs norm_topk_prob = " + (renorm ? "true" : "false") +
+                  " (" + (renorm ? "renormalised" : "unrenormalised") + " top-k weights, as its checkpoints and " +
+                  "llama.cpp's " + std::string(row.gguf_name) + " graph have it)");
+  }
+}
+
 ModelConfig parse_config(const json& j, const std::string& path, HfModelDir& d) {
   JsonConfig cfg(j, path);
   ModelConfig c;
@@ -313,6 +342,7 @@ ModelConfig parse_config(const json& j, const std::string& path, HfModelDir& d) 
     }
   }
   if (row->hf_norm_shift != 0.0f) parse_gemma(cfg, *row, c);
+  if (row->has_experts()) parse_experts(cfg, *row, d, c);
   if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) throw Error(path + ": rope_scaling is not an object");
     parse_rope_scaling(cfg, *it, d, c);
@@ -358,6 +388,10 @@ struct Expected {
   std::vector<int64_t> shape;
   int64_t permute_heads = 0;
   float norm_shift = 0.0f;  // added to a norm's values (Gemma: 1)
+  // Experts: one HF tensor per expert (shape without the leading n_expert),
+  // stacked into the 3-D GGUF tensor; hf is then the first of them.
+  std::vector<std::string> hf_experts;
+  bool to_f32 = false;  // the router: F32 whatever the stored dtype (as the converter writes it)
 };
 
 // The row's stored tensors (those with an HF name), tied output left out.
@@ -371,8 +405,12 @@ std::vector<Expected> expected_tensors(const HfModelDir& d) {
     int64_t permute = 0;
     if (row.permute_qk && t.permute == Permute::ByHeads) permute = c.n_heads;
     if (row.permute_qk && t.permute == Permute::ByKvHeads) permute = c.n_kv_heads;
-    e.push_back({hf_tensor_name(t, layer), gguf_tensor_name(t, layer), resolve_shape(t, c), permute,
-                 t.kind == TensorKind::Norm ? row.hf_norm_shift : 0.0f});
+    Expected x{hf_tensor_name(t, layer), gguf_tensor_name(t, layer), resolve_shape(t, c), permute};
+    x.norm_shift = t.kind == TensorKind::Norm ? row.hf_norm_shift : 0.0f;
+    if (t.kind == TensorKind::Experts)
+      for (int64_t ex = 0; ex < c.n_expert; ++ex) x.hf_experts.push_back(hf_tensor_name(t, layer, ex));
+    x.to_f32 = t.kind == TensorKind::Router;
+    e.push_back(std::move(x));
   };
   for (const TensorSpec& t : row.tensors)
     if (!t.per_layer) add(t, 0);
@@ -394,6 +432,38 @@ std::vector<uint8_t> permute_rows(const uint8_t* src, int64_t n_rows, size_t row
         std::memcpy(out.data() + (h * hd + 2 * i + j) * row_bytes, src + (h * hd + j * half + i) * row_bytes,
                     row_bytes);
   return out;
+}
+
+using TensorIndex = std::map<std::string, std::pair<const safetensors::SafetensorsFile*,
+                                                    const safetensors::TensorEntry*>, std::less<>>;
+
+// The n_expert per-expert HF matrices of x stacked, expert 0 first, into one
+// owned 3-D tensor: GGUF's layout, where expert e's matrix is the e-th block of
+// rows. A copy of the expert weights (the mapping stays untouched); every
+// expert must have the same dtype.
+void add_stacked_experts(const Expected& x, const TensorIndex& by_name, const std::string& where,
+                         const HfModelDir& d, OwnedWeightSource& out) {
+  const std::vector<int64_t> part_shape(x.shape.begin() + 1, x.shape.end());
+  std::vector<uint8_t> bytes;
+  std::optional<GgmlType> type;
+  for (const std::string& name : x.hf_experts) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) throw Error(d.dir + ": tensor '" + name + "' is missing (not in " + where + ")");
+    const safetensors::SafetensorsFile& f = *it->second.first;
+    const safetensors::TensorEntry& e = *it->second.second;
+    if (!e.type)
+      throw Error(f.path() + ": tensor '" + name + "' has dtype " + e.dtype + " (supported: F32, F16, BF16)");
+    if (e.shape != part_shape)
+      throw Error(f.path() + ": tensor '" + name + "' has shape " + e.shape_string() + ", expected " +
+                  shape_string(part_shape) + " from config.json");
+    if (type && *e.type != *type)
+      throw Error(f.path() + ": tensor '" + name + "' has dtype " + e.dtype + ", unlike expert 0 of its layer");
+    type = *e.type;
+    const size_t n = row_bytes(*e.type, part_shape[1]) * static_cast<size_t>(part_shape[0]);
+    if (bytes.empty()) bytes.reserve(n * x.hf_experts.size());
+    bytes.insert(bytes.end(), e.data, e.data + n);
+  }
+  out.add_owned(x.gguf, *type, std::vector<int64_t>(x.shape.rbegin(), x.shape.rend()), std::move(bytes));
 }
 
 }  // namespace
@@ -436,7 +506,7 @@ std::shared_ptr<const WeightSource> load_hf_weights(const HfModelDir& d) {
   using safetensors::TensorEntry;
   auto out = std::make_shared<OwnedWeightSource>(d.dir);
   // HF name -> (file, entry).
-  std::map<std::string, std::pair<const SafetensorsFile*, const TensorEntry*>, std::less<>> by_name;
+  TensorIndex by_name;
   std::map<std::string, std::shared_ptr<const SafetensorsFile>> shards;  // file name -> file
   auto open_shard = [&](const std::string& name) -> const SafetensorsFile* {
     auto it = shards.find(name);
@@ -475,6 +545,10 @@ std::shared_ptr<const WeightSource> load_hf_weights(const HfModelDir& d) {
   }
 
   for (const Expected& x : expected_tensors(d)) {
+    if (!x.hf_experts.empty()) {
+      add_stacked_experts(x, by_name, where, d, *out);
+      continue;
+    }
     auto it = by_name.find(x.hf);
     if (it == by_name.end() && d.multimodal_gemma3) {
       // transformers < 4.52 saves the text model as language_model.model.*, later versions
@@ -500,6 +574,11 @@ std::shared_ptr<const WeightSource> load_hf_weights(const HfModelDir& d) {
       for (float& f : v) f += x.norm_shift;
       std::vector<uint8_t> bytes(v.size() * sizeof(float));
       std::memcpy(bytes.data(), v.data(), bytes.size());
+      out->add_owned(x.gguf, GgmlType::F32, dims, std::move(bytes));
+    } else if (x.to_f32 && *e.type != GgmlType::F32) {
+      const int64_t n = x.shape[0] * x.shape[1];
+      std::vector<uint8_t> bytes(static_cast<size_t>(n) * sizeof(float));
+      dequantize_row(*e.type, e.data, reinterpret_cast<float*>(bytes.data()), n);
       out->add_owned(x.gguf, GgmlType::F32, dims, std::move(bytes));
     } else if (x.permute_heads > 0) {
       const size_t rb = row_bytes(*e.type, x.shape[1]);

@@ -17,8 +17,8 @@ struct Model::Layer {
   std::vector<float> ffn_norm;   // [dim]
   std::vector<float> attn_post_norm;  // [dim] (gemma2/3) or empty
   std::vector<float> ffn_post_norm;   // [dim] (gemma2/3) or empty
-  std::vector<float> q_norm;     // [head_dim] (qwen3)
-  std::vector<float> k_norm;     // [head_dim] (qwen3)
+  std::vector<float> q_norm;     // [head_dim] (qwen3), [q_dim] (olmoe: qk_norm_full)
+  std::vector<float> k_norm;     // [head_dim] (qwen3), [kv_dim] (olmoe)
   std::vector<float> bq, bk, bv; // [q_dim], [kv_dim], [kv_dim] (qwen2)
   WeightMatrix wq;      // [q_dim, dim]
   WeightMatrix wk;      // [kv_dim, dim]
@@ -27,6 +27,16 @@ struct Model::Layer {
   WeightMatrix w_gate;  // [ffn, dim]
   WeightMatrix w_up;    // [ffn, dim]
   WeightMatrix w_down;  // [dim, ffn]
+  // Mixture of experts (rows with has_experts(); the dense w_gate/w_up/w_down stay empty).
+  WeightMatrix router;  // [n_expert, dim]
+  // The 3-D GGUF tensors as [n_expert * rows, cols] matrices, repacked once as a
+  // whole (empty when the expert's rows are not a multiple of kSliceRowAlign:
+  // then each expert is prepared alone).
+  WeightMatrix all_gate, all_up, all_down;
+  // Per expert e: slice e of those (consecutive rows: a plain matrix).
+  std::vector<WeightMatrix> exp_gate;  // n_expert x [ffn_exp, dim]
+  std::vector<WeightMatrix> exp_up;    // n_expert x [ffn_exp, dim]
+  std::vector<WeightMatrix> exp_down;  // n_expert x [dim, ffn_exp]
 };
 
 // Activations of one forward call, grown to the largest batch seen.
@@ -45,6 +55,18 @@ struct Model::Scratch {
   std::vector<float> rope_cos_local;  // [T, n_rot/2] local layers' own RoPE (gemma3)
   std::vector<float> rope_sin_local;
   std::vector<int64_t> out_rows;
+  // Mixture of experts. A "slot" is one (token, chosen expert) pair; slots are
+  // ordered by expert, so each expert's tokens are consecutive rows.
+  std::vector<float> router_logits;   // [T, n_expert]
+  std::vector<int32_t> chosen;        // [T, k] expert ids, by descending weight
+  std::vector<float> chosen_w;        // [T, k] their routing weights
+  std::vector<int64_t> slot_of;       // [T, k] slot of (token, rank)
+  std::vector<int64_t> expert_first;  // [n_expert + 1] first slot of each expert
+  std::vector<float> exp_in;          // [T * k, dim] the slots' normed inputs
+  std::vector<float> exp_gate;        // [T * k, ffn_exp]
+  std::vector<float> exp_up;          // [T * k, ffn_exp]
+  std::vector<float> exp_out;         // [T * k, dim]
+  std::vector<GroupedMatmul> jobs;
 
   void reserve(const ModelConfig& c, size_t T) {
     auto grow = [](std::vector<float>& v, size_t n) {
@@ -64,6 +86,19 @@ struct Model::Scratch {
     if (c.rope_theta_local > 0.0f) {
       grow(rope_cos_local, T * (c.n_rot / 2));
       grow(rope_sin_local, T * (c.n_rot / 2));
+    }
+    if (c.n_expert > 0) {
+      const size_t slots = T * c.n_expert_used;
+      grow(router_logits, T * c.n_expert);
+      grow(chosen_w, slots);
+      grow(exp_in, slots * c.dim);
+      grow(exp_gate, slots * c.expert_ffn_dim);
+      grow(exp_up, slots * c.expert_ffn_dim);
+      grow(exp_out, slots * c.dim);
+      if (chosen.size() < slots) chosen.resize(slots);
+      if (slot_of.size() < slots) slot_of.resize(slots);
+      expert_first.resize(c.n_expert + 1);
+      jobs.reserve(2 * c.n_expert);
     }
   }
 };
@@ -151,6 +186,37 @@ class TensorLoader {
   mutable size_t released_ = 0;
 };
 
+// The router and the expert tensors of layer i. Each 3-D [n_expert, rows, cols]
+// tensor is n_expert consecutive matrices: expert e's matrix is a view at
+// e * rows * row_bytes (no copy unless the kernel repacks it, per slice).
+template <class Layer, class Tick>
+void load_experts(const TensorLoader& ld, const ArchInfo& row, const ModelConfig& c, int64_t i, Layer& L,
+                  Tick&& tick) {
+  L.router = ld.matrix(row.gguf_tensor(Role::FfnRouter, i), c.n_expert, c.dim);
+  tick();
+  // One prepare of the whole tensor, then row slices: the repacked experts sit
+  // in one huge-page buffer. Qwen3-30B-A3B's 768 x 2048 Q4_0 expert is 864 KiB,
+  // under HugePageBuffer's 2 MiB threshold: prepared alone, each would be a 4 KiB-
+  // page heap block (TLB walks on every decode read), and 18k allocations.
+  auto stack = [&](Role role, int64_t rows, int64_t cols, WeightMatrix& all, std::vector<WeightMatrix>& out) {
+    const gguf::TensorInfo& t = ld.require(row.gguf_tensor(role, i), {cols, rows, c.n_expert});
+    const size_t slice = row_bytes(t.type, cols) * static_cast<size_t>(rows);
+    out.clear();
+    out.reserve(c.n_expert);
+    if (rows % WeightMatrix::kSliceRowAlign == 0) {
+      all = WeightMatrix::prepare(t.type, rows * c.n_expert, cols, t.data);
+      for (int64_t e = 0; e < c.n_expert; ++e) out.push_back(all.row_slice(e * rows, rows));
+    } else {
+      for (int64_t e = 0; e < c.n_expert; ++e)
+        out.push_back(WeightMatrix::prepare(t.type, rows, cols, t.data + e * slice));
+    }
+    tick();
+  };
+  stack(Role::FfnGateExps, c.expert_ffn_dim, c.dim, L.all_gate, L.exp_gate);
+  stack(Role::FfnUpExps, c.expert_ffn_dim, c.dim, L.all_up, L.exp_up);
+  stack(Role::FfnDownExps, c.dim, c.expert_ffn_dim, L.all_down, L.exp_down);
+}
+
 }  // namespace
 
 std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::GgufFile> file,
@@ -173,7 +239,7 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
   auto name = [&](Role role, int64_t layer = 0) { return row.gguf_tensor(role, layer); };
   m->token_embd_ = &ld.require(name(Role::TokenEmbd), {c.dim, c.n_vocab});
   m->output_norm_ = ld.vector(name(Role::OutputNorm), c.dim);
-  const size_t total = static_cast<size_t>(c.n_layers) * 7 + 1;
+  const size_t total = static_cast<size_t>(c.n_layers) * (row.has_experts() ? 8 : 7) + 1;
   size_t done = 0;
   auto tick = [&] {
     ++done;
@@ -211,6 +277,9 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
     if (row.qk_norm) {
       L->q_norm = ld.vector(name(Role::AttnQNorm, i), c.head_dim);
       L->k_norm = ld.vector(name(Role::AttnKNorm, i), c.head_dim);
+    } else if (row.qk_norm_full) {
+      L->q_norm = ld.vector(name(Role::AttnQNorm, i), c.q_dim());
+      L->k_norm = ld.vector(name(Role::AttnKNorm, i), c.kv_dim());
     }
     if (row.qkv_bias) {
       L->bq = ld.vector(name(Role::AttnQBias, i), c.q_dim());
@@ -237,7 +306,9 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
     }
     L->wo = ld.matrix(name(Role::AttnOut, i), c.dim, c.q_dim());
     tick();
-    if (row.has(Role::FfnGateUp)) {
+    if (row.has_experts()) {
+      load_experts(ld, row, c, i, *L, tick);
+    } else if (row.has(Role::FfnGateUp)) {
       // Fused [2 ffn, dim]: gate rows first, then up (HF's gate_up_proj.chunk(2)).
       const gguf::TensorInfo& t = ld.require(name(Role::FfnGateUp, i), {c.dim, 2 * c.ffn_dim});
       const size_t rb = row_bytes(t.type, c.dim);
@@ -251,8 +322,10 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
       L->w_up = ld.matrix(name(Role::FfnUp, i), c.ffn_dim, c.dim);
       tick();
     }
-    L->w_down = ld.matrix(name(Role::FfnDown, i), c.dim, c.ffn_dim);
-    tick();
+    if (!row.has_experts()) {
+      L->w_down = ld.matrix(name(Role::FfnDown, i), c.dim, c.ffn_dim);
+      tick();
+    }
     m->layers_.push_back(std::move(L));
   }
   m->scratch_ = std::make_unique<Scratch>();
@@ -293,9 +366,27 @@ void Model::set_context_size(int64_t n_ctx) {
 
 size_t Model::weight_bytes() const {
   size_t b = output_.stream_bytes();
-  for (const auto& L : layers_)
+  for (const auto& L : layers_) {
     b += L->wq.stream_bytes() + L->wk.stream_bytes() + L->wv.stream_bytes() + L->wo.stream_bytes() +
-         L->w_gate.stream_bytes() + L->w_up.stream_bytes() + L->w_down.stream_bytes();
+         L->w_gate.stream_bytes() + L->w_up.stream_bytes() + L->w_down.stream_bytes() + L->router.stream_bytes();
+    for (size_t e = 0; e < L->exp_gate.size(); ++e)
+      b += L->exp_gate[e].stream_bytes() + L->exp_up[e].stream_bytes() + L->exp_down[e].stream_bytes();
+  }
+  return b;
+}
+
+size_t Model::decode_step_bytes() const {
+  const ModelConfig& c = config_;
+  // One embedding row (dequantized per token) besides the matrices.
+  size_t b = output_.stream_bytes() + row_bytes(token_embd_->type, c.dim);
+  for (const auto& L : layers_) {
+    b += L->wq.stream_bytes() + L->wk.stream_bytes() + L->wv.stream_bytes() + L->wo.stream_bytes() +
+         L->w_gate.stream_bytes() + L->w_up.stream_bytes() + L->w_down.stream_bytes() + L->router.stream_bytes();
+    // Experts of a layer are the same size: k of them are read per token.
+    if (!L->exp_gate.empty())
+      b += static_cast<size_t>(c.n_expert_used) *
+           (L->exp_gate[0].stream_bytes() + L->exp_up[0].stream_bytes() + L->exp_down[0].stream_bytes());
+  }
   return b;
 }
 
@@ -338,7 +429,96 @@ void for_token_ranges(ThreadPool& pool, int64_t n_tokens, Fn&& fn) {
   pool.parallel_for(n_ranges, [&](int64_t i, int) { fn(n_tokens * i / n_ranges, n_tokens * (i + 1) / n_ranges); });
 }
 
+// Routing: softmax over the experts' logits, the k largest kept (ties to the
+// lower expert id), renormalised to sum 1 for SoftmaxTopKRenormalized.
+// Computed in double: a float softmax over 128 logits can swap two near-equal
+// experts' order against a float64 reference (the choice is discrete).
+void route_token(const float* logits, int64_t n_expert, int64_t k, RouterKind kind, int32_t* chosen, float* weight) {
+  double mx = logits[0];
+  for (int64_t e = 1; e < n_expert; ++e) mx = std::max(mx, static_cast<double>(logits[e]));
+  double sum = 0.0;
+  for (int64_t e = 0; e < n_expert; ++e) sum += std::exp(static_cast<double>(logits[e]) - mx);
+  // Selection by repeated max: k <= 8 of <= 128 in practice, no allocation.
+  double kept = 0.0;
+  for (int64_t r = 0; r < k; ++r) {
+    int32_t best = -1;
+    for (int64_t e = 0; e < n_expert; ++e) {
+      bool taken = false;
+      for (int64_t q = 0; q < r; ++q) taken = taken || chosen[q] == e;
+      if (taken) continue;
+      if (best < 0 || logits[e] > logits[best]) best = static_cast<int32_t>(e);
+    }
+    chosen[r] = best;
+    const double p = std::exp(static_cast<double>(logits[best]) - mx) / sum;
+    weight[r] = static_cast<float>(p);
+    kept += p;
+  }
+  if (kind == RouterKind::SoftmaxTopKRenormalized)
+    for (int64_t r = 0; r < k; ++r) weight[r] = static_cast<float>(weight[r] / kept);
+}
+
 }  // namespace
+
+// The mixture-of-experts FFN of one layer on s.xn (normed), added into s.x.
+// Tokens are grouped by expert: expert e's weights are read once per call for
+// all the tokens routed to it (a 512-token prefill with 8 of 128 experts sends
+// ~32 tokens to each, so each expert's matrices are streamed once, not 32
+// times), and a decode step reads only its k experts.
+void Model::moe_ffn(const Layer& L, int64_t T, ThreadPool& pool) {
+  const ModelConfig& c = config_;
+  Scratch& s = *scratch_;
+  const int64_t dim = c.dim, n_exp = c.n_expert, k = c.n_expert_used, ffn = c.expert_ffn_dim;
+  const RouterKind kind = c.info().moe.router;
+  matmul(L.router, s.xn.data(), T, s.router_logits.data(), pool);
+  for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      route_token(&s.router_logits[t * n_exp], n_exp, k, kind, &s.chosen[t * k], &s.chosen_w[t * k]);
+  });
+  // Counting sort of the T * k (token, rank) pairs by expert.
+  std::fill(s.expert_first.begin(), s.expert_first.end(), 0);
+  for (int64_t i = 0; i < T * k; ++i) ++s.expert_first[s.chosen[i] + 1];
+  for (int64_t e = 0; e < n_exp; ++e) s.expert_first[e + 1] += s.expert_first[e];
+  {
+    // expert_first[e] doubles as expert e's next free slot while filling.
+    for (int64_t i = 0; i < T * k; ++i) s.slot_of[i] = s.expert_first[s.chosen[i]]++;
+    for (int64_t e = n_exp; e > 0; --e) s.expert_first[e] = s.expert_first[e - 1];
+    s.expert_first[0] = 0;
+  }
+  for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t r = 0; r < k; ++r)
+        std::memcpy(&s.exp_in[s.slot_of[t * k + r] * dim], &s.xn[t * dim], sizeof(float) * dim);
+  });
+  const int64_t n_slots = T * k;
+  s.jobs.clear();
+  for (int64_t e = 0; e < n_exp; ++e) {
+    const int64_t n = s.expert_first[e + 1] - s.expert_first[e];
+    if (n == 0) continue;
+    s.jobs.push_back({&L.exp_gate[e], s.expert_first[e], n, &s.exp_gate[s.expert_first[e] * ffn]});
+    s.jobs.push_back({&L.exp_up[e], s.expert_first[e], n, &s.exp_up[s.expert_first[e] * ffn]});
+  }
+  matmul_grouped(s.jobs, s.exp_in.data(), n_slots, pool);
+  for_token_ranges(pool, n_slots, [&](int64_t i0, int64_t i1) {
+    swiglu(&s.exp_gate[i0 * ffn], &s.exp_up[i0 * ffn], &s.exp_gate[i0 * ffn], (i1 - i0) * ffn);
+  });
+  s.jobs.clear();
+  for (int64_t e = 0; e < n_exp; ++e) {
+    const int64_t n = s.expert_first[e + 1] - s.expert_first[e];
+    if (n > 0) s.jobs.push_back({&L.exp_down[e], s.expert_first[e], n, &s.exp_out[s.expert_first[e] * dim]});
+  }
+  matmul_grouped(s.jobs, s.exp_gate.data(), n_slots, pool);
+  // Weighted sum into the residual, per token in rank order.
+  for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* xt = &s.x[t * dim];
+      for (int64_t r = 0; r < k; ++r) {
+        const float w = s.chosen_w[t * k + r];
+        const float* o = &s.exp_out[s.slot_of[t * k + r] * dim];
+        for (int64_t j = 0; j < dim; ++j) xt[j] += w * o[j];
+      }
+    }
+  });
+}
 
 void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vector<float>& logits) {
   const ModelConfig& c = config_;
@@ -408,6 +588,10 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
           add_inplace(kt, L.bk.data(), kv_dim);
           add_inplace(vt, L.bv.data(), kv_dim);
         }
+        if (row.qk_norm_full) {
+          rms_norm(qt, L.q_norm.data(), qt, q_dim, c.rms_eps);
+          rms_norm(kt, L.k_norm.data(), kt, kv_dim, c.rms_eps);
+        }
         if (row.qk_norm) {
           for (int64_t h = 0; h < c.n_heads; ++h) rms_norm(qt + h * hd, L.q_norm.data(), qt + h * hd, hd, c.rms_eps);
           for (int64_t h = 0; h < c.n_kv_heads; ++h)
@@ -446,6 +630,10 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
       add_inplace(&s.x[t0 * dim], &s.tmp[t0 * dim], (t1 - t0) * dim);
       for (int64_t t = t0; t < t1; ++t) rms_norm(&s.x[t * dim], L.ffn_norm.data(), &s.xn[t * dim], dim, c.rms_eps);
     });
+    if (row.has_experts()) {
+      moe_ffn(L, T, pool);
+      continue;
+    }
     const MatmulTarget gate_up[] = {{&L.w_gate, s.gate.data()}, {&L.w_up, s.up.data()}};
     matmul_multi(gate_up, s.xn.data(), T, pool);
     const int64_t ffn = c.ffn_dim;

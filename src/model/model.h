@@ -96,8 +96,12 @@ class Model {
   // True when LongRoPE's long factors are in use (false without LongRoPE).
   bool uses_long_rope_factors() const { return rope_long_in_use_; }
 
-  // Bytes of weights a decode step streams (all matrices + embedding row reads ignored).
+  // Bytes of all weight matrices as the kernels stream them (every expert counted).
   size_t weight_bytes() const;
+  // Bytes one decode step reads: every dense matrix, the router, k of the
+  // n_expert experts of each layer, and one embedding row. Equals
+  // weight_bytes() plus a row for dense models. The decode roofline's denominator.
+  size_t decode_step_bytes() const;
   // Bytes of the model file's tensor data.
   size_t file_tensor_bytes() const;
   // Bytes the weights keep resident once every one has been read: repacked
@@ -112,6 +116,9 @@ class Model {
   struct Layer;
   struct Scratch;
   Model() = default;
+  // Mixture-of-experts FFN of layer L over the batch's T normed rows (scratch xn),
+  // added into the residual (scratch x).
+  void moe_ffn(const Layer& L, int64_t T, ThreadPool& pool);
 
   std::shared_ptr<const gguf::GgufFile> file_;  // null unless loaded from GGUF
   std::shared_ptr<const WeightSource> weights_;

@@ -62,13 +62,13 @@ std::vector<float> norm_weights(Rng& rng, int64_t n) {
 
 std::string synth_arch_names() {
   std::string s;
-  for (const ArchInfo& r : arch_table()) s += (s.empty() ? "" : ", ") + std::string(r.gguf_name);
+  for (const ArchInfo& r : arch_table()) s += (s.empty() ? "" : ", ") + std::string(r.name());
   return s;
 }
 
 std::vector<std::string> synth_shape_names() {
   return {"tinyllama-1.1b", "llama3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b", "phi3.5-mini",
-          "gemma2-2b",      "gemma3-1b",   "gemma3-4b",    "stories260k", "tiny"};
+          "gemma2-2b",      "gemma3-1b",   "gemma3-4b",    "qwen3-30b-a3b", "mixtral-8x7b", "stories260k", "tiny"};
 }
 
 std::optional<SynthSpec> synth_shape(const std::string& name) {
@@ -103,6 +103,16 @@ std::optional<SynthSpec> synth_shape(const std::string& name) {
     s.arch = "gemma3";
     s.dim = 2560, s.n_layers = 34, s.n_heads = 8, s.n_kv_heads = 4, s.head_dim = 256, s.ffn_dim = 10240;
     s.n_vocab = 262208, s.ctx_len = 131072, s.sliding_window = 1024, s.rope_scaling = "linear";
+  } else if (name == "qwen3-30b-a3b") {
+    s.arch = "qwen3moe";
+    s.dim = 2048, s.n_layers = 48, s.n_heads = 32, s.n_kv_heads = 4, s.head_dim = 128, s.ffn_dim = 6144;
+    s.n_expert = 128, s.n_expert_used = 8, s.expert_ffn_dim = 768;
+    s.n_vocab = 151936, s.ctx_len = 40960;
+  } else if (name == "mixtral-8x7b") {
+    s.arch = "mixtral";
+    s.dim = 4096, s.n_layers = 32, s.n_heads = 32, s.n_kv_heads = 8, s.ffn_dim = 14336;
+    s.n_expert = 8, s.n_expert_used = 2;
+    s.n_vocab = 32000, s.ctx_len = 32768;
   } else if (name == "stories260k") {
     s.dim = 64, s.n_layers = 5, s.n_heads = 8, s.n_kv_heads = 4, s.ffn_dim = 172, s.n_vocab = 512;
     s.ctx_len = 512, s.tied_embeddings = true;
@@ -119,9 +129,9 @@ std::optional<SynthSpec> synth_shape(const std::string& name) {
 void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   SynthSpec spec = spec_in;
   using gguf::Value;
-  const ArchInfo* row = find_arch_by_gguf(spec.arch);
-  if (!row || row->gguf_name != spec.arch)
-    throw Error("synth: unknown architecture '" + spec.arch + "' (" + synth_arch_names() + ")");
+  const ArchInfo* row = find_arch_by_name(spec.arch);
+  if (!row) throw Error("synth: unknown architecture '" + spec.arch + "' (" + synth_arch_names() + ")");
+  const std::string gguf_arch(row->gguf_name);
   if (spec.dim <= 0 || spec.n_layers <= 0 || spec.n_heads <= 0 || spec.n_kv_heads <= 0 ||
       spec.ffn_dim <= 0 || spec.n_vocab <= 0 || spec.ctx_len <= 0)
     throw Error("synth: every size must be positive");
@@ -135,15 +145,27 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   // The config the table's symbolic shapes resolve against.
   ModelConfig c;
   c.arch = row->arch;
-  c.arch_name = spec.arch;
+  c.arch_name = gguf_arch;
   c.dim = spec.dim, c.n_layers = spec.n_layers, c.n_heads = spec.n_heads, c.n_kv_heads = spec.n_kv_heads;
   c.head_dim = head_dim, c.ffn_dim = spec.ffn_dim, c.n_vocab = spec.n_vocab, c.n_rot = head_dim;
   if (!row->has(Role::Output)) spec.tied_embeddings = true;  // Gemma: always tied
+  if (row->has_experts()) {
+    c.n_expert = spec.n_expert;
+    c.n_expert_used = spec.n_expert_used;
+    c.expert_ffn_dim = spec.expert_ffn_dim > 0 ? spec.expert_ffn_dim : spec.ffn_dim;
+    if (c.n_expert <= 0 || c.n_expert_used <= 0 || c.n_expert_used > c.n_expert)
+      throw Error("synth: need 1 <= --experts-used (" + std::to_string(c.n_expert_used) + ") <= --experts (" +
+                  std::to_string(c.n_expert) + ")");
+    if (!row->moe.expert_ffn_key && c.expert_ffn_dim != c.ffn_dim)
+      throw Error("synth: " + spec.arch + " has no separate expert FFN width (its feed_forward_length is it)");
+  }
+  if (!spec.tied_embeddings && !row->has(Role::Output))
+    throw Error("synth: " + spec.arch + " has no separate output.weight");
   if (spec.tied_embeddings && !row->tied_allowed)
     throw Error("synth: " + spec.arch + " cannot tie its embeddings");
   const int64_t blk = traits(spec.type).block_size;
   for (const TensorSpec& t : row->tensors) {
-    if (t.kind != TensorKind::Matrix) continue;
+    if (t.kind != TensorKind::Matrix && t.kind != TensorKind::Experts) continue;
     const int64_t cols = resolve_shape(t, c).back();
     if (cols % blk != 0)
       throw Error("synth: matrix width " + std::to_string(cols) + " (" + std::string(t.gguf) +
@@ -159,8 +181,8 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
     if (!toks) throw Error(spec.vocab_from + ": has no tokenizer.ggml.tokens to copy");
     spec.n_vocab = static_cast<int64_t>(toks->items.size());
   }
-  const std::string a = spec.arch + ".";
-  w.set("general.architecture", Value::str(spec.arch));
+  const std::string a = gguf_arch + ".";
+  w.set("general.architecture", Value::str(gguf_arch));
   w.set("general.name", Value::str(spec.name));
   w.set(a + "context_length", Value::u32(static_cast<uint32_t>(spec.ctx_len)));
   w.set(a + "embedding_length", Value::u32(static_cast<uint32_t>(spec.dim)));
@@ -196,6 +218,12 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   }
   w.set(a + "rope.dimension_count", Value::u32(static_cast<uint32_t>(head_dim)));
   w.set(a + "vocab_size", Value::u32(static_cast<uint32_t>(spec.n_vocab)));
+  if (row->has_experts()) {
+    w.set(a + "expert_count", Value::u32(static_cast<uint32_t>(c.n_expert)));
+    w.set(a + "expert_used_count", Value::u32(static_cast<uint32_t>(c.n_expert_used)));
+    if (row->moe.expert_ffn_key)
+      w.set(a + "expert_feed_forward_length", Value::u32(static_cast<uint32_t>(c.expert_ffn_dim)));
+  }
   if (spec.rope_scaling == "linear") {
     w.set(a + "rope.scaling.type", Value::str("linear"));
     w.set(a + "rope.scaling.factor", Value::f32(row->arch == Arch::Gemma3 ? 8.0f : 4.0f));  // Gemma 3 4B+: 8
@@ -275,6 +303,7 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
     GgmlType type = GgmlType::F32;
     switch (t.kind) {
       case TensorKind::Matrix:
+      case TensorKind::Experts:
         // Embeddings std 1 (a row is the residual stream's start; Gemma's 1/sqrt(dim), which
         // its sqrt(dim) embedding scale brings back to 1, and which keeps its tied logits
         // O(1) as in the real models); projections 1/sqrt(fan_in).
@@ -282,6 +311,12 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
              t.role == Role::TokenEmbd ? (row->embed_scale ? 1.0f / std::sqrt(static_cast<float>(spec.dim)) : 1.0f)
                                        : 1.0f / std::sqrt(static_cast<float>(shape.back())));
         type = spec.type;
+        break;
+      case TensorKind::Router:
+        // Std 2/sqrt(dim): router logits of std ~2, a softmax as peaked as trained
+        // routers' (1/sqrt(dim) makes experts near-equally likely, the top-k choice
+        // a near-tie at many tokens; std 1 makes the top expert take all the weight).
+        fill(rng, buf, 2.0f / std::sqrt(static_cast<float>(shape.back())));
         break;
       case TensorKind::Norm: buf = norm_weights(rng, n); break;
       case TensorKind::Bias: fill(rng, buf, 0.1f); break;

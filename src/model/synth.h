@@ -18,13 +18,18 @@
 namespace pagoda {
 
 struct SynthSpec {
-  std::string arch = "llama";  // a GGUF architecture name with a row in model/arch_table.h
+  std::string arch = "llama";  // a row's name() in model/arch_table.h (mixtral: GGUF llama with experts)
   int64_t dim = 256;
   int64_t n_layers = 2;
   int64_t n_heads = 4;
   int64_t n_kv_heads = 2;
   int64_t head_dim = 0;  // 0: dim / n_heads (key_length written only when it differs)
   int64_t ffn_dim = 512;
+  // Mixture-of-experts rows (qwen3moe, mixtral): experts per layer, used per
+  // token, one expert's FFN width (0: ffn_dim). Ignored by dense rows.
+  int64_t n_expert = 8;
+  int64_t n_expert_used = 2;
+  int64_t expert_ffn_dim = 0;
   int64_t n_vocab = 320;
   int64_t ctx_len = 2048;
   GgmlType type = GgmlType::F32;  // the 2-D projection matrices, embeddings and output
@@ -43,11 +48,11 @@ struct SynthSpec {
 };
 
 // Named real shapes: tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b, phi3.5-mini, gemma2-2b,
-// gemma3-1b, gemma3-4b, stories260k, tiny.
+// gemma3-1b, gemma3-4b, qwen3-30b-a3b, mixtral-8x7b, stories260k, tiny.
 // Returns nullopt for an unknown name. Sets arch-independent sizes only.
 std::optional<SynthSpec> synth_shape(const std::string& name);
 std::vector<std::string> synth_shape_names();
-// "llama, qwen2, qwen3": the architectures synth writes (every table row).
+// "llama, qwen2, ...": the architectures synth writes (every table row's name()).
 std::string synth_arch_names();
 
 void write_synthetic_model(const SynthSpec& spec, const std::string& path);

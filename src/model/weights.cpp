@@ -85,8 +85,13 @@ std::shared_ptr<const WeightSource> requantize(std::shared_ptr<const WeightSourc
   const int64_t blk = traits(type).block_size;
   std::vector<float> row;
   for (const gguf::TensorInfo& t : src->tensors()) {
-    const bool matrix = t.dims.size() == 2 && t.type_known && t.name.size() > 7 &&
-                        t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
+    // Matrices: 2-D weights and the 3-D stacked experts (n_expert matrices of
+    // the same rows, quantized row by row alike). The router (ffn_gate_inp)
+    // stays as it is, as llama.cpp's quantizer leaves it: a discrete top-k
+    // choice that quantization noise would flip.
+    const bool weight = t.type_known && t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
+    const bool router = t.name.find("ffn_gate_inp.weight") != std::string::npos;
+    const bool matrix = weight && !router && (t.dims.size() == 2 || t.dims.size() == 3);
     GgmlType target = type;
     if (matrix && t.dims[0] % blk != 0) {
       const bool plain = t.type == GgmlType::F32 || t.type == GgmlType::F16 || t.type == GgmlType::BF16;
@@ -96,7 +101,7 @@ std::shared_ptr<const WeightSource> requantize(std::shared_ptr<const WeightSourc
       out->add_view_of(*src, t);
       continue;
     }
-    const int64_t n_cols = t.dims[0], n_rows = t.dims[1];
+    const int64_t n_cols = t.dims[0], n_rows = t.dims[1] * (t.dims.size() == 3 ? t.dims[2] : 1);
     const size_t in_row = row_bytes(t.type, n_cols), out_row = row_bytes(target, n_cols);
     std::vector<uint8_t> bytes(out_row * static_cast<size_t>(n_rows));
     row.resize(static_cast<size_t>(n_cols));

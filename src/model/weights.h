@@ -99,8 +99,8 @@ class OwnedWeightSource final : public WeightSource {
   std::vector<std::shared_ptr<const void>> owners_;
 };
 
-// The weight matrices of `src` (2-D tensors named *.weight except the 1-D norms)
-// re-encoded as `type`; every other tensor is viewed unchanged. A matrix whose
+// The weight matrices of `src` (2-D tensors named *.weight, and 3-D stacked
+// experts, except the MoE router ffn_gate_inp) re-encoded as `type`; every other tensor is viewed unchanged. A matrix whose
 // row length is not a multiple of the type's block keeps F16 (what llama.cpp's
 // quantizer falls back to) — or its own type when that is already F32/F16/BF16.
 // Single-threaded reference quantizer: ~1-3 s per GB of F32 for q8_0/q4_0.

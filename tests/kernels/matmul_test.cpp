@@ -278,6 +278,51 @@ TEST_P(MatmulTypeTest, MultiMatchesSeparateCallsBitForBit) {
   }
 }
 
+// matmul_grouped (the experts of an MoE layer, each on its own rows of one
+// activation array) gives the bits matmul() gives each job alone: jobs of 0, 1
+// and many rows, rows shared by two jobs (gate and up), slices of one stacked
+// 3-D tensor, an expert used by no token, and a float type (per-job fallback).
+// The jobs' matrices are row_slice()s of the stacked tensor prepared as one
+// matrix; the expected values come from each expert prepared alone.
+TEST_P(MatmulTypeTest, GroupedMatchesSeparateCallsBitForBit) {
+  const GgmlType type = GetParam();
+  const int64_t n_cols = 512, rows = 48, n_expert = 4;
+  std::mt19937 rng(13);
+  // One stacked tensor: expert e is rows [e * rows, (e + 1) * rows).
+  const std::vector<uint8_t> w = make_weights(type, rows * n_expert, n_cols, rng);
+  const size_t slice = row_bytes(type, n_cols) * rows;
+  for (Isa isa : kIsas) {
+    if (!isa_runs(isa)) continue;
+    std::vector<WeightMatrix> m;
+    for (int64_t e = 0; e < n_expert; ++e) m.push_back(WeightMatrix::prepare(type, rows, n_cols, w.data() + e * slice, isa));
+    const WeightMatrix all = WeightMatrix::prepare(type, rows * n_expert, n_cols, w.data(), isa);
+    std::vector<WeightMatrix> sliced;
+    for (int64_t e = 0; e < n_expert; ++e) {
+      sliced.push_back(all.row_slice(e * rows, rows));
+      EXPECT_EQ(sliced.back().stream_bytes(), m[e].stream_bytes());
+    }
+    const int64_t n_x = 73;
+    const std::vector<float> x = make_acts(n_x, n_cols, rng);
+    // (expert, row0, n_tokens): expert 2 unused; expert 0 twice over the same rows.
+    const int64_t spec[][3] = {{0, 0, 5}, {0, 0, 5}, {1, 5, 1}, {3, 6, 67}, {1, 73, 0}};
+    std::vector<std::vector<float>> want, got;
+    std::vector<GroupedMatmul> jobs;
+    for (const auto& j : spec) {
+      want.emplace_back(std::max<int64_t>(j[2], 1) * rows, 0.0f);
+      got.emplace_back(std::max<int64_t>(j[2], 1) * rows, std::nanf(""));
+      if (j[2] > 0) matmul(m[j[0]], x.data() + j[1] * n_cols, j[2], want.back().data(), pool(2));
+    }
+    for (size_t i = 0; i < std::size(spec); ++i) {
+      if (spec[i][2] == 0) got[i].assign(got[i].size(), 0.0f);  // untouched
+      jobs.push_back({&sliced[spec[i][0]], spec[i][1], spec[i][2], got[i].data()});
+    }
+    matmul_grouped(jobs, x.data(), n_x, pool(2));
+    for (size_t i = 0; i < std::size(spec); ++i)
+      EXPECT_EQ(0, std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)))
+          << type_name(type) << " job " << i << " isa=" << isa_name(isa);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTypeTest, ::testing::ValuesIn(kTypes),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 

@@ -16,11 +16,17 @@ namespace {
 
 TEST(ArchTable, GgufNamesAndAliasesFindTheirRow) {
   for (const ArchInfo& r : arch_table()) {
-    ASSERT_EQ(find_arch_by_gguf(r.gguf_name), &r) << r.gguf_name;
+    ASSERT_EQ(find_arch_by_gguf(r.gguf_name, r.has_experts()), &r) << r.name();
+    EXPECT_EQ(find_arch_by_name(r.name()), &r);
     EXPECT_EQ(&arch_info(r.arch), &r);
-    for (std::string_view a : r.gguf_aliases) EXPECT_EQ(find_arch_by_gguf(a), &r) << a;
+    for (std::string_view a : r.gguf_aliases) EXPECT_EQ(find_arch_by_gguf(a, r.has_experts()), &r) << a;
   }
   EXPECT_EQ(find_arch_by_gguf("mistral")->arch, Arch::Llama);
+  // A llama file with llama.expert_count is Mixtral; qwen3moe has only its MoE row.
+  EXPECT_EQ(find_arch_by_gguf("llama", true)->arch, Arch::Mixtral);
+  EXPECT_EQ(find_arch_by_gguf("llama", false)->arch, Arch::Llama);
+  EXPECT_EQ(find_arch_by_gguf("qwen3moe", false)->arch, Arch::Qwen3Moe);
+  EXPECT_EQ(supported_gguf_arch_names().find("llama"), supported_gguf_arch_names().rfind("llama"));
   EXPECT_EQ(find_arch_by_gguf("mamba"), nullptr);
   EXPECT_NE(supported_gguf_arch_names().find("mistral"), std::string::npos);
 }
@@ -37,7 +43,7 @@ TEST(ArchTable, HfModelTypeOrArchitecturesFindTheRow) {
 
 TEST(ArchTable, EveryRowNamesEachTensorOnceAndHasTheCoreRoles) {
   for (const ArchInfo& r : arch_table()) {
-    SCOPED_TRACE(std::string(r.gguf_name));
+    SCOPED_TRACE(std::string(r.name()));
     std::set<std::string> gguf, hf;
     std::set<Role> roles;
     for (const TensorSpec& t : r.tensors) {
@@ -46,14 +52,22 @@ TEST(ArchTable, EveryRowNamesEachTensorOnceAndHasTheCoreRoles) {
       if (!t.hf.empty()) {
         EXPECT_TRUE(hf.insert(hf_tensor_name(t, 3)).second) << t.hf;
       }
-      EXPECT_EQ(t.shape.size(), t.kind == TensorKind::Matrix ? 2u : 1u) << t.gguf;
+      const size_t rank = t.kind == TensorKind::Experts                                   ? 3u
+                          : t.kind == TensorKind::Matrix || t.kind == TensorKind::Router ? 2u
+                                                                                          : 1u;
+      EXPECT_EQ(t.shape.size(), rank) << t.gguf;
+      // Per-expert HF names carry the expert index; others none.
+      EXPECT_EQ(t.hf.find('*') != std::string_view::npos, t.kind == TensorKind::Experts) << t.hf;
       if (t.permute != Permute::None) {
         EXPECT_TRUE(r.permute_qk);
       }
     }
-    for (Role role : {Role::TokenEmbd, Role::OutputNorm, Role::AttnNorm, Role::AttnOut, Role::FfnNorm,
-                      Role::FfnDown})
+    for (Role role : {Role::TokenEmbd, Role::OutputNorm, Role::AttnNorm, Role::AttnOut, Role::FfnNorm})
       EXPECT_TRUE(r.has(role));
+    // A dense FFN or a routed one, never both.
+    EXPECT_EQ(r.has(Role::FfnDown), !r.has_experts());
+    for (Role role : {Role::FfnRouter, Role::FfnGateExps, Role::FfnUpExps, Role::FfnDownExps})
+      EXPECT_EQ(r.has(role), r.has_experts());
     EXPECT_TRUE(r.supports(RopeScalingType::None));
   }
 }
@@ -80,6 +94,28 @@ TEST(ArchTable, NamesAndShapesResolveAgainstAConfig) {
   EXPECT_TRUE(arch_info(Arch::Qwen2).qkv_bias);
 }
 
+TEST(ArchTable, ExpertTensorsStackExpertsFirstAndNameEachExpertInHf) {
+  const ArchInfo& q = arch_info(Arch::Qwen3Moe);
+  const ArchInfo& m = arch_info(Arch::Mixtral);
+  EXPECT_EQ(q.gguf_tensor(Role::FfnGateExps, 5), "blk.5.ffn_gate_exps.weight");
+  EXPECT_EQ(q.gguf_tensor(Role::FfnRouter, 5), "blk.5.ffn_gate_inp.weight");
+  EXPECT_EQ(hf_tensor_name(*q.find(Role::FfnDownExps), 5, 17), "model.layers.5.mlp.experts.17.down_proj.weight");
+  EXPECT_EQ(q.hf_tensor(Role::FfnRouter, 5), "model.layers.5.mlp.gate.weight");
+  // Mixtral: w1 gate, w3 up, w2 down; GGUF names as qwen3moe's, architecture llama.
+  EXPECT_EQ(m.gguf_name, "llama");
+  EXPECT_EQ(m.gguf_tensor(Role::FfnUpExps, 0), "blk.0.ffn_up_exps.weight");
+  EXPECT_EQ(hf_tensor_name(*m.find(Role::FfnGateExps), 1, 3), "model.layers.1.block_sparse_moe.experts.3.w1.weight");
+  EXPECT_EQ(hf_tensor_name(*m.find(Role::FfnUpExps), 1, 3), "model.layers.1.block_sparse_moe.experts.3.w3.weight");
+  EXPECT_EQ(hf_tensor_name(*m.find(Role::FfnDownExps), 1, 3), "model.layers.1.block_sparse_moe.experts.3.w2.weight");
+  ModelConfig c;
+  c.arch = Arch::Qwen3Moe;
+  c.dim = 64, c.n_expert = 8, c.expert_ffn_dim = 32;
+  // Row-major [n_expert, rows, cols]: GGUF (ggml) dims [cols, rows, n_expert].
+  EXPECT_EQ(resolve_shape(*q.find(Role::FfnGateExps), c), (std::vector<int64_t>{8, 32, 64}));
+  EXPECT_EQ(resolve_shape(*q.find(Role::FfnDownExps), c), (std::vector<int64_t>{8, 64, 32}));
+  EXPECT_EQ(resolve_shape(*q.find(Role::FfnRouter), c), (std::vector<int64_t>{8, 64}));
+}
+
 // synth reads the table: its file holds exactly the row's required tensors
 // (plus output.weight untied), under the row's GGUF names, with the resolved
 // shapes reversed into ggml order, and a config that loads back to the row.
@@ -88,15 +124,22 @@ TEST(ArchTable, SynthWritesExactlyTheRowsTensors) {
   const fs::path dir = fs::temp_directory_path() / ("pagoda_arch_table_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   for (const ArchInfo& r : arch_table()) {
-    SCOPED_TRACE(std::string(r.gguf_name));
+    SCOPED_TRACE(std::string(r.name()));
     SynthSpec s = *synth_shape("tiny");
-    s.arch = std::string(r.gguf_name);
+    s.arch = std::string(r.name());
     s.dim = 64, s.ffn_dim = 96, s.n_vocab = 300, s.n_layers = 2;
+    s.n_expert = 4, s.n_expert_used = 2, s.expert_ffn_dim = r.moe.expert_ffn_key ? 32 : 0;
     const std::string path = (dir / (s.arch + ".gguf")).string();
     write_synthetic_model(s, path);
     const gguf::GgufFile f = gguf::GgufFile::open(path);
     const ModelConfig c = ModelConfig::from_gguf(f);
     EXPECT_EQ(c.arch, r.arch);
+    if (r.has_experts()) {
+      EXPECT_EQ(c.n_expert, 4);
+      EXPECT_EQ(c.n_expert_used, 2);
+      EXPECT_EQ(c.expert_ffn_dim, r.moe.expert_ffn_key ? 32 : 96);
+      EXPECT_EQ(f.find_tensor(r.gguf_tensor(Role::FfnRouter, 0))->type, GgmlType::F32);
+    }
     std::set<std::string> want;
     for (const TensorSpec& t : r.tensors) {
       if (t.presence == Presence::Optional) continue;

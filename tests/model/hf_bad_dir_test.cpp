@@ -177,6 +177,28 @@ std::vector<Case> cases() {
       {"Phi3FusedQkvShape",
        [](const fs::path& d) { rewrite_json(d / "config.json", [](auto& j) { j["num_key_value_heads"] = 4; }); },
        "model-0000", "expected [96, 32] from config.json", "phi3"},
+      // Mixture of experts (qwen3_moe: 4 experts, 2 used, expert width 32).
+      {"MoeWithoutNormTopkProb",
+       [](const fs::path& d) { rewrite_json(d / "config.json", [](auto& j) { j["norm_topk_prob"] = false; }); },
+       "config.json", "needs norm_topk_prob = true", "qwen3_moe"},
+      {"MoeMoreExpertsUsedThanExist",
+       [](const fs::path& d) { rewrite_json(d / "config.json", [](auto& j) { j["num_experts_per_tok"] = 9; }); },
+       "config.json", "num_experts_per_tok 9 must be <= num_experts 4", "qwen3_moe"},
+      {"OlmoeWithRenormalisedTopK",
+       [](const fs::path& d) { rewrite_json(d / "config.json", [](auto& j) { j["norm_topk_prob"] = true; }); },
+       "config.json", "needs norm_topk_prob = false", "olmoe"},
+      {"MoeDenseLayersAmongExperts",
+       [](const fs::path& d) { rewrite_json(d / "config.json", [](auto& j) { j["mlp_only_layers"] = {1}; }); },
+       "config.json", "mlp_only_layers", "qwen3_moe"},
+      {"MoeExpertTensorMissing",
+       [](const fs::path& d) {
+         rewrite_json(d / "model.safetensors.index.json",
+                      [](auto& j) { j["weight_map"].erase("model.layers.1.mlp.experts.3.up_proj.weight"); });
+       },
+       "", "tensor 'model.layers.1.mlp.experts.3.up_proj.weight' is missing", "qwen3_moe"},
+      {"MoeExpertShapeMismatch",
+       [](const fs::path& d) { rewrite_json(d / "config.json", [](auto& j) { j["moe_intermediate_size"] = 40; }); },
+       "model-0000", "expected [40, 32] from config.json", "qwen3_moe"},
   };
 }
 

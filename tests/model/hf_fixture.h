@@ -15,7 +15,7 @@
 namespace pagoda::test {
 
 struct HfSpec {
-  std::string model_type = "llama";  // llama | mistral | qwen2 | qwen3 | phi3 | gemma2 | gemma3_text
+  std::string model_type = "llama";  // llama | mistral | qwen2 | qwen3 | phi3 | gemma2 | gemma3_text | qwen3_moe | mixtral | olmoe
   int64_t dim = 32, n_layers = 2, n_heads = 4, n_kv_heads = 2, head_dim = 0, ffn = 48;
   int64_t vocab = 0;                 // 0: the tokenizer's size
   GgmlType dtype = GgmlType::F32;    // F32, F16 or BF16
@@ -26,6 +26,10 @@ struct HfSpec {
   double partial_rotary = 0;         // > 0: config.json partial_rotary_factor (Phi-4-mini: 0.75)
   uint64_t seed = 7;
   int64_t sliding_window = 8;        // gemma only: shorter than the test prompts
+  // qwen3_moe / mixtral: experts per layer, used per token, and (qwen3_moe) one
+  // expert's width moe_intermediate_size (mixtral's is ffn).
+  int64_t n_expert = 4, n_expert_used = 2, moe_ffn = 32;
+  bool moe() const { return model_type == "qwen3_moe" || model_type == "mixtral" || model_type == "olmoe"; }
 };
 
 inline bool is_gemma(const HfSpec& s) { return s.model_type == "gemma2" || s.model_type == "gemma3_text"; }
@@ -88,13 +92,33 @@ inline std::vector<HfTensor> hf_tensors(const HfSpec& s, int64_t vocab) {
       vec(p + "self_attn.k_proj.bias", kv_dim, false);
       vec(p + "self_attn.v_proj.bias", kv_dim, false);
     }
-    if (s.model_type == "qwen3" || s.model_type == "gemma3_text") {
+    if (s.model_type == "qwen3" || s.model_type == "gemma3_text" || s.model_type == "qwen3_moe") {
       vec(p + "self_attn.q_norm.weight", hd, true);
       vec(p + "self_attn.k_norm.weight", hd, true);
+    }
+    if (s.model_type == "olmoe") {  // over the whole projection
+      vec(p + "self_attn.q_norm.weight", q_dim, true);
+      vec(p + "self_attn.k_norm.weight", kv_dim, true);
     }
     mat(p + "self_attn.o_proj.weight", s.dim, q_dim, 1.0f / std::sqrt(static_cast<float>(q_dim)));
     vec(p + "post_attention_layernorm.weight", s.dim, true);
     if (gemma) vec(p + "pre_feedforward_layernorm.weight", s.dim, true);
+    if (s.moe()) {
+      // HF names per model: qwen3_moe mlp.gate + mlp.experts.E.{gate,up,down}_proj;
+      // mixtral block_sparse_moe.gate + block_sparse_moe.experts.E.w1 (gate) / w3 (up) / w2 (down);
+      // olmoe as qwen3_moe, its expert width intermediate_size.
+      const bool q = s.model_type != "mixtral";
+      const int64_t f = s.model_type == "qwen3_moe" ? s.moe_ffn : s.ffn;
+      const std::string m = p + (q ? "mlp." : "block_sparse_moe.");
+      mat(m + "gate.weight", s.n_expert, s.dim, 2.0f * s_dim);
+      for (int64_t e = 0; e < s.n_expert; ++e) {
+        const std::string x = m + "experts." + std::to_string(e) + ".";
+        mat(x + (q ? "gate_proj.weight" : "w1.weight"), f, s.dim, s_dim);
+        mat(x + (q ? "up_proj.weight" : "w3.weight"), f, s.dim, s_dim);
+        mat(x + (q ? "down_proj.weight" : "w2.weight"), s.dim, f, 1.0f / std::sqrt(static_cast<float>(f)));
+      }
+      continue;
+    }
     if (s.model_type == "phi3") {
       mat(p + "mlp.gate_up_proj.weight", 2 * s.ffn, s.dim, s_dim);
     } else {
@@ -152,6 +176,19 @@ inline nlohmann::json hf_config(const HfSpec& s, int64_t vocab) {
       c["layer_types"] = types;
     }
   }
+  if (s.model_type == "qwen3_moe") {
+    c["num_experts"] = s.n_expert;
+    c["moe_intermediate_size"] = s.moe_ffn;
+    c["norm_topk_prob"] = true;
+    c["decoder_sparse_step"] = 1;
+    c["mlp_only_layers"] = nlohmann::json::array();
+  }
+  if (s.model_type == "mixtral") c["num_local_experts"] = s.n_expert;
+  if (s.model_type == "olmoe") {
+    c["num_experts"] = s.n_expert;
+    c["norm_topk_prob"] = false;
+  }
+  if (s.moe()) c["num_experts_per_tok"] = s.n_expert_used;
   if (s.rope == "llama3")
     c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 1024}};

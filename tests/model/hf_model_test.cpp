@@ -92,6 +92,8 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.attn_softcap, b.attn_softcap);
   EXPECT_EQ(a.final_softcap, b.final_softcap);
   EXPECT_EQ(a.n_expert, b.n_expert);
+  EXPECT_EQ(a.n_expert_used, b.n_expert_used);
+  EXPECT_EQ(a.expert_ffn_dim, b.expert_ffn_dim);
 }
 
 TEST_P(HfModel, DirectoryAndConvertedGgufGiveIdenticalLogitsTokensAndText) {
@@ -198,7 +200,13 @@ INSTANTIATE_TEST_SUITE_P(
                       // F32: with AVX512-BF16 the BF16 kernels round activations to BF16, which
                       // over six layers with QK-norm at dim 32 costs 1.6% against the F32 file
                       // (the BF16 check above allows 1%); gemma2 covers BF16 + the norm shift.
-                      spec("gemma3_text", GgmlType::F32, true, "mistral-7b-v0.1-tokenizer", "linear", 16)),
+                      spec("gemma3_text", GgmlType::F32, true, "mistral-7b-v0.1-tokenizer", "linear", 16),
+
+                      spec("qwen3_moe", GgmlType::F32, false, "qwen3-tokenizer", "none", 16),
+                      spec("qwen3_moe", GgmlType::BF16, false, "qwen3-tokenizer", "yarn", 16),
+                      spec("mixtral", GgmlType::F32, false, "mistral-7b-v0.1-tokenizer"),
+                      spec("mixtral", GgmlType::BF16, true, "mistral-7b-v0.1-tokenizer"),
+                      spec("olmoe", GgmlType::BF16, false, "qwen3-tokenizer")),
     [](const auto& info) {
       const test::HfSpec& s = info.param;
       return s.model_type + "_" + type_name(s.dtype) + (s.tied ? "_tied" : "_untied") + "_" +

@@ -1,7 +1,8 @@
 """Llama-family forward pass in plain numpy (float64): the reference pagoda's
 C++ forward pass is checked against (tests/model/numpy_reference_test.py).
 
-Architectures: `llama`, `qwen2`, `qwen3`, `phi3`, read from GGUF metadata.
+Architectures: `llama` (with experts: Mixtral), `qwen2`, `qwen3`, `phi3`,
+`qwen3moe`, `olmoe`, read from GGUF metadata.
 Written from the model definitions (llama.cpp's llama/qwen2/qwen3/phi3 graphs,
 Meta's, Qwen's and Microsoft's reference models in transformers), sharing no
 code with pagoda.
@@ -64,9 +65,14 @@ Conventions (each is a place where an implementation can silently go wrong):
 
 import numpy as np
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")
-NEOX_ROPE_ARCHS = ("qwen2", "qwen3", "phi3", "gemma2", "gemma3")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe", "olmoe")
+NEOX_ROPE_ARCHS = ("qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe", "olmoe")
 GEMMA_ARCHS = ("gemma2", "gemma3")
+# Mixture-of-experts architectures whose top-k routing weights are renormalised to
+# sum 1: Qwen3-MoE (norm_topk_prob, as llama.cpp's qwen3moe graph), Mixtral (GGUF
+# `llama` with expert_count; HF softmaxes then renormalises the top k).
+# OLMoE keeps the top-k softmax weights as they are (norm_topk_prob false).
+RENORMALIZED_TOPK_ARCHS = ("qwen3moe", "llama")
 
 
 class LlamaConfig:
@@ -96,6 +102,15 @@ class LlamaConfig:
             raise ValueError("attention.value_length %d != key_length %d is not supported"
                              % (value_length, self.head_dim))
         self.n_ff = int(key("feed_forward_length", required=True))
+        # Mixture of experts: every layer's FFN is n_expert SwiGLU experts of width
+        # n_ff_exp, a token using the n_expert_used with the largest router softmax.
+        self.n_expert = int(key("expert_count", 0))
+        self.n_expert_used = int(key("expert_used_count", 0))
+        self.n_ff_exp = int(key("expert_feed_forward_length", self.n_ff))
+        if arch in ("qwen3moe", "olmoe") and self.n_expert == 0:
+            raise ValueError("%s without expert_count" % arch)
+        if self.n_expert and not 1 <= self.n_expert_used <= self.n_expert:
+            raise ValueError("expert_used_count %d not in [1, %d]" % (self.n_expert_used, self.n_expert))
         self.rms_eps = float(key("attention.layer_norm_rms_epsilon", required=True))
         self.rope_base = float(key("rope.freq_base", 10000.0))
         self.n_rot = int(key("rope.dimension_count", self.head_dim))
@@ -268,7 +283,17 @@ class LlamaModel:
                 wq = weight(p + "attn_q.weight", (H * D, E))
                 wk = weight(p + "attn_k.weight", (KV * D, E))
                 wv = weight(p + "attn_v.weight", (KV * D, E))
-            if cfg.arch == "phi3":
+            experts = None
+            if cfg.n_expert:
+                N, FE = cfg.n_expert, cfg.n_ff_exp
+                experts = {
+                    "router": weight(p + "ffn_gate_inp.weight", (N, E)),
+                    "gate": weight(p + "ffn_gate_exps.weight", (N, FE, E)),
+                    "up": weight(p + "ffn_up_exps.weight", (N, FE, E)),
+                    "down": weight(p + "ffn_down_exps.weight", (N, E, FE)),
+                }
+                w_gate = w_up = None
+            elif cfg.arch == "phi3":
                 gate_up = weight(p + "ffn_up.weight", (2 * F, E))
                 w_gate, w_up = gate_up[:F], gate_up[F:]
             else:
@@ -282,15 +307,17 @@ class LlamaModel:
                 "bq": weight(p + "attn_q.bias", (H * D,), optional=True),
                 "bk": weight(p + "attn_k.bias", (KV * D,), optional=True),
                 "bv": weight(p + "attn_v.bias", (KV * D,), optional=True),
-                "q_norm": weight(p + "attn_q_norm.weight", (D,), optional=True),
-                "k_norm": weight(p + "attn_k_norm.weight", (D,), optional=True),
+                # OLMoE: q/k norms over the whole projection ([H*D], [KV*D]), not per head.
+                "q_norm": weight(p + "attn_q_norm.weight", (H * D,) if cfg.arch == "olmoe" else (D,), optional=True),
+                "k_norm": weight(p + "attn_k_norm.weight", (KV * D,) if cfg.arch == "olmoe" else (D,), optional=True),
                 "wo": weight(p + "attn_output.weight", (E, H * D)),
                 "ffn_norm": weight(p + "ffn_norm.weight", (E,)),
                 "attn_post_norm": weight(p + "post_attention_norm.weight", (E,), optional=not cfg.gemma),
                 "ffn_post_norm": weight(p + "post_ffw_norm.weight", (E,), optional=not cfg.gemma),
                 "w_gate": w_gate,
                 "w_up": w_up,
-                "w_down": weight(p + "ffn_down.weight", (E, F)),
+                "w_down": None if experts else weight(p + "ffn_down.weight", (E, F)),
+                "experts": experts,
             })
         if cfg.arch in ("qwen3", "gemma3") and self.layers and self.layers[0]["q_norm"] is None:
             raise ValueError("%s model without attn_q_norm.weight" % cfg.arch)
@@ -311,6 +338,8 @@ class LlamaModel:
         if cfg.rope_base_local is not None:
             angles_local = rope_angles(cfg, T, None, base=cfg.rope_base_local, linear_factor=1.0)
 
+        # (T,) smallest routing margin over the layers (moe_ffn), None for dense models.
+        self.route_gap = None
         x = self.token_embd[tokens]                                    # (T, E) residual stream
         if cfg.gemma:
             x = x * np.sqrt(cfg.n_embd)
@@ -327,12 +356,15 @@ class LlamaModel:
                 k = k + L["bk"]
             if L["bv"] is not None:
                 v = v + L["bv"]
+            if cfg.arch == "olmoe":
+                q = rms_norm(q, L["q_norm"], cfg.rms_eps)
+                k = rms_norm(k, L["k_norm"], cfg.rms_eps)
             q = q.reshape(T, H, D)
             k = k.reshape(T, KV, D)
             v = v.reshape(T, KV, D)
-            if L["q_norm"] is not None:
+            if L["q_norm"] is not None and cfg.arch != "olmoe":
                 q = rms_norm(q, L["q_norm"], cfg.rms_eps)
-            if L["k_norm"] is not None:
+            if L["k_norm"] is not None and cfg.arch != "olmoe":
                 k = rms_norm(k, L["k_norm"], cfg.rms_eps)
             q = apply_rope(q, ang, cfg.n_rot, cfg.rope_neox, cfg.rope_attn_factor)
             k = apply_rope(k, ang, cfg.n_rot, cfg.rope_neox, cfg.rope_attn_factor)
@@ -344,17 +376,47 @@ class LlamaModel:
             x = x + a
 
             h = rms_norm(x, L["ffn_norm"], cfg.rms_eps)
-            act = gelu_tanh if cfg.gemma else silu
-            ff = act(h @ L["w_gate"].T) * (h @ L["w_up"].T)            # (T, F)
-            f = ff @ L["w_down"].T
-            if L["ffn_post_norm"] is not None:
-                f = rms_norm(f, L["ffn_post_norm"], cfg.rms_eps)
-            x = x + f
+            if L["experts"] is not None:
+                x = x + self.moe_ffn(L["experts"], h)
+            else:
+                act = gelu_tanh if cfg.gemma else silu
+                ff = act(h @ L["w_gate"].T) * (h @ L["w_up"].T)            # (T, F)
+                f = ff @ L["w_down"].T
+                if L["ffn_post_norm"] is not None:
+                    f = rms_norm(f, L["ffn_post_norm"], cfg.rms_eps)
+                x = x + f
 
         logits = rms_norm(x, self.output_norm, cfg.rms_eps) @ self.output.T   # (T, n_vocab)
         if cfg.final_softcap > 0:
             logits = cfg.final_softcap * np.tanh(logits / cfg.final_softcap)
         return logits
+
+    def moe_ffn(self, X, h):
+        """h: (T, E) normed -> (T, E): per token, softmax over the router logits, the
+        n_expert_used largest kept (ties to the lower expert id), renormalised for
+        RENORMALIZED_TOPK_ARCHS, and the chosen experts' SwiGLU outputs summed with
+        those weights. Token by token, every expert computed densely: no grouping."""
+        cfg = self.cfg
+        out = np.zeros_like(h)
+        logits = h @ X["router"].T                                     # (T, N)
+        # Routing margin: logit gap between the last chosen expert and the first
+        # not chosen. Where it is below an implementation's logit error the choice
+        # may legitimately differ (the comparison skips those positions).
+        if cfg.n_expert_used < cfg.n_expert:
+            srt = -np.sort(-logits, axis=1)
+            gap = srt[:, cfg.n_expert_used - 1] - srt[:, cfg.n_expert_used]
+            self.route_gap = gap if self.route_gap is None else np.minimum(self.route_gap, gap)
+        for t in range(h.shape[0]):
+            p = np.exp(logits[t] - logits[t].max())
+            p = p / p.sum()
+            top = np.argsort(-p, kind="stable")[:cfg.n_expert_used]
+            w = p[top]
+            if cfg.arch in RENORMALIZED_TOPK_ARCHS:
+                w = w / w.sum()
+            for e, we in zip(top, w):
+                ff = silu(X["gate"][e] @ h[t]) * (X["up"][e] @ h[t])   # (FE,)
+                out[t] += we * (X["down"][e] @ ff)
+        return out
 
     def greedy(self, prompt, n_new):
         """Greedy decoding: the n_new ids after prompt (recomputes the full sequence per step)."""

@@ -30,8 +30,9 @@ class ModelLoad : public ::testing::Test {
   // Copies base.gguf with `edit` applied to each (key, value) and tensor.
   std::string rewrite(const std::string& name,
                       const std::function<bool(std::string&, gguf::Value&)>& edit_kv,
-                      const std::function<bool(gguf::TensorInfo&, std::vector<uint8_t>&)>& edit_tensor) {
-    gguf::GgufFile f = gguf::GgufFile::open(base_);
+                      const std::function<bool(gguf::TensorInfo&, std::vector<uint8_t>&)>& edit_tensor,
+                      const std::string& src = "") {
+    gguf::GgufFile f = gguf::GgufFile::open(src.empty() ? base_ : src);
     gguf::GgufWriter w;
     for (auto [key, value] : f.metadata())
       if (!edit_kv || edit_kv(key, value)) w.set(key, value);
@@ -57,9 +58,65 @@ class ModelLoad : public ::testing::Test {
     return "";
   }
 
+  // A synthetic qwen3moe (4 experts, 2 used, expert width 32).
+  std::string moe_base() {
+    SynthSpec s = *synth_shape("tiny");
+    s.arch = "qwen3moe";
+    s.dim = 64, s.ffn_dim = 96, s.n_vocab = 300, s.n_expert = 4, s.n_expert_used = 2, s.expert_ffn_dim = 32;
+    const std::string path = (dir_ / "moe.gguf").string();
+    write_synthetic_model(s, path);
+    return path;
+  }
+
   fs::path dir_;
   std::string base_;
 };
+
+TEST_F(ModelLoad, ExpertCountsOutOfRangeOrMissingAreNamed) {
+  const std::string moe = moe_base();
+  auto used = rewrite("used.gguf", [](std::string& k, gguf::Value& v) {
+    if (k == "qwen3moe.expert_used_count") v = gguf::Value::u32(5);
+    return true;
+  }, nullptr, moe);
+  EXPECT_NE(load_error(used).find("expert_used_count 5 must be <= expert_count 4"), std::string::npos);
+  auto no_count = rewrite("nocount.gguf", [](std::string& k, gguf::Value&) { return k != "qwen3moe.expert_count"; },
+                          nullptr, moe);
+  EXPECT_NE(load_error(no_count).find("qwen3moe.expert_count"), std::string::npos);
+  auto no_ffn = rewrite("noffn.gguf", [](std::string& k, gguf::Value&) {
+    return k != "qwen3moe.expert_feed_forward_length";
+  }, nullptr, moe);
+  EXPECT_NE(load_error(no_ffn).find("expert_feed_forward_length"), std::string::npos);
+}
+
+TEST_F(ModelLoad, ExpertTensorWithTooFewExpertsIsNamed) {
+  const std::string moe = moe_base();
+  // 3 experts' worth of a 4-expert tensor: shape and size agree, the count does not.
+  auto p = rewrite("exps.gguf", nullptr, [](gguf::TensorInfo& t, std::vector<uint8_t>& bytes) {
+    if (t.name == "blk.1.ffn_down_exps.weight") {
+      t.dims[2] = 3;
+      bytes.resize(bytes.size() / 4 * 3);
+    }
+    return true;
+  }, moe);
+  const std::string msg = load_error(p);
+  EXPECT_NE(msg.find("blk.1.ffn_down_exps.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("expected [32, 64, 4]"), std::string::npos) << msg;
+}
+
+TEST_F(ModelLoad, DenseArchitectureWithExpertsIsRejected) {
+  auto p = rewrite("qwen2moe.gguf", [](std::string&, gguf::Value&) { return true; }, nullptr);
+  gguf::GgufFile f = gguf::GgufFile::open(base_);
+  gguf::GgufWriter w;
+  for (auto [key, value] : f.metadata()) {
+    if (key.rfind("llama.", 0) == 0) key = "qwen2." + key.substr(6);
+    if (key == "general.architecture") value = gguf::Value::str("qwen2");
+    w.set(key, value);
+  }
+  w.set("qwen2.expert_count", gguf::Value::u32(4));
+  for (const gguf::TensorInfo& t : f.tensors()) w.add_tensor(t.name, t.type, t.dims, {t.data, t.data + t.n_bytes});
+  w.write(p);
+  EXPECT_NE(load_error(p).find("qwen2 with 4 experts (mixture of experts) is not supported"), std::string::npos);
+}
 
 TEST_F(ModelLoad, SyntheticModelLoads) {
   auto f = std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(base_));
