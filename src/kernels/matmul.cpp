@@ -829,6 +829,7 @@ void matmul_grouped(std::span<const GroupedMatmul> jobs, const float* x, int64_t
     if (a.dsum32) a.dsum32 += r * (n_cols / 32);
     if (a.neg8_dsum32) a.neg8_dsum32 += r * (n_cols / 32);
     if (a.sum16) a.sum16 += r * (n_cols / 16);
+    if (a.sum16_pairs) a.sum16_pairs += r * (n_cols / 32);  // one int16 pair per 32 columns
     return a;
   };
   const int64_t* fp = first.data();
