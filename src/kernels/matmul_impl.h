@@ -190,4 +190,34 @@ inline int packed_lanes(Isa isa) { return isa == Isa::Avx512 ? 16 : 8; }
 // Whether packed Q8_0 codes are q (AVX2, 8 lanes) rather than q + 128.
 inline bool q8_codes_signed(int lanes) { return lanes == 8; }
 
+// PAGODA_AVX512_EMULATION: the test-only build of matmul_avx512_emu.h, where the AVX-512
+// kernels run through SIMDe on any x86-64 CPU.
+#ifdef PAGODA_AVX512_EMULATION
+inline constexpr bool kEmulatedAvx512 = true;
+#else
+inline constexpr bool kEmulatedAvx512 = false;
+#endif
+inline bool isa_runs(Isa isa) { return kEmulatedAvx512 || isa_supported(isa); }
+
+// One unit (32 values for the 32-wide formats, 256 for the K-quants) of one row.
+struct UnitCodes {
+  uint8_t c[256];   // unsigned codes (see matmul_impl.h for their meaning)
+  float d = 0;      // f16 scale widened
+  float m = 0;      // Q4_1/Q5_1 min, K-quant dmin
+  f16_t d_bits = 0, m_bits = 0;  // the raw f16 words (copied into packed units)
+  // Q4_K/Q5_K: 8 x 6-bit scales; Q2_K: 16 x 4-bit scales; Q6_K: 16 x int8 scales,
+  // Q3_K: 16 x (scale - 32), IQ4_XS: 8 x (scale - 32), as int8 (stored as bytes)
+  uint8_t sc[16];
+  uint8_t mn[16];   // Q4_K/Q5_K: 8 x 6-bit mins; Q2_K: 16 x 4-bit mins
+};
+
+// The codebook formats: codes c are 4-bit table indices, a value is table[c] times
+// the scale (see matmul_impl.h).
+constexpr bool is_codebook(GgmlType t) { return t == GgmlType::IQ4_NL || t == GgmlType::IQ4_XS || t == GgmlType::MXFP4; }
+inline const int8_t* codebook(GgmlType t) { return t == GgmlType::MXFP4 ? kMxfp4Values : kIq4nlValues; }
+
+// Decodes one unit of a GGUF row (matmul_pack.cpp): what packing interleaves and the
+// scalar kernels compute from.
+void decode_unit(GgmlType type, const uint8_t* blk, UnitCodes& u);
+
 }  // namespace pagoda::matmul_detail

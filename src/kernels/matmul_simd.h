@@ -42,10 +42,6 @@
 
 namespace pagoda::matmul_detail {
 
-// The codebook formats: packed codes are 4-bit table indices (matmul_impl.h).
-constexpr bool is_codebook(GgmlType t) {
-  return t == GgmlType::IQ4_NL || t == GgmlType::IQ4_XS || t == GgmlType::MXFP4;
-}
 // Whether the codes fed to the dot instructions are Q8_0-style bytes (q + 128 for
 // AVX-512, signed q for AVX2) rather than small unsigned codes.
 constexpr bool signed_codes(GgmlType t) { return t == GgmlType::Q8_0 || is_codebook(t); }
