@@ -17,7 +17,8 @@ int64_t steady_ms() {
 
 }  // namespace
 
-PrefixCache::PrefixCache(PagedKvPool& pool, std::string model_id, const PrefixCacheConfig& config, CacheClock clock)
+PrefixCache::PrefixCache(PagedKvPool& pool, std::string model_id, const PrefixCacheConfig& config, CacheClock clock,
+                         const KvLayerGroups& groups)
     : pool_(pool),
       index_(pool.blocks_budget(), pool.block_size()),
       model_id_(std::move(model_id)),
@@ -28,6 +29,13 @@ PrefixCache::PrefixCache(PagedKvPool& pool, std::string model_id, const PrefixCa
   pool_.set_cache_listener(this);
   scratch_.reserve(static_cast<size_t>(pool.blocks_budget()));
   last_ttl_check_ms_ = now();
+  if (groups.n_groups() > 1) {
+    PAGODA_CHECK(groups.n_groups() == pool.geometry().n_groups, "PrefixCache: layer groups do not match the pool");
+    n_local_ = groups.n_groups() - 1;
+    window_ = groups.window[1];
+    companions_.assign(static_cast<size_t>(pool.blocks_budget()) * static_cast<size_t>(n_local_), -1);
+  }
+  companion_of_.assign(static_cast<size_t>(pool.blocks_budget()), -1);
 }
 
 PrefixCache::~PrefixCache() {
@@ -79,19 +87,54 @@ CacheHit PrefixCache::lookup(const CacheKey& key, std::span<const int32_t> promp
   }
   hit.matched_tokens = matched;
   int64_t cached = std::min(matched, static_cast<int64_t>(prompt.size()) - 1);
+  if (n_local_ > 0 && cached > 0) {
+    const int64_t covered = window_covered(cached);
+    if (covered < cached) ++counters_.window_limited_hits;
+    cached = covered;
+  }
   if (cached < config_.min_prefix_tokens) cached = 0;
   if (cached == 0) return hit;
   scratch_.resize(static_cast<size_t>(pool_.blocks_for_tokens(cached)));
   hit.table = pool_.borrow_table(scratch_, cached);
+  if (n_local_ > 0) {
+    const int64_t lo = std::max<int64_t>(0, cached - window_ + 1) / pool_.block_size();
+    std::vector<BlockId> entries(scratch_.size(), kNoBlock);
+    for (int32_t g = 1; g <= n_local_; ++g) {
+      for (size_t j = static_cast<size_t>(lo); j < scratch_.size(); ++j) entries[j] = BlockId{companion(idx(scratch_[j]), g)};
+      hit.local.push_back(pool_.borrow_table(entries, cached, g));
+    }
+  }
   hit.cached_tokens = cached;
   ++counters_.hits;
   counters_.hit_tokens += cached;
   return hit;
 }
 
+int64_t PrefixCache::window_covered(int64_t cached) {
+  // covered_prefix_[j]: how many of scratch_[0, j) have a companion in every local group.
+  const int64_t bs = pool_.block_size();
+  const size_t nb = static_cast<size_t>(pool_.blocks_for_tokens(cached));
+  covered_prefix_.assign(nb + 1, 0);
+  for (size_t j = 0; j < nb; ++j) {
+    bool all = true;
+    for (int32_t g = 1; g <= n_local_ && all; ++g) all = companion(idx(scratch_[j]), g) >= 0;
+    covered_prefix_[j + 1] = covered_prefix_[j] + (all ? 1 : 0);
+  }
+  // A query at c reads positions [c - W + 1, c): blocks lo..hi, all of which must be covered.
+  auto covered = [&](int64_t c) {
+    const int64_t lo = std::max<int64_t>(0, c - window_ + 1) / bs, hi = (c - 1) / bs;
+    return covered_prefix_[static_cast<size_t>(hi + 1)] - covered_prefix_[static_cast<size_t>(lo)] == hi - lo + 1;
+  };
+  if (covered(cached)) return cached;
+  for (int64_t k = (cached - 1) / bs; k >= 1; --k)
+    if (covered(k * bs)) return k * bs;
+  return 0;
+}
+
 // ---- insert -------------------------------------------------------------------------------
 
-void PrefixCache::insert(const CacheKey& key, std::span<const int32_t> tokens, BlockTable& table, bool finished) {
+void PrefixCache::insert(const CacheKey& key, std::span<const int32_t> tokens, BlockTable& table, bool finished,
+                         std::span<BlockTable> local) {
   if (!config_.enabled || !key.use_cache) return;
   const int64_t n = static_cast<int64_t>(tokens.size());
   PAGODA_CHECK(n <= table.num_tokens(), "PrefixCache::insert: " + std::to_string(n) + " tokens but the table holds " +
@@ -157,6 +200,27 @@ void PrefixCache::insert(const CacheKey& key, std::span<const int32_t> tokens, B
       }
     }
   }
+  // Window companions: the local groups' held blocks of every indexed block of this table.
+  if (n_local_ > 0 && !local.empty()) {
+    PAGODA_CHECK(static_cast<int32_t>(local.size()) == n_local_, "PrefixCache::insert: " + std::to_string(local.size()) +
+                                                                     " local tables for " + std::to_string(n_local_) +
+                                                                     " local layer groups");
+    const int64_t n_indexed = n_full + (finished && n % bs != 0 ? 1 : 0);
+    for (int32_t g = 1; g <= n_local_; ++g) {
+      const BlockTable& lt = local[static_cast<size_t>(g - 1)];
+      for (int64_t j = lt.first_held_block(); j < std::min(n_indexed, lt.num_blocks()); ++j) {
+        const BlockId owner = table.block(j);
+        const BlockId lb = lt.block(j);
+        if (!index_.contains(owner) || companion(idx(owner), g) >= 0 || pool_.is_cached(lb)) continue;
+        pool_.mark_cached(lb);
+        companion(idx(owner), g) = idx(lb);
+        companion_of_[static_cast<size_t>(idx(lb))] = idx(owner);
+        last_used_[static_cast<size_t>(idx(lb))] = t_now;
+        ++n_companions_;
+        ++added;
+      }
+    }
+  }
   if (index_.kind(root) == PrefixIndex::Kind::Root) index_.prune_root(root);  // nothing added under it
   if (added > 0) {
     ++counters_.inserts;
@@ -167,9 +231,35 @@ void PrefixCache::insert(const CacheKey& key, std::span<const int32_t> tokens, B
 
 // ---- eviction -----------------------------------------------------------------------------
 
-void PrefixCache::drop(BlockId b) {
+int64_t PrefixCache::drop(BlockId b) {
+  if (is_companion(b)) {
+    unlink_companion(b);
+    pool_.uncache(b);
+    return 1;
+  }
+  const int64_t n = drop_companions(idx(b));
   index_.remove_block(b);
   pool_.uncache(b);
+  return n + 1;
+}
+
+void PrefixCache::unlink_companion(BlockId b) {
+  const int32_t owner = companion_of_[static_cast<size_t>(idx(b))];
+  companion(owner, pool_.group_of(b)) = -1;
+  companion_of_[static_cast<size_t>(idx(b))] = -1;
+  --n_companions_;
+}
+
+int64_t PrefixCache::drop_companions(int32_t owner) {
+  int64_t n = 0;
+  for (int32_t g = 1; g <= n_local_; ++g) {
+    const int32_t c = companion(owner, g);
+    if (c < 0) continue;
+    unlink_companion(BlockId{c});
+    pool_.uncache(BlockId{c});
+    ++n;
+  }
+  return n;
 }
 
 int64_t PrefixCache::drop_descendants(int32_t node) {
@@ -177,8 +267,7 @@ int64_t PrefixCache::drop_descendants(int32_t node) {
   while (index_.num_children(node) > 0) {
     int32_t n = index_.first_child(node);
     while (index_.num_children(n) > 0) n = index_.first_child(n);
-    drop(BlockId{n});
-    ++dropped;
+    dropped += drop(BlockId{n});
   }
   return dropped;
 }
@@ -195,13 +284,16 @@ void PrefixCache::credit(Reason reason, int64_t entries, int64_t blocks) {
 }
 
 void PrefixCache::evict_entry(BlockId b, Reason reason) {
+  if (is_companion(b)) {  // a window companion goes alone: later hits get shorter, no entry ends
+    credit(reason, 0, drop(b));
+    return;
+  }
   const int64_t leaves_before = index_.num_leaves();
   int64_t blocks = drop_descendants(idx(b));  // none while invariant 2 holds
   int32_t n = idx(b);
   for (;;) {
     const int32_t parent = index_.parent(n);
-    drop(BlockId{n});
-    ++blocks;
+    blocks += drop(BlockId{n});
     if (!index_.is_block(parent) || index_.num_children(parent) > 0 || pool_.refcount(BlockId{parent}) > 0) break;
     n = parent;
   }
@@ -214,9 +306,13 @@ void PrefixCache::expire_ttl() {
   if (config_.ttl_ms <= 0) return;
   while (auto head = pool_.oldest_evictable()) {
     if (t - last_used_[static_cast<size_t>(idx(*head))] < config_.ttl_ms) break;
+    if (is_companion(*head)) {
+      credit(Reason::Ttl, 0, drop(*head));
+      continue;
+    }
     const int64_t leaves_before = index_.num_leaves();
-    const int64_t blocks = drop_descendants(idx(*head)) + 1;
-    drop(*head);
+    int64_t blocks = drop_descendants(idx(*head));
+    blocks += drop(*head);
     credit(Reason::Ttl, std::max<int64_t>(0, leaves_before - index_.num_leaves()), blocks);
   }
 }
@@ -245,8 +341,14 @@ void PrefixCache::on_evictable(BlockId b) {
 
 void PrefixCache::on_evicted(BlockId b) {
   // The pool already took b (uncached, about to be reused): drop it from the index.
+  if (is_companion(b)) {
+    unlink_companion(b);
+    credit(Reason::PoolPressure, 0, 1);
+    return;
+  }
   const int64_t leaves_before = index_.num_leaves();
-  const int64_t blocks = drop_descendants(idx(b)) + 1;
+  int64_t blocks = drop_descendants(idx(b)) + 1;
+  blocks += drop_companions(idx(b));
   index_.remove_block(b);
   credit(Reason::PoolPressure, std::max<int64_t>(0, leaves_before - index_.num_leaves()), blocks);
 }
@@ -261,8 +363,11 @@ void PrefixCache::set_config(const PrefixCacheConfig& config) {
 
 void PrefixCache::drop_all() {
   for (int32_t i = 0; i < static_cast<int32_t>(pool_.blocks_budget()); ++i)
-    if (index_.contains(BlockId{i})) pool_.uncache(BlockId{i});
+    if (index_.contains(BlockId{i}) || is_companion(BlockId{i})) pool_.uncache(BlockId{i});
   index_.clear();
+  std::fill(companions_.begin(), companions_.end(), -1);
+  std::fill(companion_of_.begin(), companion_of_.end(), -1);
+  n_companions_ = 0;
 }
 
 void PrefixCache::reset() {
@@ -275,7 +380,8 @@ CacheStats PrefixCache::stats() const {
   s.pool = pool_.stats();
   s.enabled = config_.enabled;
   s.entries = index_.num_leaves();
-  s.cached_blocks = index_.num_blocks();
+  s.cached_blocks = index_.num_blocks() + n_companions_;
+  s.companion_blocks = n_companions_;
   s.cached_bytes = static_cast<uint64_t>(s.cached_blocks) * s.pool.bytes_per_block;
   s.evictable_blocks = s.pool.blocks_evictable;
   s.evictable_bytes = static_cast<uint64_t>(s.evictable_blocks) * s.pool.bytes_per_block;
@@ -290,9 +396,18 @@ void PrefixCache::check_invariants() const {
   pool_.check_invariants();
   index_.check_invariants();
   const int32_t n_blocks = static_cast<int32_t>(pool_.blocks_budget());
-  int64_t cached = 0;
+  int64_t cached = 0, companions = 0;
   for (int32_t i = 0; i < n_blocks; ++i) {
     const BlockId b{i};
+    if (is_companion(b)) {
+      const int32_t owner = companion_of_[static_cast<size_t>(i)];
+      PAGODA_CHECK(!index_.contains(b) && pool_.is_cached(b) && index_.contains(BlockId{owner}) &&
+                       pool_.group_of(b) >= 1 && pool_.group_of(b) <= n_local_ &&
+                       companion(owner, pool_.group_of(b)) == i,
+                   "PrefixCache: companion " + std::to_string(i) + " is not linked to a cached owner");
+      ++cached, ++companions;
+      continue;
+    }
     PAGODA_CHECK(index_.contains(b) == pool_.is_cached(b),
                  "PrefixCache: block " + std::to_string(i) + (index_.contains(b) ? " indexed but not cached in the pool"
                                                                                   : " cached in the pool but not indexed"));
@@ -321,6 +436,7 @@ void PrefixCache::check_invariants() const {
                    "PrefixCache: evictable list out of last-used order at " + std::to_string(k));
   }
   for (BlockId b : lru) {
+    if (is_companion(b)) continue;
     const int32_t p = index_.parent(idx(b));
     if (index_.is_block(p) && pos[static_cast<size_t>(p)] >= 0)
       PAGODA_CHECK(pos[static_cast<size_t>(p)] > pos[static_cast<size_t>(idx(b))],
@@ -328,7 +444,12 @@ void PrefixCache::check_invariants() const {
   }
   // Limits and ledger.
   const CacheStats s = stats();
-  PAGODA_CHECK(s.cached_blocks == cached && s.pool.blocks_cached == cached, "PrefixCache: cached block count drifted");
+  PAGODA_CHECK(s.cached_blocks == cached && s.pool.blocks_cached == cached && s.companion_blocks == companions,
+               "PrefixCache: cached block count drifted");
+  for (int32_t o = 0; o < n_blocks && n_local_ > 0; ++o)
+    for (int32_t g = 1; g <= n_local_; ++g)
+      PAGODA_CHECK(companion(o, g) < 0 || companion_of_[static_cast<size_t>(companion(o, g))] == o,
+                   "PrefixCache: owner " + std::to_string(o) + " lists a companion that is not its own");
   PAGODA_CHECK(s.evictable_blocks == static_cast<int64_t>(lru.size()), "PrefixCache: evictable count drifted");
   PAGODA_CHECK(s.cached_bytes == static_cast<uint64_t>(cached) * pool_.bytes_per_block() &&
                    s.evictable_bytes == lru.size() * pool_.bytes_per_block(),

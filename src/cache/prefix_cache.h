@@ -37,6 +37,19 @@
 //   ttl drops single blocks unused for ttl_ms, oldest first; pool pressure (the pool out
 //   of free blocks) takes single blocks, oldest first. Entries held by running sequences
 //   may keep entries above max_entries until they are released.
+// - Sliding windows (kv/kv_layer_groups.h): a model with local (windowed) layer groups
+//   has, per group-0 block, up to one *companion* block per local group: the local
+//   layers' K/V of the same positions, marked cached in the pool (evictable, LRU, booked
+//   like any block) but not in the index. What is kept for reuse: companions are attached
+//   only at insert() -- the end of a prompt and the end of a sequence (a conversation
+//   turn: the next turn re-sends the history and resumes there) -- and only for the local
+//   blocks the sequence still holds then (its window plus one block); local blocks that
+//   leave the window in between are freed, not cached, or the window would save nothing.
+//   lookup() reuses a prefix of length c only when every local group has the companions
+//   of the blocks c's window reads ([c - W + 1, c)): it tries the matched length, then
+//   block boundaries below it, and takes the longest covered one (matched_tokens still
+//   says how much group 0 matched). Dropping a group-0 block drops its companions; a
+//   companion evicted alone (LRU, TTL, pool pressure) only shortens later hits.
 // - Threads: the engine thread only (the pool's owner). No locks: stats() is a value
 //   snapshot the engine publishes to other threads.
 // - Lifetime: the pool must outlive the cache; the cache attaches itself as the pool's
@@ -66,6 +79,7 @@
 #include "cache/block_hash.h"
 #include "cache/prefix_cache_config.h"
 #include "cache/prefix_index.h"
+#include "kv/kv_layer_groups.h"
 #include "kv/paged_kv_pool.h"
 
 namespace pagoda {
@@ -81,6 +95,9 @@ struct CacheHit {
   // Borrowed blocks holding positions [0, cached_tokens): adopt it as the sequence's
   // table (PagedKvStore::adopt), or give it back with PagedKvPool::free. Empty on a miss.
   BlockTable table;
+  // The local groups' borrowed tables (kv_layer_groups.h), same length, released
+  // entries before the window; adopt them with `table`. Empty without windows or on a miss.
+  std::vector<BlockTable> local;
   int64_t cached_tokens = 0;   // exact reuse: forward the prompt from this position
   int64_t matched_tokens = 0;  // longest cached common prefix before the -1 cap and min_prefix
 };
@@ -90,10 +107,11 @@ using CacheClock = std::function<int64_t()>;
 
 class PrefixCache final : private BlockCacheListener {
  public:
-  // model_id: what identifies the weights (see namespace_hash). Requires: the pool has no
-  // other cache listener and no cached blocks.
+  // model_id: what identifies the weights (see namespace_hash). groups: the store's layer
+  // groups (none or one: no windows). Requires: the pool has no other cache listener and
+  // no cached blocks.
   PrefixCache(PagedKvPool& pool, std::string model_id, const PrefixCacheConfig& config = {},
-              CacheClock clock = {});
+              CacheClock clock = {}, const KvLayerGroups& groups = {});
   ~PrefixCache() override;
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
@@ -111,7 +129,10 @@ class PrefixCache final : private BlockCacheListener {
   // each); after finished = true the caller releases the table (the blocks stay cached).
   // Requires: tokens.size() <= table.num_tokens(), the K/V of positions [0, n) written,
   // and tokens are the sequence's tokens (a cached block of the table must hold them).
-  void insert(const CacheKey& key, std::span<const int32_t> tokens, BlockTable& table, bool finished);
+  // `local`: the sequence's local-group tables (windows: their held blocks become
+  // companions, see the contract); empty without windows.
+  void insert(const CacheKey& key, std::span<const int32_t> tokens, BlockTable& table, bool finished,
+              std::span<BlockTable> local = {});
 
   // Applies TTL, capacity and max-entries now (the engine calls it on a timer so idle
   // blocks expire without traffic).
@@ -140,8 +161,22 @@ class PrefixCache final : private BlockCacheListener {
 
   int64_t now() const { return clock_(); }
   uint64_t evictable_bytes() const;
-  // Removes block node b from the index and the pool's cache (evictable: freed).
-  void drop(BlockId b);
+  // Removes block node b (an index block with its companions, or a companion) from the
+  // index and the pool's cache (evictable: freed). Returns the blocks dropped.
+  int64_t drop(BlockId b);
+  bool is_companion(BlockId b) const { return companion_of_[static_cast<size_t>(idx(b))] >= 0; }
+  int32_t& companion(int32_t owner, int32_t group) {
+    return companions_[static_cast<size_t>(owner) * static_cast<size_t>(n_local_) + static_cast<size_t>(group - 1)];
+  }
+  int32_t companion(int32_t owner, int32_t group) const {
+    return companions_[static_cast<size_t>(owner) * static_cast<size_t>(n_local_) + static_cast<size_t>(group - 1)];
+  }
+  // Uncaches owner's companions (evictable ones are freed); returns how many.
+  int64_t drop_companions(int32_t owner);
+  // Unlinks companion b from its owner (the pool's mark is the caller's business).
+  void unlink_companion(BlockId b);
+  // The longest length <= cached whose window the matched blocks' companions cover.
+  int64_t window_covered(int64_t cached);
   // Drops every cached descendant of `node` (bottom-up); returns how many.
   int64_t drop_descendants(int32_t node);
   // Evicts the entry whose leaf is b: b, then ancestors while childless, evictable and
@@ -159,6 +194,12 @@ class PrefixCache final : private BlockCacheListener {
   std::vector<int64_t> last_used_;  // [blocks_budget] ms, meaningful for cached blocks
   std::vector<BlockId> scratch_;    // lookup's matched blocks (grown once)
   CacheStats counters_;             // the counter fields; the rest is filled by stats()
+  int32_t n_local_ = 0;             // local layer groups (0: no windows)
+  int64_t window_ = 0;              // their window in tokens
+  std::vector<int32_t> companions_;   // [blocks_budget × n_local] companion of (owner, group), -1: none
+  std::vector<int32_t> companion_of_; // [blocks_budget] owner of a companion block, -1: not one
+  int64_t n_companions_ = 0;
+  std::vector<int32_t> covered_prefix_;  // lookup scratch: prefix counts of fully covered blocks
   int64_t last_ttl_check_ms_ = 0;
   bool enforcing_ = false;
 };

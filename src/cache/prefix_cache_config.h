@@ -58,7 +58,9 @@ int64_t parse_prompt_cache_min_prefix(std::string_view text,
 struct CacheStats {
   bool enabled = false;
   int64_t entries = 0;             // distinct cached sequences (tree leaves)
-  int64_t cached_blocks = 0;       // indexed blocks, in use or not
+  int64_t cached_blocks = 0;       // indexed blocks and their window companions, in use or not
+  int64_t companion_blocks = 0;    // of which local-group companions (sliding windows)
+  int64_t window_limited_hits = 0; // hits shortened because a local window was not cached
   uint64_t cached_bytes = 0;       // cached_blocks × bytes_per_block
   int64_t evictable_blocks = 0;    // cached blocks no running sequence holds
   uint64_t evictable_bytes = 0;    // evictable_blocks × bytes_per_block

@@ -11,6 +11,8 @@ void KvOptions::add_to(CLI::App& app) {
                  "KV budget, e.g. 512MiB, 4GiB (default: half of available memory, committed only as used)");
   app.add_option("--kv-type-k", type_k, "K cache type: f16|bf16|f32|q8|q4")->capture_default_str();
   app.add_option("--kv-type-v", type_v, "V cache type: f16|bf16|f32|q8|q4")->capture_default_str();
+  app.add_flag("--kv-swa-full", swa_full,
+               "Sliding-window layers (Gemma 2/3) keep the whole context instead of only their window");
 }
 
 KvConfig KvOptions::resolve() const {
@@ -19,6 +21,7 @@ KvConfig KvOptions::resolve() const {
   kc.block_size = static_cast<int>(block_size);
   kc.k_type = parse_kv_type_flag(type_k, "--kv-type-k");
   kc.v_type = parse_kv_type_flag(type_v, "--kv-type-v");
+  kc.swa_full = swa_full;
   if (!cache_bytes.empty()) {
     kc.budget_bytes = parse_byte_size(cache_bytes, "--kv-cache-bytes");
     if (kc.budget_bytes == 0) throw Error("--kv-cache-bytes must be greater than 0");
@@ -52,8 +55,10 @@ PrefixCacheConfig PromptCacheOptions::resolve() const {
 
 KvCache make_kv_cache(const ModelConfig& c, const KvOptions& options) {
   KvCache kv;
-  kv.pool = std::make_unique<PagedKvPool>(KvGeometry{c.n_layers, c.n_kv_heads, c.head_dim}, options.resolve());
-  kv.store = std::make_unique<PagedKvStore>(*kv.pool);
+  const KvConfig kc = options.resolve();
+  KvLayerGroups groups = KvLayerGroups::for_windows(c.layer_windows(), kc.swa_full);
+  kv.pool = std::make_unique<PagedKvPool>(KvGeometry{groups.page_layers, c.n_kv_heads, c.head_dim, groups.n_groups()}, kc);
+  kv.store = std::make_unique<PagedKvStore>(*kv.pool, std::move(groups));
   return kv;
 }
 

@@ -20,6 +20,7 @@ struct KvOptions {
   std::string cache_bytes;  // empty: the default fraction of available memory
   std::string type_k = "f16";
   std::string type_v = "f16";
+  bool swa_full = false;
 
   void add_to(CLI::App& app);
   // Validates the flags (pagoda::Error naming the flag) and resolves the budget.

@@ -77,7 +77,9 @@ KvConfig resolved(const KvConfig& kv) {
   return k;
 }
 
-KvGeometry geometry_of(const ModelConfig& c) { return KvGeometry{c.n_layers, c.n_kv_heads, c.head_dim}; }
+KvGeometry geometry_of(const ModelConfig& c, const KvLayerGroups& g) {
+  return KvGeometry{g.page_layers, c.n_kv_heads, c.head_dim, g.n_groups()};
+}
 
 EngineConfig checked(EngineConfig c, const Model& m) {
   if (c.parallel < 1) throw Error("--parallel must be >= 1 (got " + std::to_string(c.parallel) + ")");
@@ -99,9 +101,10 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& con
       config_(checked(config, model)),
       n_vocab_(static_cast<int32_t>(model.config().n_vocab)),
       threads_(config_.threads),
-      pool_(geometry_of(model.config()), resolved(config_.kv)),
-      store_(pool_),
-      cache_(pool_, config_.model_id, config_.cache),
+      kv_groups_(KvLayerGroups::for_windows(model.config().layer_windows(), config_.kv.swa_full)),
+      pool_(geometry_of(model.config(), kv_groups_), resolved(config_.kv)),
+      store_(pool_, kv_groups_),
+      cache_(pool_, config_.model_id, config_.cache, {}, kv_groups_),
       scheduler_(SchedulerConfig{config_.parallel, config_.max_batch_tokens}, store_, cache_) {
   // LongRoPE models pick their factors by the context size (model.h).
   model_.set_context_size(config_.ctx_size);
@@ -172,7 +175,7 @@ std::optional<Engine::Invalid> Engine::validate(const Request& r) const {
   if (!tokenizer_ && !r.stop.empty()) return bad("stop", "stop strings need a model with a tokenizer");
   if (!tokenizer_ && r.grammar) return bad("", "structured outputs need a model with a tokenizer");
   // +1: the first generated token needs a slot too.
-  if (auto msg = pool_.never_fits(static_cast<int64_t>(r.prompt.size()) + 1)) return bad("prompt", *msg);
+  if (auto msg = store_.never_fits(static_cast<int64_t>(r.prompt.size()) + 1)) return bad("prompt", *msg);
   return std::nullopt;
 }
 

@@ -305,6 +305,7 @@ class Engine {
 
   // ---- engine thread only ----
   ThreadPool threads_;
+  KvLayerGroups kv_groups_;  // sliding-window layers paged apart (kv_layer_groups.h)
   PagedKvPool pool_;
   PagedKvStore store_;
   PrefixCache cache_;

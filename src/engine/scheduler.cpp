@@ -31,9 +31,11 @@ void Scheduler::add(SchedSeq* s) {
 
 void Scheduler::release_kv(SchedSeq* s) {
   if (!s->admitted) return;
-  if (s->n_checked > 0)
-    cache_.insert(s->key, std::span<const int32_t>(s->tokens.data(), static_cast<size_t>(s->n_checked)),
-                  store_.mutable_table(s->seq_id), /*finished=*/true);
+  if (s->n_checked > 0) {
+    SeqTables& t = store_.mutable_tables(s->seq_id);
+    cache_.insert(s->key, std::span<const int32_t>(s->tokens.data(), static_cast<size_t>(s->n_checked)), t.main,
+                  /*finished=*/true, t.local);
+  }
   store_.remove(s->seq_id);
   s->admitted = false;
   s->seq_id = -1;
@@ -146,7 +148,7 @@ const SchedulerOutput& Scheduler::schedule() {
     const SeqId sid = next_seq_id_;
     next_seq_id_ = next_seq_id_ == std::numeric_limits<SeqId>::max() ? 0 : next_seq_id_ + 1;
     CacheHit hit = cache_.lookup(s->key, s->tokens);
-    store_.adopt(sid, std::move(hit.table));
+    store_.adopt(sid, std::move(hit.table), std::move(hit.local));
     const AllocResult r = store_.reserve(sid, static_cast<int64_t>(s->tokens.size()));
     if (!r.ok()) {
       store_.remove(sid);  // gives the borrowed prefix back
@@ -182,16 +184,21 @@ const SchedulerOutput& Scheduler::schedule() {
 void Scheduler::computed(SchedSeq* s, int64_t n_tokens, bool checked) {
   const bool was_prefill = s->generated() == 0;
   s->n_computed += n_tokens;
+  // Sliding-window layers give back what no later query reads, before the prompt-end
+  // insert, so what that insert keeps for reuse is the window at the prompt's end.
+  store_.release_out_of_window(s->seq_id, s->n_computed);
   if (!checked) return;
   s->n_checked = s->n_computed;
-  if (was_prefill && s->n_computed == static_cast<int64_t>(s->tokens.size()))  // the prompt is in
-    cache_.insert(s->key, std::span<const int32_t>(s->tokens.data(), static_cast<size_t>(s->n_computed)),
-                  store_.mutable_table(s->seq_id), /*finished=*/false);
+  if (was_prefill && s->n_computed == static_cast<int64_t>(s->tokens.size())) {  // the prompt is in
+    SeqTables& t = store_.mutable_tables(s->seq_id);
+    cache_.insert(s->key, std::span<const int32_t>(s->tokens.data(), static_cast<size_t>(s->n_computed)), t.main,
+                  /*finished=*/false, t.local);
+  }
 }
 
 int64_t Scheduler::blocks_held() const {
   int64_t n = 0;
-  for (const SchedSeq* s : running_) n += store_.table(s->seq_id).num_blocks();
+  for (const SchedSeq* s : running_) n += store_.blocks_held(s->seq_id);
   return n;
 }
 
@@ -204,7 +211,7 @@ void Scheduler::check_invariants() const {
                      (s->decoding() && store_.capacity(s->seq_id) >= s->n_computed),
                  "scheduler: running sequence lacks reserved slots");
     PAGODA_CHECK(s->n_checked >= 0 && s->n_checked <= s->n_computed, "scheduler: n_checked past n_computed");
-    store_.pool().check_table(store_.table(s->seq_id));
+    store_.check_tables(s->seq_id);
   }
   for (const SchedSeq* s : waiting_) {
     PAGODA_CHECK(!s->admitted && s->n_computed == 0 && s->n_checked == 0, "scheduler: waiting sequence holds KV");

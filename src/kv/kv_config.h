@@ -40,6 +40,10 @@ struct KvConfig {
   uint64_t budget_bytes = 0;             // 0: resolve_kv_budget() picks the default
   KvType k_type = KvType::F16;
   KvType v_type = KvType::F16;
+  // --kv-swa-full: sliding-window layers keep every block, like global ones (the window
+  // is only a mask). Off: they are paged apart and give back what leaves the window
+  // (kv_layer_groups.h).
+  bool swa_full = false;
 };
 
 // "4096", "512MiB", "4GiB", "1.5G", "300MB": a non-negative number with an optional

@@ -21,7 +21,7 @@ uint64_t round_up(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
 PagedKvPool::PagedKvPool(const KvGeometry& geometry, const KvConfig& config)
     : geo_(geometry), block_size_(config.block_size), k_type_(config.k_type), v_type_(config.v_type) {
   validate_kv_block_size(config.block_size);
-  if (geo_.n_layers < 1 || geo_.n_kv_heads < 1 || geo_.head_dim < 1)
+  if (geo_.n_layers < 1 || geo_.n_kv_heads < 1 || geo_.head_dim < 1 || geo_.n_groups < 1)
     throw Error("KV pool: invalid geometry (" + std::to_string(geo_.n_layers) + " layers, " +
                 std::to_string(geo_.n_kv_heads) + " KV heads, head_dim " + std::to_string(geo_.head_dim) + ")");
   for (KvType t : {k_type_, v_type_})
@@ -55,6 +55,7 @@ PagedKvPool::PagedKvPool(const KvGeometry& geometry, const KvConfig& config)
   madvise(base_, map_bytes_, MADV_NOHUGEPAGE);
 
   meta_.resize(static_cast<size_t>(blocks_budget_) + 2);
+  for (auto* v : {&live_by_group_, &cached_by_group_, &evictable_by_group_}) v->assign(static_cast<size_t>(geo_.n_groups), 0);
   for (int32_t s : {free_sentinel(), evictable_sentinel()}) meta_[s].prev = meta_[s].next = s;
 }
 
@@ -155,7 +156,8 @@ void PagedKvPool::set_num_tokens(int32_t i, int32_t n) {
   meta_[i].num_tokens = n;
 }
 
-std::optional<BlockId> PagedKvPool::acquire() {
+std::optional<BlockId> PagedKvPool::acquire(int32_t group) {
+  PAGODA_CHECK(group >= 0 && group < geo_.n_groups, "acquire: layer group " + std::to_string(group) + " out of range");
   const int32_t fs = free_sentinel(), es = evictable_sentinel();
   int32_t i;
   if (meta_[fs].next != fs) {
@@ -171,6 +173,8 @@ std::optional<BlockId> PagedKvPool::acquire() {
     meta_[i].cached = false;
     --blocks_cached_;
     --blocks_evictable_;
+    --cached_by_group_[static_cast<size_t>(meta_[i].group)];
+    --evictable_by_group_[static_cast<size_t>(meta_[i].group)];
     tokens_in_use_ -= meta_[i].num_tokens;
     meta_[i].num_tokens = 0;
     if (listener_) listener_->on_evicted(BlockId{i});
@@ -179,7 +183,9 @@ std::optional<BlockId> PagedKvPool::acquire() {
   }
   assert(meta_[i].refcount == 0 && meta_[i].num_tokens == 0 && !meta_[i].cached);
   meta_[i].refcount = 1;
+  meta_[i].group = group;
   ++blocks_live_;
+  ++live_by_group_[static_cast<size_t>(group)];
   return BlockId{i};
 }
 
@@ -191,6 +197,8 @@ void PagedKvPool::share(BlockId b) {
     list_unlink(idx(b));
     --blocks_evictable_;
     ++blocks_live_;
+    --evictable_by_group_[static_cast<size_t>(m.group)];
+    ++live_by_group_[static_cast<size_t>(m.group)];
   }
   ++m.refcount;
 }
@@ -201,12 +209,14 @@ void PagedKvPool::release(BlockId b) {
   PAGODA_CHECK(m.refcount > 0, "release of free block " + std::to_string(idx(b)) + " (double release?)");
   if (--m.refcount > 0) return;
   --blocks_live_;
+  --live_by_group_[static_cast<size_t>(m.group)];
   if (!m.cached) {
     to_free_list(idx(b));
     return;
   }
   list_push_back(evictable_sentinel(), idx(b));
   ++blocks_evictable_;
+  ++evictable_by_group_[static_cast<size_t>(m.group)];
   if (listener_) listener_->on_evictable(b);
 }
 
@@ -218,6 +228,11 @@ int PagedKvPool::refcount(BlockId b) const {
 int PagedKvPool::num_tokens(BlockId b) const {
   check_id(b, "num_tokens");
   return meta_[idx(b)].num_tokens;
+}
+
+int32_t PagedKvPool::group_of(BlockId b) const {
+  check_id(b, "group_of");
+  return meta_[idx(b)].group;
 }
 
 // ---- prefix-cache support -------------------------------------------------------------------
@@ -235,6 +250,7 @@ void PagedKvPool::mark_cached(BlockId b) {
                "mark_cached: block " + std::to_string(idx(b)) + (m.cached ? " is already cached" : " is free"));
   m.cached = true;
   ++blocks_cached_;
+  ++cached_by_group_[static_cast<size_t>(m.group)];
 }
 
 void PagedKvPool::uncache(BlockId b) {
@@ -243,9 +259,11 @@ void PagedKvPool::uncache(BlockId b) {
   PAGODA_CHECK(m.cached, "uncache: block " + std::to_string(idx(b)) + " is not cached");
   m.cached = false;
   --blocks_cached_;
+  --cached_by_group_[static_cast<size_t>(m.group)];
   if (m.refcount > 0) return;
   list_unlink(idx(b));
   --blocks_evictable_;
+  --evictable_by_group_[static_cast<size_t>(m.group)];
   to_free_list(idx(b));
 }
 
@@ -260,20 +278,33 @@ std::optional<BlockId> PagedKvPool::oldest_evictable() const {
   return BlockId{meta_[es].next};
 }
 
-BlockTable PagedKvPool::borrow_table(std::span<const BlockId> blocks, int64_t n_tokens) {
+BlockTable PagedKvPool::borrow_table(std::span<const BlockId> blocks, int64_t n_tokens, int32_t group) {
   PAGODA_CHECK(n_tokens >= 0 && static_cast<int64_t>(blocks.size()) == blocks_for_tokens(n_tokens),
                "borrow_table: " + std::to_string(blocks.size()) + " blocks for " + std::to_string(n_tokens) +
                    " tokens");
-  BlockTable out;
+  int64_t first = 0;
+  while (first < static_cast<int64_t>(blocks.size()) && blocks[static_cast<size_t>(first)] == kNoBlock) ++first;
+  PAGODA_CHECK(blocks.empty() || first < static_cast<int64_t>(blocks.size()),
+               "borrow_table: every entry is released (kNoBlock)");
+  for (size_t j = static_cast<size_t>(first); j < blocks.size(); ++j) {
+    check_id(blocks[j], "borrow_table");
+    PAGODA_CHECK(meta_[idx(blocks[j])].group == group,
+                 "borrow_table: block " + std::to_string(idx(blocks[j])) + " belongs to layer group " +
+                     std::to_string(meta_[idx(blocks[j])].group) + ", not " + std::to_string(group));
+  }
+  BlockTable out(group);
   out.blocks_.assign(blocks.begin(), blocks.end());
   out.num_tokens_ = n_tokens;
-  for (BlockId b : out.blocks_) share(b);
+  out.first_held_ = first;
+  for (size_t j = static_cast<size_t>(first); j < blocks.size(); ++j) share(blocks[j]);
   return out;
 }
 
 void PagedKvPool::replace_block(BlockTable& table, int64_t block_idx, BlockId with) {
-  PAGODA_CHECK(block_idx >= 0 && (block_idx + 1) * block_size_ <= table.num_tokens_,
-               "replace_block: block " + std::to_string(block_idx) + " is not a full block of the table");
+  PAGODA_CHECK(block_idx >= table.first_held_ && (block_idx + 1) * block_size_ <= table.num_tokens_,
+               "replace_block: block " + std::to_string(block_idx) + " is not a full, held block of the table");
+  check_id(with, "replace_block");
+  PAGODA_CHECK(meta_[idx(with)].group == table.group_, "replace_block: the block belongs to another layer group");
   BlockId& slot = table.blocks_[static_cast<size_t>(block_idx)];
   if (slot == with) return;
   share(with);
@@ -333,13 +364,13 @@ AllocResult PagedKvPool::append_tokens(BlockTable& table, int64_t n_new) {
   if (old % block_size_ != 0) {
     const BlockId tail = table.blocks_.back();
     if (meta_[idx(tail)].refcount > 1 || meta_[idx(tail)].cached) {
-      const BlockId copy = *acquire();
+      const BlockId copy = *acquire(table.group_);
       std::memcpy(slab(copy), slab(tail), bytes_per_block_);
       release(tail);
       table.blocks_.back() = copy;
     }
   }
-  while (table.num_blocks() < blocks_for_tokens(total)) table.blocks_.push_back(*acquire());
+  while (table.num_blocks() < blocks_for_tokens(total)) table.blocks_.push_back(*acquire(table.group_));
   for (int64_t j = old / block_size_; j < table.num_blocks(); ++j)
     set_num_tokens(idx(table.blocks_[static_cast<size_t>(j)]),
                    static_cast<int32_t>(std::min<int64_t>(block_size_, total - j * block_size_)));
@@ -348,10 +379,11 @@ AllocResult PagedKvPool::append_tokens(BlockTable& table, int64_t n_new) {
 }
 
 BlockTable PagedKvPool::fork(const BlockTable& table) {
-  BlockTable out;
+  BlockTable out(table.group_);
   out.blocks_ = table.blocks_;
   out.num_tokens_ = table.num_tokens_;
-  for (BlockId b : out.blocks_) share(b);
+  out.first_held_ = table.first_held_;
+  for (size_t j = static_cast<size_t>(table.first_held_); j < out.blocks_.size(); ++j) share(out.blocks_[j]);
   return out;
 }
 
@@ -360,10 +392,14 @@ void PagedKvPool::truncate(BlockTable& table, int64_t n_tokens) {
                "truncate to " + std::to_string(n_tokens) + " of a table of " + std::to_string(table.num_tokens_) +
                    " tokens");
   const int64_t keep = blocks_for_tokens(n_tokens);
+  PAGODA_CHECK(keep == 0 || keep > table.first_held_,
+               "truncate to " + std::to_string(n_tokens) + " tokens: block " + std::to_string(keep - 1) +
+                   " was released by the sliding window (a table cannot be rewound past its window)");
   while (table.num_blocks() > keep) {
-    release(table.blocks_.back());
+    if (table.num_blocks() > table.first_held_) release(table.blocks_.back());
     table.blocks_.pop_back();
   }
+  if (keep == 0) table.first_held_ = 0;
   table.num_tokens_ = n_tokens;
   if (keep > 0) {
     const int32_t tail = idx(table.blocks_.back());
@@ -373,6 +409,17 @@ void PagedKvPool::truncate(BlockTable& table, int64_t n_tokens) {
 }
 
 void PagedKvPool::free(BlockTable& table) { truncate(table, 0); }
+
+int64_t PagedKvPool::release_before(BlockTable& table, int64_t pos) {
+  const int64_t end = std::min(pos / block_size_, table.num_blocks() - 1);  // the last entry stays held
+  int64_t released = 0;
+  for (; table.first_held_ < end; ++table.first_held_, ++released) {
+    BlockId& e = table.blocks_[static_cast<size_t>(table.first_held_)];
+    release(e);
+    e = kNoBlock;
+  }
+  return released;
+}
 
 // ---- data --------------------------------------------------------------------------------
 
@@ -401,6 +448,8 @@ void PagedKvPool::write_token(const BlockTable& table, int layer, int64_t pos, c
   PAGODA_CHECK(pos >= 0 && pos < table.num_tokens_,
                "write_token: position " + std::to_string(pos) + " outside the table's " +
                    std::to_string(table.num_tokens_) + " slots");
+  PAGODA_CHECK(table.holds(pos / block_size_),
+               "write_token: position " + std::to_string(pos) + " lies in a block the sliding window released");
   const BlockId b = table.blocks_[static_cast<size_t>(pos / block_size_)];
   PAGODA_CHECK(meta_[idx(b)].refcount == 1 && !meta_[idx(b)].cached,
                "write_token: block " + std::to_string(idx(b)) + " is shared (refcount " +
@@ -421,6 +470,7 @@ void PagedKvPool::read_row(const BlockTable& table, int layer, int64_t pos, int6
                            float* out) const {
   PAGODA_CHECK(pos >= 0 && pos < table.num_tokens_ && kv_head >= 0 && kv_head < geo_.n_kv_heads,
                "read_row: out of range");
+  PAGODA_CHECK(table.holds(pos / block_size_), "read_row: position " + std::to_string(pos) + " was released");
   const BlockId b = table.blocks_[static_cast<size_t>(pos / block_size_)];
   const KvLayerView lv = layer_view(layer);
   const int64_t slot = pos % block_size_;
@@ -450,6 +500,9 @@ PoolStats PagedKvPool::stats() const {
   s.bytes_in_use = static_cast<uint64_t>(blocks_live_ + blocks_evictable_) * bytes_per_block_;
   s.tokens_capacity = blocks_budget_ * block_size_;
   s.tokens_in_use = tokens_in_use_;
+  s.blocks_live_by_group = live_by_group_;
+  s.blocks_cached_by_group = cached_by_group_;
+  s.blocks_evictable_by_group = evictable_by_group_;
   return s;
 }
 
@@ -470,6 +523,8 @@ void PagedKvPool::check_invariants() const {
     PAGODA_CHECK(meta_[s].prev == prev, "list tail link broken");
   }
   int64_t live = 0, cached = 0, tokens = 0;
+  const size_t n_groups = static_cast<size_t>(geo_.n_groups);
+  std::vector<int64_t> live_g(n_groups, 0), cached_g(n_groups, 0), evictable_g(n_groups, 0);
   for (int32_t i = 0; i < static_cast<int32_t>(blocks_budget_); ++i) {
     const BlockMeta& m = meta_[i];
     PAGODA_CHECK(m.refcount >= 0 && m.num_tokens >= 0 && m.num_tokens <= block_size_,
@@ -482,8 +537,10 @@ void PagedKvPool::check_invariants() const {
     const uint8_t want = m.refcount > 0 ? 0 : (m.cached ? 2 : 1);
     PAGODA_CHECK(listed[i] == want, "block " + std::to_string(i) + ": refcount " + std::to_string(m.refcount) +
                                         (m.cached ? ", cached" : "") + ", but list " + std::to_string(listed[i]));
-    if (m.cached) ++cached;
-    if (m.refcount > 0) ++live;
+    PAGODA_CHECK(m.group >= 0 && m.group < geo_.n_groups, "block " + std::to_string(i) + " has no valid group");
+    if (m.cached) ++cached, ++cached_g[static_cast<size_t>(m.group)];
+    if (m.refcount > 0) ++live, ++live_g[static_cast<size_t>(m.group)];
+    if (m.refcount == 0 && m.cached) ++evictable_g[static_cast<size_t>(m.group)];
     if (m.refcount > 0 || m.cached) {
       tokens += m.num_tokens;
     } else {
@@ -497,15 +554,29 @@ void PagedKvPool::check_invariants() const {
                "free list length does not match committed - live - evictable");
   PAGODA_CHECK(tokens == tokens_in_use_, "tokens_in_use " + std::to_string(tokens_in_use_) + " != counted " + std::to_string(tokens));
   PAGODA_CHECK(bytes_reserved_ == committed_bytes_for(blocks_committed_), "bytes_reserved does not cover the committed blocks");
+  PAGODA_CHECK(live_g == live_by_group_ && cached_g == cached_by_group_ && evictable_g == evictable_by_group_,
+               "per-group block counts drifted from a recount");
 }
 
 void PagedKvPool::check_table(const BlockTable& table) const {
   PAGODA_CHECK(table.num_blocks() == blocks_for_tokens(table.num_tokens_),
                "table has " + std::to_string(table.num_blocks()) + " blocks for " + std::to_string(table.num_tokens_) +
                    " tokens");
-  for (BlockId b : table.blocks_) {
+  PAGODA_CHECK(table.first_held_ >= 0 && (table.blocks_.empty() ? table.first_held_ == 0
+                                                                   : table.first_held_ < table.num_blocks()),
+               "table releases " + std::to_string(table.first_held_) + " of its " +
+                   std::to_string(table.num_blocks()) + " entries (the last must stay held)");
+  for (int64_t j = 0; j < table.num_blocks(); ++j) {
+    const BlockId b = table.blocks_[static_cast<size_t>(j)];
+    if (j < table.first_held_) {
+      PAGODA_CHECK(b == kNoBlock, "table entry " + std::to_string(j) + " before first_held is not kNoBlock");
+      continue;
+    }
     check_id(b, "check_table");
     PAGODA_CHECK(meta_[idx(b)].refcount > 0, "table lists free block " + std::to_string(idx(b)));
+    PAGODA_CHECK(meta_[idx(b)].group == table.group_,
+                 "table of group " + std::to_string(table.group_) + " lists block " + std::to_string(idx(b)) +
+                     " of group " + std::to_string(meta_[idx(b)].group));
   }
 }
 

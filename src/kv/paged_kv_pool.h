@@ -72,9 +72,10 @@
 namespace pagoda {
 
 struct KvGeometry {
-  int64_t n_layers = 0;
+  int64_t n_layers = 0;  // layer slots per block (a page: KvLayerGroups::page_layers)
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
+  int32_t n_groups = 1;  // layer groups the blocks are booked to (kv_layer_groups.h)
 };
 
 // Every figure exact; read in O(1).
@@ -94,6 +95,9 @@ struct PoolStats {
                                  // every block that holds data, each counted once
   int64_t tokens_capacity = 0;   // blocks_budget × block_size
   int64_t tokens_in_use = 0;     // filled slots of live and evictable blocks
+  // [n_groups] the same counts per layer group (kv_layer_groups.h); the totals above are
+  // their sums. One entry for a model without sliding windows.
+  std::vector<int64_t> blocks_live_by_group, blocks_cached_by_group, blocks_evictable_by_group;
 };
 
 // What a prefix cache hears from the pool about cached blocks. Called on the owner
@@ -165,10 +169,10 @@ class PagedKvPool {
   int64_t blocks_for_tokens(int64_t n_tokens) const { return (n_tokens + block_size_ - 1) / block_size_; }
 
   // ---- single blocks -----------------------------------------------------------------
-  // A fresh block with refcount 1 and num_tokens 0: the free list's head, else a
-  // never-used block, else the evictable list's head (the listener hears on_evicted);
-  // nullopt when all blocks are live.
-  std::optional<BlockId> acquire();
+  // A fresh block of layer group `group` with refcount 1 and num_tokens 0: the free
+  // list's head, else a never-used block, else the evictable list's head (the listener
+  // hears on_evicted); nullopt when all blocks are live.
+  std::optional<BlockId> acquire(int32_t group = 0);
   // Requires: b live, or evictable (then it leaves the evictable list: a cache hit).
   // refcount + 1.
   void share(BlockId b);
@@ -178,6 +182,8 @@ class PagedKvPool {
   // Requires: b < blocks_budget.
   int refcount(BlockId b) const;
   int num_tokens(BlockId b) const;
+  // The layer group b was last acquired for.
+  int32_t group_of(BlockId b) const;
 
   // ---- prefix-cache support ---------------------------------------------------------------
   // At most one listener; nullptr detaches. The listener must outlive its attachment.
@@ -190,11 +196,12 @@ class PagedKvPool {
   bool is_cached(BlockId b) const;
   // The evictable list's head (released longest ago), or nullopt when it is empty.
   std::optional<BlockId> oldest_evictable() const;
-  // A table over existing blocks: shares each of `blocks` (reviving evictable ones) and
-  // holds n_tokens positions. Requires: blocks.size() == blocks_for_tokens(n_tokens),
-  // each block live or evictable. A partly used last block is copied before the table
-  // writes to it (it is shared or cached).
-  BlockTable borrow_table(std::span<const BlockId> blocks, int64_t n_tokens);
+  // A table of layer group `group` over existing blocks: shares each of `blocks`
+  // (reviving evictable ones) and holds n_tokens positions. Requires: blocks.size() ==
+  // blocks_for_tokens(n_tokens); a leading run of kNoBlock entries (released: a sliding
+  // window's table), then blocks of `group`, live or evictable, the last one held. A
+  // partly used last block is copied before the table writes to it (shared or cached).
+  BlockTable borrow_table(std::span<const BlockId> blocks, int64_t n_tokens, int32_t group = 0);
   // Repoints `table`'s block block_idx at `with` (shared; reviving it if evictable) and
   // releases the block it replaces. Used by the prefix cache to share one copy of
   // identical blocks. Requires: block_idx is a full block of the table
@@ -214,8 +221,13 @@ class PagedKvPool {
   // A table sharing every block of `table` (refcount + 1 each), same num_tokens.
   BlockTable fork(const BlockTable& table);
   // Drops positions >= n_tokens (releasing whole blocks past the end, tail first).
-  // Requires: n_tokens <= table.num_tokens().
+  // Requires: n_tokens <= table.num_tokens(), and n_tokens == 0 or its last block held
+  // (a table cannot be rewound into entries a window released).
   void truncate(BlockTable& table, int64_t n_tokens);
+  // Releases the table's held blocks that lie wholly before position `pos` (a sliding
+  // window no query reads again), oldest first, leaving kNoBlock entries; never the last
+  // block. Returns how many were released.
+  int64_t release_before(BlockTable& table, int64_t pos);
   // Releases every block (tail first) and empties the table.
   void free(BlockTable& table);
   // nullopt if a sequence of n_tokens fits in an empty pool, else the rejection message:
@@ -255,6 +267,7 @@ class PagedKvPool {
     int32_t num_tokens = 0;
     int32_t prev = -1;  // list links (index into meta_): free list or evictable list
     int32_t next = -1;
+    int32_t group = 0;  // the layer group it was acquired for
     bool cached = false;
   };
 
@@ -287,6 +300,7 @@ class PagedKvPool {
   int64_t blocks_cached_ = 0;
   int64_t blocks_evictable_ = 0;
   int64_t tokens_in_use_ = 0;
+  std::vector<int64_t> live_by_group_, cached_by_group_, evictable_by_group_;  // [n_groups]
   BlockCacheListener* listener_ = nullptr;
   // [blocks_budget + 2]: the blocks, then the free-list and evictable-list sentinels.
   std::vector<BlockMeta> meta_;

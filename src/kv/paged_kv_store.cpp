@@ -7,63 +7,196 @@
 
 namespace pagoda {
 
-PagedKvStore::PagedKvStore(PagedKvPool& pool) : pool_(pool) {}
+PagedKvStore::PagedKvStore(PagedKvPool& pool) : PagedKvStore(pool, KvLayerGroups::uniform(pool.geometry().n_layers)) {}
 
-PagedKvStore::~PagedKvStore() {
-  for (auto& [seq, table] : tables_) pool_.free(table);
+PagedKvStore::PagedKvStore(PagedKvPool& pool, KvLayerGroups groups) : pool_(pool), groups_(std::move(groups)) {
+  PAGODA_CHECK(groups_.page_layers == pool_.geometry().n_layers && groups_.n_groups() == pool_.geometry().n_groups,
+               "PagedKvStore: the layer groups (" + std::to_string(groups_.n_groups()) + " of " +
+                   std::to_string(groups_.page_layers) + " slots) do not match the pool's geometry");
 }
 
-const BlockTable& PagedKvStore::table_checked(SeqId seq, const char* what) const {
+PagedKvStore::~PagedKvStore() {
+  for (auto& [seq, t] : tables_) {
+    pool_.free(t.main);
+    for (BlockTable& l : t.local) pool_.free(l);
+  }
+}
+
+SeqTables PagedKvStore::empty_tables() const {
+  SeqTables t;
+  for (int32_t g = 1; g < groups_.n_groups(); ++g) t.local.emplace_back(g);
+  return t;
+}
+
+const SeqTables& PagedKvStore::tables_checked(SeqId seq, const char* what) const {
   auto it = tables_.find(seq);
   PAGODA_CHECK(it != tables_.end(), std::string(what) + ": unknown sequence " + std::to_string(seq));
   return it->second;
 }
 
-const BlockTable& PagedKvStore::table(SeqId seq) const { return table_checked(seq, "table"); }
+const BlockTable& PagedKvStore::table(SeqId seq) const { return tables_checked(seq, "table").main; }
 
-BlockTable& PagedKvStore::mutable_table(SeqId seq) { return const_cast<BlockTable&>(table_checked(seq, "mutable_table")); }
+BlockTable& PagedKvStore::mutable_table(SeqId seq) {
+  return const_cast<SeqTables&>(tables_checked(seq, "mutable_table")).main;
+}
+
+const SeqTables& PagedKvStore::tables(SeqId seq) const { return tables_checked(seq, "tables"); }
+
+SeqTables& PagedKvStore::mutable_tables(SeqId seq) { return const_cast<SeqTables&>(tables_checked(seq, "mutable_tables")); }
+
+const BlockTable& PagedKvStore::layer_table(SeqId seq, int layer, int64_t first_pos, const char* what) const {
+  PAGODA_CHECK(layer >= 0 && layer < groups_.n_layers(), std::string(what) + ": layer " + std::to_string(layer) +
+                                                             " out of range");
+  const int32_t g = groups_.group[static_cast<size_t>(layer)];
+  const BlockTable& t = tables_checked(seq, what).group(g);
+  const int64_t w = groups_.window[static_cast<size_t>(g)];
+  const int64_t begin = w > 0 ? std::max<int64_t>(0, first_pos - w + 1) : 0;
+  PAGODA_CHECK(t.num_blocks() == 0 || begin / pool_.block_size() >= t.first_held_block(),
+               std::string(what) + ": position " + std::to_string(first_pos) + " of sequence " + std::to_string(seq) +
+                   " reads a block its window already released");
+  return t;
+}
+
+std::optional<std::string> PagedKvStore::never_fits(int64_t n_tokens) const {
+  if (!groups_.windowed()) return pool_.never_fits(n_tokens);
+  const int64_t need = groups_.n_groups() * pool_.blocks_for_tokens(n_tokens);
+  if (need <= pool_.blocks_budget()) return std::nullopt;
+  return "a sequence of " + std::to_string(n_tokens) + " tokens needs " + std::to_string(need) + " KV blocks (" +
+         std::to_string(groups_.n_groups()) + " layer groups x " + std::to_string(pool_.blocks_for_tokens(n_tokens)) +
+         ", " + format_bytes(pool_.bytes_per_block()) + " each) but the whole KV budget is " +
+         std::to_string(pool_.blocks_budget()) + " blocks (" +
+         format_bytes(static_cast<uint64_t>(pool_.blocks_budget()) * pool_.bytes_per_block()) +
+         "); raise --kv-cache-bytes or shorten the request";
+}
 
 AllocResult PagedKvStore::reserve(SeqId seq, int64_t n_tokens) {
   auto [it, created] = tables_.try_emplace(seq);
-  BlockTable& t = it->second;
-  const int64_t n_new = std::max<int64_t>(0, n_tokens - t.num_tokens());
-  AllocResult r = pool_.append_tokens(t, n_new);
-  if (!r.ok() && created) tables_.erase(it);
+  if (created) it->second = empty_tables();
+  SeqTables& t = it->second;
+  const int64_t n_new = std::max<int64_t>(0, n_tokens - t.main.num_tokens());
+  if (!groups_.windowed()) {
+    AllocResult r = pool_.append_tokens(t.main, n_new);
+    if (!r.ok() && created) tables_.erase(it);
+    return r;
+  }
+  // All groups or none: count first, then append (each append then succeeds).
+  AllocResult r;
+  if (auto msg = never_fits(t.main.num_tokens() + n_new)) {
+    r.status = AllocResult::Status::NeverFits;
+    r.blocks_needed = groups_.n_groups() * pool_.blocks_for_tokens(t.main.num_tokens() + n_new);
+    r.blocks_available = pool_.blocks_budget();
+    r.message = *msg;
+  } else {
+    for (int32_t g = 0; g < groups_.n_groups(); ++g) r.blocks_needed += pool_.blocks_needed(t.group(g), n_new);
+    r.blocks_available = pool_.stats().blocks_available;
+    if (r.blocks_needed > r.blocks_available) {
+      r.status = AllocResult::Status::OutOfBlocks;
+      r.message = "out of KV blocks: " + std::to_string(n_new) + " more tokens need " +
+                  std::to_string(r.blocks_needed) + " blocks in " + std::to_string(groups_.n_groups()) +
+                  " layer groups, " + std::to_string(r.blocks_available) + " free";
+    }
+  }
+  if (!r.ok()) {
+    if (created) tables_.erase(it);
+    return r;
+  }
+  for (int32_t g = 0; g < groups_.n_groups(); ++g) {
+    const AllocResult one = pool_.append_tokens(t.group(g), n_new);
+    PAGODA_CHECK(one.ok(), "reserve: a counted reservation failed: " + one.message);
+  }
   return r;
 }
 
-void PagedKvStore::adopt(SeqId seq, BlockTable&& table) {
+void PagedKvStore::adopt(SeqId seq, BlockTable&& table, std::vector<BlockTable>&& local) {
   PAGODA_CHECK(!contains(seq), "adopt: sequence " + std::to_string(seq) + " already exists");
-  pool_.check_table(table);
-  tables_.emplace(seq, std::move(table));
+  SeqTables t = empty_tables();
+  if (local.empty()) {
+    PAGODA_CHECK(!groups_.windowed() || table.num_tokens() == 0,
+                 "adopt: a windowed sequence needs the tables of its local layer groups");
+  } else {
+    PAGODA_CHECK(static_cast<int32_t>(local.size()) == groups_.n_groups() - 1,
+                 "adopt: " + std::to_string(local.size()) + " local tables for " +
+                     std::to_string(groups_.n_groups() - 1) + " local layer groups");
+    for (BlockTable& l : t.local) pool_.free(l);
+    t.local = std::move(local);
+  }
+  t.main = std::move(table);
+  tables_.emplace(seq, std::move(t));
+  check_tables(seq);
+}
+
+void PagedKvStore::check_tables(SeqId seq) const {
+  const SeqTables& t = tables_checked(seq, "check_tables");
+  for (int32_t g = 0; g < groups_.n_groups(); ++g) {
+    const BlockTable& x = t.group(g);
+    pool_.check_table(x);
+    PAGODA_CHECK(x.group() == g, "check_tables: table of group " + std::to_string(x.group()) + " in slot " +
+                                     std::to_string(g));
+    PAGODA_CHECK(x.num_tokens() == t.main.num_tokens(),
+                 "check_tables: group " + std::to_string(g) + " holds " + std::to_string(x.num_tokens()) +
+                     " positions, group 0 " + std::to_string(t.main.num_tokens()));
+    if (g == 0) PAGODA_CHECK(x.first_held_block() == 0, "check_tables: group 0 released blocks");
+  }
 }
 
 void PagedKvStore::fork(SeqId src, SeqId dst) {
   PAGODA_CHECK(!contains(dst), "fork: sequence " + std::to_string(dst) + " already exists");
-  BlockTable copy = pool_.fork(table_checked(src, "fork"));
+  const SeqTables& s = tables_checked(src, "fork");
+  SeqTables copy;
+  copy.main = pool_.fork(s.main);
+  for (const BlockTable& l : s.local) copy.local.push_back(pool_.fork(l));
   tables_.emplace(dst, std::move(copy));
 }
 
 void PagedKvStore::truncate(SeqId seq, int64_t n_tokens) {
   auto it = tables_.find(seq);
   PAGODA_CHECK(it != tables_.end(), "truncate: unknown sequence " + std::to_string(seq));
-  pool_.truncate(it->second, n_tokens);
+  SeqTables& t = it->second;
+  for (int32_t g = 1; g < groups_.n_groups() && n_tokens > 0; ++g) {
+    const int64_t w = groups_.window[static_cast<size_t>(g)];
+    const int64_t need = std::max<int64_t>(0, n_tokens - w) / pool_.block_size();  // the window at n_tokens
+    if (need < t.group(g).first_held_block())
+      throw Error("cannot truncate sequence " + std::to_string(seq) + " to " + std::to_string(n_tokens) +
+                  " tokens: its sliding-window layers already released the positions that window reads");
+  }
+  for (int32_t g = 0; g < groups_.n_groups(); ++g) pool_.truncate(t.group(g), n_tokens);
+}
+
+int64_t PagedKvStore::release_out_of_window(SeqId seq, int64_t next_pos) {
+  if (!groups_.windowed()) return 0;
+  auto it = tables_.find(seq);
+  if (it == tables_.end()) return 0;
+  int64_t released = 0;
+  for (int32_t g = 1; g < groups_.n_groups(); ++g) {
+    const int64_t keep_from = next_pos - groups_.window[static_cast<size_t>(g)] + 1 - pool_.block_size();
+    if (keep_from > 0) released += pool_.release_before(it->second.group(g), keep_from);
+  }
+  return released;
+}
+
+int64_t PagedKvStore::blocks_held(SeqId seq) const {
+  auto it = tables_.find(seq);
+  if (it == tables_.end()) return 0;
+  int64_t n = 0;
+  for (int32_t g = 0; g < groups_.n_groups(); ++g) n += it->second.group(g).num_held_blocks();
+  return n;
 }
 
 void PagedKvStore::remove(SeqId seq) {
   auto it = tables_.find(seq);
   if (it == tables_.end()) return;
-  pool_.free(it->second);
+  pool_.free(it->second.main);
+  for (BlockTable& l : it->second.local) pool_.free(l);
   tables_.erase(it);
 }
 
 int64_t PagedKvStore::capacity(SeqId seq) const {
   auto it = tables_.find(seq);
-  return it == tables_.end() ? 0 : it->second.num_tokens();
+  return it == tables_.end() ? 0 : it->second.main.num_tokens();
 }
 
 void PagedKvStore::store(int layer, SeqId seq, int64_t pos, const float* k, const float* v) {
-  pool_.write_token(table_checked(seq, "store"), layer, pos, k, v);
+  pool_.write_token(layer_table(seq, layer, pos, "store"), groups_.slot[static_cast<size_t>(layer)], pos, k, v);
 }
 
 namespace {
@@ -84,10 +217,11 @@ int64_t window_begin(int64_t pos, int64_t window) { return window > 0 ? std::max
 
 void PagedKvStore::attend(int layer, SeqId seq, int64_t pos, int kv_head, const float* q, int n_q_heads,
                           float scale, float* out, int64_t window, float softcap) const {
-  const BlockTable& t = table_checked(seq, "attend");
+  const BlockTable& t = layer_table(seq, layer, pos, "attend");
   PAGODA_CHECK(pos >= 0 && pos < t.num_tokens(), "attend: position " + std::to_string(pos) + " not reserved");
+  const KvLayerView view = pool_.layer_view(groups_.slot[static_cast<size_t>(layer)]);
   if (window <= 0 && softcap <= 0.0f) {
-    paged_attend(pool_.layer_view(layer), t.blocks().data(), pos + 1, kv_head, q, n_q_heads, scale, out);
+    paged_attend(view, t.blocks().data(), pos + 1, kv_head, q, n_q_heads, scale, out);
     return;
   }
   constexpr int kGroup = 64;
@@ -95,7 +229,7 @@ void PagedKvStore::attend(int layer, SeqId seq, int64_t pos, int kv_head, const 
   const int64_t hd = pool_.geometry().head_dim;
   for (int h0 = 0; h0 < n_q_heads; h0 += kGroup) {
     const int g = std::min(kGroup, n_q_heads - h0);
-    attend_range(pool_.layer_view(layer), t.blocks().data(), window_begin(pos, window), pos + 1, kv_head,
+    attend_range(view, t.blocks().data(), window_begin(pos, window), pos + 1, kv_head,
                  q + h0 * hd, g, scale, softcap, out + h0 * hd, m, l);
     for (int h = 0; h < g; ++h)
       for (int64_t i = 0; i < hd; ++i) out[(h0 + h) * hd + i] /= l[h];
@@ -134,7 +268,7 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
     if (len == 1) {
       ++n_single;
     } else {
-      const BlockTable& table = table_checked(b.seq_ids[t], "attend_batch");
+      const BlockTable& table = layer_table(b.seq_ids[t], layer, b.positions[t], "attend_batch");
       PAGODA_CHECK(b.positions[t] >= 0 && b.positions[e - 1] < table.num_tokens(),
                    "attend_batch: position " + std::to_string(b.positions[e - 1]) + " not reserved");
       const int64_t tile = std::clamp<int64_t>(len * n_kv / want_tasks, 1, tile_max);
@@ -156,7 +290,7 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
   int64_t n_tasks = 0, n_partials = 0;
   for (int64_t t = 0; t < b.n_tokens; ++t) {
     if (rows_[static_cast<size_t>(t * n_kv)].n_parts == 0) continue;  // in a tile
-    const BlockTable& table = table_checked(b.seq_ids[t], "attend_batch");
+    const BlockTable& table = layer_table(b.seq_ids[t], layer, b.positions[t], "attend_batch");
     const int64_t n_ctx = b.positions[t] + 1;
     PAGODA_CHECK(b.positions[t] >= 0 && n_ctx <= table.num_tokens(),
                  "attend_batch: position " + std::to_string(b.positions[t]) + " not reserved");
@@ -193,7 +327,7 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
     grow(part_o_, static_cast<size_t>(n_partials * hpk * hd));
   }
 
-  const KvLayerView view = pool_.layer_view(layer);
+  const KvLayerView view = pool_.layer_view(groups_.slot[static_cast<size_t>(layer)]);
   pool.parallel_for(n_tile_tasks + n_tasks, [&](int64_t task, int) {
     if (task < n_tile_tasks) {
       const Tile& tl = tiles_[static_cast<size_t>(task / n_kv)];

@@ -20,49 +20,85 @@
 //   split_min_tokens positions (block-aligned) when there are fewer rows than
 //   4 × threads, runs parts on different threads and merges the partial softmax results
 //   (paged_attention.h), so a single decode at 4k context uses every thread.
+// - Sliding windows (kv_layer_groups.h): with windowed groups a sequence holds one table
+//   per group (SeqTables), all of the same length; store / attend map a model layer to
+//   its group's table and its slot in the page. release_out_of_window(seq, next) gives
+//   back the local groups' blocks no query from `next` on reads (keeping one block more
+//   than the window, so a prefix cache checkpoint a few tokens short of the end still
+//   finds its window; see prefix_cache.h). reserve() reserves every group.
 // Not copyable (it holds block references).
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "kv/kv_layer_groups.h"
 #include "kv/kv_store.h"
 #include "kv/paged_kv_pool.h"
 
 namespace pagoda {
 
+// One sequence's tables: group 0 (the global layers, or every layer) and the local groups.
+struct SeqTables {
+  BlockTable main;
+  std::vector<BlockTable> local;  // [n_groups - 1], table k is group k + 1
+  BlockTable& group(int32_t g) { return g == 0 ? main : local[static_cast<size_t>(g - 1)]; }
+  const BlockTable& group(int32_t g) const { return g == 0 ? main : local[static_cast<size_t>(g - 1)]; }
+};
+
 class PagedKvStore final : public KvStore {
  public:
-  // The pool must outlive the store.
+  // The pool must outlive the store. Without `groups`, one group of the pool's layers.
+  // Requires: groups.page_layers == the pool's n_layers, groups.n_groups() == its n_groups.
   explicit PagedKvStore(PagedKvPool& pool);
+  PagedKvStore(PagedKvPool& pool, KvLayerGroups groups);
   ~PagedKvStore() override;
   PagedKvStore(const PagedKvStore&) = delete;
   PagedKvStore& operator=(const PagedKvStore&) = delete;
 
   PagedKvPool& pool() { return pool_; }
   const PagedKvPool& pool() const { return pool_; }
+  const KvLayerGroups& groups() const { return groups_; }
 
   // ---- sequences -----------------------------------------------------------------------
   // Grows `seq` (creating it when absent) to hold n_tokens positions; never shrinks.
   // On failure nothing changes (a sequence created by this call is dropped again).
   AllocResult reserve(SeqId seq, int64_t n_tokens);
-  // Takes over `table` (e.g. blocks borrowed from a prefix cache) as `seq`'s table.
-  // Requires: seq absent.
-  void adopt(SeqId seq, BlockTable&& table);
+  // Takes over `table` (e.g. blocks borrowed from a prefix cache) as `seq`'s group-0
+  // table and `local` as its local groups' tables. Requires: seq absent; `local` holds
+  // n_groups - 1 tables of the same length as `table`, or is empty when `table` is.
+  void adopt(SeqId seq, BlockTable&& table, std::vector<BlockTable>&& local = {});
   // `dst` shares every block of `src` (same tokens); writes to either copy the shared
   // tail first. Requires: src present, dst absent.
   void fork(SeqId src, SeqId dst);
-  // Requires: seq present, n_tokens <= its length.
+  // Requires: seq present, n_tokens <= its length. Throws pagoda::Error when a local
+  // group already released blocks the window at n_tokens would read.
   void truncate(SeqId seq, int64_t n_tokens);
+  // Local groups release the blocks lying wholly before next_pos - window - block_size
+  // (see the contract). No-op without windows or for an absent seq. Returns the blocks
+  // released.
+  int64_t release_out_of_window(SeqId seq, int64_t next_pos);
+  // Blocks seq's tables hold (released entries excluded); 0 when absent.
+  int64_t blocks_held(SeqId seq) const;
+  // nullopt when a sequence of n_tokens fits in an empty pool (every group reserved),
+  // else the one-line rejection with both numbers.
+  std::optional<std::string> never_fits(int64_t n_tokens) const;
+  // Aborts unless seq's tables satisfy the BlockTable invariants and agree in length.
+  void check_tables(SeqId seq) const;
   // Releases seq's blocks (no-op when absent).
   void remove(SeqId seq);
   bool contains(SeqId seq) const { return tables_.count(seq) != 0; }
-  // Requires: seq present.
+  // Group 0's table (every layer's without windows). Requires: seq present.
   const BlockTable& table(SeqId seq) const;
   // The same table for PagedKvPool / PrefixCache calls that change it (BlockTable has no
   // public mutators). Requires: seq present.
   BlockTable& mutable_table(SeqId seq);
+  // Every group's table. Requires: seq present.
+  const SeqTables& tables(SeqId seq) const;
+  SeqTables& mutable_tables(SeqId seq);
   size_t num_sequences() const { return tables_.size(); }
 
   // Minimum positions per part when attend_batch splits a long context (tests, bench).
@@ -77,10 +113,14 @@ class PagedKvStore final : public KvStore {
   void attend_batch(int layer, const AttnBatch& batch, ThreadPool& pool) override;
 
  private:
-  const BlockTable& table_checked(SeqId seq, const char* what) const;
+  const SeqTables& tables_checked(SeqId seq, const char* what) const;
+  // The table holding `layer` for seq, checking that positions from first_pos on are held.
+  const BlockTable& layer_table(SeqId seq, int layer, int64_t first_pos, const char* what) const;
+  SeqTables empty_tables() const;
 
   PagedKvPool& pool_;
-  std::unordered_map<SeqId, BlockTable> tables_;
+  KvLayerGroups groups_;
+  std::unordered_map<SeqId, SeqTables> tables_;
   int64_t split_min_tokens_ = 512;
   // attend_batch scratch, grown to the largest batch seen.
   struct Row {

@@ -20,6 +20,12 @@ float ModelConfig::gguf_attention_scale() const {
   return 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
 
+std::vector<int64_t> ModelConfig::layer_windows() const {
+  std::vector<int64_t> w(static_cast<size_t>(n_layers));
+  for (int64_t l = 0; l < n_layers; ++l) w[static_cast<size_t>(l)] = layer_window(l);
+  return w;
+}
+
 bool ModelConfig::layer_is_local(int64_t layer) const {
   if (sliding_window <= 0) return false;
   const SlidingWindowSpec& sw = info().sliding_window;

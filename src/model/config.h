@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gguf/gguf.h"
 #include "model/arch_table.h"
@@ -63,6 +64,8 @@ struct ModelConfig {
   bool layer_is_local(int64_t layer) const;
   // The window `layer` attends over (0: the whole context).
   int64_t layer_window(int64_t layer) const { return layer_is_local(layer) ? sliding_window : 0; }
+  // layer_window of every layer (KvLayerGroups::for_windows pages the KV cache by it).
+  std::vector<int64_t> layer_windows() const;
   // The attention scale the GGUF reader derives for this row and shape (llama.cpp has
   // no GGUF key for Gemma's query_pre_attn_scalar); convert checks HF's value against it.
   float gguf_attention_scale() const;

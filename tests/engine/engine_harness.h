@@ -163,6 +163,7 @@ inline std::vector<int32_t> random_tokens(int64_t n, int32_t n_vocab, uint32_t s
 
 struct RunResult {
   std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<float>> logprobs;  // each token's, as streamed
   std::vector<RequestResult> results;
   EngineStats stats;
 };
@@ -182,6 +183,7 @@ inline RunResult run_all(Model& m, const Tokenizer* tok, const EngineConfig& cfg
     EXPECT_TRUE(s->wait_done());
     EXPECT_EQ(s->error(), "");
     out.tokens.push_back(s->tokens());
+    out.logprobs.push_back(s->logprobs());
     out.results.push_back(s->result());
     EXPECT_EQ(s->result().tokens, s->tokens());  // streamed == final: nothing repeated
   }
