@@ -52,7 +52,7 @@ Runner add_bench_model(CLI::App& app) {
     const int64_t d = o->depth;
     const int64_t ctx = std::max<int64_t>(d + std::max(o->n_prompt, o->n_gen), 1);
     KvCache kv = make_kv_cache(c, o->kv);
-    reserve_or_throw(kv, 0, ctx);
+    reserve_or_throw(kv, 0, 1);
     std::vector<float> logits;
     Batch batch;
     // Token ids spread over the vocabulary; speed does not depend on them.
@@ -64,8 +64,14 @@ Runner add_bench_model(CLI::App& app) {
       batch.clear();
       const int64_t end = std::min(d, at + 512);
       for (int64_t i = at; i < end; ++i) batch.add(token_at(i), i, 0, i + 1 == end);
+      reserve_or_throw(kv, 0, end);  // chunk by chunk: local layers never hold more than window + chunk
       lm.model->forward(batch, *kv.store, pool, logits);
+      kv.store->release_out_of_window(0, end);  // sliding-window layers keep their window
     }
+    // The KV memory a sequence at this depth holds: every layer's blocks, or with sliding
+    // windows paged apart the global layers' and the local layers' windows.
+    const uint64_t kv_bytes_at_depth = d > 0 ? kv.pool->stats().bytes_in_use : 0;
+    reserve_or_throw(kv, 0, ctx);
     std::vector<double> pp_rates, tg_rates;
     // One untimed warm-up of each phase: page in the weights, grow scratch.
     for (int r = -1; r < o->repeats; ++r) {
@@ -96,8 +102,13 @@ Runner add_bench_model(CLI::App& app) {
     // only the chosen experts) and, in attention, the K/V of its context (on average
     // d + n/2 tokens over the run).
     const size_t weight_bytes = lm.model->decode_step_bytes();
-    const size_t kv_step_bytes = static_cast<size_t>(
-        static_cast<double>(kv.pool->bytes_per_token()) * (static_cast<double>(d) + o->n_gen / 2.0));
+    // A local (sliding-window) layer reads only its window, in either KV layout.
+    const KvLayerGroups& groups = kv.store->groups();
+    const double avg_ctx = static_cast<double>(d) + o->n_gen / 2.0;
+    double kv_step_tokens = 0.0;  // tokens read per step, in units of one page's layers
+    for (int64_t w : c.layer_windows())
+      kv_step_tokens += (w > 0 ? std::min(avg_ctx, static_cast<double>(w)) : avg_ctx) / static_cast<double>(groups.page_layers);
+    const size_t kv_step_bytes = static_cast<size_t>(kv.pool->bytes_per_token() * kv_step_tokens);
     const size_t step_bytes = weight_bytes + (d > 0 ? kv_step_bytes : 0);
     const double roofline = bw / static_cast<double>(step_bytes);
     const double pp = median(pp_rates), tg = median(tg_rates);
@@ -130,7 +141,10 @@ Runner add_bench_model(CLI::App& app) {
                           {"kv_block_size", kv.pool->block_size()},
                           {"kv_type_k", o->kv.type_k},
                           {"kv_type_v", o->kv.type_v},
-                          {"kv_bytes_per_token", kv.pool->bytes_per_token()},
+                          {"kv_bytes_per_token", kv.pool->bytes_per_token() * groups.n_groups()},
+                          {"kv_layer_groups", groups.describe()},
+                          {"kv_bytes_at_depth", kv_bytes_at_depth},
+                          {"kv_bytes_per_token_at_depth", d > 0 ? static_cast<double>(kv_bytes_at_depth) / d : 0.0},
                           {"load_seconds", lm.load_seconds}};
       std::printf("%s\n", j.dump(2).c_str());
       return 0;
@@ -138,7 +152,10 @@ Runner add_bench_model(CLI::App& app) {
     std::printf("model: %s\n  %s\n  tensor bytes %.1f MiB, decode step streams %.1f MiB%s, %d threads, %s\n",
                 o->model.c_str(), c.summary().c_str(), lm.model->file_tensor_bytes() / 1048576.0,
                 step_bytes / 1048576.0, d > 0 ? " (weights and K/V)" : "", threads, cpu_features_string().c_str());
-    if (d > 0) std::printf("  at a context depth of %lld tokens\n", static_cast<long long>(d));
+    if (d > 0)
+      std::printf("  at a context depth of %lld tokens: KV holds %.1f MiB (%.0f bytes a token; %s)\n",
+                  static_cast<long long>(d), kv_bytes_at_depth / 1048576.0,
+                  static_cast<double>(kv_bytes_at_depth) / static_cast<double>(d), groups.describe().c_str());
     if (c.n_expert > 0)
       std::printf("  mixture of experts: %lld of %lld experts a token; a decode step reads %.1f%% of the %.1f MiB "
                   "of weights (attention, router, %lld experts' FFN, output, one embedding row)\n",

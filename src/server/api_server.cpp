@@ -255,7 +255,12 @@ json pool_stats_json(const PoolStats& p) {
               {"bytes_reserved", p.bytes_reserved},
               {"bytes_in_use", p.bytes_in_use},
               {"tokens_capacity", p.tokens_capacity},
-              {"tokens_in_use", p.tokens_in_use}};
+              {"tokens_in_use", p.tokens_in_use},
+              // Per layer group (sliding-window models page local layers apart; one
+              // entry otherwise): the totals above are the sums.
+              {"blocks_live_by_group", p.blocks_live_by_group},
+              {"blocks_cached_by_group", p.blocks_cached_by_group},
+              {"blocks_evictable_by_group", p.blocks_evictable_by_group}};
 }
 
 json cache_stats_json(const CacheStats& c) {
@@ -269,7 +274,9 @@ json cache_stats_json(const CacheStats& c) {
               {"entries", c.entries},
               {"cached_blocks", c.cached_blocks},
               {"cached_bytes", c.cached_bytes},
-              {"cached_tokens", c.cached_blocks * c.pool.block_size},
+              {"cached_tokens", (c.cached_blocks - c.companion_blocks) * c.pool.block_size},
+              {"companion_blocks", c.companion_blocks},
+              {"window_limited_hits", c.window_limited_hits},
               {"evictable_blocks", c.evictable_blocks},
               {"evictable_bytes", c.evictable_bytes},
               {"capacity_bytes", unlimited_bytes(c.capacity_bytes)},

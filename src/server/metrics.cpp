@@ -219,6 +219,14 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
          d(pool.blocks_budget));
   metric(out, "kv_blocks_free", "gauge", "KV cache blocks neither held nor cached.",
          d(pool.blocks_free));
+  {
+    const std::string name = "pagoda_kv_blocks_live";
+    header(out, name, "gauge",
+           "KV cache blocks held by running sequences, by layer group (0: global layers; 1..: "
+           "sliding-window layers).");
+    for (size_t g = 0; g < pool.blocks_live_by_group.size(); ++g)
+      write_sample(out, name, "group", std::to_string(g), d(pool.blocks_live_by_group[g]));
+  }
   metric(out, "prefix_cache_bytes", "gauge", "Bytes of KV blocks indexed by the prefix cache.",
          d(cache.cached_bytes));
   metric(out, "prefix_cache_entries", "gauge", "Sequences cached by the prefix cache.",
