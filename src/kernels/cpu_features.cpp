@@ -1,6 +1,10 @@
 #include "kernels/cpu_features.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
 
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +31,7 @@ CpuFeatures detect() {
   }
   bool ymm_ok = (xcr0 & 0x6) == 0x6;
   bool zmm_ok = (xcr0 & 0xe6) == 0xe6;
+  bool tile_ok = (xcr0 & 0x60000) == 0x60000;  // XTILECFG (17) and XTILEDATA (18)
   if (max_leaf >= 7) {
     __cpuid_count(7, 0, eax, ebx, ecx, edx);
     f.avx2 = avx && ymm_ok && (ebx & (1u << 5));
@@ -36,6 +41,9 @@ CpuFeatures detect() {
     f.avx512bw = zmm_ok && (ebx & (1u << 30));
     f.avx512vl = zmm_ok && (ebx & (1u << 31));
     f.avx512vnni = zmm_ok && (ecx & (1u << 11));
+    f.amx_bf16 = tile_ok && (edx & (1u << 22));
+    f.amx_tile = tile_ok && (edx & (1u << 24));
+    f.amx_int8 = tile_ok && (edx & (1u << 25));
     __cpuid_count(7, 1, eax, ebx, ecx, edx);
     f.avxvnni = ymm_ok && (eax & (1u << 4));
     f.avx512bf16 = zmm_ok && (eax & (1u << 5));
@@ -72,7 +80,7 @@ Isa best_isa() {
     Isa want = hw;
     if (std::strcmp(env, "scalar") == 0) want = Isa::Scalar;
     else if (std::strcmp(env, "avx2") == 0) want = Isa::Avx2;
-    else if (std::strcmp(env, "avx512") == 0) want = Isa::Avx512;
+    else if (std::strcmp(env, "avx512") == 0 || std::strcmp(env, "amx") == 0) want = Isa::Avx512;
     return static_cast<int>(want) < static_cast<int>(hw) ? want : hw;
   }();
   return isa;
@@ -91,6 +99,37 @@ const char* isa_name(Isa isa) {
   return "?";
 }
 
+namespace {
+
+// Linux: a process must ask for the AMX tile data state before using it (arch_prctl
+// ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18); without it the first tile
+// instruction faults.
+bool request_amx_permission() {
+#ifdef __linux__
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+
+std::atomic<bool> g_amx_allowed{true};
+
+}  // namespace
+
+bool amx_int8_enabled() {
+  static const bool available = [] {
+    const CpuFeatures& f = cpu_features();
+    if (!f.amx_tile || !f.amx_int8 || best_isa() != Isa::Avx512) return false;
+    const char* env = std::getenv("PAGODA_ISA");
+    if (env && std::strcmp(env, "amx") != 0) return false;  // capped at avx512 or below
+    return request_amx_permission();
+  }();
+  return available && g_amx_allowed.load(std::memory_order_relaxed);
+}
+
+void set_amx_int8_allowed(bool allowed) { g_amx_allowed.store(allowed, std::memory_order_relaxed); }
+
 std::string cpu_features_string() {
   const CpuFeatures& f = cpu_features();
   std::string s = isa_name(best_isa());
@@ -98,7 +137,7 @@ std::string cpu_features_string() {
   const std::pair<bool, const char*> flags[] = {
       {f.avx2, "avx2"},         {f.fma, "fma"},           {f.f16c, "f16c"},  {f.bmi2, "bmi2"},
       {f.avx512f, "avx512f"},   {f.avx512bw, "avx512bw"}, {f.avx512vnni, "avx512vnni"},
-      {f.avx512bf16, "avx512bf16"}, {f.avxvnni, "avxvnni"}};
+      {f.avx512bf16, "avx512bf16"}, {f.avxvnni, "avxvnni"}, {f.amx_int8, "amx-int8"}, {f.amx_bf16, "amx-bf16"}};
   bool first = true;
   for (auto& [on, name] : flags) {
     if (!on) continue;
@@ -107,6 +146,7 @@ std::string cpu_features_string() {
     first = false;
   }
   s += ")";
+  if (amx_int8_enabled()) s += ", AMX-INT8 prefill";
   return s;
 }
 

@@ -282,7 +282,13 @@ struct TileGrid {
 
 void run_quant_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y) {
   switch (w.isa()) {
-    case Isa::Avx512: matmul_packed_avx512(w, a, tile, y); break;
+    case Isa::Avx512:
+      // AMX needs 16 tokens to fill a tile: prefill, not decode.
+      if (tile.tok_end - tile.tok_begin >= 16 && amx_tile_type(w.type()) && amx_int8_enabled())
+        matmul_packed_amx(w, a, tile, y);
+      else
+        matmul_packed_avx512(w, a, tile, y);
+      break;
     case Isa::Avx2: matmul_packed_avx2(w, a, tile, y); break;
     case Isa::Scalar: matmul_quant_scalar(w, a, tile, y); break;
   }

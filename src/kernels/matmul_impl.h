@@ -176,6 +176,12 @@ void walk_chunks(int64_t n_cols, const Tile& tile, int64_t micro_tokens, Pass&& 
 // Quantized weights, packed layout, quantized activations.
 void matmul_packed_avx512(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y);
 void matmul_packed_avx2(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y);
+// AMX-INT8 (matmul_amx.cpp) over the AVX-512 packing, bit-identical to
+// matmul_packed_avx512: the types amx_tile_type() accepts, whole 16-token
+// sub-tiles on the tiles, the rest of the tile's tokens through the AVX-512 kernel.
+// Requires: amx_int8_enabled(), w.isa() == Isa::Avx512.
+void matmul_packed_amx(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y);
+inline bool amx_tile_type(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0; }
 // Float weights (F32/F16/BF16) in GGUF layout, f32 activations x [n_tokens, n_cols].
 // xbf: the activations rounded to bf16 ([n_tokens, n_cols]) for BF16 weights on
 // CPUs with avx512bf16, else nullptr.

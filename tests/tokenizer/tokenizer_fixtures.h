@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -54,8 +55,18 @@ inline const Tokenizer& mistral() {  // SPM-style BPE with byte fallback, tokeni
 // A path under the gtest temp dir that is private to this process: ctest runs
 // test cases as parallel processes, and two of them rewriting one shared file
 // while the other has it mapped ends in SIGBUS.
+// Every path handed out is removed when the process exits (tests map these files, so
+// not before): ~400 files were left behind per suite run otherwise.
 inline std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "pagoda_tok_" + std::to_string(::getpid()) + "_" + name;
+  static struct Registry {
+    std::vector<std::string> paths;
+    ~Registry() {
+      for (const std::string& p : paths) std::remove(p.c_str());
+    }
+  } registry;
+  std::string path = ::testing::TempDir() + "pagoda_tok_" + std::to_string(::getpid()) + "_" + name;
+  registry.paths.push_back(path);
+  return path;
 }
 
 // Writes `contents` to a fresh file under the gtest temp dir; returns its path.

@@ -1,0 +1,122 @@
+// The AMX-INT8 prefill kernels (matmul_amx.cpp) against the AVX-512 kernels they stand
+// in for: bit-identical outputs for Q8_0 and Q4_0 over token counts that fill tiles
+// exactly, leave a remainder for the AVX-512 kernel, or are below one tile (decode);
+// row counts that end in a partly filled group; rows with zero scales; one and two
+// threads; and through matmul_multi / matmul_grouped. Also against the independent
+// double-precision reference (matmul_reference) within the quantization error. Skipped
+// where the CPU has no AMX-INT8 or Linux refuses the tile state.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
+#include "tensor/types.h"
+
+namespace pagoda {
+namespace {
+
+std::vector<float> normal(int64_t n, std::mt19937& rng, float sigma) {
+  std::normal_distribution<float> d(0.0f, sigma);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<uint8_t> weights(GgmlType type, int64_t n_rows, int64_t n_cols, std::mt19937& rng) {
+  const size_t rb = row_bytes(type, n_cols);
+  std::vector<uint8_t> w(rb * static_cast<size_t>(n_rows));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float sigma = r == 1 ? 0.0f : std::pow(10.0f, -3.0f * static_cast<float>(r % 7) / 6.0f);
+    const std::vector<float> row = normal(n_cols, rng, sigma);
+    quantize_row(type, row.data(), w.data() + r * rb, n_cols);
+  }
+  return w;
+}
+
+// Runs with AMX allowed or not; restores the default.
+std::vector<float> run(const WeightMatrix& m, const std::vector<float>& x, int64_t n_tokens, bool amx,
+                       ThreadPool& pool) {
+  set_amx_int8_allowed(amx);
+  std::vector<float> y(static_cast<size_t>(n_tokens * m.n_rows()), -1.0f);
+  matmul(m, x.data(), n_tokens, y.data(), pool);
+  set_amx_int8_allowed(true);
+  return y;
+}
+
+class MatmulAmx : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!amx_int8_enabled()) GTEST_SKIP() << "no AMX-INT8 here (" << cpu_features_string() << ")";
+  }
+};
+
+TEST_F(MatmulAmx, BitIdenticalToAvx512ForQ8_0AndQ4_0) {
+  std::mt19937 rng(42);
+  ThreadPool one(1), two(2);
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0})
+    for (auto [n_rows, n_cols] : {std::pair<int64_t, int64_t>{16, 32}, {48, 64}, {100, 256}, {64, 2048}})
+      for (int64_t n_tokens : {1, 15, 16, 17, 33, 64, 100, 130}) {
+        const std::vector<uint8_t> w = weights(type, n_rows, n_cols, rng);
+        const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), Isa::Avx512);
+        std::vector<float> x = normal(n_tokens * n_cols, rng, 1.0f);
+        for (int64_t k = 0; k < 32; ++k) x[static_cast<size_t>(k)] = 0.0f;  // a zero block (scale 0)
+        x[static_cast<size_t>(n_tokens * n_cols / 2)] = 40.0f;               // an outlier
+        ThreadPool& pool = n_tokens % 2 ? one : two;
+        const std::vector<float> ref = run(m, x, n_tokens, false, pool);
+        const std::vector<float> got = run(m, x, n_tokens, true, pool);
+        ASSERT_EQ(got, ref) << type_name(type) << " " << n_rows << "x" << n_cols << ", " << n_tokens << " tokens";
+        // And close to the double-precision reference: the activations are quantized to
+        // 8 bits per 32 values, so each output is within ~1/127 of sum |w| |x|.
+        std::vector<float> exact(static_cast<size_t>(n_tokens * n_rows));
+        matmul_reference(type, n_rows, n_cols, w.data(), x.data(), n_tokens, exact.data());
+        std::vector<float> wrow(static_cast<size_t>(n_cols));
+        for (int64_t r = 0; r < n_rows; ++r) {
+          dequantize_row(type, w.data() + r * row_bytes(type, n_cols), wrow.data(), n_cols);
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            // Rounding an activation moves it by at most half its block's step amax / 127.
+            double bound = 1e-5;
+            for (int64_t b0 = 0; b0 < n_cols; b0 += 32) {
+              double amax = 0.0, wsum = 0.0;
+              for (int64_t k = b0; k < b0 + 32; ++k) {
+                amax = std::max(amax, static_cast<double>(std::fabs(x[static_cast<size_t>(t * n_cols + k)])));
+                wsum += std::fabs(wrow[static_cast<size_t>(k)]);
+              }
+              bound += 1.01 * amax / 254.0 * wsum;
+            }
+            const size_t i = static_cast<size_t>(t * n_rows + r);
+            ASSERT_NEAR(got[i], exact[i], bound) << type_name(type) << " row " << r << " token " << t;
+          }
+        }
+      }
+}
+
+TEST_F(MatmulAmx, MultiAndGroupedMatchTheirAvx512Results) {
+  std::mt19937 rng(7);
+  ThreadPool two(2);
+  const int64_t n_cols = 512, n_tokens = 80;
+  const std::vector<uint8_t> wa = weights(GgmlType::Q4_0, 64, n_cols, rng), wb = weights(GgmlType::Q4_0, 32, n_cols, rng);
+  const WeightMatrix a = WeightMatrix::prepare(GgmlType::Q4_0, 64, n_cols, wa.data(), Isa::Avx512);
+  const WeightMatrix b = WeightMatrix::prepare(GgmlType::Q4_0, 32, n_cols, wb.data(), Isa::Avx512);
+  const std::vector<float> x = normal(n_tokens * n_cols, rng, 1.0f);
+  auto multi = [&](bool amx) {
+    set_amx_int8_allowed(amx);
+    std::vector<float> ya(static_cast<size_t>(n_tokens * 64)), yb(static_cast<size_t>(n_tokens * 32));
+    const MatmulTarget t[] = {{&a, ya.data()}, {&b, yb.data()}};
+    matmul_multi(t, x.data(), n_tokens, two);
+    std::vector<float> ga(static_cast<size_t>(40 * 64)), gb(static_cast<size_t>(40 * 32));
+    const GroupedMatmul gj[] = {{&a, 0, 40, ga.data()}, {&b, 40, 40, gb.data()}};
+    matmul_grouped(gj, x.data(), n_tokens, two);
+    set_amx_int8_allowed(true);
+    ya.insert(ya.end(), yb.begin(), yb.end());
+    ya.insert(ya.end(), ga.begin(), ga.end());
+    ya.insert(ya.end(), gb.begin(), gb.end());
+    return ya;
+  };
+  EXPECT_EQ(multi(true), multi(false));
+}
+
+}  // namespace
+}  // namespace pagoda
