@@ -25,6 +25,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/matmul_impl.h"
@@ -41,18 +42,30 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// tmm0: A, 16 tokens x 32 activation bytes; tmm1: B, 8 x 64 code bytes (K = 32, N = 16);
-// tmm2: C, 16 x 16 int32.
+// Two sets, so block u's multiply runs while block u - 1 is stored and block u - 2 is
+// scaled (see amx_group): tmm0 / tmm3 A (16 tokens x 32 activation bytes), tmm1 / tmm4
+// B (8 x 64 code bytes: K = 32, N = 16), tmm2 / tmm5 C (16 x 16 int32).
 void load_tile_config() {
   TileConfig c;
-  c.rows[0] = 16;
-  c.colsb[0] = 32;
-  c.rows[1] = 8;
-  c.colsb[1] = 64;
-  c.rows[2] = 16;
-  c.colsb[2] = 64;
+  for (int set : {0, 3}) {
+    c.rows[set] = 16;
+    c.colsb[set] = 32;
+    c.rows[set + 1] = 8;
+    c.colsb[set + 1] = 64;
+    c.rows[set + 2] = 16;
+    c.colsb[set + 2] = 64;
+  }
   _tile_loadconfig(&c);
 }
+
+// tilestored of tile `src` (a literal) to the 1 KiB at base, row stride 64. GCC's own
+// _tile_stored clobbers all memory, which forces the 16 accumulators of amx_group out of
+// registers around every store (measured: ~400 stack accesses in the loop); this one
+// names the bytes it writes instead.
+#define PAGODA_TILE_STORE_1K(src, base)                                                        \
+  __asm__ volatile("tilestored %%tmm" #src ", (%1,%2,1)"                                      \
+                   : "=m"(*reinterpret_cast<int32_t(*)[256]>(base))                           \
+                   : "r"(static_cast<void*>(base)), "r"(64L))
 
 // 64-byte aligned per-thread scratch of at least n bytes.
 uint8_t* aligned_scratch(std::vector<uint8_t>& v, size_t n) {
@@ -61,57 +74,117 @@ uint8_t* aligned_scratch(std::vector<uint8_t>& v, size_t n) {
   return reinterpret_cast<uint8_t*>((p + 63) & ~uintptr_t{63});
 }
 
+// One 16-token x 16-row output tile over all blocks. ablk: the 16 tokens' activation
+// bytes repacked block-major ([nb][16 tokens][32]); b_base / b_stride: the group's B
+// tiles; gp: its packed unit (for the scales).
 template <GgmlType T>
-void amx_group(const uint8_t* gp, const QuantizedActs& a, int64_t t0, int64_t n_tok16, float* y, int64_t n_rows,
-               int64_t row0, int n_valid) {
+void amx_subtile(const uint8_t* gp, const uint8_t* b_base, size_t b_stride, const int8_t* ablk,
+                 const QuantizedActs& a, int64_t tm, int32_t* cbuf, float* y, int64_t n_rows, int64_t row0,
+                 int n_valid) {
   constexpr int L = 16;
   constexpr size_t VB = 4 * L;
   constexpr size_t scale_off = (T == GgmlType::Q8_0 ? 8 : 4) * VB;
   const size_t unit_bytes = packed_unit_bytes(T, L);
+  const int64_t nb = a.n_cols / 32;
+  __m512 acc[16];
+  for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();
+  // A block's tile result is stored one block after its multiply and scaled one block
+  // after that: a tile multiply takes tens of cycles to finish and a vector load of a
+  // tile store's bytes waits for the store, so doing the three back to back ran at
+  // ~0.85x the AVX-512 kernel; pipelined, the multiply and the store hide behind the
+  // scaling. No lambdas: accumulators a lambda captures live in memory. The tile numbers
+  // must be literals (the intrinsics paste them into the instruction), hence the macros.
+#define PAGODA_AMX_MULTIPLY(TA, TB, TC, u)                  \
+  do {                                                     \
+    _tile_loadd(TA, ablk + (u) * 512, 32);                 \
+    _tile_loadd(TB, b_base + (u) * b_stride, VB);          \
+    _tile_zero(TC);                                        \
+    _tile_dpbsud(TC, TA, TB);                              \
+  } while (0)
+#define PAGODA_AMX_SCALE(u)                                                                              \
+  do {                                                                                                   \
+    const int32_t* cb = cbuf + ((u) & 1) * 256;                                                          \
+    const __m512 dw =                                                                                    \
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gp + (u) * unit_bytes + scale_off))); \
+    for (int t = 0; t < 16; ++t) {                                                                       \
+      const int64_t i = (tm + t) * nb + (u);                                                             \
+      const float off = T == GgmlType::Q4_0 ? a.neg8_dsum32[i] : -128.0f * a.dsum32[i];                  \
+      const __m512 c = _mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * t));                               \
+      acc[t] = _mm512_fmadd_ps(_mm512_fmadd_ps(c, _mm512_set1_ps(a.d[i]), _mm512_set1_ps(off)), dw, acc[t]); \
+    }                                                                                                    \
+  } while (0)
+  for (int64_t u = 0; u < nb + 2; u += 2) {
+    // Even u: multiply u into set 0, store u - 1 from set 1, scale u - 2.
+    if (u < nb) PAGODA_AMX_MULTIPLY(0, 1, 2, u);
+    if (u >= 1 && u - 1 < nb) PAGODA_TILE_STORE_1K(5, cbuf + ((u - 1) & 1) * 256);
+    if (u >= 2) PAGODA_AMX_SCALE(u - 2);
+    // Odd u + 1: multiply u + 1 into set 1, store u from set 0, scale u - 1.
+    if (u + 1 < nb) PAGODA_AMX_MULTIPLY(3, 4, 5, u + 1);
+    if (u < nb) PAGODA_TILE_STORE_1K(2, cbuf + (u & 1) * 256);
+    if (u >= 1 && u - 1 < nb) PAGODA_AMX_SCALE(u - 1);
+  }
+#undef PAGODA_AMX_MULTIPLY
+#undef PAGODA_AMX_SCALE
+  const __mmask16 mask = static_cast<__mmask16>((1u << n_valid) - 1);
+  for (int t = 0; t < 16; ++t) _mm512_mask_storeu_ps(y + (tm + t) * n_rows + row0, mask, acc[t]);
+}
+
+template <GgmlType T>
+void amx_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, int64_t n16, float* y) {
+  constexpr int L = 16;
+  constexpr size_t VB = 4 * L;
+  const size_t unit_bytes = packed_unit_bytes(T, L);
   const int64_t n_cols = a.n_cols, nb = n_cols / 32;
-  thread_local std::vector<uint8_t> unpack_v, cbuf_v;
-  int32_t* cbuf = reinterpret_cast<int32_t*>(aligned_scratch(cbuf_v, 16 * 64));
-  // B tiles: Q8_0's codes in place (stride 64 within a unit); Q4_0's nibbles as bytes.
-  const uint8_t* b_base = gp;
+  const size_t group_bytes = static_cast<size_t>(nb) * unit_bytes;
+  const int64_t n_groups = (tile.row_end - tile.row_begin + L - 1) / L;
+  thread_local std::vector<uint8_t> unpack_v, act_v, cbuf_v;
+  int32_t* cbuf = reinterpret_cast<int32_t*>(aligned_scratch(cbuf_v, 2 * 16 * 64));  // two blocks' C tiles
+  // The 16 tokens' activations block-major, so a block's A tile is 512 contiguous bytes:
+  // read in place they sit n_cols apart, and at n_cols = 2048 the 16 rows fall into two
+  // L1 sets (a 4 KiB alias), which held the kernel near the AVX-512 one's speed.
+  int8_t* ablk = reinterpret_cast<int8_t*>(aligned_scratch(act_v, static_cast<size_t>(nb) * 512));
+  // B tiles: Q8_0's codes in place (stride 64 within a unit); Q4_0's nibbles unpacked to
+  // bytes once per tile for all its token sub-tiles.
+  const uint8_t* gp[4];
+  const uint8_t* b_base[4];
   size_t b_stride = unit_bytes;
+  uint8_t* up = nullptr;
   if constexpr (T == GgmlType::Q4_0) {
-    uint8_t* up = aligned_scratch(unpack_v, static_cast<size_t>(nb) * 8 * VB);
-    const __m512i m0f = _mm512_set1_epi8(0x0F);
-    for (int64_t u = 0; u < nb; ++u) {
-      const uint8_t* p = gp + u * unit_bytes;
-      uint8_t* o = up + u * 8 * VB;
-      for (int s = 0; s < 4; ++s) {
-        const __m512i v = _mm512_loadu_si512(p + s * VB);
-        _mm512_store_si512(o + s * VB, _mm512_and_si512(v, m0f));
-        _mm512_store_si512(o + (s + 4) * VB, _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f));
-      }
-    }
-    b_base = up;
+    up = aligned_scratch(unpack_v, static_cast<size_t>(n_groups * nb) * 8 * VB);
     b_stride = 8 * VB;
   }
-  const __mmask16 mask = static_cast<__mmask16>((1u << n_valid) - 1);
-  for (int64_t m = 0; m < n_tok16; m += 16) {
-    const int64_t tm = t0 + m;
-    __m512 acc[16];
-    for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();
-    for (int64_t u = 0; u < nb; ++u) {
-      _tile_loadd(0, a.q + tm * n_cols + u * 32, n_cols);
-      _tile_loadd(1, b_base + u * b_stride, VB);
-      _tile_zero(2);
-      _tile_dpbsud(2, 0, 1);
-      _tile_stored(2, cbuf, 64);
-      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gp + u * unit_bytes + scale_off)));
-      for (int t = 0; t < 16; ++t) {
-        const int64_t i = (tm + t) * nb + u;
-        const __m512 dxt = _mm512_set1_ps(a.d[i]);
-        float off;
-        if constexpr (T == GgmlType::Q4_0) off = a.neg8_dsum32[i];
-        else off = -128.0f * a.dsum32[i];
-        const __m512 c = _mm512_cvtepi32_ps(_mm512_load_si512(cbuf + 16 * t));
-        acc[t] = _mm512_fmadd_ps(_mm512_fmadd_ps(c, dxt, _mm512_set1_ps(off)), dw, acc[t]);
+  for (int64_t g = 0; g < n_groups; ++g) {
+    gp[g] = w.packed() + static_cast<size_t>(tile.row_begin / L + g) * group_bytes;
+    b_base[g] = gp[g];
+    if constexpr (T == GgmlType::Q4_0) {
+      const __m512i m0f = _mm512_set1_epi8(0x0F);
+      uint8_t* o0 = up + static_cast<size_t>(g * nb) * 8 * VB;
+      for (int64_t u = 0; u < nb; ++u) {
+        const uint8_t* p = gp[g] + u * unit_bytes;
+        uint8_t* o = o0 + u * 8 * VB;
+        for (int s = 0; s < 4; ++s) {
+          const __m512i v = _mm512_loadu_si512(p + s * VB);
+          _mm512_store_si512(o + s * VB, _mm512_and_si512(v, m0f));
+          _mm512_store_si512(o + (s + 4) * VB, _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f));
+        }
       }
+      b_base[g] = o0;
     }
-    for (int t = 0; t < 16; ++t) _mm512_mask_storeu_ps(y + (tm + t) * n_rows + row0, mask, acc[t]);
+  }
+  for (int64_t m = 0; m < n16; m += 16) {
+    const int64_t tm = tile.tok_begin + m;
+    for (int64_t u = 0; u < nb; ++u)
+      for (int r = 0; r < 16; ++r)
+        _mm256_store_si256(reinterpret_cast<__m256i*>(ablk + u * 512 + r * 32),
+                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + (tm + r) * n_cols + u * 32)));
+    // tileloadd is an asm statement that does not say what it reads: make the unpacked
+    // codes and the repacked activations reach memory before any tile load.
+    __asm__ volatile("" ::: "memory");
+    for (int64_t g = 0; g < n_groups; ++g) {
+      const int64_t row0 = tile.row_begin + g * L;
+      const int n_valid = static_cast<int>(std::min<int64_t>(L, tile.row_end - row0));
+      amx_subtile<T>(gp[g], b_base[g], b_stride, ablk, a, tm, cbuf, y, w.n_rows(), row0, n_valid);
+    }
   }
 }
 
@@ -120,18 +193,13 @@ void amx_group(const uint8_t* gp, const QuantizedActs& a, int64_t t0, int64_t n_
 void matmul_packed_amx(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y) {
   const int64_t n_tok = tile.tok_end - tile.tok_begin;
   const int64_t n16 = n_tok / 16 * 16;
+  PAGODA_CHECK(tile.row_end - tile.row_begin <= 64, "matmul_packed_amx: a tile of more than 4 row groups");
   if (n16 > 0) {
     load_tile_config();
-    constexpr int L = 16;
-    const size_t group_bytes = static_cast<size_t>(w.n_cols() / 32) * packed_unit_bytes(w.type(), L);
-    for (int64_t r = tile.row_begin; r < tile.row_end; r += L) {
-      const uint8_t* gp = w.packed() + static_cast<size_t>(r / L) * group_bytes;
-      const int n_valid = static_cast<int>(std::min<int64_t>(L, tile.row_end - r));
-      if (w.type() == GgmlType::Q8_0)
-        amx_group<GgmlType::Q8_0>(gp, a, tile.tok_begin, n16, y, w.n_rows(), r, n_valid);
-      else
-        amx_group<GgmlType::Q4_0>(gp, a, tile.tok_begin, n16, y, w.n_rows(), r, n_valid);
-    }
+    if (w.type() == GgmlType::Q8_0)
+      amx_tile<GgmlType::Q8_0>(w, a, tile, n16, y);
+    else
+      amx_tile<GgmlType::Q4_0>(w, a, tile, n16, y);
   }
   if (n16 < n_tok) matmul_packed_avx512(w, a, Tile{tile.row_begin, tile.row_end, tile.tok_begin + n16, tile.tok_end}, y);
 }

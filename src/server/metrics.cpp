@@ -224,6 +224,7 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
     header(out, name, "gauge",
            "KV cache blocks held by running sequences, by layer group (0: global layers; 1..: "
            "sliding-window layers).");
+    if (pool.blocks_live_by_group.empty()) write_sample(out, name, "group", "0", d(pool.blocks_live));
     for (size_t g = 0; g < pool.blocks_live_by_group.size(); ++g)
       write_sample(out, name, "group", std::to_string(g), d(pool.blocks_live_by_group[g]));
   }

@@ -287,6 +287,8 @@ EngineStats some_stats() {
   s.pool.tokens_in_use = 123;
   s.pool.blocks_budget = 1000;
   s.pool.blocks_free = 990;
+  s.pool.blocks_live = 10;
+  s.pool.blocks_live_by_group = {4, 3, 3};  // a sliding-window model: global and two local groups
   s.cache.cached_bytes = 2048;
   s.cache.entries = 4;
   s.cache.queried_tokens = 500;
@@ -309,7 +311,7 @@ TEST(ServerMetrics, FreshRenderIsValidAndComplete) {
       "pagoda_requests_running", "pagoda_requests_waiting", "pagoda_resident_weight_bytes",
       "pagoda_process_rss_bytes", "pagoda_kv_bytes_reserved",
       "pagoda_kv_bytes_in_use", "pagoda_kv_bytes_budget", "pagoda_kv_tokens_in_use",
-      "pagoda_kv_blocks_total", "pagoda_kv_blocks_free", "pagoda_prefix_cache_bytes",
+      "pagoda_kv_blocks_total", "pagoda_kv_blocks_free", "pagoda_kv_blocks_live", "pagoda_prefix_cache_bytes",
       "pagoda_prefix_cache_entries", "pagoda_time_to_first_token_seconds",
       "pagoda_inter_token_latency_seconds", "pagoda_e2e_request_latency_seconds",
       "pagoda_request_queue_time_seconds"};
@@ -343,6 +345,8 @@ TEST(ServerMetrics, GaugesAndCacheCountersComeFromTheSnapshot) {
   EXPECT_EQ(value_of(e, "pagoda_kv_tokens_in_use"), 123);
   EXPECT_EQ(value_of(e, "pagoda_kv_blocks_total"), 1000);
   EXPECT_EQ(value_of(e, "pagoda_kv_blocks_free"), 990);
+  EXPECT_EQ(value_of(e, "pagoda_kv_blocks_live", {{"group", "0"}}), 4);
+  EXPECT_EQ(value_of(e, "pagoda_kv_blocks_live", {{"group", "2"}}), 3);
   EXPECT_EQ(value_of(e, "pagoda_prefix_cache_bytes"), 2048);
   EXPECT_EQ(value_of(e, "pagoda_prefix_cache_entries"), 4);
   EXPECT_EQ(value_of(e, "pagoda_prefix_cache_queried_tokens_total"), 500);
