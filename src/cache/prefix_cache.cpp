@@ -48,7 +48,7 @@ CacheKey PrefixCache::key(std::string_view cache_key, bool use_cache) const {
 }
 
 uint64_t PrefixCache::evictable_bytes() const {
-  return static_cast<uint64_t>(pool_.stats().blocks_evictable) * pool_.bytes_per_block();
+  return static_cast<uint64_t>(pool_.blocks_evictable()) * pool_.bytes_per_block();  // O(1), no stats copy
 }
 
 // ---- lookup -------------------------------------------------------------------------------

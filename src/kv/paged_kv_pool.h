@@ -166,6 +166,9 @@ class PagedKvPool {
   // KV bytes one token costs in a full block, all layers (bytes_per_block / block_size).
   double bytes_per_token() const { return static_cast<double>(bytes_per_block_) / block_size_; }
   int64_t blocks_budget() const { return blocks_budget_; }
+  // What append_tokens may take now, evicting cached blocks: budget - live (O(1), no copy).
+  int64_t blocks_available() const { return blocks_budget_ - blocks_live_; }
+  int64_t blocks_evictable() const { return blocks_evictable_; }
   int64_t blocks_for_tokens(int64_t n_tokens) const { return (n_tokens + block_size_ - 1) / block_size_; }
 
   // ---- single blocks -----------------------------------------------------------------

@@ -88,7 +88,7 @@ AllocResult PagedKvStore::reserve(SeqId seq, int64_t n_tokens) {
     r.message = *msg;
   } else {
     for (int32_t g = 0; g < groups_.n_groups(); ++g) r.blocks_needed += pool_.blocks_needed(t.group(g), n_new);
-    r.blocks_available = pool_.stats().blocks_available;
+    r.blocks_available = pool_.blocks_available();
     if (r.blocks_needed > r.blocks_available) {
       r.status = AllocResult::Status::OutOfBlocks;
       r.message = "out of KV blocks: " + std::to_string(n_new) + " more tokens need " +
