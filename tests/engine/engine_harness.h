@@ -43,29 +43,38 @@ inline Loaded load(const std::string& path, bool with_tokenizer) {
   return l;
 }
 
+// A synthetic model written once per process (per tag) to the temp dir, removed at exit.
+inline Loaded load_synth_spec(const SynthSpec& spec, const std::string& tag) {
+  static std::map<std::string, std::string> paths;
+  static const struct Remover {
+    ~Remover() {
+      for (auto& [t, p] : paths) std::filesystem::remove(p);
+    }
+  } remover;
+  auto it = paths.find(tag);
+  if (it == paths.end()) {
+    const std::string p = (std::filesystem::temp_directory_path() /
+                           ("pagoda_engine_" + tag + "_" + std::to_string(getpid()) + ".gguf"))
+                              .string();
+    write_synthetic_model(spec, p);
+    it = paths.emplace(tag, p).first;
+  }
+  return load(it->second, false);
+}
+
 // A small llama with a long context (the chunked-prefill test needs 3,000+ positions).
 inline Loaded load_synth() {
-  static const std::string path = [] {
-    SynthSpec s;
-    s.arch = "llama";
-    s.dim = 64;
-    s.n_layers = 2;
-    s.n_heads = 4;
-    s.n_kv_heads = 2;
-    s.ffn_dim = 128;
-    s.n_vocab = 256;
-    s.ctx_len = 4096;
-    s.seed = 7;
-    const std::string p = (std::filesystem::temp_directory_path() /
-                           ("pagoda_engine_synth_" + std::to_string(getpid()) + ".gguf"))
-                              .string();
-    write_synthetic_model(s, p);
-    return p;
-  }();
-  static const struct Remover {
-    ~Remover() { std::filesystem::remove(path); }
-  } remover;
-  return load(path, false);
+  SynthSpec s;
+  s.arch = "llama";
+  s.dim = 64;
+  s.n_layers = 2;
+  s.n_heads = 4;
+  s.n_kv_heads = 2;
+  s.ffn_dim = 128;
+  s.n_vocab = 256;
+  s.ctx_len = 4096;
+  s.seed = 7;
+  return load_synth_spec(s, "synth");
 }
 
 inline uint64_t bytes_for_blocks(const Model& m, int64_t n_blocks) {

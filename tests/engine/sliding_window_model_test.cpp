@@ -16,28 +16,18 @@ using namespace engine_test;
 constexpr int64_t kWindow = 40;
 
 Loaded load_gemma3() {
-  static const std::string path = [] {
-    SynthSpec s;
-    s.arch = "gemma3";
-    s.dim = 64;
-    s.n_layers = 6;  // layers 0-4 local, layer 5 global
-    s.n_heads = 4;
-    s.n_kv_heads = 2;
-    s.ffn_dim = 128;
-    s.n_vocab = 256;
-    s.ctx_len = 4096;
-    s.sliding_window = kWindow;
-    s.seed = 11;
-    const std::string p = (std::filesystem::temp_directory_path() /
-                           ("pagoda_swa_gemma3_" + std::to_string(getpid()) + ".gguf"))
-                              .string();
-    write_synthetic_model(s, p);
-    return p;
-  }();
-  static const struct Remover {
-    ~Remover() { std::filesystem::remove(path); }
-  } remover;
-  return load(path, false);
+  SynthSpec s;
+  s.arch = "gemma3";
+  s.dim = 64;
+  s.n_layers = 6;  // layers 0-4 local, layer 5 global
+  s.n_heads = 4;
+  s.n_kv_heads = 2;
+  s.ffn_dim = 128;
+  s.n_vocab = 256;
+  s.ctx_len = 4096;
+  s.sliding_window = kWindow;
+  s.seed = 11;
+  return load_synth_spec(s, "gemma3_swa");
 }
 
 EngineConfig windowed_config(const Model& m, bool swa_full, bool cache_on, int parallel = 4) {

@@ -13,28 +13,11 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
+#include "matmul_fixtures.h"
 #include "tensor/types.h"
 
 namespace pagoda {
 namespace {
-
-std::vector<float> normal(int64_t n, std::mt19937& rng, float sigma) {
-  std::normal_distribution<float> d(0.0f, sigma);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-std::vector<uint8_t> weights(GgmlType type, int64_t n_rows, int64_t n_cols, std::mt19937& rng) {
-  const size_t rb = row_bytes(type, n_cols);
-  std::vector<uint8_t> w(rb * static_cast<size_t>(n_rows));
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const float sigma = r == 1 ? 0.0f : std::pow(10.0f, -3.0f * static_cast<float>(r % 7) / 6.0f);
-    const std::vector<float> row = normal(n_cols, rng, sigma);
-    quantize_row(type, row.data(), w.data() + r * rb, n_cols);
-  }
-  return w;
-}
 
 // Runs with AMX allowed or not; restores the default.
 std::vector<float> run(const WeightMatrix& m, const std::vector<float>& x, int64_t n_tokens, bool amx,
@@ -59,9 +42,9 @@ TEST_F(MatmulAmx, BitIdenticalToAvx512ForQ8_0AndQ4_0) {
   for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0})
     for (auto [n_rows, n_cols] : {std::pair<int64_t, int64_t>{16, 32}, {48, 64}, {100, 256}, {64, 2048}})
       for (int64_t n_tokens : {1, 15, 16, 17, 33, 64, 100, 130}) {
-        const std::vector<uint8_t> w = weights(type, n_rows, n_cols, rng);
+        const std::vector<uint8_t> w = make_weights(type, n_rows, n_cols, rng);
         const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), Isa::Avx512);
-        std::vector<float> x = normal(n_tokens * n_cols, rng, 1.0f);
+        std::vector<float> x = random_floats(n_tokens * n_cols, rng, 1.0f);
         for (int64_t k = 0; k < 32; ++k) x[static_cast<size_t>(k)] = 0.0f;  // a zero block (scale 0)
         x[static_cast<size_t>(n_tokens * n_cols / 2)] = 40.0f;               // an outlier
         ThreadPool& pool = n_tokens % 2 ? one : two;
@@ -97,10 +80,10 @@ TEST_F(MatmulAmx, MultiAndGroupedMatchTheirAvx512Results) {
   std::mt19937 rng(7);
   ThreadPool two(2);
   const int64_t n_cols = 512, n_tokens = 80;
-  const std::vector<uint8_t> wa = weights(GgmlType::Q4_0, 64, n_cols, rng), wb = weights(GgmlType::Q4_0, 32, n_cols, rng);
+  const std::vector<uint8_t> wa = make_weights(GgmlType::Q4_0, 64, n_cols, rng), wb = make_weights(GgmlType::Q4_0, 32, n_cols, rng);
   const WeightMatrix a = WeightMatrix::prepare(GgmlType::Q4_0, 64, n_cols, wa.data(), Isa::Avx512);
   const WeightMatrix b = WeightMatrix::prepare(GgmlType::Q4_0, 32, n_cols, wb.data(), Isa::Avx512);
-  const std::vector<float> x = normal(n_tokens * n_cols, rng, 1.0f);
+  const std::vector<float> x = random_floats(n_tokens * n_cols, rng, 1.0f);
   auto multi = [&](bool amx) {
     set_amx_int8_allowed(amx);
     std::vector<float> ya(static_cast<size_t>(n_tokens * 64)), yb(static_cast<size_t>(n_tokens * 32));

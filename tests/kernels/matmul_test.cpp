@@ -27,6 +27,7 @@
 
 #include "kernels/matmul.h"
 #include "kernels/matmul_impl.h"
+#include "matmul_fixtures.h"
 
 namespace pagoda {
 namespace {
@@ -60,26 +61,6 @@ bool has_avx512bf16() { return cpu_features().avx512bf16; }
 ThreadPool& pool(int n) {
   static ThreadPool one(1), two(2);
   return n == 1 ? one : two;
-}
-
-std::vector<float> random_floats(int64_t n, std::mt19937& rng, float sigma) {
-  std::normal_distribution<float> dist(0.0f, sigma);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& f : v) f = dist(rng);
-  return v;
-}
-
-// Weights: quantize_row of normal values, rows with scales spread over 1e-3..1
-// (so per-row scales differ), and one row of zeros (all scales 0).
-std::vector<uint8_t> make_weights(GgmlType type, int64_t n_rows, int64_t n_cols, std::mt19937& rng) {
-  const size_t rb = row_bytes(type, n_cols);
-  std::vector<uint8_t> w(rb * n_rows);
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const float sigma = r == 1 ? 0.0f : std::pow(10.0f, -3.0f * static_cast<float>(r % 7) / 6.0f);
-    std::vector<float> row = random_floats(n_cols, rng, sigma);
-    quantize_row(type, row.data(), w.data() + r * rb, n_cols);
-  }
-  return w;
 }
 
 // Activations: normal values with a few outliers (as after RMSNorm), and a
