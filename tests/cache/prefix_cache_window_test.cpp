@@ -5,6 +5,7 @@
 // and eviction of a group-0 block takes its companions along. Invariants after each step.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <vector>
 
 #include "cache/prefix_cache.h"
@@ -34,12 +35,14 @@ struct Rig {
         store(pool, groups),
         cache(pool, "window-test", PrefixCacheConfig{}, {}, groups) {}
 
-  // Admits tokens as sequence `seq` (borrowing what the cache has), writes the rest with
-  // K rows [token, position, layer], releases what left the window, as the engine does.
-  int64_t run(SeqId seq, const std::vector<int32_t>& tokens) {
+  // Admits tokens as sequence `seq` (borrowing what the cache has; with verify_borrowed,
+  // checks the borrowed window's rows first), writes the rest with K rows [token,
+  // position, layer], releases what left the window, as the engine does.
+  int64_t run(SeqId seq, const std::vector<int32_t>& tokens, bool verify_borrowed = false) {
     CacheHit hit = cache.lookup(cache.key(), tokens);
     const int64_t from = hit.cached_tokens;
     store.adopt(seq, std::move(hit.table), std::move(hit.local));
+    if (verify_borrowed && from > 0) expect_window_holds(seq, tokens, from);
     EXPECT_TRUE(store.reserve(seq, static_cast<int64_t>(tokens.size())).ok());
     for (int64_t p = from; p < static_cast<int64_t>(tokens.size()); ++p)
       for (int layer = 0; layer < 3; ++layer) {
@@ -60,9 +63,16 @@ struct Rig {
     store.remove(seq);
     cache.check_invariants();
   }
-  // Every row a query at `at` would read in each local layer holds the right token.
+  // Every row a query at `at` would read holds the right token: all of [0, at) in the
+  // global layer, the window in each local layer.
   void expect_window_holds(SeqId seq, const std::vector<int32_t>& tokens, int64_t at) {
     const SeqTables& t = store.tables(seq);
+    for (int64_t p = 0; p < at; ++p) {
+      std::vector<float> k(kHd);
+      pool.read_row(t.main, groups.slot[0], p, 0, false, k.data());
+      ASSERT_EQ(k[0], static_cast<float>(tokens[static_cast<size_t>(p)])) << "global layer pos " << p;
+      ASSERT_EQ(k[1], static_cast<float>(p));
+    }
     for (int layer = 1; layer < 3; ++layer) {
       const BlockTable& lt = t.group(groups.group[static_cast<size_t>(layer)]);
       for (int64_t p = std::max<int64_t>(0, at - kW + 1); p < at; ++p) {
@@ -178,6 +188,54 @@ TEST(PrefixCacheWindow, PoolPressureOnAGroupZeroBlockTakesItsCompanionsAndShorte
   r.cache.check_invariants();
   EXPECT_EQ(r.pool.stats().blocks_cached, 0);
   EXPECT_EQ(r.pool.stats().blocks_live, 0);
+}
+
+// Random conversations on a small pool: prompts from a few families sharing prefixes,
+// each continuing an earlier one or diverging from it, admitted as the engine admits them,
+// finished (indexed) or dropped, while pool pressure and a byte cap evict blocks and
+// companions. After every step the invariants hold, and every borrowed window holds exactly
+// the tokens of its positions.
+TEST(PrefixCacheWindow, RandomConversationsKeepTheInvariantsAndBorrowOnlyTrueWindows) {
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    Rig r(120);  // 40 pages per group for sequences of up to ~150 tokens: evictions happen
+    std::mt19937 rng(seed);
+    std::vector<std::vector<int32_t>> history;  // finished prompts, to continue or diverge from
+    int64_t hits = 0;
+    for (int step = 0; step < 150; ++step) {
+      std::vector<int32_t> p;
+      if (!history.empty() && rng() % 4 != 0) {
+        const std::vector<int32_t>& base = history[rng() % history.size()];
+        const size_t keep = rng() % 2 ? base.size() : rng() % (base.size() + 1);
+        p.assign(base.begin(), base.begin() + static_cast<std::ptrdiff_t>(keep));
+      }
+      const int64_t extra = 1 + static_cast<int64_t>(rng() % 40);
+      for (int64_t i = 0; i < extra; ++i) p.push_back(static_cast<int32_t>(100 + rng() % 7));
+      if (p.size() > 150) p.resize(150);
+      const int64_t cached = r.run(0, p, /*verify_borrowed=*/true);
+      if (cached > 0) ++hits;
+      if (rng() % 3 != 0) {
+        r.finish(0, p);
+        history.push_back(p);
+        if (history.size() > 12) history.erase(history.begin());
+      } else {
+        r.store.remove(0);
+        r.cache.check_invariants();
+      }
+      if (step % 50 == 49) {  // tighten, then lift, the byte cap
+        PrefixCacheConfig cfg = r.cache.config();
+        cfg.capacity_bytes = cfg.capacity_bytes == PrefixCacheConfig::kUnlimitedBytes
+                                 ? 20 * r.pool.bytes_per_block()
+                                 : PrefixCacheConfig::kUnlimitedBytes;
+        r.cache.set_config(cfg);
+        r.cache.check_invariants();
+      }
+    }
+    EXPECT_GT(hits, 20) << "seed " << seed;  // the test exercises reuse, not only misses
+    EXPECT_GT(r.cache.stats().evicted_blocks, 0) << "seed " << seed;
+    r.cache.reset();
+    r.cache.check_invariants();
+    EXPECT_EQ(r.pool.stats().blocks_live, 0);
+  }
 }
 
 }  // namespace
