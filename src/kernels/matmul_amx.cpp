@@ -200,6 +200,9 @@ void matmul_packed_amx(const WeightMatrix& w, const QuantizedActs& a, const Tile
       amx_tile<GgmlType::Q8_0>(w, a, tile, n16, y);
     else
       amx_tile<GgmlType::Q4_0>(w, a, tile, n16, y);
+    // Leave the tile state unused between calls: while it is in use every context switch
+    // saves and restores its 8 KiB, and the thread pool's workers also run everything else.
+    _tile_release();
   }
   if (n16 < n_tok) matmul_packed_avx512(w, a, Tile{tile.row_begin, tile.row_end, tile.tok_begin + n16, tile.tok_end}, y);
 }
