@@ -91,7 +91,7 @@ std::vector<std::string> RepoCache::snapshot_files(const std::string& commit) co
   for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
     std::error_code e2;
-    if (fs::is_regular_file(it->path(), e2)) files.push_back(fs::relative(it->path(), root, e2).generic_string());
+    if (fs::is_regular_file(it->path(), e2)) files.push_back(it->path().lexically_relative(root).generic_string());
   }
   std::sort(files.begin(), files.end());
   return files;
@@ -125,7 +125,7 @@ std::vector<CachedRepo> list_cached(const HubConfig& config) {
          it.increment(e2)) {
       if (!it->is_regular_file()) continue;
       RepoCache rc(config.cache_dir, id);
-      const std::string revision = fs::relative(it->path(), refs).generic_string();
+      const std::string revision = it->path().lexically_relative(refs).generic_string();
       if (auto commit = rc.resolve_revision(revision)) repo.refs[revision] = *commit;
     }
     for (const auto& snap : fs::directory_iterator(entry.path() / "snapshots", e2))
