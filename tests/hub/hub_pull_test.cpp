@@ -24,6 +24,9 @@ using testing::FakeHub;
 using testing::FakeRepo;
 using testing::sha256_hex;
 
+// Compares file contents without dumping megabytes of GGUF into the log on failure.
+#define EXPECT_SAME_BYTES(a, b) EXPECT_TRUE((a) == (b)) << "contents differ: " << (a).size() << " vs " << (b).size() << " bytes"
+
 const char* kCommit = "0123456789abcdef0123456789abcdef01234567";
 
 std::string read_file(const fs::path& p) {
@@ -99,7 +102,7 @@ TEST_F(HubPullTest, PullsTheTaggedGgufIntoHuggingfaceHubsLayout) {
   EXPECT_FALSE(r.used_cache_only);
   ASSERT_TRUE(fs::is_symlink(r.model_path));
   EXPECT_EQ(fs::read_symlink(r.model_path), fs::path("../../blobs/" + sha));  // relative, as huggingface_hub makes it
-  EXPECT_EQ(read_file(r.model_path), stories());
+  EXPECT_SAME_BYTES(read_file(r.model_path), stories());
   EXPECT_EQ(read_file(dir / "refs" / "main"), kCommit);  // no newline
   EXPECT_FALSE(fs::exists(dir / "blobs" / (sha + ".incomplete")));
   EXPECT_TRUE(fs::exists(root_ / "hub" / ".locks" / "models--ggml-org--stories-GGUF" / (sha + ".lock")));
@@ -129,7 +132,7 @@ TEST_F(HubPullTest, NoTagPicksQ4KM) {
   hub.add_repo("o/r", gguf_repo());
   const PullResult r = pull(config_for(hub), ModelRef::parse("o/r"));
   EXPECT_EQ(r.model_path.filename(), "stories260K-Q4_K_M.gguf");
-  EXPECT_EQ(read_file(r.model_path), gguf_like(300000, 1));
+  EXPECT_SAME_BYTES(read_file(r.model_path), gguf_like(300000, 1));
 }
 
 TEST_F(HubPullTest, SplitGgufInASubfolderPullsEveryPartWithDeeperLinks) {
@@ -148,7 +151,7 @@ TEST_F(HubPullTest, SplitGgufInASubfolderPullsEveryPartWithDeeperLinks) {
   for (int i = 1; i <= 3; ++i) {
     const fs::path link = r.snapshot_dir / ("Q8_0/big-Q8_0-0000" + std::to_string(i) + "-of-00003.gguf");
     EXPECT_EQ(fs::read_symlink(link), fs::path("../../../blobs/" + sha256_hex(gguf_like(70000 + i, i))));
-    EXPECT_EQ(read_file(link), gguf_like(70000 + i, i));
+    EXPECT_SAME_BYTES(read_file(link), gguf_like(70000 + i, i));
   }
 }
 
@@ -186,7 +189,7 @@ TEST_F(HubPullTest, ResumesWithARangeRequestAfterTheConnectionDrops) {
   hub.add_repo("o/r", gguf_repo());
   hub.set_faults({.cut_after_bytes = 100000, .cut_times = 1});
   const PullResult r = pull(config_for(hub), ModelRef::parse("o/r:Q8_0"));
-  EXPECT_EQ(read_file(r.model_path), stories());
+  EXPECT_SAME_BYTES(read_file(r.model_path), stories());
   std::vector<std::string> ranges;
   for (const auto& req : hub.log())
     if (req.target.rfind("/cdn/", 0) == 0) ranges.push_back(req.range);
@@ -210,7 +213,7 @@ TEST_F(HubPullTest, AnInterruptedPullLeavesAnIncompleteFileTheNextPullResumes) {
 
   hub.clear_log();
   const PullResult r = pull(config, ModelRef::parse("o/r:Q8_0"));
-  EXPECT_EQ(read_file(r.model_path), stories());
+  EXPECT_SAME_BYTES(read_file(r.model_path), stories());
   EXPECT_EQ(r.downloaded_bytes, stories().size() - 200000);
   EXPECT_FALSE(fs::exists(blobs / (sha + ".incomplete")));
   ASSERT_EQ(hub.count("/cdn/", "GET"), 1);
@@ -233,14 +236,14 @@ TEST_F(HubPullTest, ChecksumMismatchLeavesNoBlobAndNoLink) {
   EXPECT_FALSE(fs::exists(blobs / (sha + ".incomplete")));
   EXPECT_FALSE(fs::exists(repo_dir("models--o--r") / "snapshots" / kCommit / "stories260K-Q8_0.gguf"));
   // The next pull starts over and gets good bytes.
-  EXPECT_EQ(read_file(pull(config, ModelRef::parse("o/r:Q8_0")).model_path), stories());
+  EXPECT_SAME_BYTES(read_file(pull(config, ModelRef::parse("o/r:Q8_0")).model_path), stories());
 }
 
 TEST_F(HubPullTest, ServerErrorsAreRetriedWithinTheBound) {
   FakeHub hub;
   hub.add_repo("o/r", gguf_repo());
   hub.set_faults({.unavailable_times = 2});
-  EXPECT_EQ(read_file(pull(config_for(hub), ModelRef::parse("o/r:Q8_0")).model_path), stories());
+  EXPECT_SAME_BYTES(read_file(pull(config_for(hub), ModelRef::parse("o/r:Q8_0")).model_path), stories());
   EXPECT_EQ(hub.count("/cdn/", "GET"), 3);
 
   hub.set_faults({.unavailable_times = 10});
@@ -262,7 +265,7 @@ TEST_F(HubPullTest, OfflineUsesTheCacheAndSaysWhenItIsEmpty) {
   config.offline = true;
   PullResult r = pull(config, ModelRef::parse("o/r:Q8_0"));
   EXPECT_TRUE(r.used_cache_only);
-  EXPECT_EQ(read_file(r.model_path), stories());
+  EXPECT_SAME_BYTES(read_file(r.model_path), stories());
   EXPECT_EQ(error_of([&] { pull(config, ModelRef::parse("o/other")); }),
             "offline (HF_HUB_OFFLINE is set): o/other is not in the cache (" + config.cache_dir.string() + ")");
   const std::string e = error_of([&] { pull(config, ModelRef::parse("o/r:Q4_K_M")); });
@@ -306,7 +309,7 @@ TEST_F(HubPullTest, ReusesACacheTreeLaidOutByHuggingfaceHubWithoutDownloading) {
   EXPECT_EQ(hub.count("/ggml-org/"), 0);  // not even a HEAD
   HubConfig offline = config;
   offline.offline = true;
-  EXPECT_EQ(read_file(pull(offline, ModelRef::parse("hf://ggml-org/stories-GGUF:Q8_0")).model_path), stories());
+  EXPECT_SAME_BYTES(read_file(pull(offline, ModelRef::parse("hf://ggml-org/stories-GGUF:Q8_0")).model_path), stories());
 }
 
 TEST_F(HubPullTest, ConcurrentPullsOfOneFileMakeOneGoodBlob) {
@@ -328,7 +331,7 @@ TEST_F(HubPullTest, ConcurrentPullsOfOneFileMakeOneGoodBlob) {
   for (auto& t : threads) t.join();
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(errors[i], "");
-    EXPECT_EQ(read_file(paths[i]), stories());
+    EXPECT_SAME_BYTES(read_file(paths[i]), stories());
   }
   EXPECT_EQ(hub.count("/cdn/", "GET"), 1);  // the others waited on the lock and found the blob
   int blobs = 0;
@@ -361,7 +364,7 @@ TEST_F(HubPullTest, GatedRepoAsksForHfTokenAndTheTokenIsNeverPrinted) {
   config.token = token;
   config.progress_is_terminal = true;
   const PullResult r = pull(config, ModelRef::parse("meta/gated:Q8_0"));
-  EXPECT_EQ(read_file(r.model_path), stories());
+  EXPECT_SAME_BYTES(read_file(r.model_path), stories());
   for (const auto& req : hub.log())
     if (req.target.rfind("/cdn/", 0) == 0) {
       EXPECT_FALSE(req.authorization);
@@ -401,7 +404,7 @@ TEST_F(HubPullTest, HttpsVerifiesAgainstTheCaBundleHandedToTheClient) {
   ASSERT_EQ(config.endpoint.rfind("https://127.0.0.1:", 0), 0u);
   config.ca_bundle_file = ca.string();
   const PullResult r = pull(config, ModelRef::parse("o/r:Q8_0"));
-  EXPECT_EQ(read_file(r.model_path), stories());  // via https://localhost:PORT/cdn/ too (the DNS SAN)
+  EXPECT_SAME_BYTES(read_file(r.model_path), stories());  // via https://localhost:PORT/cdn/ too (the DNS SAN)
 
   // Without the test CA (the system store) the server is not trusted, and nothing is cached.
   config.ca_bundle_file = "";
