@@ -202,6 +202,7 @@ HttpResponse http_fetch(const HttpRequest& request, const BodySink* sink, uint64
   }
   ssl::context ctx(ssl::context::tls_client);
   ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3);
+  SSL_CTX_set_min_proto_version(ctx.native_handle(), TLS1_2_VERSION);  // the Hub serves 1.2 and 1.3
   boost::system::error_code ec;
   if (!request.ca_bundle_file.empty()) {
     ctx.load_verify_file(request.ca_bundle_file, ec);
