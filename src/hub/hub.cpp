@@ -136,7 +136,12 @@ PullResult from_cache(const HubConfig& config, const RepoCache& cache, const Mod
   if (!commit)
     throw Error(why + ": " + ref.repo_id + (ref.revision == "main" ? "" : "@" + ref.revision) +
                 " is not in the cache (" + config.cache_dir.string() + ")");
-  FileSelection sel = select_files(ref.repo_id, cache.snapshot_files(*commit), ref);
+  FileSelection sel;
+  try {
+    sel = select_files(ref.repo_id, cache.snapshot_files(*commit), ref);
+  } catch (const Error& e) {  // what the cache lacks, not necessarily the repo
+    throw Error(why + ": in the cached snapshot " + commit->substr(0, 12) + ", " + e.what());
+  }
   if (!sel.safetensors_index.empty()) add_index_shards(cache, *commit, sel);
   for (const auto& f : sel.files)
     if (!cache.snapshot_has(*commit, f))

@@ -78,6 +78,7 @@ class FakeHub {
     int corrupt_times = 0;         // flip one byte of this many bodies
     int unavailable_times = 0;     // answer 503 this many times
     int slow_ms_per_64k = 0;       // sleep between 64 KiB pieces (to make transfers overlap)
+    bool ignore_range = false;     // answer a Range request with 200 and the whole body
   };
 
   // tls_cert_pem / tls_key_pem non-empty: HTTPS.
@@ -247,7 +248,7 @@ class FakeHub {
       r.headers = {{"ETag", "\"" + sha + "\""}, {"Accept-Ranges", "bytes"}};
       r.body = file->content;
       uint64_t from = 0;
-      if (req.range.rfind("bytes=", 0) == 0) {
+      if (req.range.rfind("bytes=", 0) == 0 && !faults_.ignore_range) {
         from = std::stoull(req.range.substr(6));
         if (from >= r.body.size()) return error(416, "", "range not satisfiable");
         r.status = 206;

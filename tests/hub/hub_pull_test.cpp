@@ -223,6 +223,33 @@ TEST_F(HubPullTest, AnInterruptedPullLeavesAnIncompleteFileTheNextPullResumes) {
     }
 }
 
+TEST_F(HubPullTest, AServerIgnoringRangeRestartsTheFileFromZero) {
+  FakeHub hub;
+  hub.add_repo("o/r", gguf_repo());
+  hub.set_faults({.ignore_range = true});
+  // A partial file from an earlier run whose bytes are not even a prefix of the file.
+  const fs::path blobs = repo_dir("models--o--r") / "blobs";
+  fs::create_directories(blobs);
+  { std::ofstream(blobs / (sha256_hex(stories()) + ".incomplete"), std::ios::binary) << std::string(5000, 'x'); }
+  const PullResult r = pull(config_for(hub), ModelRef::parse("o/r:Q8_0"));
+  EXPECT_SAME_BYTES(read_file(r.model_path), stories());
+  ASSERT_EQ(hub.count("/cdn/", "GET"), 1);
+  EXPECT_EQ(hub.log().back().range, "bytes=5000-");  // asked, got 200 + the whole file, started over
+}
+
+TEST_F(HubPullTest, AHostileListingCannotPlaceFilesOutsideTheCache) {
+  FakeHub hub;
+  FakeRepo repo;
+  repo.files["../../../escape-Q4_K_M.gguf"] = {gguf_like(100, 7), true};
+  repo.files["/abs-Q4_K_M.gguf"] = {gguf_like(100, 8), true};
+  repo.files["ok-Q8_0.gguf"] = {gguf_like(100, 9), true};
+  hub.add_repo("o/r", repo);
+  const PullResult r = pull(config_for(hub), ModelRef::parse("o/r"));
+  EXPECT_EQ(r.model_path.filename(), "ok-Q8_0.gguf");  // the unsafe names were dropped from the listing
+  EXPECT_FALSE(fs::exists(root_ / "escape-Q4_K_M.gguf"));
+  EXPECT_FALSE(fs::exists(root_ / "hub" / "escape-Q4_K_M.gguf"));
+}
+
 TEST_F(HubPullTest, ChecksumMismatchLeavesNoBlobAndNoLink) {
   FakeHub hub;
   hub.add_repo("o/r", gguf_repo());
@@ -268,8 +295,9 @@ TEST_F(HubPullTest, OfflineUsesTheCacheAndSaysWhenItIsEmpty) {
   EXPECT_SAME_BYTES(read_file(r.model_path), stories());
   EXPECT_EQ(error_of([&] { pull(config, ModelRef::parse("o/other")); }),
             "offline (HF_HUB_OFFLINE is set): o/other is not in the cache (" + config.cache_dir.string() + ")");
-  const std::string e = error_of([&] { pull(config, ModelRef::parse("o/r:Q4_K_M")); });
-  EXPECT_NE(e.find("no GGUF file for quant 'Q4_K_M' (quants: Q8_0)"), std::string::npos) << e;
+  EXPECT_EQ(error_of([&] { pull(config, ModelRef::parse("o/r:Q4_K_M")); }),
+            "offline (HF_HUB_OFFLINE is set): in the cached snapshot 0123456789ab, o/r has no GGUF file for quant "
+            "'Q4_K_M' (quants: Q8_0)");
   // Online with the Hub unreachable: the complete cached snapshot is used (huggingface_hub's
   // fallback); a repo that is not cached names the failure.
   config.offline = false;
