@@ -64,7 +64,8 @@ struct HubConfig {
   // The environment as huggingface_hub reads it (see the README's "Models from the Hugging
   // Face Hub"): HF_ENDPOINT, HF_TOKEN (or HUGGING_FACE_HUB_TOKEN), HF_TOKEN_PATH,
   // HF_HUB_OFFLINE, HF_HUB_CACHE (or HUGGINGFACE_HUB_CACHE), HF_HOME, XDG_CACHE_HOME,
-  // HF_HUB_DOWNLOAD_TIMEOUT, REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE; progress on stderr.
+  // HF_HUB_DOWNLOAD_TIMEOUT, REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE; progress on stderr unless
+  // HF_HUB_DISABLE_PROGRESS_BARS is set. Throws Error for a malformed HF_HUB_DOWNLOAD_TIMEOUT.
   static HubConfig from_env();
 };
 

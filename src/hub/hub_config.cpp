@@ -84,7 +84,7 @@ HubConfig HubConfig::from_env() {
       throw Error("HF_HUB_DOWNLOAD_TIMEOUT='" + timeout + "': expected a positive number of seconds");
     c.timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
   }
-  c.progress = stderr;
+  c.progress = env_true("HF_HUB_DISABLE_PROGRESS_BARS") ? nullptr : stderr;
   c.progress_is_terminal = isatty(STDERR_FILENO);
   return c;
 }

@@ -57,6 +57,7 @@ inline std::string git_blob_sha1(const std::string& data) {
 struct FakeFile {
   std::string content;
   bool lfs = true;  // LFS: served through the CDN redirect, etag = sha256
+  uint64_t claimed_size = 0;  // non-zero: the X-Linked-Size announced instead of the real size
 };
 
 struct FakeRepo {
@@ -292,7 +293,8 @@ class FakeHub {
       r.status = 302;
       r.headers.emplace_back("Location", cdn_origin() + "/cdn/" + sha + "?X-Amz-Expires=3600");
       r.headers.emplace_back("X-Linked-Etag", "\"" + sha + "\"");
-      r.headers.emplace_back("X-Linked-Size", std::to_string(f->second.content.size()));
+      r.headers.emplace_back("X-Linked-Size", std::to_string(f->second.claimed_size ? f->second.claimed_size
+                                                                                      : f->second.content.size()));
       r.headers.emplace_back("ETag", "\"" + git_blob_sha1("pointer " + sha) + "\"");  // the pointer file's
       r.body = "Found. Redirecting to " + cdn_origin() + "/cdn/" + sha;
     } else {

@@ -250,6 +250,17 @@ TEST_F(HubPullTest, AHostileListingCannotPlaceFilesOutsideTheCache) {
   EXPECT_FALSE(fs::exists(root_ / "hub" / "escape-Q4_K_M.gguf"));
 }
 
+TEST_F(HubPullTest, TooLittleFreeSpaceStopsBeforeTheDownload) {
+  FakeHub hub;
+  FakeRepo repo = gguf_repo();
+  repo.files["stories260K-Q8_0.gguf"].claimed_size = uint64_t{1} << 60;  // 1 EiB
+  hub.add_repo("o/r", repo);
+  const std::string e = error_of([&] { pull(config_for(hub), ModelRef::parse("o/r:Q8_0")); });
+  EXPECT_NE(e.find("not enough free space for stories260K-Q8_0.gguf: it needs 1152921504606846976 bytes, "),
+            std::string::npos) << e;
+  EXPECT_EQ(hub.count("/cdn/"), 0);
+}
+
 TEST_F(HubPullTest, ChecksumMismatchLeavesNoBlobAndNoLink) {
   FakeHub hub;
   hub.add_repo("o/r", gguf_repo());
