@@ -117,8 +117,11 @@ HttpResponse hub_request(const HubConfig& config, const std::string& method, std
                           response.status == 307 || response.status == 308;
     const std::string location = response.header("location");
     if (!redirect || location.empty()) return response;
+    // huggingface_hub's follow_relative_redirects: a Location without a host (a renamed repo)
+    // is followed; one with a host (the CDN) is where the bytes are, left for the GET.
+    const bool relative = location.find("://") == std::string::npos && location.rfind("//", 0) != 0;
+    if (!follow_absolute && !relative) return response;
     const std::string next = resolve_location(parsed, location);
-    if (!follow_absolute && origin_of(next) != parsed.origin()) return response;
     if (hop >= 10) throw Error(url + ": more than 10 redirects");
     url = next;
   }

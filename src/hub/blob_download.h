@@ -13,8 +13,8 @@
 namespace pagoda::hub {
 
 // GET or HEAD `url`, following redirects (at most 10): all of them when `follow_absolute`,
-// else only those to the same origin (huggingface_hub's follow_relative_redirects for the
-// metadata HEAD, so the CDN Location stays visible). The bearer token goes only to the
+// else only those whose Location has no host (huggingface_hub's follow_relative_redirects for
+// the metadata HEAD: a renamed repo is followed, the CDN Location stays visible). The bearer token goes only to the
 // endpoint's origin. *final_url gets the URL of the last request made.
 HttpResponse hub_request(const HubConfig& config, const std::string& method, std::string url,
                          const std::vector<std::pair<std::string, std::string>>& headers, const BodySink* sink,

@@ -122,6 +122,12 @@ class FakeHub {
     std::lock_guard lock(mu_);
     repos_[id] = std::move(repo);
   }
+  // Requests for `old_id` answer 307 with a relative Location naming `new_id`, as the Hub
+  // does for a renamed or transferred repo.
+  void add_rename(const std::string& old_id, const std::string& new_id) {
+    std::lock_guard lock(mu_);
+    renames_[old_id] = new_id;
+  }
   void set_faults(Faults f) {
     std::lock_guard lock(mu_);
     faults_ = f;
@@ -215,6 +221,18 @@ class FakeHub {
   Reply route(const LoggedRequest& req, const std::string& auth) {
     std::lock_guard lock(mu_);
     const std::string& t = req.target;
+    for (const auto& [old_id, new_id] : renames_) {
+      for (const std::string& prefix : {"/api/models/" + old_id, "/" + old_id + "/resolve/"}) {
+        if (t.rfind(prefix, 0) == 0 && (t.size() == prefix.size() || prefix.back() == '/' || t[prefix.size()] == '/')) {
+          Reply r;
+          r.status = 307;
+          std::string moved = prefix;
+          moved.replace(moved.find(old_id), old_id.size(), new_id);
+          r.headers = {{"Location", moved + t.substr(prefix.size())}};
+          return r;
+        }
+      }
+    }
     if (t.rfind("/api/models/", 0) == 0) {
       std::string rest = t.substr(12), revision = "main";
       const size_t rev_at = rest.find("/revision/");
@@ -315,6 +333,7 @@ class FakeHub {
   mutable std::mutex mu_;
   std::vector<std::thread> connections_;
   std::map<std::string, FakeRepo> repos_;
+  std::map<std::string, std::string> renames_;
   Faults faults_;
   std::vector<LoggedRequest> log_;
 };

@@ -261,6 +261,17 @@ TEST_F(HubPullTest, TooLittleFreeSpaceStopsBeforeTheDownload) {
   EXPECT_EQ(hub.count("/cdn/"), 0);
 }
 
+TEST_F(HubPullTest, ARenamedRepoIsFollowedAndCachedUnderTheNameAskedFor) {
+  FakeHub hub;
+  hub.add_repo("new-owner/stories", gguf_repo());
+  hub.add_rename("old-owner/stories", "new-owner/stories");
+  const PullResult r = pull(config_for(hub), ModelRef::parse("old-owner/stories:Q8_0"));
+  EXPECT_SAME_BYTES(read_file(r.model_path), stories());
+  EXPECT_EQ(r.snapshot_dir, repo_dir("models--old-owner--stories") / "snapshots" / kCommit);  // as huggingface_hub
+  EXPECT_EQ(hub.count("/old-owner/stories/resolve/", "HEAD"), 1);
+  EXPECT_EQ(hub.count("/new-owner/stories/resolve/", "HEAD"), 1);  // the 307 followed on the HEAD
+}
+
 TEST_F(HubPullTest, ChecksumMismatchLeavesNoBlobAndNoLink) {
   FakeHub hub;
   hub.add_repo("o/r", gguf_repo());
