@@ -80,7 +80,7 @@ Runner add_serve(CLI::App& app) {
     PromptCacheOptions cache;
   };
   auto o = std::make_shared<Opts>();
-  app.add_option("-m,--model", o->model, "GGUF model file or Hugging Face model directory")->required();
+  app.add_option("-m,--model", o->model, "GGUF model file, Hugging Face model directory or hf://OWNER/REPO[:QUANT]")->required();
   app.add_option("--host", o->host, "Address to bind (loopback unless told otherwise)")->capture_default_str();
   app.add_option("--port", o->port, "TCP port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   auto* key = app.add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (not on /health)");
