@@ -124,6 +124,26 @@ TEST_F(HubCli, GatedRepoErrorsAreOneLineAndNeverShowTheToken) {
   EXPECT_EQ((ok.out + ok.err).find("hf_"), std::string::npos) << ok.out << ok.err;
 }
 
+TEST_F(HubCli, TwoProcessesPullingOneFileMakeOneDownloadAndOneBlob) {
+  hub_.set_faults({.slow_ms_per_64k = 10});  // ~170 ms a transfer, so the two overlap
+  const fs::path a = dir_ / "a.rc", b = dir_ / "b.rc";
+  const std::string pull = "env -u HF_TOKEN -u HF_HUB_OFFLINE HF_HUB_CACHE=" + (dir_ / "cache").string() +
+                           " HF_ENDPOINT=" + hub_.endpoint() + " " + PAGODA_BINARY +
+                           " pull ggml-org/stories-GGUF:Q8_0 >/dev/null 2>&1";
+  const std::string both = "(" + pull + "; echo $? >" + a.string() + ") & (" + pull + "; echo $? >" + b.string() +
+                           ") & wait";
+  ASSERT_EQ(std::system(both.c_str()), 0);
+  EXPECT_EQ(slurp(a), "0\n");
+  EXPECT_EQ(slurp(b), "0\n");
+  EXPECT_EQ(hub_.count("/cdn/", "GET"), 1);  // the second process waited on the flock, then found the blob
+  int blobs = 0;
+  for (const auto& e : fs::directory_iterator(dir_ / "cache" / "models--ggml-org--stories-GGUF" / "blobs")) {
+    ++blobs;
+    EXPECT_EQ(slurp(e.path()), slurp(kStories));
+  }
+  EXPECT_EQ(blobs, 1);
+}
+
 TEST_F(HubCli, UnknownQuantListsTheQuantsThatExist) {
   RunResult r = run("", "generate -m hf://ggml-org/stories-GGUF:Q5_K_M -p x -n 1");
   EXPECT_EQ(r.exit_code, 1);
