@@ -46,7 +46,7 @@ std::optional<std::string> RepoCache::resolve_revision(const std::string& revisi
     ss << in.rdbuf();
     std::string commit = ss.str();
     while (!commit.empty() && (commit.back() == '\n' || commit.back() == ' ' || commit.back() == '\r')) commit.pop_back();
-    if (!commit.empty()) return commit;
+    if (is_hex(commit, 40)) return commit;  // anything else would name a path, not a snapshot
   }
   std::error_code ec;
   if (is_hex(revision, 40) && fs::is_directory(snapshot_dir(revision), ec)) return revision;

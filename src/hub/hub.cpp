@@ -3,9 +3,9 @@
 #include <atomic>
 #include <cctype>
 #include <fstream>
-#include <sstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "common/error.h"
