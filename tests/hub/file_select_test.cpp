@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -188,7 +189,7 @@ TEST(HubConfigFromEnv, DefaultsAreHuggingfaceHubs) {
 
 TEST(HubConfigFromEnv, ReadsEveryVariableWithHuggingfaceHubsPrecedence) {
   ScopedEnv env;
-  const std::string dir = ::testing::TempDir() + "/hub_env_test";
+  const std::string dir = ::testing::TempDir() + "/hub_env_test_" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
   { std::ofstream(dir + "/token") << "hf_fromfile\n"; }
   env.set("HF_HOME", dir.c_str());
@@ -217,6 +218,7 @@ TEST(HubConfigFromEnv, ReadsEveryVariableWithHuggingfaceHubsPrecedence) {
   EXPECT_FALSE(c.offline);
   env.set("HF_HUB_DOWNLOAD_TIMEOUT", "soon");
   EXPECT_NE(error_of([] { HubConfig::from_env(); }).find("HF_HUB_DOWNLOAD_TIMEOUT"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // writes, resume, checksum, offline use, a hand-laid cache, concurrent pulls, tokens, HTTPS.
 // No test contacts any host but loopback.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -67,8 +68,10 @@ FakeRepo gguf_repo() {
 class HubPullTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // The pid keeps a release and a sanitizer run of the same test apart.
     root_ = fs::path(::testing::TempDir()) /
-            ("hub_pull_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+            ("hub_pull_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(root_);
     fs::create_directories(root_);
   }
