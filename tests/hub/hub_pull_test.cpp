@@ -67,6 +67,7 @@ FakeRepo gguf_repo() {
 
 class HubPullTest : public ::testing::Test {
  protected:
+  void TearDown() override { fs::remove_all(root_); }
   void SetUp() override {
     // The pid keeps a release and a sanitizer run of the same test apart.
     root_ = fs::path(::testing::TempDir()) /
