@@ -12,7 +12,7 @@
 // without the token 401, with a wrong one 403 (X-Error-Code GatedRepo); a missing file 404
 // EntryNotFound; unknown revision 404 RevisionNotFound. Faults for tests: cut a CDN body after
 // N bytes (the connection closes mid-body), corrupt a body (one byte flipped, length kept),
-// answer 503, send slowly. Every request is logged (method, target, Range, whether an
+// answer 503, send slowly, stall mid-body. Every request is logged (method, target, Range, whether an
 // Authorization header came) for tests to assert on; one thread per connection.
 #pragma once
 
@@ -80,6 +80,9 @@ class FakeHub {
     int unavailable_times = 0;     // answer 503 this many times
     int slow_ms_per_64k = 0;       // sleep between 64 KiB pieces (to make transfers overlap)
     bool ignore_range = false;     // answer a Range request with 200 and the whole body
+    uint64_t stall_after_bytes = 0;  // with stall_times > 0: send this many body bytes, then
+    int stall_times = 0;             // go silent for stall_ms (the connection stays open)
+    int stall_ms = 0;
   };
 
   // tls_cert_pem / tls_key_pem non-empty: HTTPS.
@@ -155,6 +158,8 @@ class FakeHub {
     std::string body;
     uint64_t cut_after = 0;  // 0: send the whole body
     int slow_ms = 0;
+    uint64_t stall_after = 0;
+    int stall_ms = 0;
   };
 
   void accept_loop() {
@@ -204,9 +209,13 @@ class FakeHub {
     boost::asio::write(stream, boost::asio::buffer(text), ec);
     if (head || ec) return;
     const size_t limit = reply.cut_after ? std::min<size_t>(reply.cut_after, reply.body.size()) : reply.body.size();
-    for (size_t at = 0; at < limit && !ec; at += 65536) {
+    for (size_t at = 0; at < limit && !ec;) {
       if (reply.slow_ms) std::this_thread::sleep_for(std::chrono::milliseconds(reply.slow_ms));
-      boost::asio::write(stream, boost::asio::buffer(reply.body.data() + at, std::min<size_t>(65536, limit - at)), ec);
+      size_t n = std::min<size_t>(65536, limit - at);
+      if (reply.stall_ms && at < reply.stall_after) n = std::min<size_t>(n, reply.stall_after - at);
+      boost::asio::write(stream, boost::asio::buffer(reply.body.data() + at, n), ec);
+      at += n;
+      if (reply.stall_ms && at == reply.stall_after) std::this_thread::sleep_for(std::chrono::milliseconds(reply.stall_ms));
     }
   }
 
@@ -283,6 +292,11 @@ class FakeHub {
       if (faults_.cut_times > 0 && req.method == "GET") {
         --faults_.cut_times;
         r.cut_after = faults_.cut_after_bytes;
+      }
+      if (faults_.stall_times > 0 && req.method == "GET") {
+        --faults_.stall_times;
+        r.stall_after = faults_.stall_after_bytes;
+        r.stall_ms = faults_.stall_ms;
       }
       r.slow_ms = faults_.slow_ms_per_64k;
       return r;

@@ -201,6 +201,22 @@ TEST_F(HubPullTest, ResumesWithARangeRequestAfterTheConnectionDrops) {
   EXPECT_EQ(r.downloaded_bytes, stories().size());
 }
 
+TEST_F(HubPullTest, AStalledTransferTimesOutAndResumes) {
+  FakeHub hub;
+  hub.add_repo("o/r", gguf_repo());
+  hub.set_faults({.stall_after_bytes = 100000, .stall_times = 1, .stall_ms = 1500});
+  HubConfig config = config_for(hub);
+  config.timeout = std::chrono::milliseconds(300);  // a read may stall this long
+  const auto t0 = std::chrono::steady_clock::now();
+  const PullResult r = pull(config, ModelRef::parse("o/r:Q8_0"));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1400));  // did not wait out the stall
+  EXPECT_SAME_BYTES(read_file(r.model_path), stories());
+  std::vector<std::string> ranges;
+  for (const auto& req : hub.log())
+    if (req.target.rfind("/cdn/", 0) == 0) ranges.push_back(req.range);
+  EXPECT_EQ(ranges, (std::vector<std::string>{"", "bytes=100000-"}));
+}
+
 TEST_F(HubPullTest, AnInterruptedPullLeavesAnIncompleteFileTheNextPullResumes) {
   FakeHub hub;
   hub.add_repo("o/r", gguf_repo());
