@@ -89,7 +89,14 @@ struct Listing {
 Listing fetch_listing(const HubConfig& config, const ModelRef& ref) {
   std::string url = config.endpoint + "/api/models/" + ref.repo_id;
   if (ref.revision != "main") url += "/revision/" + url_quote(ref.revision, false);
-  HttpResponse response = hub_request(config, "GET", url, {{"Accept", "application/json"}}, nullptr, true);
+  // An answer of 429 / 5xx is retried with backoff; a connection failure is not (the caller
+  // falls back to the cache at once rather than after 31 s of retries).
+  HttpResponse response;
+  for (int attempt = 0;; ++attempt) {
+    response = hub_request(config, "GET", url, {{"Accept", "application/json"}}, nullptr, true);
+    if (!(response.status == 429 || response.status >= 500) || attempt >= config.max_retries) break;
+    std::this_thread::sleep_for(config.retry_base_delay * (1 << std::min(attempt, 5)));
+  }
   if (response.status == 404 && ref.revision != "main")
     throw Error(ref.repo_id + ": no repo with revision '" + ref.revision + "' on " + config.endpoint + " (HTTP 404)");
   if (response.status != 200) throw_http_error(config, response, ref.repo_id);

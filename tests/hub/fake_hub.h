@@ -77,7 +77,8 @@ class FakeHub {
     uint64_t cut_after_bytes = 0;  // with cut_times > 0: close the connection after this many body bytes
     int cut_times = 0;
     int corrupt_times = 0;         // flip one byte of this many bodies
-    int unavailable_times = 0;     // answer 503 this many times
+    int unavailable_times = 0;     // answer 503 this many times (CDN)
+    int api_unavailable_times = 0; // answer 503 to the listing this many times
     int slow_ms_per_64k = 0;       // sleep between 64 KiB pieces (to make transfers overlap)
     bool ignore_range = false;     // answer a Range request with 200 and the whole body
     uint64_t stall_after_bytes = 0;  // with stall_times > 0: send this many body bytes, then
@@ -248,6 +249,10 @@ class FakeHub {
       if (rev_at != std::string::npos) {
         revision = rest.substr(rev_at + 10);
         rest = rest.substr(0, rev_at);
+      }
+      if (faults_.api_unavailable_times > 0) {
+        --faults_.api_unavailable_times;
+        return error(503, "", "try again");
       }
       auto it = repos_.find(rest);
       if (it == repos_.end()) return error(401, "RepoNotFound", "Repository not found");

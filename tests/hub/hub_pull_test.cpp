@@ -315,6 +315,11 @@ TEST_F(HubPullTest, ServerErrorsAreRetriedWithinTheBound) {
   EXPECT_SAME_BYTES(read_file(pull(config_for(hub), ModelRef::parse("o/r:Q8_0")).model_path), stories());
   EXPECT_EQ(hub.count("/cdn/", "GET"), 3);
 
+  hub.set_faults({.unavailable_times = 0, .api_unavailable_times = 2});
+  HubConfig fresh = config_for(hub);
+  fresh.cache_dir = root_ / "fresh";
+  EXPECT_SAME_BYTES(read_file(pull(fresh, ModelRef::parse("o/r:Q8_0")).model_path), stories());
+
   hub.set_faults({.unavailable_times = 10});
   HubConfig config = config_for(hub);
   config.cache_dir = root_ / "other";
