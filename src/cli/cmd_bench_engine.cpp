@@ -61,7 +61,7 @@ Runner add_bench_engine(CLI::App& app) {
     KvOptions kv;
   };
   auto o = std::make_shared<Opts>();
-  app.add_option("-m,--model", o->model, "GGUF model file or Hugging Face model directory")->required();
+  app.add_option("-m,--model", o->model, "GGUF model file, Hugging Face model directory or hf://OWNER/REPO[:QUANT]")->required();
   app.add_option("--streams", o->streams, "Concurrent stream counts to measure")->delimiter(',')->capture_default_str()
       ->check(CLI::Range(1, 256));
   app.add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens per stream")->capture_default_str()->check(CLI::Range(1, 1 << 16));

@@ -33,7 +33,7 @@ Runner add_bench_model(CLI::App& app) {
     KvOptions kv;
   };
   auto o = std::make_shared<Opts>();
-  app.add_option("-m,--model", o->model, "GGUF model file or Hugging Face model directory")->required();
+  app.add_option("-m,--model", o->model, "GGUF model file, Hugging Face model directory or hf://OWNER/REPO[:QUANT]")->required();
   app.add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens (0 skips)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
   app.add_option("-n,--n-gen", o->n_gen, "Generated tokens (0 skips)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
   app.add_option("-d,--depth", o->depth, "Tokens of context before the prompt / generation (attention cost)")

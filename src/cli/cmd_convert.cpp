@@ -16,7 +16,7 @@ Runner add_convert(CLI::App& app) {
     std::string dir, out, type;
   };
   auto o = std::make_shared<Opts>();
-  app.add_option("dir", o->dir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)")
+  app.add_option("dir", o->dir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json) or hf://OWNER/REPO")
       ->required();
   app.add_option("-o,--output", o->out, "GGUF file to write")->required();
   app.add_option("--type", o->type,
@@ -24,6 +24,7 @@ Runner add_convert(CLI::App& app) {
   return [o] {
     std::optional<GgmlType> type;
     if (!o->type.empty()) type = parse_weight_type(o->type, "--type");
+    o->dir = resolve_model_path(o->dir);  // hf://OWNER/REPO -> the cached snapshot directory
     if (!is_model_directory(o->dir)) throw Error(o->dir + ": not a directory (convert reads a Hugging Face model directory)");
     const double t0 = now_seconds();
     HfModelDir dir = HfModelDir::open(o->dir);

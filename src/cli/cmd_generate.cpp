@@ -49,7 +49,7 @@ Runner add_generate(CLI::App& app) {
     KvOptions kv;
   };
   auto o = std::make_shared<Opts>();
-  app.add_option("-m,--model", o->model, "GGUF model file or Hugging Face model directory")->required();
+  app.add_option("-m,--model", o->model, "GGUF model file, Hugging Face model directory or hf://OWNER/REPO[:QUANT]")->required();
   app.add_option("-p,--prompt", o->prompt, "Prompt text")->required();
   app.add_option("-n,--n-predict", o->n_predict, "Tokens to generate")->capture_default_str()->check(CLI::Range(1, 1 << 24));
   app.add_option("--temp", o->sp.temperature, "Temperature (0 = greedy)")->capture_default_str()->check(CLI::Range(0.0, 100.0));

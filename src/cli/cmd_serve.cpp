@@ -20,6 +20,7 @@
 #include "cli/model_loading.h"
 #include "common/error.h"
 #include "engine/engine.h"
+#include "hub/hub.h"
 #include "server/api_server.h"
 #include "server/chat_template.h"
 #include "server/http_server.h"
@@ -79,7 +80,7 @@ Runner add_serve(CLI::App& app) {
     PromptCacheOptions cache;
   };
   auto o = std::make_shared<Opts>();
-  app.add_option("-m,--model", o->model, "GGUF model file or Hugging Face model directory")->required();
+  app.add_option("-m,--model", o->model, "GGUF model file, Hugging Face model directory or hf://OWNER/REPO[:QUANT]")->required();
   app.add_option("--host", o->host, "Address to bind (loopback unless told otherwise)")->capture_default_str();
   app.add_option("--port", o->port, "TCP port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   auto* key = app.add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (not on /health)");
@@ -126,6 +127,8 @@ Runner add_serve(CLI::App& app) {
     }
     const uint64_t max_body = parse_byte_size(o->max_body_bytes, "--max-body-bytes");
     if (max_body == 0) throw Error("--max-body-bytes must be greater than 0");
+    const std::string requested_model = o->model;
+    o->model = resolve_model_path(o->model);  // hf://... -> the cached file or directory
     LoadOptions load_options;
     load_options.quantize = parse_quantize(o->quantize);
     // A directory always has a tokenizer.json; a GGUF may be weights only (synthetic).
@@ -144,7 +147,9 @@ Runner add_serve(CLI::App& app) {
     signal(SIGPIPE, SIG_IGN);
 
     server::ApiServerOptions ao;
-    ao.model_id = o->alias.empty() ? default_model_id(o->model) : o->alias;
+    ao.model_id = !o->alias.empty()           ? o->alias
+                  : hub::is_hub_uri(requested_model) ? hub::ModelRef::parse(requested_model).to_string()
+                                                     : default_model_id(o->model);
     ao.log_requests = !o->no_log;
     ao.request_timeout_ms = static_cast<int64_t>(o->request_timeout * 1000);
     ao.extract_reasoning = o->reasoning_format == "auto";

@@ -1,10 +1,12 @@
 // `pagoda tokenize`: token ids and pieces of a text, from a GGUF (vocab-only
 // files included) or a Hugging Face tokenizer.json.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/model_loading.h"
 #include "common/error.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -34,6 +36,8 @@ Runner add_tokenize(CLI::App& app) {
     std::string text = o->text;
     if (!o->file.empty()) text = read_text_file(o->file);
     std::unique_ptr<Tokenizer> tok;
+    o->model = resolve_model_path(o->model);  // hf://... -> the cached file or snapshot directory
+    if (std::filesystem::is_directory(o->model)) o->model += "/tokenizer.json";
     if (ends_with(o->model, ".json")) {
       std::string cfg = o->model.substr(0, o->model.find_last_of('/') + 1) + "tokenizer_config.json";
       std::ifstream probe(cfg);

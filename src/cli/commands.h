@@ -24,5 +24,8 @@ Runner add_serve(CLI::App& app);
 Runner add_chat_template(CLI::App& app);
 Runner add_convert(CLI::App& app);
 Runner add_bench(CLI::App& app);
+Runner add_pull(CLI::App& app);
+Runner add_list(CLI::App& app);
+Runner add_rm(CLI::App& app);
 
 }  // namespace pagoda::cli

@@ -28,6 +28,10 @@ int main(int argc, char** argv) {
   add("convert", "Convert a Hugging Face model directory (safetensors) to GGUF", pagoda::cli::add_convert);
   add("bench", "Benchmark any OpenAI-compatible server with a realistic workload (latency percentiles, throughput)",
       pagoda::cli::add_bench);
+  add("pull", "Download a model from the Hugging Face Hub into its cache (OWNER/REPO[:QUANT | /FILE])",
+      pagoda::cli::add_pull);
+  add("list", "List the models in the Hugging Face cache (sizes, revisions)", pagoda::cli::add_list);
+  add("rm", "Delete a model (OWNER/REPO) from the Hugging Face cache", pagoda::cli::add_rm);
   add("logits", "Write the raw logits of a token sequence (for reference checks)", pagoda::cli::add_logits);
 
   try {

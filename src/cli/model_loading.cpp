@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "common/error.h"
+#include "hub/hub.h"
 
 namespace pagoda::cli {
 
@@ -21,7 +22,18 @@ LoadedModel load_model(const std::string& path, bool require_tokenizer) {
   return load_model(path, options);
 }
 
-LoadedModel load_model(const std::string& path, const LoadOptions& options) {
+std::string resolve_model_path(const std::string& path) {
+  if (!hub::is_hub_uri(path)) return path;
+  const hub::ModelRef ref = hub::ModelRef::parse(path);
+  const hub::PullResult r = hub::pull(hub::HubConfig::from_env(), ref);
+  if (r.gguf_parts > 1)
+    throw Error(path + ": a split GGUF (" + std::to_string(r.gguf_parts) + " parts, in " + r.snapshot_dir.string() +
+                "), which pagoda does not load yet; merge it with llama-gguf-split --merge or pick another quant");
+  return r.model_path.string();
+}
+
+LoadedModel load_model(const std::string& requested_path, const LoadOptions& options) {
+  const std::string path = resolve_model_path(requested_path);
   LoadedModel lm;
   double t0 = now_seconds();
   ModelConfig config;

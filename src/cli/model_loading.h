@@ -34,7 +34,13 @@ struct LoadOptions {
   std::optional<GgmlType> quantize;
 };
 
-// Throws pagoda::Error. The tokenizer is loaded only when `require_tokenizer`
+// "hf://OWNER/REPO[:QUANT | /FILE]" -> the local path of that model in the Hugging Face cache
+// (downloaded first when missing, hub/hub.h; environment as huggingface_hub reads it);
+// anything else is returned unchanged. Throws pagoda::Error (e.g. a split GGUF, which pagoda
+// does not load yet).
+std::string resolve_model_path(const std::string& path);
+
+// Throws pagoda::Error. `path` may be hf://... (resolve_model_path). The tokenizer is loaded only when `require_tokenizer`
 // (logits and bench-model never need one).
 LoadedModel load_model(const std::string& path, bool require_tokenizer);
 LoadedModel load_model(const std::string& path, const LoadOptions& options);
