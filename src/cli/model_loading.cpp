@@ -26,10 +26,7 @@ std::string resolve_model_path(const std::string& path) {
   if (!hub::is_hub_uri(path)) return path;
   const hub::ModelRef ref = hub::ModelRef::parse(path);
   const hub::PullResult r = hub::pull(hub::HubConfig::from_env(), ref);
-  if (r.gguf_parts > 1)
-    throw Error(path + ": a split GGUF (" + std::to_string(r.gguf_parts) + " parts, in " + r.snapshot_dir.string() +
-                "), which pagoda does not load yet; merge it with llama-gguf-split --merge or pick another quant");
-  return r.model_path.string();
+  return r.model_path.string();  // a split GGUF's first part: GgufFile::open maps the others
 }
 
 LoadedModel load_model(const std::string& requested_path, const LoadOptions& options) {

@@ -36,8 +36,8 @@ struct LoadOptions {
 
 // "hf://OWNER/REPO[:QUANT | /FILE]" -> the local path of that model in the Hugging Face cache
 // (downloaded first when missing, hub/hub.h; environment as huggingface_hub reads it);
-// anything else is returned unchanged. Throws pagoda::Error (e.g. a split GGUF, which pagoda
-// does not load yet).
+// anything else is returned unchanged. Throws pagoda::Error. A split GGUF resolves to its
+// first part, which GgufFile::open loads with the others.
 std::string resolve_model_path(const std::string& path);
 
 // Throws pagoda::Error. `path` may be hf://... (resolve_model_path). The tokenizer is loaded only when `require_tokenizer`

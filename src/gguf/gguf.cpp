@@ -24,6 +24,7 @@
 #include <bit>
 #include <cstdio>
 #include <cstring>
+#include <unistd.h>
 #include <limits>
 
 #include "common/error.h"
@@ -218,6 +219,68 @@ std::string TensorInfo::shape_string() const {
 }
 
 GgufFile GgufFile::open(const std::string& path) {
+  GgufFile g = open_one(path);
+  g.join_split_parts();
+  return g;
+}
+
+size_t GgufFile::drop_resident(const TensorInfo& t) const {
+  if (!t.data) return 0;
+  auto inside = [&](const MappedFile& f) { return t.data >= f.data() && t.data < f.data() + f.size(); };
+  if (inside(file_)) return file_.drop_resident(t.data, static_cast<size_t>(t.n_bytes));
+  for (const GgufFile& p : parts_)
+    if (inside(p.file_)) return p.file_.drop_resident(t.data, static_cast<size_t>(t.n_bytes));
+  return 0;
+}
+
+// gguf-split's layout: every part carries split.no (0-based) and split.count, the first also
+// split.tensors.count and the model's metadata; part k is PREFIX-%05d-of-%05d.gguf.
+void GgufFile::join_split_parts() {
+  const std::optional<uint64_t> count = get_uint("split.count");
+  if (!count || *count <= 1) return;
+  const std::string& p = path();
+  const uint64_t no = get_uint("split.no").value_or(0);
+  constexpr uint64_t kMaxParts = 9999;
+  if (*count > kMaxParts)
+    throw Error(p + ": split.count " + std::to_string(*count) + " is more than " + std::to_string(kMaxParts) + " parts");
+  // "...-00001-of-00003.gguf": the suffix is 20 characters.
+  auto part_name = [&](uint64_t k) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "-%05llu-of-%05llu.gguf", static_cast<unsigned long long>(k),
+                  static_cast<unsigned long long>(*count));
+    return std::string(buf);
+  };
+  const std::string own = part_name(no + 1);
+  if (p.size() < own.size() || p.compare(p.size() - own.size(), own.size(), own) != 0)
+    throw Error(p + ": part " + std::to_string(no + 1) + " of a split GGUF of " + std::to_string(*count) +
+                " parts, but not named PREFIX" + own + " (gguf-split's naming), so its other parts cannot be found");
+  const std::string prefix = p.substr(0, p.size() - own.size());
+  if (no != 0)
+    throw Error(p + ": part " + std::to_string(no + 1) + " of a split GGUF of " + std::to_string(*count) +
+                " parts; open the first part, " + prefix + part_name(1));
+  for (uint64_t k = 2; k <= *count; ++k) {
+    const std::string path_k = prefix + part_name(k);
+    if (::access(path_k.c_str(), F_OK) != 0)
+      throw Error(p + ": split GGUF part " + std::to_string(k) + " of " + std::to_string(*count) + " is missing (" +
+                  path_k + ")");
+    GgufFile part = open_one(path_k);
+    if (part.get_uint("split.count") != count || part.get_uint("split.no") != k - 1)
+      throw Error(path_k + ": not part " + std::to_string(k) + " of the split GGUF " + p +
+                  " (its split.no / split.count say otherwise)");
+    for (TensorInfo& t : part.tensors_) {
+      if (tensor_index_.count(t.name))
+        throw Error(path_k + ": tensor '" + t.name + "' is also in another part of the split GGUF");
+      tensor_index_.emplace(t.name, tensors_.size());
+      tensors_.push_back(t);
+    }
+    parts_.push_back(std::move(part));
+  }
+  if (const std::optional<uint64_t> n = get_uint("split.tensors.count"); n && *n != tensors_.size())
+    throw Error(p + ": split.tensors.count says " + std::to_string(*n) + " tensors, the " + std::to_string(*count) +
+                " parts hold " + std::to_string(tensors_.size()));
+}
+
+GgufFile GgufFile::open_one(const std::string& path) {
   GgufFile g;
   g.file_ = MappedFile(path);
   Cursor in(g.file_);

@@ -109,8 +109,15 @@ struct TensorInfo {
 
 class GgufFile {
  public:
-  // Throws pagoda::Error on any problem (see contract above).
+  // Throws pagoda::Error on any problem (see contract above). A split GGUF (gguf-split:
+  // `split.count` > 1, parts named PREFIX-0000K-of-0000N.gguf beside each other) is opened
+  // by its first part: the other parts are mapped too and their tensors join this file's
+  // (metadata comes from the first part, as gguf-split writes it); a missing or foreign
+  // part, a later part opened first, a tensor in two parts or a wrong split.tensors.count
+  // is an error naming the file.
   static GgufFile open(const std::string& path);
+  // The parts of a split GGUF after the first (empty for a single file).
+  size_t n_split_parts() const { return parts_.size() + 1; }
 
   GgufFile(GgufFile&&) noexcept = default;
   GgufFile& operator=(GgufFile&&) noexcept = default;
@@ -145,12 +152,13 @@ class GgufFile {
   // process's resident set; a later read faults them back in unchanged (see
   // MappedFile::drop_resident). For tensors a caller has copied (repacked) and
   // no longer reads. Returns the bytes dropped.
-  size_t drop_resident(const TensorInfo& t) const {
-    return t.data ? file_.drop_resident(t.data, static_cast<size_t>(t.n_bytes)) : 0;
-  }
+  size_t drop_resident(const TensorInfo& t) const;
 
  private:
   GgufFile() = default;
+  // One file, split keys not followed.
+  static GgufFile open_one(const std::string& path);
+  void join_split_parts();
   MappedFile file_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
@@ -159,6 +167,7 @@ class GgufFile {
   std::map<std::string, size_t, std::less<>> kv_index_;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;
+  std::vector<GgufFile> parts_;  // a split GGUF's parts 2..N, whose mappings its tensors point into
 };
 
 // Writes a GGUF v3 file. Metadata keeps insertion order (setting an existing
