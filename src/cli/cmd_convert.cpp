@@ -20,7 +20,8 @@ Runner add_convert(CLI::App& app) {
       ->required();
   app.add_option("-o,--output", o->out, "GGUF file to write")->required();
   app.add_option("--type", o->type,
-                 "Weight matrices as f32, f16, bf16, q8_0, q4_0 or q4_k (default: as stored); norms stay f32");
+                 "Weight matrices as f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, "
+                 "iq4_nl, iq4_xs or mxfp4 (default: as stored); norms stay f32");
   return [o] {
     std::optional<GgmlType> type;
     if (!o->type.empty()) type = parse_weight_type(o->type, "--type");

@@ -73,7 +73,8 @@ LoadedModel load_model(const std::string& requested_path, const LoadOptions& opt
 }
 
 void add_quantize_option(CLI::App& app, std::string& value) {
-  app.add_option("--quantize", value, "Quantize the weight matrices at load time: q8_0, q4_0 or q4_k");
+  app.add_option("--quantize", value,
+                 "Quantize the weight matrices at load time: q8_0, q4_0, q4_k, or any type convert --type takes");
 }
 
 std::optional<GgmlType> parse_quantize(const std::string& value) {

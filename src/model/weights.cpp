@@ -1,5 +1,8 @@
 #include "model/weights.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "common/error.h"
 
 namespace pagoda {
@@ -118,12 +121,19 @@ std::shared_ptr<const WeightSource> requantize(std::shared_ptr<const WeightSourc
   return out;
 }
 
+// Every type pagoda has a quantizer and a matmul kernel for (the same list `synth --type`
+// takes); the K-quants and IQ4_XS need rows of 256 values, and a matrix whose rows are not
+// a multiple of the type's block keeps its type (or becomes F16, see requantize).
 GgmlType parse_weight_type(const std::string& name, const std::string& what) {
+  static const GgmlType kSupported[] = {
+      GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,   GgmlType::Q4_0,   GgmlType::Q4_1,
+      GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K,   GgmlType::Q4_K,   GgmlType::Q5_K,
+      GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4};
   auto t = parse_type_name(name);
-  if (!t || !(*t == GgmlType::F32 || *t == GgmlType::F16 || *t == GgmlType::BF16 || *t == GgmlType::Q8_0 ||
-              *t == GgmlType::Q4_0 || *t == GgmlType::Q4_K))
-    throw Error(what + ": unsupported type '" + name + "' (supported: f32, f16, bf16, q8_0, q4_0, q4_k)");
-  return *t;
+  if (t && std::find(std::begin(kSupported), std::end(kSupported), *t) != std::end(kSupported)) return *t;
+  std::string list;
+  for (GgmlType s : kSupported) list += (list.empty() ? "" : ", ") + std::string(type_name(s));
+  throw Error(what + ": unsupported type '" + name + "' (supported: " + list + ")");
 }
 
 }  // namespace pagoda

@@ -106,7 +106,7 @@ class OwnedWeightSource final : public WeightSource {
 // Single-threaded reference quantizer: ~1-3 s per GB of F32 for q8_0/q4_0.
 std::shared_ptr<const WeightSource> requantize(std::shared_ptr<const WeightSource> src, GgmlType type);
 
-// "q8_0" / "q4_0" / "q4_k" / "f32" / "f16" / "bf16" -> type; throws pagoda::Error
+// "q8_0" / "q4_0" / "q4_k" / "f32" / ... (every type synth writes) -> type; throws pagoda::Error
 // naming `what` (e.g. "--quantize") for anything else.
 GgmlType parse_weight_type(const std::string& name, const std::string& what);
 

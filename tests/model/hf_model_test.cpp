@@ -422,7 +422,25 @@ TEST(HfQuantize, LoadTimeQuantizationEqualsConvertedGgufAndStaysClose) {
     const double rel = std::sqrt(err / norm);
     EXPECT_LT(rel, type == GgmlType::Q8_0 || type == GgmlType::F16 ? 0.02 : 0.25) << "relative RMS error " << rel;
   }
-  EXPECT_THROW(parse_weight_type("q5_1", "--quantize"), Error);
+  // Every other weight type pagoda quantizes: the loaded model has it and stays close.
+  for (GgmlType type : {GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K,
+                        GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4}) {
+    SCOPED_TRACE(type_name(type));
+    EXPECT_EQ(parse_weight_type(type_name(type), "--quantize"), type);
+    auto weights = requantize(load_hf_weights(d), type);
+    EXPECT_EQ(weights->find_tensor("blk.1.ffn_down.weight")->type, type);
+    auto q = Model::load(d.config, weights);
+    const std::vector<float> a = prompt_logits(*q, prompt, pool);
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      err += (a[i] - ref[i]) * (a[i] - ref[i]);
+      norm += ref[i] * ref[i];
+    }
+    // 2- and 3-bit types lose the most; the bound says the model is the same model.
+    EXPECT_LT(std::sqrt(err / norm), type == GgmlType::Q2_K || type == GgmlType::Q3_K ? 0.6 : 0.3);
+  }
+  EXPECT_THROW(parse_weight_type("q8_1", "--quantize"), Error);
+  EXPECT_THROW(parse_weight_type("iq2_xxs", "--quantize"), Error);
   fs::remove_all(root);
 }
 
