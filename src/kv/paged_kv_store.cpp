@@ -81,11 +81,20 @@ AllocResult PagedKvStore::reserve(SeqId seq, int64_t n_tokens) {
   }
   // All groups or none: count first, then append (each append then succeeds).
   AllocResult r;
-  if (auto msg = never_fits(t.main.num_tokens() + n_new)) {
+  // Never fits: even alone in the pool, the tables would hold more than the budget. A
+  // local table holds only from its first held block on (what its window released stays
+  // released), so a long decode is not ended for blocks it gave back.
+  const int64_t n_total = t.main.num_tokens() + n_new;
+  int64_t alone = 0;
+  for (int32_t g = 0; g < groups_.n_groups(); ++g)
+    alone += pool_.blocks_for_tokens(n_total) - t.group(g).first_held_block();
+  if (alone > pool_.blocks_budget()) {
     r.status = AllocResult::Status::NeverFits;
-    r.blocks_needed = groups_.n_groups() * pool_.blocks_for_tokens(t.main.num_tokens() + n_new);
+    r.blocks_needed = alone;
     r.blocks_available = pool_.blocks_budget();
-    r.message = *msg;
+    r.message = "a sequence of " + std::to_string(n_total) + " tokens needs " + std::to_string(alone) +
+                " KV blocks in " + std::to_string(groups_.n_groups()) + " layer groups but the whole KV budget is " +
+                std::to_string(pool_.blocks_budget()) + " blocks; raise --kv-cache-bytes or shorten the request";
   } else {
     for (int32_t g = 0; g < groups_.n_groups(); ++g) r.blocks_needed += pool_.blocks_needed(t.group(g), n_new);
     r.blocks_available = pool_.blocks_available();

@@ -144,5 +144,30 @@ TEST(KvWindowStore, ReserveIsAllGroupsOrNoneAndCountsEveryGroup) {
   pool.check_invariants();
 }
 
+// With windows, a sequence alone can grow past budget / n_groups blocks: what its local
+// table released does not count against it (only the global table grows with it).
+TEST(KvWindowStore, ALongDecodeOutgrowsTheFullSizeLimitOnceItsWindowIsReleased) {
+  const KvLayerGroups g = KvLayerGroups::for_windows(std::vector<int64_t>{16, 0});
+  KvConfig c = config(8);
+  PagedKvPool probe(KvGeometry{1, 1, 8, 2}, c);
+  c.budget_bytes = 14 * probe.bytes_per_block();
+  PagedKvPool pool(KvGeometry{1, 1, 8, 2}, c);
+  PagedKvStore store(pool, g);
+  // Full-size windows would stop at 7 blocks (56 tokens) per group; windowed, the local
+  // table holds at most the window (16), one margin block and the partial block: 4.
+  for (int64_t n = 1; n <= 72; ++n) {
+    const AllocResult r = store.reserve(0, n);
+    ASSERT_TRUE(r.ok()) << "at " << n << ": " << r.message;
+    store.release_out_of_window(0, n);
+    store.check_tables(0);
+  }
+  EXPECT_EQ(store.tables(0).main.num_held_blocks(), 9);
+  EXPECT_LE(store.tables(0).local[0].num_held_blocks(), 4);
+  // The global table alone cannot pass the budget.
+  const AllocResult r = store.reserve(0, 14 * 8 + 1);
+  EXPECT_EQ(r.status, AllocResult::Status::NeverFits);
+  pool.check_invariants();
+}
+
 }  // namespace
 }  // namespace pagoda
