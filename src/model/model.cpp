@@ -222,7 +222,8 @@ void load_experts(const TensorLoader& ld, const ArchInfo& row, const ModelConfig
 std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::GgufFile> file,
                                    const LoadProgress& progress) {
   const ModelConfig config = ModelConfig::from_gguf(*file);
-  std::unique_ptr<Model> m = load(config, gguf_weight_source(file), progress);
+  std::unique_ptr<Model> m =
+      load(config, stack_legacy_experts(gguf_weight_source(file), config.n_layers, config.n_expert), progress);
   m->file_ = std::move(file);
   return m;
 }

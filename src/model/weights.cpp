@@ -1,6 +1,7 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <cstring>
 #include <iterator>
 
 #include "common/error.h"
@@ -124,6 +125,49 @@ std::shared_ptr<const WeightSource> requantize(std::shared_ptr<const WeightSourc
 // Every type pagoda has a quantizer and a matmul kernel for (the same list `synth --type`
 // takes); the K-quants and IQ4_XS need rows of 256 values, and a matrix whose rows are not
 // a multiple of the type's block keeps its type (or becomes F16, see requantize).
+std::shared_ptr<const WeightSource> stack_legacy_experts(std::shared_ptr<const WeightSource> src, int64_t n_layers,
+                                                         int64_t n_expert) {
+  if (n_expert <= 0 || src->find_tensor("blk.0.ffn_gate_exps.weight") || !src->find_tensor("blk.0.ffn_gate.0.weight"))
+    return src;
+  auto out = std::make_shared<OwnedWeightSource>(src->path());
+  auto is_expert = [](const std::string& name) {
+    // blk.N.ffn_{gate,up,down}.E.weight
+    for (const char* part : {".ffn_gate.", ".ffn_up.", ".ffn_down."}) {
+      const size_t at = name.find(part);
+      if (at == std::string::npos) continue;
+      const size_t e = at + std::strlen(part);
+      size_t d = e;
+      while (d < name.size() && name[d] >= '0' && name[d] <= '9') ++d;
+      if (d > e && name.compare(d, std::string::npos, ".weight") == 0) return true;
+    }
+    return false;
+  };
+  for (const gguf::TensorInfo& t : src->tensors())
+    if (!is_expert(t.name)) out->add_view_of(*src, t);
+  for (int64_t i = 0; i < n_layers; ++i)
+    for (const char* kind : {"gate", "up", "down"}) {
+      const std::string stem = "blk." + std::to_string(i) + ".ffn_" + kind + ".";
+      const gguf::TensorInfo* first = src->find_tensor(stem + "0.weight");
+      if (!first) throw Error(src->path() + ": " + stem + "0.weight missing (per-expert Mixtral layout)");
+      PAGODA_CHECK(first->type_known && first->dims.size() == 2, src->path() + ": " + stem + "0.weight is not a matrix");
+      std::vector<uint8_t> bytes;
+      bytes.reserve(static_cast<size_t>(first->n_bytes) * static_cast<size_t>(n_expert));
+      for (int64_t e = 0; e < n_expert; ++e) {
+        const std::string name = stem + std::to_string(e) + ".weight";
+        const gguf::TensorInfo* t = src->find_tensor(name);
+        if (!t || !t->type_known || t->type != first->type || t->dims != first->dims)
+          throw Error(src->path() + ": " + name + (t ? " differs in type or shape from expert 0" : " is missing") +
+                      " (per-expert Mixtral layout, " + std::to_string(n_expert) + " experts)");
+        bytes.insert(bytes.end(), t->data, t->data + t->n_bytes);
+        src->drop_resident(*t);
+      }
+      out->add_owned("blk." + std::to_string(i) + ".ffn_" + kind + "_exps.weight", first->type,
+                     {first->dims[0], first->dims[1], n_expert}, std::move(bytes));
+    }
+  out->keep_alive(std::move(src));
+  return out;
+}
+
 GgmlType parse_weight_type(const std::string& name, const std::string& what) {
   static const GgmlType kSupported[] = {
       GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,   GgmlType::Q4_0,   GgmlType::Q4_1,

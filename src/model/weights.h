@@ -55,6 +55,15 @@ class WeightSource {
 // The tensors of a GGUF file (views into its mapping, which the source keeps alive).
 std::shared_ptr<const WeightSource> gguf_weight_source(std::shared_ptr<const gguf::GgufFile> file);
 
+// Mixtral GGUFs written before llama.cpp stacked the experts (mid-2024) hold each expert as
+// its own 2-D tensor, `blk.N.ffn_{gate,up,down}.E.weight`. When `src` has those and not the
+// 3-D `blk.N.ffn_*_exps.weight`, returns a source where the experts of each layer are
+// stacked (expert 0 first) into the 3-D tensors the model reads, the file's pages of the
+// copied experts dropped; otherwise `src` itself. Throws pagoda::Error when some experts of
+// a layer are missing or differ in type or shape.
+std::shared_ptr<const WeightSource> stack_legacy_experts(std::shared_ptr<const WeightSource> src, int64_t n_layers,
+                                                         int64_t n_expert);
+
 // A source assembled tensor by tensor: views into storage that `keep_alive`
 // objects own, or bytes the source itself owns. Used by the Hugging Face loader
 // and by requantize().
