@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "hub/error_text.h"
 #include "hub/hub.h"
 
 namespace pagoda::hub {
@@ -20,14 +21,7 @@ namespace {
 
 ModelRef ref(const std::string& text) { return ModelRef::parse(text); }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 const std::vector<std::string> kBartowskiStyle = {
     ".gitattributes",          "README.md",

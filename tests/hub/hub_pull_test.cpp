@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "hub/error_text.h"
 #include "hub/fake_hub.h"
 #include "hub/hub.h"
 #include "hub/test_pki.h"
@@ -47,14 +48,7 @@ std::string gguf_like(size_t size, unsigned seed) {
 
 std::string stories() { return read_file(PAGODA_SHARED_DIR "/models/stories260K/stories260K.gguf"); }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 FakeRepo gguf_repo() {
   FakeRepo repo;
