@@ -103,18 +103,22 @@ void ResponsesSink::on_finish(const RequestResult& r) {
       reasoning_tokens = static_cast<int64_t>(p_.tokenizer->encode(message.reasoning_content, false, false).size());
     const ordered_json usage =
         responses_usage_json(Usage{r.prompt_tokens, r.generated_tokens, r.cached_tokens}, reasoning_tokens);
+    // Stored before the client hears of it, so a GET or a continuation sent right
+    // after the answer finds it.
     ordered_json response;
     if (p_.stream) {
-      emit(writer_.finish(incomplete, usage, &response));
+      std::string events = writer_.finish(incomplete, usage, &response);
+      store(response, message);
+      emit(std::move(events));
       end_stream();
     } else {
       response = response_object(p_.meta, incomplete ? "incomplete" : "completed",
                                  response_output_items(p_.meta.id, message, incomplete), usage);
+      store(response, message);
       HttpResponse resp;
       resp.body = dump_json(response);
       ex_->respond(std::move(resp));
     }
-    store(response, message);
   }
   if (p_.log) {
     char buf[512];
