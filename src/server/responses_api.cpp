@@ -361,6 +361,16 @@ ordered_json ResponsesStreamWriter::event(const std::string& type) {
   return e;
 }
 
+// An event about the open (last) item: item_id, output_index and, for a message or
+// reasoning text, content_index 0 (one part per item).
+ordered_json ResponsesStreamWriter::item_event(const std::string& type) {
+  ordered_json e = event(type);
+  e["item_id"] = output_.back()["id"];
+  e["output_index"] = output_.size() - 1;
+  if (open_ == Open::Message || open_ == Open::Reasoning) e["content_index"] = 0;
+  return e;
+}
+
 std::string ResponsesStreamWriter::begin() {
   ordered_json created = event("response.created");
   created["response"] = response_object(meta_, "in_progress", ordered_json::array(), nullptr);
@@ -384,33 +394,22 @@ std::string ResponsesStreamWriter::close_open(bool incomplete) {
   ordered_json& item = output_[index];
   const std::string item_id = item["id"];
   if (open_ == Open::Message) {
-    ordered_json done = event("response.output_text.done");
-    done["item_id"] = item_id;
-    done["output_index"] = index;
-    done["content_index"] = 0;
+    ordered_json done = item_event("response.output_text.done");
     done["text"] = text_;
     done["logprobs"] = ordered_json::array();
     out += responses_sse(done);
-    ordered_json part_done = event("response.content_part.done");
-    part_done["item_id"] = item_id;
-    part_done["output_index"] = index;
-    part_done["content_index"] = 0;
+    ordered_json part_done = item_event("response.content_part.done");
     part_done["part"] = output_text_part(text_);
     out += responses_sse(part_done);
     item["content"] = ordered_json::array({output_text_part(text_)});
     item["status"] = incomplete ? "incomplete" : "completed";
   } else if (open_ == Open::Reasoning) {
-    ordered_json done = event("response.reasoning_text.done");
-    done["item_id"] = item_id;
-    done["output_index"] = index;
-    done["content_index"] = 0;
+    ordered_json done = item_event("response.reasoning_text.done");
     done["text"] = text_;
     out += responses_sse(done);
     item = reasoning_item(item_id, text_);
   } else {
-    ordered_json done = event("response.function_call_arguments.done");
-    done["item_id"] = item_id;
-    done["output_index"] = index;
+    ordered_json done = item_event("response.function_call_arguments.done");
     done["arguments"] = text_;
     out += responses_sse(done);
     item["arguments"] = text_;
@@ -433,10 +432,7 @@ std::string ResponsesStreamWriter::open_message() {
   out += open_item(message_item(id, "in_progress", ordered_json::array()));
   open_ = Open::Message;
   had_message_ = true;
-  ordered_json part = event("response.content_part.added");
-  part["item_id"] = id;
-  part["output_index"] = output_.size() - 1;
-  part["content_index"] = 0;
+  ordered_json part = item_event("response.content_part.added");
   part["part"] = output_text_part("");
   out += responses_sse(part);
   return out;
@@ -450,10 +446,7 @@ std::string ResponsesStreamWriter::push(const chat::ChatDelta& d) {
       if (d.text.empty()) return out;
       if (open_ != Open::Message) out += open_message();
       text_ += d.text;
-      ordered_json delta = event("response.output_text.delta");
-      delta["item_id"] = output_.back()["id"];
-      delta["output_index"] = output_.size() - 1;
-      delta["content_index"] = 0;
+      ordered_json delta = item_event("response.output_text.delta");
       delta["delta"] = d.text;
       delta["logprobs"] = ordered_json::array();
       out += responses_sse(delta);
@@ -467,10 +460,7 @@ std::string ResponsesStreamWriter::push(const chat::ChatDelta& d) {
         open_ = Open::Reasoning;
       }
       text_ += d.text;
-      ordered_json delta = event("response.reasoning_text.delta");
-      delta["item_id"] = output_.back()["id"];
-      delta["output_index"] = output_.size() - 1;
-      delta["content_index"] = 0;
+      ordered_json delta = item_event("response.reasoning_text.delta");
       delta["delta"] = d.text;
       out += responses_sse(delta);
       break;
@@ -483,9 +473,7 @@ std::string ResponsesStreamWriter::push(const chat::ChatDelta& d) {
     case Kind::ToolCallArguments: {
       if (open_ != Open::Call || d.text.empty()) return out;
       text_ += d.text;
-      ordered_json delta = event("response.function_call_arguments.delta");
-      delta["item_id"] = output_.back()["id"];
-      delta["output_index"] = output_.size() - 1;
+      ordered_json delta = item_event("response.function_call_arguments.delta");
       delta["delta"] = d.text;
       out += responses_sse(delta);
       break;

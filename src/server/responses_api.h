@@ -114,6 +114,7 @@ class ResponsesStreamWriter {
  private:
   enum class Open { None, Message, Reasoning, Call };
   ordered_json event(const std::string& type);
+  ordered_json item_event(const std::string& type);
   std::string close_open(bool incomplete);
   std::string open_item(ordered_json item);
   std::string open_message();
