@@ -215,7 +215,7 @@ ResponsesRequest parse_responses_request(std::string_view body_text, int32_t n_v
   if (const ordered_json* m = find_field(body, "max_output_tokens")) chat["max_completion_tokens"] = *m;
   for (const char* key : {"temperature", "top_p", "stream", "parallel_tool_calls", "top_k", "min_p", "seed", "stop",
                           "presence_penalty", "frequency_penalty", "repetition_penalty", "prompt_cache_key",
-                          "cache_salt", "user", "model"})
+                          "cache_salt", "user", "model", "grammar"})
     if (const ordered_json* v = find_field(body, key)) chat[key] = *v;
 
   try {

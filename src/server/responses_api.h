@@ -23,7 +23,7 @@
 //   * reasoning.effort -> reasoning_effort; max_output_tokens (>= 1); temperature;
 //     top_p; stream; store (default true); previous_response_id; metadata (an object,
 //     echoed); and the extensions the chat endpoint takes (top_k, min_p, seed, stop,
-//     penalties, prompt_cache_key, cache_salt, user).
+//     penalties, prompt_cache_key, cache_salt, user, grammar).
 //   * background: true is a 400 (not supported); unknown fields are ignored.
 // - previous_response_id: the stored conversation (ResponsesStore::Entry::messages) is
 //   put before this request's input, after its instructions; an unknown id is a 404.

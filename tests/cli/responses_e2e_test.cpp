@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "server_process.h"
 
@@ -228,6 +229,78 @@ TEST_F(Responses, ErrorMatrix) {
   expect_error(http(port_, "DELETE", "/v1/responses/resp_unknown"), 404, nullptr);
   EXPECT_EQ(http(port_, "POST", "/v1/responses/resp_unknown", "{}").status, 405);
   EXPECT_EQ(http(port_, "GET", "/v1/responses").status, 405);
+}
+
+}  // namespace
+
+namespace {
+
+// Mutated Responses bodies: each gets 200 or a 4xx OpenAI error object, never a 5xx or a
+// dropped connection. Fixed seed, so a failure reproduces.
+TEST_F(Responses, FuzzedBodiesNeverCrashTheServer) {
+  const std::vector<std::string> seeds = {
+      R"({"input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"ok"}],"instructions":"be brief","max_output_tokens":3,"temperature":0.5,"store":false})",
+      R"({"input":"Once","max_output_tokens":2,"stream":true,"tools":[{"type":"function","name":"f","parameters":{"type":"object"}}],"tool_choice":"auto","store":false})",
+      R"({"input":"Once","max_output_tokens":4,"text":{"format":{"type":"json_schema","name":"x","schema":{"type":"object","properties":{"a":{"type":"integer"}}}}},"store":false})",
+      R"({"input":"Once","previous_response_id":"resp_x","reasoning":{"effort":"low"},"max_output_tokens":2})",
+  };
+  const std::string alphabet = std::string("{}[]\":,0123456789-.eE truefalsenul\\u00ff\xff") + '\0' + "abc";
+  std::mt19937_64 rng(4242);
+  for (int iter = 0; iter < 120; ++iter) {
+    const std::string body = pagoda::testing::mutate_body(seeds[iter % seeds.size()], rng, alphabet);
+    HttpResult r = http(port_, "POST", "/v1/responses", body);
+    ASSERT_NE(r.status, 0) << "no answer for " << body;
+    EXPECT_LT(r.status, 500) << body << " -> " << r.body;
+    if (r.status >= 400) {
+      json j = json::parse(r.body, nullptr, false);
+      EXPECT_TRUE(j.is_object() && j.contains("error")) << body << " -> " << r.body;
+    }
+  }
+  EXPECT_EQ(http(port_, "GET", "/health").status, 200);
+}
+
+// Reasoning through Qwen3's template: a grammar makes stories260K "think"; the thinking
+// becomes a reasoning item (and reasoning_tokens), the rest the message, streamed as
+// reasoning_text deltas then output_text deltas.
+TEST(ResponsesReasoning, ThinkingBecomesAReasoningItem) {
+  ServerProcess p({"-m", kStories, "-t", "1", "--ctx-size", "1024", "--kv-cache-bytes", "16MiB", "--no-log-requests",
+                   "--chat-template-file", std::string(PAGODA_SHARED_DIR) + "/chat-templates/Qwen-Qwen3-0.6B.jinja"});
+  const uint16_t port = p.start();
+  ASSERT_NE(port, 0) << p.log();
+  json req{{"input", "Hi"}, {"temperature", 0}, {"max_output_tokens", 40}, {"reasoning", {{"effort", "low"}}},
+           {"store", false}, {"grammar", "root ::= \"<think>\\nI ponder\\n</think>\\n\\nHello there.\""}};
+  HttpResult r = http(port, "POST", "/v1/responses", req.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  ASSERT_EQ(j["output"].size(), 2u) << j.dump();
+  EXPECT_EQ(j["output"][0]["type"], "reasoning");
+  EXPECT_EQ(j["output"][0]["content"][0]["text"], "I ponder");
+  EXPECT_EQ(j["output"][1]["type"], "message");
+  EXPECT_EQ(j["output"][1]["content"][0]["text"], "Hello there.");
+  EXPECT_GT(j["usage"]["output_tokens_details"]["reasoning_tokens"].get<int>(), 0);
+  EXPECT_EQ(j["reasoning"]["effort"], "low");
+
+  req["stream"] = true;
+  HttpResult s = http(port, "POST", "/v1/responses", req.dump());
+  ASSERT_EQ(s.status, 200) << s.body;
+  std::string reasoning, text;
+  for (const std::string& data : pagoda::testing::sse_data(s.body)) {
+    json ev = json::parse(data);
+    if (ev["type"] == "response.reasoning_text.delta") {
+      EXPECT_TRUE(text.empty()) << "reasoning after text";
+      reasoning += ev["delta"].get<std::string>();
+    }
+    if (ev["type"] == "response.output_text.delta") text += ev["delta"].get<std::string>();
+    if (ev["type"] == "response.completed") {
+      // The same items as the non-streamed response (whose ids differ: another response).
+      json streamed = ev["response"]["output"], whole = j["output"];
+      for (json* items : {&streamed, &whole})
+        for (json& item : *items) item.erase("id");
+      EXPECT_EQ(streamed, whole) << data;
+    }
+  }
+  EXPECT_EQ(reasoning, "I ponder");
+  EXPECT_EQ(text, "Hello there.");
 }
 
 }  // namespace
