@@ -21,6 +21,10 @@
 //   validation reports (a prompt longer than the context names both numbers), 404
 //   for an unknown model, 429 when the engine's queue is full (Retry-After: 1), 503
 //   while loading or shutting down, 500 only when the engine fails a forward.
+// - Responses API (responses_api.h, responses_sink.h): POST /v1/responses takes the
+//   chat path (prepare_chat, engine_request, submit) with its own sink; finished
+//   responses with `store` go to a ResponsesStore (bounded by the options below) that
+//   GET / DELETE /v1/responses/{id} and previous_response_id read (404 when unknown).
 // - Logging: one line per request on stderr: method, path, status, prompt / cached /
 //   generated tokens, queue / TTFT / total ms (completion routes log when generation
 //   ends; others when answered).
