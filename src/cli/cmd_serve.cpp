@@ -76,6 +76,7 @@ Runner add_serve(CLI::App& app) {
     double shutdown_timeout = 10, request_timeout = 0;
     int64_t responses_store_entries = 1024;
     double responses_store_ttl = 3600;
+    std::string responses_store_bytes = "256MiB";
     bool no_log = false;
     std::string reasoning_format = "auto";
     KvOptions kv;
@@ -114,6 +115,9 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--responses-store-ttl", o->responses_store_ttl,
                  "Responses API: seconds a stored response is kept (0: until evicted)")
       ->capture_default_str()->check(CLI::Range(0.0, 1e9));
+  app.add_option("--responses-store-bytes", o->responses_store_bytes,
+                 "Responses API: most bytes of stored responses and their conversations (as JSON text)")
+      ->capture_default_str();
   add_quantize_option(app, o->quantize);
   o->kv.add_to(app);
   o->cache.add_to(app);
@@ -164,6 +168,7 @@ Runner add_serve(CLI::App& app) {
     ao.extract_reasoning = o->reasoning_format == "auto";
     ao.responses_store_entries = static_cast<size_t>(o->responses_store_entries);
     ao.responses_store_ttl_ms = static_cast<int64_t>(o->responses_store_ttl * 1000);
+    ao.responses_store_bytes = parse_byte_size(o->responses_store_bytes, "--responses-store-bytes");
     server::ApiServer api(ao);
     server::HttpServerOptions ho;
     ho.host = o->host;

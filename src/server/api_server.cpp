@@ -306,7 +306,8 @@ json cache_stats_json(const CacheStats& c) {
 
 ApiServer::ApiServer(ApiServerOptions options)
     : options_(std::move(options)),
-      responses_store_(options_.responses_store_entries, options_.responses_store_ttl_ms) {}
+      responses_store_(options_.responses_store_entries, options_.responses_store_ttl_ms,
+                       options_.responses_store_bytes) {}
 ApiServer::~ApiServer() = default;
 
 std::vector<Route> ApiServer::routes() {

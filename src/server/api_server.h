@@ -59,6 +59,7 @@ struct ApiServerOptions {
   // each kept this long (--responses-store-entries / --responses-store-ttl).
   size_t responses_store_entries = 1024;
   int64_t responses_store_ttl_ms = 3600 * 1000;
+  uint64_t responses_store_bytes = 256ull << 20;  // --responses-store-bytes
 };
 
 class ApiServer {

@@ -3,11 +3,12 @@
 #include <chrono>
 
 #include "common/error.h"
+#include "common/json_text.h"
 
 namespace pagoda::server {
 
-ResponsesStore::ResponsesStore(size_t max_entries, int64_t ttl_ms, Clock clock)
-    : max_entries_(max_entries), ttl_ms_(ttl_ms), clock_(std::move(clock)) {
+ResponsesStore::ResponsesStore(size_t max_entries, int64_t ttl_ms, uint64_t max_bytes, Clock clock)
+    : max_entries_(max_entries), ttl_ms_(ttl_ms), max_bytes_(max_bytes), clock_(std::move(clock)) {
   if (!clock_) {
     clock_ = [] {
       return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -24,30 +25,29 @@ void ResponsesStore::drop_expired(int64_t now) {
   if (ttl_ms_ <= 0) return;
   for (auto it = lru_.begin(); it != lru_.end();) {
     auto m = map_.find(*it);
-    if (expired(m->second, now)) {
-      map_.erase(m);
-      it = lru_.erase(it);
-    } else {
-      ++it;
-    }
+    ++it;
+    if (expired(m->second, now)) drop(m);
   }
+}
+
+void ResponsesStore::drop(std::unordered_map<std::string, Slot>::iterator m) {
+  bytes_ -= m->second.bytes;
+  lru_.erase(m->second.pos);
+  map_.erase(m);
 }
 
 void ResponsesStore::put(const std::string& id, Entry entry) {
   const int64_t now = clock_();
+  // Sized outside the lock: dumping a conversation is the slow part.
+  const uint64_t size = id.size() + dump_json(entry.response).size() + dump_json(entry.messages).size();
   std::lock_guard<std::mutex> lk(mu_);
-  if (max_entries_ == 0) return;
   drop_expired(now);
-  if (auto m = map_.find(id); m != map_.end()) {
-    lru_.erase(m->second.pos);
-    map_.erase(m);
-  }
-  while (map_.size() >= max_entries_) {
-    map_.erase(lru_.back());
-    lru_.pop_back();
-  }
+  if (auto m = map_.find(id); m != map_.end()) drop(m);
+  if (max_entries_ == 0 || size > max_bytes_) return;
+  while (map_.size() >= max_entries_ || bytes_ + size > max_bytes_) drop(map_.find(lru_.back()));
   lru_.push_front(id);
-  map_.emplace(id, Slot{std::move(entry), now, lru_.begin()});
+  map_.emplace(id, Slot{std::move(entry), now, size, lru_.begin()});
+  bytes_ += size;
 }
 
 std::optional<ResponsesStore::Entry> ResponsesStore::get(const std::string& id) {
@@ -56,8 +56,7 @@ std::optional<ResponsesStore::Entry> ResponsesStore::get(const std::string& id) 
   auto m = map_.find(id);
   if (m == map_.end()) return std::nullopt;
   if (expired(m->second, now)) {
-    lru_.erase(m->second.pos);
-    map_.erase(m);
+    drop(m);
     return std::nullopt;
   }
   lru_.splice(lru_.begin(), lru_, m->second.pos);
@@ -70,8 +69,7 @@ bool ResponsesStore::erase(const std::string& id) {
   auto m = map_.find(id);
   if (m == map_.end()) return false;
   const bool live = !expired(m->second, now);
-  lru_.erase(m->second.pos);
-  map_.erase(m);
+  drop(m);
   return live;
 }
 
@@ -80,14 +78,22 @@ size_t ResponsesStore::size() const {
   return map_.size();
 }
 
+uint64_t ResponsesStore::bytes() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return bytes_;
+}
+
 void ResponsesStore::check_invariants() const {
   std::lock_guard<std::mutex> lk(mu_);
   PAGODA_CHECK(lru_.size() == map_.size(), "ResponsesStore: lru and map sizes differ");
   PAGODA_CHECK(map_.size() <= max_entries_, "ResponsesStore: more entries than max_entries");
+  uint64_t total = 0;
   for (auto it = lru_.begin(); it != lru_.end(); ++it) {
     auto m = map_.find(*it);
     PAGODA_CHECK(m != map_.end() && m->second.pos == it, "ResponsesStore: lru entry " + *it + " not mapped");
+    total += m->second.bytes;
   }
+  PAGODA_CHECK(total == bytes_ && bytes_ <= max_bytes_, "ResponsesStore: byte count is off");
 }
 
 }  // namespace pagoda::server

@@ -20,7 +20,7 @@ struct Clocked {
 
 TEST(ResponsesStore, EvictsLeastRecentlyUsedBeyondMaxEntries) {
   Clocked c;
-  ResponsesStore s(3, 0, c.clock());
+  ResponsesStore s(3, 0, UINT64_MAX, c.clock());
   s.put("a", entry("a"));
   s.put("b", entry("b"));
   s.put("c", entry("c"));
@@ -40,7 +40,7 @@ TEST(ResponsesStore, EvictsLeastRecentlyUsedBeyondMaxEntries) {
 
 TEST(ResponsesStore, GetReturnsWhatWasStored) {
   Clocked c;
-  ResponsesStore s(4, 0, c.clock());
+  ResponsesStore s(4, 0, UINT64_MAX, c.clock());
   s.put("x", entry("x"));
   std::optional<Entry> e = s.get("x");
   ASSERT_TRUE(e);
@@ -54,7 +54,7 @@ TEST(ResponsesStore, GetReturnsWhatWasStored) {
 
 TEST(ResponsesStore, EntriesExpireTtlAfterTheyWereStored) {
   Clocked c;
-  ResponsesStore s(8, 500, c.clock());
+  ResponsesStore s(8, 500, UINT64_MAX, c.clock());
   s.put("old", entry("old"));
   c.now += 300;
   s.put("new", entry("new"));
@@ -71,7 +71,7 @@ TEST(ResponsesStore, EntriesExpireTtlAfterTheyWereStored) {
 
 TEST(ResponsesStore, EraseRemovesOnlyLiveEntries) {
   Clocked c;
-  ResponsesStore s(8, 100, c.clock());
+  ResponsesStore s(8, 100, UINT64_MAX, c.clock());
   s.put("a", entry("a"));
   EXPECT_TRUE(s.erase("a"));
   EXPECT_FALSE(s.erase("a"));
@@ -80,6 +80,29 @@ TEST(ResponsesStore, EraseRemovesOnlyLiveEntries) {
   c.now += 100;
   EXPECT_FALSE(s.erase("b"));  // expired: as if unknown
   EXPECT_EQ(s.size(), 0u);
+  s.check_invariants();
+}
+
+TEST(ResponsesStore, EvictsLeastRecentlyUsedBeyondMaxBytes) {
+  // entry("a") is {"id":"a"} (10 bytes) + ["a"] (5 bytes) + the id (1 byte) = 16 bytes.
+  Clocked c;
+  ResponsesStore s(100, 0, 40, c.clock());
+  s.put("a", entry("a"));
+  EXPECT_EQ(s.bytes(), 16u);
+  s.put("b", entry("b"));
+  ASSERT_TRUE(s.get("a"));  // b is now the least recently used
+  s.put("c", entry("c"));   // 48 > 40: b goes
+  EXPECT_EQ(s.bytes(), 32u);
+  EXPECT_FALSE(s.get("b"));
+  EXPECT_TRUE(s.get("a"));
+  EXPECT_TRUE(s.get("c"));
+  s.check_invariants();
+  // An entry bigger than the whole budget is not stored, and evicts nothing.
+  s.put("big", Entry{{{"text", std::string(64, 'x')}}, nlohmann::ordered_json::array()});
+  EXPECT_FALSE(s.get("big"));
+  EXPECT_EQ(s.size(), 2u);
+  EXPECT_TRUE(s.erase("a"));
+  EXPECT_EQ(s.bytes(), 16u);
   s.check_invariants();
 }
 
