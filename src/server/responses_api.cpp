@@ -3,6 +3,7 @@
 // parse_chat_request's (openai_request.cpp, openai_tools.cpp).
 #include "server/responses_api.h"
 
+#include <charconv>
 #include <utility>
 
 #include "server/openai_fields.h"
@@ -155,6 +156,15 @@ ordered_json chat_response_format(const ordered_json& text) {
   return {{"type", "json_schema"}, {"json_schema", std::move(js)}};
 }
 
+// A float setting as the decimal it was written as (0.6, not 0.6000000238418579).
+double float_decimal(float v) {
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  double d = v;
+  if (ec == std::errc()) std::from_chars(buf, end, d);
+  return d;
+}
+
 // parse_chat_request names chat fields; a Responses client knows these names.
 void rename_chat_param(ApiError& err) {
   static const std::pair<const char*, const char*> kNames[] = {
@@ -234,7 +244,7 @@ ResponsesRequest parse_responses_request(std::string_view body_text, int32_t n_v
   e["reasoning"] = {{"effort", r.chat.reasoning_effort.empty() ? ordered_json(nullptr) : ordered_json(r.chat.reasoning_effort)},
                     {"summary", nullptr}};
   e["store"] = r.store;
-  e["temperature"] = r.chat.sampling.temperature;
+  e["temperature"] = float_decimal(r.chat.sampling.temperature);
   ordered_json format{{"type", "text"}};
   if (const ordered_json* t = find_field(body, "text"); t && find_field(*t, "format")) format = (*t)["format"];
   e["text"] = {{"format", std::move(format)}};
@@ -242,7 +252,7 @@ ResponsesRequest parse_responses_request(std::string_view body_text, int32_t n_v
   e["tool_choice"] = tc ? *tc : ordered_json("auto");
   ordered_json tools = find_field(body, "tools") ? body["tools"] : ordered_json::array();
   e["tools"] = std::move(tools);
-  e["top_p"] = r.chat.sampling.top_p;
+  e["top_p"] = float_decimal(r.chat.sampling.top_p);
   e["truncation"] = "disabled";
   const ordered_json* metadata = find_field(body, "metadata");
   e["metadata"] = metadata ? *metadata : ordered_json::object();

@@ -102,6 +102,8 @@ TEST(ResponsesRequest, SamplingLimitsAndReasoningFields) {
   EXPECT_FALSE(r.store);
   EXPECT_EQ(r.chat.reasoning_effort, "low");
   EXPECT_EQ(r.echo["max_output_tokens"], 7);
+  EXPECT_EQ(r.echo["temperature"].get<double>(), 0.5);
+  EXPECT_EQ(r.echo["top_p"].get<double>(), 0.9);  // the decimal sent, not the float's 0.899999976...
   EXPECT_EQ(r.echo["reasoning"]["effort"], "low");
   EXPECT_EQ(r.echo["metadata"], json::parse(R"({"k":"v"})"));
   EXPECT_EQ(r.echo["store"], false);
