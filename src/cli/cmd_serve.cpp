@@ -74,6 +74,9 @@ Runner add_serve(CLI::App& app) {
     int64_t ctx_size = 0, max_batch_tokens = 512;
     std::string max_body_bytes = "8MiB", quantize;
     double shutdown_timeout = 10, request_timeout = 0;
+    int64_t responses_store_entries = 1024;
+    double responses_store_ttl = 3600;
+    std::string responses_store_bytes = "256MiB";
     bool no_log = false;
     std::string reasoning_format = "auto";
     KvOptions kv;
@@ -105,6 +108,16 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--reasoning-format", o->reasoning_format,
                  "auto: a thinking model's reasoning goes to reasoning_content; none: it stays in content")
       ->capture_default_str()->check(CLI::IsMember({"auto", "none"}));
+  app.add_option("--responses-store-entries", o->responses_store_entries,
+                 "Responses API: most stored responses (store: true) kept for GET and previous_response_id; "
+                 "the least recently used goes first (0: store none)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  app.add_option("--responses-store-ttl", o->responses_store_ttl,
+                 "Responses API: seconds a stored response is kept (0: until evicted)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1e9));
+  app.add_option("--responses-store-bytes", o->responses_store_bytes,
+                 "Responses API: most bytes of stored responses and their conversations (as JSON text)")
+      ->capture_default_str();
   add_quantize_option(app, o->quantize);
   o->kv.add_to(app);
   o->cache.add_to(app);
@@ -153,6 +166,9 @@ Runner add_serve(CLI::App& app) {
     ao.log_requests = !o->no_log;
     ao.request_timeout_ms = static_cast<int64_t>(o->request_timeout * 1000);
     ao.extract_reasoning = o->reasoning_format == "auto";
+    ao.responses_store_entries = static_cast<size_t>(o->responses_store_entries);
+    ao.responses_store_ttl_ms = static_cast<int64_t>(o->responses_store_ttl * 1000);
+    ao.responses_store_bytes = parse_byte_size(o->responses_store_bytes, "--responses-store-bytes");
     server::ApiServer api(ao);
     server::HttpServerOptions ho;
     ho.host = o->host;

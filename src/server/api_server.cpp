@@ -13,6 +13,7 @@
 #include "common/json_text.h"
 #include "common/process_memory.h"
 #include "server/openai_protocol.h"
+#include "server/responses_sink.h"
 
 namespace pagoda::server {
 
@@ -238,7 +239,7 @@ class CompletionSink final : public RequestSink {
 };
 
 bool is_completion_path(const std::string& path) {
-  return path == "/v1/chat/completions" || path == "/v1/completions";
+  return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/responses";
 }
 
 json pool_stats_json(const PoolStats& p) {
@@ -303,7 +304,10 @@ json cache_stats_json(const CacheStats& c) {
 
 }  // namespace
 
-ApiServer::ApiServer(ApiServerOptions options) : options_(std::move(options)) {}
+ApiServer::ApiServer(ApiServerOptions options)
+    : options_(std::move(options)),
+      responses_store_(options_.responses_store_entries, options_.responses_store_ttl_ms,
+                       options_.responses_store_bytes) {}
 ApiServer::~ApiServer() = default;
 
 std::vector<Route> ApiServer::routes() {
@@ -321,6 +325,9 @@ std::vector<Route> ApiServer::routes() {
       {"GET", "/v1/cache/stats", true, bind(&ApiServer::handle_cache_stats)},
       {"POST", "/v1/cache/reset", true, bind(&ApiServer::handle_cache_reset)},
       {"GET", "/metrics", true, bind(&ApiServer::handle_metrics)},
+      {"POST", "/v1/responses", true, bind(&ApiServer::handle_responses)},
+      {"GET", "/v1/responses/*", true, bind(&ApiServer::handle_response_get)},
+      {"DELETE", "/v1/responses/*", true, bind(&ApiServer::handle_response_delete)},
   };
 }
 
@@ -445,31 +452,36 @@ void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<HttpExchange
   if (!e) return void(ex->respond(loading_response()));
   try {
     CompletionRequest cr = parse_chat_request(req.body, n_vocab(), sampling_defaults_);
-    if (!tokenizer_ || !chat_template_)
-      throw ApiError(400, "this model has no tokenizer: use /v1/completions with token ids");
-    // reasoning_effort reaches the template as a variable (gpt-oss reads it), unless
-    // chat_template_kwargs sets it itself.
-    ordered_json kwargs = cr.chat_template_kwargs;
-    if (!cr.reasoning_effort.empty() && !(kwargs.is_object() && kwargs.contains("reasoning_effort")))
-      kwargs["reasoning_effort"] = cr.reasoning_effort;
-    const std::string prompt = render_chat(cr.messages, cr.tools, true, kwargs);
-    // Output parsing: tool calls when tools may be called, reasoning when the format
-    // has it and --reasoning-format is auto; otherwise the text goes out untouched.
-    std::optional<chat::ParseOptions> parse;
-    const bool calls = cr.tool_choice != ToolChoice::None;
-    const bool reasoning = options_.extract_reasoning && chat_format_.reasoning != chat::ReasoningFormat::None;
-    if (calls || reasoning) {
-      chat::ParseOptions po;
-      po.parse_tool_calls = calls;
-      po.extract_reasoning = reasoning;
-      po.thinking_open_at_start = reasoning && chat::prompt_opens_thinking(chat_format_, prompt);
-      po.call_id_prefix = make_id("call_", next_id_.fetch_add(1)) + "_";
-      parse = po;
-    }
-    start_generation(req, ex, cr, tokenize_prompt(*tokenizer_, prompt), parse);
+    PreparedChat pc = prepare_chat(cr);
+    start_generation(req, ex, cr, std::move(pc.prompt), pc.parse);
   } catch (const ApiError& err) {
     ex->respond(error_response(err.status, err.what(), err.param));
   }
+}
+
+ApiServer::PreparedChat ApiServer::prepare_chat(const CompletionRequest& cr) {
+  if (!tokenizer_ || !chat_template_)
+    throw ApiError(400, "this model has no tokenizer: use /v1/completions with token ids");
+  // reasoning_effort reaches the template as a variable (gpt-oss reads it), unless
+  // chat_template_kwargs sets it itself.
+  ordered_json kwargs = cr.chat_template_kwargs;
+  if (!cr.reasoning_effort.empty() && !(kwargs.is_object() && kwargs.contains("reasoning_effort")))
+    kwargs["reasoning_effort"] = cr.reasoning_effort;
+  const std::string prompt = render_chat(cr.messages, cr.tools, true, kwargs);
+  // Output parsing: tool calls when tools may be called, reasoning when the format
+  // has it and --reasoning-format is auto; otherwise the text goes out untouched.
+  std::optional<chat::ParseOptions> parse;
+  const bool calls = cr.tool_choice != ToolChoice::None;
+  const bool reasoning = options_.extract_reasoning && chat_format_.reasoning != chat::ReasoningFormat::None;
+  if (calls || reasoning) {
+    chat::ParseOptions po;
+    po.parse_tool_calls = calls;
+    po.extract_reasoning = reasoning;
+    po.thinking_open_at_start = reasoning && chat::prompt_opens_thinking(chat_format_, prompt);
+    po.call_id_prefix = make_id("call_", next_id_.fetch_add(1)) + "_";
+    parse = po;
+  }
+  return PreparedChat{tokenize_prompt(*tokenizer_, prompt), parse};
 }
 
 void ApiServer::handle_completion(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
@@ -513,10 +525,8 @@ std::shared_ptr<const grammar::Grammar> ApiServer::output_grammar(const Completi
   return grammars_.get(gbnf, param);
 }
 
-void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex,
-                                 const CompletionRequest& cr, std::vector<int32_t> prompt,
-                                 std::optional<chat::ParseOptions> parse) {
-  Engine* e = engine_.load(std::memory_order_acquire);
+Request ApiServer::engine_request(const CompletionRequest& cr, std::vector<int32_t> prompt,
+                                  const std::optional<chat::ParseOptions>& parse) {
   if (!cr.model.empty() && cr.model != options_.model_id)
     throw ApiError(404, "the model '" + cr.model + "' does not exist; this server serves '" + options_.model_id + "'",
                    "model");
@@ -540,7 +550,33 @@ void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<H
   // Markers that are special tokens in their vocabularies ([TOOL_CALLS], <|python_tag|>,
   // harmony's channels) must reach the parser.
   r.render_special = parse.has_value() && chat_format_.tools != chat::ToolCallFormat::Generic;
+  return r;
+}
 
+bool ApiServer::submit(const std::shared_ptr<HttpExchange>& ex, Request r, std::shared_ptr<RequestSink> sink,
+                       const std::string& prompt_param) {
+  Engine* e = engine_.load(std::memory_order_acquire);
+  SubmitResult sr = e->submit(std::move(r), std::move(sink));
+  if (!sr.ok()) {
+    int status = 400;
+    if (sr.status == SubmitResult::Status::Busy) status = shutting_down_.load() ? 503 : 429;
+    metrics_.record_refused(sr.status == SubmitResult::Status::Busy ? "busy" : "invalid");
+    // A chat request's prompt is what its messages rendered to.
+    const std::string param = sr.field == "prompt" ? prompt_param : sr.field;
+    HttpResponse resp = error_response(status, sr.message, param);
+    if (status == 429) resp.headers.emplace_back("Retry-After", "1");
+    ex->respond(std::move(resp));
+    return false;
+  }
+  const uint64_t rid = sr.request_id;
+  ex->on_close([e, rid] { e->cancel(rid); });
+  return true;
+}
+
+void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex,
+                                 const CompletionRequest& cr, std::vector<int32_t> prompt,
+                                 std::optional<chat::ParseOptions> parse) {
+  Request r = engine_request(cr, std::move(prompt), parse);
   CompletionSink::Params p;
   p.kind = cr.kind;
   p.stream = cr.stream;
@@ -559,21 +595,68 @@ void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<H
   const bool stream = cr.stream;
 
   auto sink = std::make_shared<CompletionSink>(std::move(p), ex);
-  SubmitResult sr = e->submit(std::move(r), sink);
-  if (!sr.ok()) {
-    int status = 400;
-    if (sr.status == SubmitResult::Status::Busy) status = shutting_down_.load() ? 503 : 429;
-    metrics_.record_refused(sr.status == SubmitResult::Status::Busy ? "busy" : "invalid");
-    // A chat request's prompt is what its messages rendered to.
-    const std::string param = sr.field == "prompt" && cr.kind == ApiKind::Chat ? "messages" : sr.field;
-    HttpResponse resp = error_response(status, sr.message, param);
-    if (status == 429) resp.headers.emplace_back("Retry-After", "1");
-    ex->respond(std::move(resp));
-    return;
-  }
+  if (!submit(ex, std::move(r), sink, cr.kind == ApiKind::Chat ? "messages" : "prompt")) return;
   if (stream) sink->start_stream();
-  const uint64_t rid = sr.request_id;
-  ex->on_close([e, rid] { e->cancel(rid); });
+}
+
+// ---- the Responses API (responses_api.h) ----------------------------------------------
+
+void ApiServer::handle_responses(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+  Engine* e = engine_.load(std::memory_order_acquire);
+  if (!e) return void(ex->respond(loading_response()));
+  try {
+    ResponsesRequest rr = parse_responses_request(
+        req.body, n_vocab(), sampling_defaults_, [this](const std::string& id) -> std::optional<ordered_json> {
+          std::optional<ResponsesStore::Entry> entry = responses_store_.get(id);
+          if (!entry) return std::nullopt;
+          return std::move(entry->messages);
+        });
+    PreparedChat pc = prepare_chat(rr.chat);
+    Request r = engine_request(rr.chat, std::move(pc.prompt), pc.parse);
+    ResponsesSink::Params p;
+    p.stream = rr.chat.stream;
+    p.log = options_.log_requests;
+    p.meta.id = make_id("resp_", next_id_.fetch_add(1));
+    p.meta.created_at = unix_now();
+    p.meta.model = options_.model_id;
+    p.meta.echo = std::move(rr.echo);
+    p.method = req.method;
+    p.path = req.path;
+    p.tokenizer = tokenizer_;
+    p.metrics = &metrics_;
+    p.parse = pc.parse;
+    p.format = chat_format_;
+    p.store = rr.store ? &responses_store_ : nullptr;
+    p.turn_messages = std::move(rr.turn_messages);
+    auto sink = std::make_shared<ResponsesSink>(std::move(p), ex);
+    if (!submit(ex, std::move(r), sink, "input")) return;
+    if (rr.chat.stream) sink->start_stream();
+  } catch (const ApiError& err) {
+    ex->respond(error_response(err.status, err.what(), err.param));
+  }
+}
+
+namespace {
+std::string response_id_of(const HttpRequest& req) { return req.path.substr(req.path.rfind('/') + 1); }
+HttpResponse response_not_found(const std::string& id) {
+  return error_response(404, "no stored response with id " + dump_json(json(sanitize_utf8(id))) +
+                                 " (unknown, expired, deleted, or created with store: false)");
+}
+}  // namespace
+
+void ApiServer::handle_response_get(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+  if (!ready()) return void(ex->respond(loading_response()));
+  const std::string id = response_id_of(req);
+  std::optional<ResponsesStore::Entry> entry = responses_store_.get(id);
+  if (!entry) return void(ex->respond(response_not_found(id)));
+  ex->respond(json_response(200, entry->response));
+}
+
+void ApiServer::handle_response_delete(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+  if (!ready()) return void(ex->respond(loading_response()));
+  const std::string id = response_id_of(req);
+  if (!responses_store_.erase(id)) return void(ex->respond(response_not_found(id)));
+  ex->respond(json_response(200, response_deleted_json(id)));
 }
 
 void ApiServer::handle_tokenize(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {

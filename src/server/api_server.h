@@ -21,6 +21,10 @@
 //   validation reports (a prompt longer than the context names both numbers), 404
 //   for an unknown model, 429 when the engine's queue is full (Retry-After: 1), 503
 //   while loading or shutting down, 500 only when the engine fails a forward.
+// - Responses API (responses_api.h, responses_sink.h): POST /v1/responses takes the
+//   chat path (prepare_chat, engine_request, submit) with its own sink; finished
+//   responses with `store` go to a ResponsesStore (bounded by the options below) that
+//   GET / DELETE /v1/responses/{id} and previous_response_id read (404 when unknown).
 // - Logging: one line per request on stderr: method, path, status, prompt / cached /
 //   generated tokens, queue / TTFT / total ms (completion routes log when generation
 //   ends; others when answered).
@@ -39,6 +43,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
+#include "server/responses_store.h"
 #include "server/structured_output.h"
 #include "tokenizer/tokenizer.h"
 
@@ -50,6 +55,11 @@ struct ApiServerOptions {
   int64_t request_timeout_ms = 0;  // > 0: a request still running this long is cancelled
   // --reasoning-format auto: thinking goes to reasoning_content; none: it stays in content.
   bool extract_reasoning = true;
+  // The Responses API's store (responses_store.h): at most this many stored responses,
+  // each kept this long (--responses-store-entries / --responses-store-ttl).
+  size_t responses_store_entries = 1024;
+  int64_t responses_store_ttl_ms = 3600 * 1000;
+  uint64_t responses_store_bytes = 256ull << 20;  // --responses-store-bytes
 };
 
 class ApiServer {
@@ -85,6 +95,25 @@ class ApiServer {
   void handle_cache_stats(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
   void handle_cache_reset(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
   void handle_metrics(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  // The Responses API: POST /v1/responses, GET / DELETE /v1/responses/{id}.
+  void handle_responses(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void handle_response_get(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void handle_response_delete(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  // A chat request's prompt tokens (the template applied) and how its output is parsed
+  // (nullopt: plain text). Throws ApiError.
+  struct PreparedChat {
+    std::vector<int32_t> prompt;
+    std::optional<chat::ParseOptions> parse;
+  };
+  PreparedChat prepare_chat(const CompletionRequest& cr);
+  // Validates what the protocol layer cannot (model name, shutdown) and builds the
+  // engine's Request. Throws ApiError.
+  Request engine_request(const CompletionRequest& cr, std::vector<int32_t> prompt,
+                         const std::optional<chat::ParseOptions>& parse);
+  // Submits and wires the disconnect callback; a refusal (429, 400, 503) is answered
+  // here, naming `prompt_param` for a bad prompt, and returns false.
+  bool submit(const std::shared_ptr<HttpExchange>& ex, Request r, std::shared_ptr<RequestSink> sink,
+              const std::string& prompt_param);
   // Validates what the protocol layer cannot (model name, context length), submits
   // and wires the sink and the disconnect callback. Throws ApiError.
   // `parse`: chat output to parse into tool calls / reasoning (nullopt: plain text).
@@ -112,6 +141,7 @@ class ApiServer {
   std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> next_id_{1};
   ServerMetrics metrics_;
+  ResponsesStore responses_store_;
 };
 
 }  // namespace pagoda::server

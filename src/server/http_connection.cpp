@@ -359,7 +359,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     const bool http11 = parser_->get().version() >= 11;
     const bool keep_alive = parser_->keep_alive();
     auto exchange = begin_exchange(http11, keep_alive);
-    const auto it = shared_->routes.find(request_.path);
+    auto it = shared_->routes.find(request_.path);
+    // "/v1/responses/*" matches "/v1/responses/<one non-empty segment>".
+    if (const size_t slash = request_.path.rfind('/');
+        it == shared_->routes.end() && slash != std::string::npos && slash + 1 < request_.path.size())
+      it = shared_->routes.find(request_.path.substr(0, slash + 1) + "*");
     if (it == shared_->routes.end()) {
       exchange->respond(error_response(404, "no route for " + request_.method + " " + request_.path));
       return;

@@ -7,7 +7,9 @@
 //   block for long (tokenizing a prompt is fine; waiting for generation is not: a
 //   handler that needs the engine submits and returns, and the engine thread answers
 //   later through the HttpExchange, which is thread-safe).
-// - Routing: exact path match after stripping the query string. Unknown path: 404;
+// - Routing: exact path match after stripping the query string; a route path ending
+//   in "/*" matches that prefix plus one non-empty final segment ("/v1/responses/*"
+//   matches "/v1/responses/resp_1"), when no exact route does. Unknown path: 404;
 //   known path, other method: 405 (with an Allow header). Both as OpenAI-style
 //   error objects (error_json). `OPTIONS` on any route answers 204 with CORS headers.
 // - Auth: when api_key is set, a route with `auth` needs `Authorization: Bearer KEY`
@@ -96,7 +98,7 @@ using HttpHandler = std::function<void(const HttpRequest&, std::shared_ptr<HttpE
 
 struct Route {
   std::string method;  // "GET" / "POST"
-  std::string path;    // exact
+  std::string path;    // exact, or ending in "/*" (one final segment)
   bool auth = true;    // needs the API key when one is set
   HttpHandler handler;
 };

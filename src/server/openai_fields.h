@@ -15,6 +15,9 @@
 
 namespace pagoda::server::fields {
 
+// The request body as a JSON object: ApiError 400 for invalid JSON, a non-object, or
+// nesting deeper than 64 levels.
+ordered_json parse_object(std::string_view body);
 [[noreturn]] void bad(const std::string& param, const std::string& message);
 std::string quoted(const std::string& name);
 std::string fmt_number(double v);

@@ -111,12 +111,6 @@ void check_min(const std::string& key, int64_t v, int64_t min) {
     bad(key, quoted(key) + " must be >= " + std::to_string(min) + " (got " + std::to_string(v) + ")");
 }
 
-}  // namespace fields
-
-namespace {
-
-using namespace fields;
-
 // ---- the body -----------------------------------------------------------------
 
 // Deeper JSON is refused before anything walks it recursively (templates, dump()):
@@ -152,6 +146,12 @@ ordered_json parse_object(std::string_view body) {
   if (!j.is_object()) bad("", "the request body must be a JSON object");
   return j;
 }
+
+}  // namespace fields
+
+namespace {
+
+using namespace fields;
 
 // ---- chat messages --------------------------------------------------------------
 

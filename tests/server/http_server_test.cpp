@@ -93,6 +93,26 @@ TEST_F(HttpServerTest, UnknownPathIs404AndWrongMethodIs405WithAllow) {
   EXPECT_EQ(r->status, 200);
 }
 
+TEST_F(HttpServerTest, WildcardRouteMatchesOneFinalSegment) {
+  start();
+  Client c(port);
+  c.send(get("/items/resp_1?x=1"));
+  auto r = c.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "/items/resp_1");
+  for (const char* path : {"/items/", "/items", "/items/a/b", "/other/x"}) {
+    c.send(get(path));
+    r = c.read_response();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 404) << path;
+  }
+  c.send(post("/items/x", "{}"));
+  r = c.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+}
+
 TEST_F(HttpServerTest, BodyOverLimitIs413WithoutReadingIt) {
   HttpServerOptions o;
   o.max_body_bytes = 1024;

@@ -247,7 +247,8 @@ class HttpServerTest : public ::testing::Test {
  protected:
   // Routes: GET /health (open), GET /v1/models, POST /echo (echoes body, query and
   // the x-test header), POST /stream (starts an SSE stream and hands the exchange to
-  // `box`), GET /hold (hands the exchange to `box` unanswered), GET /throw.
+  // `box`), GET /hold (hands the exchange to `box` unanswered), GET /throw, GET /items/*
+  // (answers its path).
   void start(HttpServerOptions options = {}) {
     options.host = "127.0.0.1";
     options.port = 0;
@@ -280,6 +281,9 @@ class HttpServerTest : public ::testing::Test {
     routes.push_back({"GET", "/hold", true, [this](const HttpRequest&, std::shared_ptr<HttpExchange> ex) {
                         ex->on_close(probe.callback());
                         box.put(ex);
+                      }});
+    routes.push_back({"GET", "/items/*", true, [](const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+                        ex->respond({200, "text/plain", req.path, {}});
                       }});
     routes.push_back({"GET", "/throw", true, [](const HttpRequest&, std::shared_ptr<HttpExchange>) {
                         throw std::runtime_error("boom");
