@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "server/anthropic_protocol.h"
 #include "server/chat_template.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -43,6 +44,9 @@
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda::server {
+
+// Which API a route speaks: the shape of its error bodies and of its answers.
+enum class WireProtocol { OpenAI, Anthropic };
 
 struct ApiServerOptions {
   std::string model_id = "model";  // reported by /v1/models; requests naming another get 404
@@ -77,6 +81,12 @@ class ApiServer {
  private:
   void handle_chat(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
   void handle_completion(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  // Anthropic's Messages API (anthropic_protocol.h): POST /v1/messages and
+  // /v1/messages/count_tokens, errors in Anthropic's shape.
+  void handle_messages(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void handle_count_tokens(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  // The prompt text of a parsed Anthropic request, rendered as /v1/messages renders it.
+  std::string render_anthropic(const AnthropicRequest& ar) const;
   void handle_models(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
   void handle_health(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
   void handle_tokenize(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
@@ -90,7 +100,8 @@ class ApiServer {
   // `parse`: chat output to parse into tool calls / reasoning (nullopt: plain text).
   void start_generation(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex,
                         const CompletionRequest& cr, std::vector<int32_t> prompt,
-                        std::optional<chat::ParseOptions> parse = std::nullopt);
+                        std::optional<chat::ParseOptions> parse = std::nullopt,
+                        WireProtocol protocol = WireProtocol::OpenAI);
   // The compiled grammar the request's output must match, or null. With reasoning
   // extracted (parse), a thinking model may think before it. Throws ApiError.
   std::shared_ptr<const grammar::Grammar> output_grammar(const CompletionRequest& cr,

@@ -10,8 +10,9 @@
 // - Routing: exact path match after stripping the query string. Unknown path: 404;
 //   known path, other method: 405 (with an Allow header). Both as OpenAI-style
 //   error objects (error_json). `OPTIONS` on any route answers 204 with CORS headers.
-// - Auth: when api_key is set, a route with `auth` needs `Authorization: Bearer KEY`
-//   (compared in constant time over the whole key); otherwise 401. Routes without
+// - Auth: when api_key is set, a route with `auth` needs `Authorization: Bearer KEY` or
+//   `x-api-key: KEY` (Anthropic's header) (compared in constant time over the whole
+//   key); otherwise 401. Routes without
 //   `auth` (/health) stay open.
 // - Limits: a body over max_body_bytes is answered 413 without reading it all; a
 //   request whose headers do not arrive within header_timeout is dropped (so is one
@@ -94,11 +95,16 @@ class HttpExchange {
 
 using HttpHandler = std::function<void(const HttpRequest&, std::shared_ptr<HttpExchange>)>;
 
+// The body of an error the transport answers on a route's path itself (401, 405), for
+// routes whose API has its own error shape (Anthropic's). Null: error_response().
+using RouteErrorBody = HttpResponse (*)(int status, std::string_view message);
+
 struct Route {
   std::string method;  // "GET" / "POST"
   std::string path;    // exact
   bool auth = true;    // needs the API key when one is set
   HttpHandler handler;
+  RouteErrorBody error_body = nullptr;
 };
 
 struct HttpServerOptions {
