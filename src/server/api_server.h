@@ -1,4 +1,4 @@
-// ApiServer — the OpenAI-compatible API of `pagoda serve`: binds the HTTP routes to
+// ApiServer — the OpenAI-compatible (and Anthropic Messages) API of `pagoda serve`: binds the HTTP routes to
 // the Engine, the tokenizer and the chat template.
 //
 // Contract:
@@ -17,6 +17,9 @@
 // - Streaming: the SSE headers go out only once the engine has accepted the request, so
 //   a refused streaming request gets a real HTTP status (429, 400), not 200 and an error
 //   event; events the engine produces before the headers are queued in the sink.
+// - Anthropic routes (/v1/messages, /v1/messages/count_tokens) answer every error in
+//   Anthropic's shape (anthropic_error_json), a full queue with 529 instead of 429, and
+//   while loading 503 overloaded_error; the statuses are otherwise those below.
 // - Status codes: 400 for any client error the protocol layer or the engine's
 //   validation reports (a prompt longer than the context names both numbers), 404
 //   for an unknown model, 429 when the engine's queue is full (Retry-After: 1), 503
