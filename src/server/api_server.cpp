@@ -520,6 +520,19 @@ std::string ApiServer::render_chat(const ordered_json& messages, const ordered_j
   }
 }
 
+std::optional<chat::ParseOptions> ApiServer::output_parsing(const CompletionRequest& cr, const std::string& prompt,
+                                                           const char* call_id_prefix) {
+  const bool calls = cr.tool_choice != ToolChoice::None;
+  const bool reasoning = options_.extract_reasoning && chat_format_.reasoning != chat::ReasoningFormat::None;
+  if (!calls && !reasoning) return std::nullopt;
+  chat::ParseOptions po;
+  po.parse_tool_calls = calls;
+  po.extract_reasoning = reasoning;
+  po.thinking_open_at_start = reasoning && chat::prompt_opens_thinking(chat_format_, prompt);
+  po.call_id_prefix = make_id(call_id_prefix, next_id_.fetch_add(1)) + "_";
+  return po;
+}
+
 void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
   Engine* e = engine_.load(std::memory_order_acquire);
   if (!e) return void(ex->respond(loading_response()));
@@ -533,20 +546,7 @@ void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<HttpExchange
     if (!cr.reasoning_effort.empty() && !(kwargs.is_object() && kwargs.contains("reasoning_effort")))
       kwargs["reasoning_effort"] = cr.reasoning_effort;
     const std::string prompt = render_chat(cr.messages, cr.tools, true, kwargs);
-    // Output parsing: tool calls when tools may be called, reasoning when the format
-    // has it and --reasoning-format is auto; otherwise the text goes out untouched.
-    std::optional<chat::ParseOptions> parse;
-    const bool calls = cr.tool_choice != ToolChoice::None;
-    const bool reasoning = options_.extract_reasoning && chat_format_.reasoning != chat::ReasoningFormat::None;
-    if (calls || reasoning) {
-      chat::ParseOptions po;
-      po.parse_tool_calls = calls;
-      po.extract_reasoning = reasoning;
-      po.thinking_open_at_start = reasoning && chat::prompt_opens_thinking(chat_format_, prompt);
-      po.call_id_prefix = make_id("call_", next_id_.fetch_add(1)) + "_";
-      parse = po;
-    }
-    start_generation(req, ex, cr, tokenize_prompt(*tokenizer_, prompt), parse);
+    start_generation(req, ex, cr, tokenize_prompt(*tokenizer_, prompt), output_parsing(cr, prompt, "call_"));
   } catch (const ApiError& err) {
     ex->respond(error_response(err.status, err.what(), err.param));
   }
@@ -563,20 +563,9 @@ void ApiServer::handle_messages(const HttpRequest& req, std::shared_ptr<HttpExch
   try {
     AnthropicRequest ar = parse_anthropic_request(req.body, n_vocab(), sampling_defaults_);
     const std::string prompt = render_anthropic(ar);
-    // As handle_chat: calls parsed when tools may be called, thinking when the format
-    // has it (then it goes out as thinking blocks).
-    std::optional<chat::ParseOptions> parse;
-    const bool calls = ar.chat.tool_choice != ToolChoice::None;
-    const bool reasoning = options_.extract_reasoning && chat_format_.reasoning != chat::ReasoningFormat::None;
-    if (calls || reasoning) {
-      chat::ParseOptions po;
-      po.parse_tool_calls = calls;
-      po.extract_reasoning = reasoning;
-      po.thinking_open_at_start = reasoning && chat::prompt_opens_thinking(chat_format_, prompt);
-      po.call_id_prefix = make_id("toolu_", next_id_.fetch_add(1)) + "_";
-      parse = po;
-    }
-    start_generation(req, ex, ar.chat, tokenize_prompt(*tokenizer_, prompt), parse, WireProtocol::Anthropic);
+    // Reasoning goes out as thinking blocks, tool calls as tool_use blocks.
+    start_generation(req, ex, ar.chat, tokenize_prompt(*tokenizer_, prompt), output_parsing(ar.chat, prompt, "toolu_"),
+                     WireProtocol::Anthropic);
   } catch (const ApiError& err) {
     ex->respond(api_error_response(WireProtocol::Anthropic, err.status, err.what()));
   }

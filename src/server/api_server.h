@@ -109,6 +109,11 @@ class ApiServer {
   // extracted (parse), a thinking model may think before it. Throws ApiError.
   std::shared_ptr<const grammar::Grammar> output_grammar(const CompletionRequest& cr,
                                                          const std::optional<chat::ParseOptions>& parse);
+  // How a chat's output is parsed: tool calls when tools may be called, reasoning when
+  // the format has it and --reasoning-format is auto; nullopt: the text goes out
+  // untouched. Call ids are call_id_prefix + a unique stem + "_" + index.
+  std::optional<chat::ParseOptions> output_parsing(const CompletionRequest& cr, const std::string& prompt,
+                                                   const char* call_id_prefix);
   int32_t n_vocab() const;  // -1 before attach()
   // The chat template applied to a conversation, with the model's BOS / EOS text and
   // string tool-call arguments parsed. Requires: a tokenizer and a template. Throws
