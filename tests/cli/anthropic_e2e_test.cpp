@@ -1,7 +1,8 @@
 // `pagoda serve`'s Anthropic Messages API end to end on stories260K: the real binary on
 // a free loopback port, driven by a plain-socket HTTP client. Checks the message and
 // SSE event shapes, that a stream's text_deltas concatenate to the non-streaming text
-// (greedy), tool_use under a forced tool_choice, stop sequences, the prefix cache in
+// (greedy), tool_use under a forced tool_choice, thinking blocks (a template that opens
+// the thinking block), stop sequences, the prefix cache in
 // usage, count_tokens, x-api-key auth and Anthropic-shaped errors with their statuses.
 // (The official @anthropic-ai/sdk is not in the offline npm cache, so no SDK test.)
 #include <gtest/gtest.h>
@@ -257,6 +258,56 @@ TEST_F(Anthropic, ApiKeyByHeaderOrBearerAndErrorsInAnthropicShape) {
   expect_error(post("/v1/messages", big), 400, "invalid_request_error", "512");
   // The server is still fine.
   EXPECT_EQ(post("/v1/messages", good).status, 200);
+}
+
+// DeepSeek-R1-Distill's template opens "<think>\n" when enable_thinking is set (and closes it
+// otherwise), so stories260K's output is then all reasoning: a thinking block, streamed as
+// thinking_deltas.
+TEST(AnthropicOptions, ThinkingEnabledGivesAThinkingBlockStreamedAsThinkingDeltas) {
+  ServerProcess s({"-m", kStories, "-t", "1", "--kv-cache-bytes", "8MiB", "--chat-template-file",
+                   std::string(PAGODA_SHARED_DIR) + "/chat-templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"});
+  const uint16_t port = s.start();
+  ASSERT_NE(port, 0) << s.log();
+  json req{{"messages", json::array({user("Tell me a story.")})},
+           {"max_tokens", 16},
+           {"temperature", 0},
+           {"thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}}};
+  HttpResult r = http(port, "POST", "/v1/messages", req.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json m = json::parse(r.body);
+  ASSERT_EQ(m["content"].size(), 1u) << m;
+  EXPECT_EQ(m["content"][0]["type"], "thinking");
+  EXPECT_EQ(m["content"][0]["signature"], "");
+  const std::string thinking = m["content"][0]["thinking"];
+  EXPECT_FALSE(thinking.empty());
+
+  req["stream"] = true;
+  HttpResult st = http(port, "POST", "/v1/messages", req.dump());
+  ASSERT_EQ(st.status, 200) << st.body;
+  std::string streamed;
+  int starts = 0;
+  for (const auto& [name, data] : sse_events(st.body)) {
+    if (name == "content_block_start") {
+      ++starts;
+      EXPECT_EQ(data["content_block"]["type"], "thinking") << data;
+    }
+    if (name == "content_block_delta") {
+      EXPECT_EQ(data["delta"]["type"], "thinking_delta") << data;
+      streamed += data["delta"]["thinking"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(starts, 1);
+  EXPECT_EQ(streamed, thinking);
+
+  // The template sees the choice: the prompts differ.
+  json count = req;
+  count.erase("stream");
+  const HttpResult on = http(port, "POST", "/v1/messages/count_tokens", count.dump());
+  count["thinking"] = {{"type", "disabled"}};
+  const HttpResult off = http(port, "POST", "/v1/messages/count_tokens", count.dump());
+  ASSERT_EQ(on.status, 200) << on.body;
+  ASSERT_EQ(off.status, 200) << off.body;
+  EXPECT_NE(json::parse(on.body)["input_tokens"], json::parse(off.body)["input_tokens"]);
 }
 
 TEST(AnthropicOptions, FullQueueAnswers529Overloaded) {
