@@ -9,7 +9,9 @@
 //   later through the HttpExchange, which is thread-safe).
 // - Routing: exact path match after stripping the query string. Unknown path: 404;
 //   known path, other method: 405 (with an Allow header). Both as OpenAI-style
-//   error objects (error_json). `OPTIONS` on any route answers 204 with CORS headers.
+//   error objects (error_json), except that a 405 or 401 on a path whose route has an
+//   error_body is answered with that (Anthropic's shape on /v1/messages). `OPTIONS` on
+//   any route answers 204 with CORS headers.
 // - Auth: when api_key is set, a route with `auth` needs `Authorization: Bearer KEY` or
 //   `x-api-key: KEY` (Anthropic's header) (compared in constant time over the whole
 //   key); otherwise 401. Routes without
