@@ -19,6 +19,7 @@
 //     thinking / redacted_thinking blocks of an assistant turn -> its reasoning_content
 //     (redacted ones dropped). Text blocks around tool_result blocks become user
 //     messages in their order. Any other block type (image, document, ...) is a 400.
+//     A last assistant message of text only is a prefill (AnthropicRequest::prefill).
 //   * tools [{name, description?, input_schema}] -> function tools; a tool with a
 //     `type` other than "custom" (Anthropic's server tools: bash_*, web_search_*) is a 400.
 //   * tool_choice {type: auto | any | tool (+name) | none, disable_parallel_tool_use?}
@@ -58,6 +59,10 @@ namespace pagoda::server {
 struct AnthropicRequest {
   CompletionRequest chat;
   ordered_json template_kwargs;
+  // A last assistant message of text only (Anthropic's "prefill") is taken out of
+  // chat.messages: the prompt is the rest rendered with the generation prompt, then this
+  // text, and the answer continues it (and holds only the continuation).
+  std::string prefill;
 };
 
 // Throws ApiError. count_tokens: max_tokens is not required (the count endpoint takes

@@ -251,6 +251,13 @@ AnthropicRequest parse_anthropic_request(std::string_view body_text, int32_t n_v
     bad("metadata", "'metadata' must be an object");
 
   AnthropicRequest r;
+  ordered_json& messages = chat["messages"];
+  const ordered_json& last = messages.back();
+  if (last["role"] == "assistant" && !last.contains("tool_calls") && !last.contains("reasoning_content") &&
+      messages.size() > 1) {
+    r.prefill = last["content"].get<std::string>();
+    messages.erase(messages.size() - 1);
+  }
   r.template_kwargs = thinking_kwargs(body);
   r.chat = parse_chat_request_body(chat, n_vocab, defaults);
   return r;

@@ -554,7 +554,7 @@ void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<HttpExchange
 
 std::string ApiServer::render_anthropic(const AnthropicRequest& ar) const {
   if (!tokenizer_ || !chat_template_) throw ApiError(400, "this model has no tokenizer or chat template");
-  return render_chat(ar.chat.messages, ar.chat.tools, true, ar.template_kwargs);
+  return render_chat(ar.chat.messages, ar.chat.tools, true, ar.template_kwargs) + ar.prefill;
 }
 
 void ApiServer::handle_messages(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {

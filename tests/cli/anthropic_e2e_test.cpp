@@ -166,6 +166,23 @@ TEST_F(Anthropic, RepeatedConversationReadsThePrefixCacheAndCountTokensMatches) 
   EXPECT_GT(ok(post("/v1/messages/count_tokens", count_req))["input_tokens"].get<int>(), prompt);
 }
 
+// A last assistant message is continued: the same greedy text as a completion of the
+// rendered conversation followed by that text.
+TEST_F(Anthropic, AssistantPrefillIsContinued) {
+  const json history = json::array({user("Tell me a story.")});
+  json req{{"messages", history}, {"max_tokens", 12}, {"temperature", 0}};
+  req["messages"].push_back({{"role", "assistant"}, {"content", "Once upon a time, a dog"}});
+  json m = ok(post("/v1/messages", req));
+  ASSERT_EQ(m["content"].size(), 1u) << m;
+
+  const std::string rendered = ok(post("/apply-template", {{"messages", history}}))["prompt"];
+  json c = ok(post("/v1/completions",
+                   {{"prompt", rendered + "Once upon a time, a dog"}, {"max_tokens", 12}, {"temperature", 0}}));
+  EXPECT_EQ(m["content"][0]["text"], c["choices"][0]["text"]) << m << c;
+  EXPECT_EQ(m["usage"]["input_tokens"].get<int>() + m["usage"]["cache_read_input_tokens"].get<int>(),
+            c["usage"]["prompt_tokens"].get<int>());
+}
+
 TEST_F(Anthropic, StopSequenceEndsTheMessage) {
   json req{{"messages", json::array({user("Tell me a story.")})}, {"max_tokens", 40}, {"temperature", 0}};
   const std::string text = ok(post("/v1/messages", req))["content"][0]["text"];

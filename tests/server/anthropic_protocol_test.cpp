@@ -65,6 +65,18 @@ TEST(AnthropicRequest, AssistantTurnWithOnlyToolUseHasNullContent) {
   EXPECT_EQ(r.chat.messages[1]["tool_calls"][0]["function"]["arguments"], "{}");
 }
 
+TEST(AnthropicRequest, LastAssistantTextIsAPrefill) {
+  AnthropicRequest r = parse(R"({"max_tokens":8,"messages":[{"role":"user","content":"Story?"},
+    {"role":"assistant","content":[{"type":"text","text":"Once "},{"type":"text","text":"upon"}]}]})");
+  EXPECT_EQ(r.prefill, "Once upon");
+  EXPECT_EQ(r.chat.messages.dump(), R"([{"role":"user","content":"Story?"}])");
+  // Not a prefill: a tool call turn, an assistant turn before a user turn.
+  EXPECT_EQ(parse(R"({"max_tokens":8,"messages":[{"role":"user","content":"x"},
+    {"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]}]})").prefill, "");
+  EXPECT_EQ(parse(R"({"max_tokens":8,"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"y"},
+    {"role":"user","content":"z"}]})").chat.messages.size(), 3u);
+}
+
 TEST(AnthropicRequest, ToolsMapToFunctionTools) {
   AnthropicRequest r = with(kWeatherTool);
   EXPECT_EQ(r.chat.tools.dump(),
