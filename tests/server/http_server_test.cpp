@@ -152,14 +152,11 @@ TEST_F(HttpServerTest, ApiKeyGuardsAuthRoutesOnly) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   // Anthropic's header, alone or next to a wrong bearer token.
-  c.send(get("/v1/models", "X-Api-Key: sk-secret-123\r\n"));
-  r = c.read_response();
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 200);
-  c.send(get("/v1/models", "x-api-key: sk-secret-123\r\nAuthorization: Bearer sk-wrong-123\r\n"));
-  r = c.read_response();
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 200);
+  for (const char* auth : {"X-Api-Key: sk-secret-123\r\n", "x-api-key: sk-secret-123\r\nAuthorization: Bearer sk-wrong\r\n"}) {
+    c.send(get("/v1/models", auth));
+    ASSERT_TRUE(r = c.read_response()) << auth;
+    EXPECT_EQ(r->status, 200) << auth;
+  }
   c.send(get("/health"));  // open route, no key
   r = c.read_response();
   ASSERT_TRUE(r);
