@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/json_text.h"
 #include "common/process_memory.h"
+#include "server/anthropic_protocol.h"
 #include "server/openai_protocol.h"
 #include "server/responses_sink.h"
 
@@ -59,12 +60,32 @@ std::string piece_of(const Tokenizer* tok, int32_t id) {
 
 void log_line(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
 
+// Plain generated text as a parser delta (Anthropic streams without a parser).
+chat::ChatDelta content_delta(std::string text) {
+  chat::ChatDelta d;  // Kind::Content
+  d.text = std::move(text);
+  return d;
+}
+
+// An error answer in the shape of the route's API: OpenAI's {"error":{...}} or
+// Anthropic's {"type":"error","error":{...}}.
+HttpResponse api_error_response(WireProtocol protocol, int status, std::string_view message,
+                                std::string_view param = {}) {
+  if (protocol == WireProtocol::OpenAI) return error_response(status, message, param);
+  HttpResponse r;
+  r.status = status;
+  r.body = anthropic_error_json(status, message);
+  return r;
+}
+
 // The engine thread's side of one completion request: formats JSON and queues it on
 // the exchange. Never blocks (HttpExchange::send only queues).
 class CompletionSink final : public RequestSink {
  public:
   struct Params {
     ApiKind kind = ApiKind::Chat;
+    WireProtocol protocol = WireProtocol::OpenAI;
+    int64_t prompt_tokens = 0;  // Anthropic's message_start reports it
     bool stream = false, include_usage = false, logprobs = false, log = true;
     std::string id, model, method, path;
     int64_t created = 0;
@@ -76,6 +97,7 @@ class CompletionSink final : public RequestSink {
   };
   CompletionSink(Params p, std::shared_ptr<HttpExchange> ex) : p_(std::move(p)), ex_(std::move(ex)) {
     if (p_.parse && p_.stream) parser_.emplace(p_.format, *p_.parse);
+    if (anthropic() && p_.stream) writer_.emplace(p_.id, p_.model);
   }
 
   // Streaming: the handler calls this once submit() has accepted the request, so a
@@ -84,7 +106,10 @@ class CompletionSink final : public RequestSink {
   void start_stream() {
     std::lock_guard<std::mutex> lk(mu_);
     ex_->start_stream(200, "text/event-stream");
-    if (p_.kind == ApiKind::Chat) ex_->send(sse_event(chat_chunk_role(p_.id, p_.created, p_.model, p_.include_usage)));
+    if (writer_)
+      ex_->send(writer_->start(p_.prompt_tokens));
+    else if (p_.kind == ApiKind::Chat)
+      ex_->send(sse_event(chat_chunk_role(p_.id, p_.created, p_.model, p_.include_usage)));
     for (std::string& chunk : pending_) ex_->send(std::move(chunk));
     pending_.clear();
     if (pending_finish_) ex_->finish();
@@ -115,6 +140,8 @@ class CompletionSink final : public RequestSink {
     text_offset_ += ev.text.size();
     if (parser_) {
       emit_deltas(parser_->push(ev.text), std::move(lp));
+    } else if (writer_) {
+      emit(writer_->delta(content_delta(ev.text)));
     } else if (p_.kind == ApiKind::Chat) {
       emit(sse_event(chat_chunk_content(p_.id, p_.created, p_.model, ev.text, lp, p_.include_usage)));
     } else {
@@ -131,13 +158,18 @@ class CompletionSink final : public RequestSink {
       // tell a client that is still there, in the shape it expects.
       status = 503;
       const std::string msg = "request cancelled before it finished (client disconnected, timeout or shutdown)";
-      if (p_.stream) {
+      if (writer_) {
+        emit(AnthropicStreamWriter::error_event(503, msg));
+        end_stream();
+      } else if (p_.stream) {
         emit("data: " + error_json(503, msg) + "\n\n");
         emit(std::string(kSseDone));
         end_stream();
       } else {
-        ex_->respond(error_response(503, msg));
+        ex_->respond(api_error_response(p_.protocol, 503, msg));
       }
+    } else if (anthropic()) {
+      finish_anthropic(r);
     } else if (p_.stream) {
       std::string reason = finish_reason_text(r.finish);
       if (parser_) {
@@ -188,21 +220,56 @@ class CompletionSink final : public RequestSink {
   void on_error(uint64_t, const std::string& message) override {
     if (p_.metrics) p_.metrics->record_error();
     const std::string msg = "generation failed: " + message;
-    if (p_.stream) {
+    if (writer_) {
+      emit(AnthropicStreamWriter::error_event(500, msg));
+      end_stream();
+    } else if (p_.stream) {
       emit("data: " + error_json(500, msg) + "\n\n");
       emit(std::string(kSseDone));
       end_stream();
     } else {
-      ex_->respond(error_response(500, msg));
+      ex_->respond(api_error_response(p_.protocol, 500, msg));
     }
     if (p_.log) log_line(p_.method + " " + p_.path + " 500 error: " + message);
   }
 
  private:
+  bool anthropic() const { return p_.protocol == WireProtocol::Anthropic; }
+
+  // The end of an Anthropic message: the closing events of a stream, or the whole body.
+  void finish_anthropic(const RequestResult& r) {
+    const AnthropicUsage usage{r.prompt_tokens, r.cached_tokens, r.generated_tokens};
+    chat::ParsedMessage m;
+    if (writer_) {
+      if (parser_) {
+        std::vector<chat::ChatDelta> deltas = parser_->push(r.final_text);
+        for (chat::ChatDelta& d : parser_->finish()) deltas.push_back(std::move(d));
+        emit_deltas(std::move(deltas), nullptr);
+        m = parser_->message();
+      } else if (!r.final_text.empty()) {
+        emit(writer_->delta(content_delta(r.final_text)));
+      }
+    } else {
+      m = p_.parse ? chat::parse_chat_output(p_.format, r.text, *p_.parse) : chat::ParsedMessage{r.text, "", {}};
+    }
+    const std::string reason =
+        anthropic_stop_reason(r.finish == FinishReason::Length, !m.tool_calls.empty(), r.stop_matched);
+    if (writer_) {
+      emit(writer_->finish(reason, r.stop_matched, usage));
+      end_stream();
+    } else {
+      HttpResponse resp;
+      resp.body = anthropic_message_json(p_.id, p_.model, m, reason, r.stop_matched, usage);
+      ex_->respond(std::move(resp));
+    }
+  }
+
   Params p_;
   std::shared_ptr<HttpExchange> ex_;
+  std::optional<AnthropicStreamWriter> writer_;  // Anthropic streaming
   // Engine thread: one SSE event, queued until start_stream() has sent the headers.
   void emit(std::string chunk) {
+    if (chunk.empty()) return;  // an empty chunk would end a chunked stream
     std::lock_guard<std::mutex> lk(mu_);
     if (started_) {
       ex_->send(std::move(chunk));
@@ -224,6 +291,10 @@ class CompletionSink final : public RequestSink {
   void emit_deltas(std::vector<chat::ChatDelta> deltas, json lp) {
     if (deltas.empty() && !lp.is_null()) deltas.push_back(chat::ChatDelta{});
     for (chat::ChatDelta& d : deltas) {
+      if (writer_) {
+        emit(writer_->delta(d));
+        continue;
+      }
       emit(sse_event(chat_chunk_delta(p_.id, p_.created, p_.model, d, lp, p_.include_usage)));
       lp = nullptr;
     }
@@ -239,7 +310,8 @@ class CompletionSink final : public RequestSink {
 };
 
 bool is_completion_path(const std::string& path) {
-  return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/responses";
+  return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/responses" ||
+         path == "/v1/messages";
 }
 
 json pool_stats_json(const PoolStats& p) {
@@ -302,6 +374,11 @@ json cache_stats_json(const CacheStats& c) {
               {"resets", c.resets}};
 }
 
+// The transport's own errors (401 for a bad key, 405) on the Anthropic routes.
+HttpResponse anthropic_route_error(int status, std::string_view message) {
+  return api_error_response(WireProtocol::Anthropic, status, message);
+}
+
 }  // namespace
 
 ApiServer::ApiServer(ApiServerOptions options)
@@ -317,6 +394,8 @@ std::vector<Route> ApiServer::routes() {
   return {
       {"POST", "/v1/chat/completions", true, bind(&ApiServer::handle_chat)},
       {"POST", "/v1/completions", true, bind(&ApiServer::handle_completion)},
+      {"POST", "/v1/messages", true, bind(&ApiServer::handle_messages), anthropic_route_error},
+      {"POST", "/v1/messages/count_tokens", true, bind(&ApiServer::handle_count_tokens), anthropic_route_error},
       {"GET", "/v1/models", true, bind(&ApiServer::handle_models)},
       {"GET", "/health", false, bind(&ApiServer::handle_health)},
       {"POST", "/tokenize", true, bind(&ApiServer::handle_tokenize)},
@@ -360,6 +439,8 @@ HttpResponse loading_response() {
   r.body = error_json(503, "Loading model", "unavailable_error");
   return r;
 }
+// The Anthropic routes answer in Anthropic's shape (503 overloaded_error).
+HttpResponse anthropic_loading_response() { return api_error_response(WireProtocol::Anthropic, 503, "Loading model"); }
 }  // namespace
 
 void ApiServer::handle_health(const HttpRequest&, std::shared_ptr<HttpExchange> ex) {
@@ -447,6 +528,19 @@ std::string ApiServer::render_chat(const ordered_json& messages, const ordered_j
   }
 }
 
+std::optional<chat::ParseOptions> ApiServer::output_parsing(const CompletionRequest& cr, const std::string& prompt,
+                                                           const char* call_id_prefix) {
+  const bool calls = cr.tool_choice != ToolChoice::None;
+  const bool reasoning = options_.extract_reasoning && chat_format_.reasoning != chat::ReasoningFormat::None;
+  if (!calls && !reasoning) return std::nullopt;
+  chat::ParseOptions po;
+  po.parse_tool_calls = calls;
+  po.extract_reasoning = reasoning;
+  po.thinking_open_at_start = reasoning && chat::prompt_opens_thinking(chat_format_, prompt);
+  po.call_id_prefix = make_id(call_id_prefix, next_id_.fetch_add(1)) + "_";
+  return po;
+}
+
 void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
   Engine* e = engine_.load(std::memory_order_acquire);
   if (!e) return void(ex->respond(loading_response()));
@@ -468,20 +562,40 @@ ApiServer::PreparedChat ApiServer::prepare_chat(const CompletionRequest& cr) {
   if (!cr.reasoning_effort.empty() && !(kwargs.is_object() && kwargs.contains("reasoning_effort")))
     kwargs["reasoning_effort"] = cr.reasoning_effort;
   const std::string prompt = render_chat(cr.messages, cr.tools, true, kwargs);
-  // Output parsing: tool calls when tools may be called, reasoning when the format
-  // has it and --reasoning-format is auto; otherwise the text goes out untouched.
-  std::optional<chat::ParseOptions> parse;
-  const bool calls = cr.tool_choice != ToolChoice::None;
-  const bool reasoning = options_.extract_reasoning && chat_format_.reasoning != chat::ReasoningFormat::None;
-  if (calls || reasoning) {
-    chat::ParseOptions po;
-    po.parse_tool_calls = calls;
-    po.extract_reasoning = reasoning;
-    po.thinking_open_at_start = reasoning && chat::prompt_opens_thinking(chat_format_, prompt);
-    po.call_id_prefix = make_id("call_", next_id_.fetch_add(1)) + "_";
-    parse = po;
+  return PreparedChat{tokenize_prompt(*tokenizer_, prompt), output_parsing(cr, prompt, "call_")};
+}
+
+std::string ApiServer::render_anthropic(const AnthropicRequest& ar) const {
+  if (!tokenizer_ || !chat_template_) throw ApiError(400, "this model has no tokenizer or chat template");
+  return render_chat(ar.chat.messages, ar.chat.tools, true, ar.template_kwargs) + ar.prefill;
+}
+
+void ApiServer::handle_messages(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+  Engine* e = engine_.load(std::memory_order_acquire);
+  if (!e) return void(ex->respond(anthropic_loading_response()));
+  try {
+    AnthropicRequest ar = parse_anthropic_request(req.body, n_vocab(), sampling_defaults_);
+    const std::string prompt = render_anthropic(ar);
+    // Reasoning goes out as thinking blocks, tool calls as tool_use blocks.
+    start_generation(req, ex, ar.chat, tokenize_prompt(*tokenizer_, prompt), output_parsing(ar.chat, prompt, "toolu_"),
+                     WireProtocol::Anthropic);
+  } catch (const ApiError& err) {
+    ex->respond(api_error_response(WireProtocol::Anthropic, err.status, err.what()));
   }
-  return PreparedChat{tokenize_prompt(*tokenizer_, prompt), parse};
+}
+
+void ApiServer::handle_count_tokens(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+  if (!ready()) return void(ex->respond(anthropic_loading_response()));
+  try {
+    AnthropicRequest ar = parse_anthropic_request(req.body, n_vocab(), sampling_defaults_, /*count_tokens=*/true);
+    if (!ar.chat.model.empty() && ar.chat.model != options_.model_id)
+      throw ApiError(404, "the model '" + ar.chat.model + "' does not exist; this server serves '" +
+                              options_.model_id + "'");
+    const std::vector<int32_t> ids = tokenize_prompt(*tokenizer_, render_anthropic(ar));
+    ex->respond(json_response(200, json{{"input_tokens", ids.size()}}));
+  } catch (const ApiError& err) {
+    ex->respond(api_error_response(WireProtocol::Anthropic, err.status, err.what()));
+  }
 }
 
 void ApiServer::handle_completion(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
@@ -554,17 +668,20 @@ Request ApiServer::engine_request(const CompletionRequest& cr, std::vector<int32
 }
 
 bool ApiServer::submit(const std::shared_ptr<HttpExchange>& ex, Request r, std::shared_ptr<RequestSink> sink,
-                       const std::string& prompt_param) {
+                       const std::string& prompt_param, WireProtocol protocol) {
   Engine* e = engine_.load(std::memory_order_acquire);
   SubmitResult sr = e->submit(std::move(r), std::move(sink));
   if (!sr.ok()) {
     int status = 400;
-    if (sr.status == SubmitResult::Status::Busy) status = shutting_down_.load() ? 503 : 429;
+    // A full queue: OpenAI's 429, Anthropic's 529 overloaded_error (both retried by
+    // their SDKs).
+    const int busy = protocol == WireProtocol::Anthropic ? 529 : 429;
+    if (sr.status == SubmitResult::Status::Busy) status = shutting_down_.load() ? 503 : busy;
     metrics_.record_refused(sr.status == SubmitResult::Status::Busy ? "busy" : "invalid");
     // A chat request's prompt is what its messages rendered to.
     const std::string param = sr.field == "prompt" ? prompt_param : sr.field;
-    HttpResponse resp = error_response(status, sr.message, param);
-    if (status == 429) resp.headers.emplace_back("Retry-After", "1");
+    HttpResponse resp = api_error_response(protocol, status, sr.message, param);
+    if (status == busy) resp.headers.emplace_back("Retry-After", "1");
     ex->respond(std::move(resp));
     return false;
   }
@@ -575,15 +692,18 @@ bool ApiServer::submit(const std::shared_ptr<HttpExchange>& ex, Request r, std::
 
 void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex,
                                  const CompletionRequest& cr, std::vector<int32_t> prompt,
-                                 std::optional<chat::ParseOptions> parse) {
+                                 std::optional<chat::ParseOptions> parse, WireProtocol protocol) {
   Request r = engine_request(cr, std::move(prompt), parse);
   CompletionSink::Params p;
   p.kind = cr.kind;
+  p.protocol = protocol;
+  p.prompt_tokens = static_cast<int64_t>(r.prompt.size());
   p.stream = cr.stream;
   p.include_usage = cr.include_usage;
   p.logprobs = cr.logprobs;
   p.log = options_.log_requests;
-  p.id = make_id(cr.kind == ApiKind::Chat ? "chatcmpl-" : "cmpl-", next_id_.fetch_add(1));
+  const char* id_prefix = protocol == WireProtocol::Anthropic ? "msg_" : cr.kind == ApiKind::Chat ? "chatcmpl-" : "cmpl-";
+  p.id = make_id(id_prefix, next_id_.fetch_add(1));
   p.model = options_.model_id;
   p.method = req.method;
   p.path = req.path;
@@ -595,7 +715,7 @@ void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<H
   const bool stream = cr.stream;
 
   auto sink = std::make_shared<CompletionSink>(std::move(p), ex);
-  if (!submit(ex, std::move(r), sink, cr.kind == ApiKind::Chat ? "messages" : "prompt")) return;
+  if (!submit(ex, std::move(r), sink, cr.kind == ApiKind::Chat ? "messages" : "prompt", protocol)) return;
   if (stream) sink->start_stream();
 }
 

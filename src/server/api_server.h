@@ -1,4 +1,4 @@
-// ApiServer — the OpenAI-compatible API of `pagoda serve`: binds the HTTP routes to
+// ApiServer — the OpenAI-compatible (and Anthropic Messages) API of `pagoda serve`: binds the HTTP routes to
 // the Engine, the tokenizer and the chat template.
 //
 // Contract:
@@ -17,6 +17,9 @@
 // - Streaming: the SSE headers go out only once the engine has accepted the request, so
 //   a refused streaming request gets a real HTTP status (429, 400), not 200 and an error
 //   event; events the engine produces before the headers are queued in the sink.
+// - Anthropic routes (/v1/messages, /v1/messages/count_tokens) answer every error in
+//   Anthropic's shape (anthropic_error_json), a full queue with 529 instead of 429, and
+//   while loading 503 overloaded_error; the statuses are otherwise those below.
 // - Status codes: 400 for any client error the protocol layer or the engine's
 //   validation reports (a prompt longer than the context names both numbers), 404
 //   for an unknown model, 429 when the engine's queue is full (Retry-After: 1), 503
@@ -39,6 +42,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "server/anthropic_protocol.h"
 #include "server/chat_template.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -48,6 +52,9 @@
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda::server {
+
+// Which API a route speaks: the shape of its error bodies and of its answers.
+enum class WireProtocol { OpenAI, Anthropic };
 
 struct ApiServerOptions {
   std::string model_id = "model";  // reported by /v1/models; requests naming another get 404
@@ -87,6 +94,12 @@ class ApiServer {
  private:
   void handle_chat(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
   void handle_completion(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  // Anthropic's Messages API (anthropic_protocol.h): POST /v1/messages and
+  // /v1/messages/count_tokens, errors in Anthropic's shape.
+  void handle_messages(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void handle_count_tokens(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  // The prompt text of a parsed Anthropic request, rendered as /v1/messages renders it.
+  std::string render_anthropic(const AnthropicRequest& ar) const;
   void handle_models(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
   void handle_health(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
   void handle_tokenize(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
@@ -113,17 +126,23 @@ class ApiServer {
   // Submits and wires the disconnect callback; a refusal (429, 400, 503) is answered
   // here, naming `prompt_param` for a bad prompt, and returns false.
   bool submit(const std::shared_ptr<HttpExchange>& ex, Request r, std::shared_ptr<RequestSink> sink,
-              const std::string& prompt_param);
+              const std::string& prompt_param, WireProtocol protocol = WireProtocol::OpenAI);
   // Validates what the protocol layer cannot (model name, context length), submits
   // and wires the sink and the disconnect callback. Throws ApiError.
   // `parse`: chat output to parse into tool calls / reasoning (nullopt: plain text).
   void start_generation(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex,
                         const CompletionRequest& cr, std::vector<int32_t> prompt,
-                        std::optional<chat::ParseOptions> parse = std::nullopt);
+                        std::optional<chat::ParseOptions> parse = std::nullopt,
+                        WireProtocol protocol = WireProtocol::OpenAI);
   // The compiled grammar the request's output must match, or null. With reasoning
   // extracted (parse), a thinking model may think before it. Throws ApiError.
   std::shared_ptr<const grammar::Grammar> output_grammar(const CompletionRequest& cr,
                                                          const std::optional<chat::ParseOptions>& parse);
+  // How a chat's output is parsed: tool calls when tools may be called, reasoning when
+  // the format has it and --reasoning-format is auto; nullopt: the text goes out
+  // untouched. Call ids are call_id_prefix + a unique stem + "_" + index.
+  std::optional<chat::ParseOptions> output_parsing(const CompletionRequest& cr, const std::string& prompt,
+                                                   const char* call_id_prefix);
   int32_t n_vocab() const;  // -1 before attach()
   // The chat template applied to a conversation, with the model's BOS / EOS text and
   // string tool-call arguments parsed. Requires: a tokenizer and a template. Throws

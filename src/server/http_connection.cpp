@@ -377,7 +377,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       r.status = 204;
       r.headers = {{"Allow", allow},
                    {"Access-Control-Allow-Methods", allow},
-                   {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
+                   {"Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version"},
                    {"Access-Control-Max-Age", "86400"}};
       exchange->respond(std::move(r));
       return;
@@ -385,13 +385,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
     const auto route = std::find_if(routes.begin(), routes.end(),
                                     [&](const Route& r) { return r.method == request_.method; });
     if (route == routes.end()) {
-      HttpResponse r = error_response(405, "method " + request_.method + " not allowed on " + request_.path);
+      const std::string msg = "method " + request_.method + " not allowed on " + request_.path;
+      HttpResponse r = routes.front().error_body ? routes.front().error_body(405, msg) : error_response(405, msg);
       r.headers.emplace_back("Allow", allow);
       exchange->respond(std::move(r));
       return;
     }
     if (route->auth && !authorized()) {
-      HttpResponse r = error_response(401, "invalid or missing API key (Authorization: Bearer ...)");
+      const std::string msg = "invalid or missing API key (Authorization: Bearer ... or x-api-key)";
+      HttpResponse r = route->error_body ? route->error_body(401, msg) : error_response(401, msg);
       r.headers.emplace_back("WWW-Authenticate", "Bearer");
       exchange->respond(std::move(r));
       return;
@@ -410,15 +412,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool authorized() const {
     const std::string& key = shared_->options.api_key;
     if (key.empty()) return true;
+    auto trimmed = [](std::string_view v) {
+      while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+      while (!v.empty() && v.back() == ' ') v.remove_suffix(1);
+      return v;
+    };
+    // Anthropic's SDKs send the key as x-api-key.
+    if (const auto x = request_.headers.find("x-api-key"); x != request_.headers.end() && keys_equal(trimmed(x->second), key))
+      return true;
     const auto it = request_.headers.find("authorization");
     if (it == request_.headers.end()) return false;
     std::string_view value = it->second;
     constexpr std::string_view kScheme = "bearer ";
     if (value.size() < kScheme.size() || !iequals(value.substr(0, kScheme.size()), kScheme)) return false;
-    value.remove_prefix(kScheme.size());
-    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
-    while (!value.empty() && value.back() == ' ') value.remove_suffix(1);
-    return keys_equal(value, key);
+    return keys_equal(trimmed(value.substr(kScheme.size())), key);
   }
 
   void report_complete(int status) {

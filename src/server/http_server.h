@@ -11,9 +11,12 @@
 //   in "/*" matches that prefix plus one non-empty final segment ("/v1/responses/*"
 //   matches "/v1/responses/resp_1"), when no exact route does. Unknown path: 404;
 //   known path, other method: 405 (with an Allow header). Both as OpenAI-style
-//   error objects (error_json). `OPTIONS` on any route answers 204 with CORS headers.
-// - Auth: when api_key is set, a route with `auth` needs `Authorization: Bearer KEY`
-//   (compared in constant time over the whole key); otherwise 401. Routes without
+//   error objects (error_json), except that a 405 or 401 on a path whose route has an
+//   error_body is answered with that (Anthropic's shape on /v1/messages). `OPTIONS` on
+//   any route answers 204 with CORS headers.
+// - Auth: when api_key is set, a route with `auth` needs `Authorization: Bearer KEY` or
+//   `x-api-key: KEY` (Anthropic's header) (compared in constant time over the whole
+//   key); otherwise 401. Routes without
 //   `auth` (/health) stay open.
 // - Limits: a body over max_body_bytes is answered 413 without reading it all; a
 //   request whose headers do not arrive within header_timeout is dropped (so is one
@@ -96,11 +99,16 @@ class HttpExchange {
 
 using HttpHandler = std::function<void(const HttpRequest&, std::shared_ptr<HttpExchange>)>;
 
+// The body of an error the transport answers on a route's path itself (401, 405), for
+// routes whose API has its own error shape (Anthropic's). Null: error_response().
+using RouteErrorBody = HttpResponse (*)(int status, std::string_view message);
+
 struct Route {
   std::string method;  // "GET" / "POST"
   std::string path;    // exact, or ending in "/*" (one final segment)
   bool auth = true;    // needs the API key when one is set
   HttpHandler handler;
+  RouteErrorBody error_body = nullptr;
 };
 
 struct HttpServerOptions {

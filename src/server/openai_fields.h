@@ -15,14 +15,14 @@
 
 namespace pagoda::server::fields {
 
-// The request body as a JSON object: ApiError 400 for invalid JSON, a non-object, or
-// nesting deeper than 64 levels.
-ordered_json parse_object(std::string_view body);
 [[noreturn]] void bad(const std::string& param, const std::string& message);
 std::string quoted(const std::string& name);
 std::string fmt_number(double v);
 // A client's string for a message: at most 40 bytes, JSON-quoted, valid UTF-8.
 std::string echo(std::string_view s);
+// The request body as a JSON object: a 400 for invalid JSON, a number beyond double's
+// range, nesting deeper than 64 levels, or a body that is not an object.
+ordered_json parse_body(std::string_view body);
 const ordered_json* find_field(const ordered_json& obj, const std::string& key);
 std::optional<double> opt_number(const ordered_json& obj, const std::string& key);
 std::optional<int64_t> opt_integer(const ordered_json& obj, const std::string& key);

@@ -137,6 +137,10 @@ struct SamplingDefaults {
 // Throws ApiError. n_vocab bounds token ids (prompt and logit_bias keys, which OpenAI
 // sends as strings: {"50256": -100}).
 CompletionRequest parse_chat_request(std::string_view body, int32_t n_vocab, const SamplingDefaults& defaults = {});
+// The same over a parsed body (the Anthropic parser hands over the chat-shaped body it
+// built from a /v1/messages request).
+CompletionRequest parse_chat_request_body(const ordered_json& body, int32_t n_vocab,
+                                          const SamplingDefaults& defaults = {});
 CompletionRequest parse_completion_request(std::string_view body, int32_t n_vocab,
                                            const SamplingDefaults& defaults = {});
 

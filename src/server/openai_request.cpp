@@ -119,7 +119,7 @@ void check_min(const std::string& key, int64_t v, int64_t min) {
 // use trivial. Rejected: no limit — an 8 MiB body of '[' is 8M levels.
 constexpr int kMaxJsonDepth = 64;
 
-ordered_json parse_object(std::string_view body) {
+ordered_json parse_body(std::string_view body) {
   ordered_json j;
   try {
     j = ordered_json::parse(body.begin(), body.end(),
@@ -430,7 +430,10 @@ void parse_prompt(const ordered_json& body, int32_t n_vocab, CompletionRequest& 
 using namespace fields;
 
 CompletionRequest parse_chat_request(std::string_view body_text, int32_t n_vocab, const SamplingDefaults& defaults) {
-  const ordered_json body = parse_object(body_text);
+  return parse_chat_request_body(parse_body(body_text), n_vocab, defaults);
+}
+
+CompletionRequest parse_chat_request_body(const ordered_json& body, int32_t n_vocab, const SamplingDefaults& defaults) {
   CompletionRequest r;
   r.kind = ApiKind::Chat;
   r.messages = parse_messages(body);
@@ -453,7 +456,7 @@ CompletionRequest parse_chat_request(std::string_view body_text, int32_t n_vocab
 
 CompletionRequest parse_completion_request(std::string_view body_text, int32_t n_vocab,
                                            const SamplingDefaults& defaults) {
-  const ordered_json body = parse_object(body_text);
+  const ordered_json body = parse_body(body_text);
   CompletionRequest r;
   r.kind = ApiKind::Completion;
   parse_prompt(body, n_vocab, r);
@@ -475,7 +478,7 @@ CompletionRequest parse_completion_request(std::string_view body_text, int32_t n
 }
 
 TokenizeRequest parse_tokenize_request(std::string_view body_text) {
-  const ordered_json body = parse_object(body_text);
+  const ordered_json body = parse_body(body_text);
   TokenizeRequest r;
   auto content = opt_string(body, "content");
   if (!content) bad("content", "'content' is required");
@@ -486,7 +489,7 @@ TokenizeRequest parse_tokenize_request(std::string_view body_text) {
 }
 
 std::vector<int32_t> parse_detokenize_request(std::string_view body_text, int32_t n_vocab) {
-  const ordered_json body = parse_object(body_text);
+  const ordered_json body = parse_body(body_text);
   std::vector<int32_t> ids;
   const ordered_json* t = find_field(body, "tokens");
   if (!t) return ids;  // llama-server: no tokens, empty content
@@ -503,7 +506,7 @@ std::vector<int32_t> parse_detokenize_request(std::string_view body_text, int32_
 }
 
 ApplyTemplateRequest parse_apply_template_request(std::string_view body_text) {
-  const ordered_json body = parse_object(body_text);
+  const ordered_json body = parse_body(body_text);
   ApplyTemplateRequest r;
   r.messages = parse_messages(body);
   r.tools = parse_tools(body);

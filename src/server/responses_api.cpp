@@ -187,7 +187,7 @@ void rename_chat_param(ApiError& err) {
 
 ResponsesRequest parse_responses_request(std::string_view body_text, int32_t n_vocab, const SamplingDefaults& defaults,
                                          const HistoryLookup& history_of) {
-  const ordered_json body = parse_object(body_text);
+  const ordered_json body = parse_body(body_text);
   ResponsesRequest r;
   if (auto bg = opt_bool(body, "background"); bg && *bg) bad("background", "'background' responses are not supported");
   if (auto s = opt_bool(body, "store")) r.store = *s;

@@ -232,8 +232,9 @@ TEST_F(Serve, BadRequestsGetOpenAiErrors) {
 }
 
 // Mutated and random request bodies on every POST route: each gets a well-formed HTTP answer
-// (200, or a 4xx OpenAI error object; never 5xx, never a dropped connection), and the server
-// keeps serving. Fixed seed, so a failure reproduces.
+// (200, or a 4xx OpenAI or Anthropic error object, both with an "error" member; never 5xx,
+// never a dropped connection), and the server keeps serving. Fixed seed, so a failure
+// reproduces.
 TEST_F(Serve, FuzzedRequestBodiesNeverCrashTheServer) {
   const std::vector<std::pair<std::string, std::string>> seeds = {
       {"/v1/chat/completions",
@@ -243,6 +244,9 @@ TEST_F(Serve, FuzzedRequestBodiesNeverCrashTheServer) {
       {"/tokenize", R"({"content":"Once upon","add_special":true,"with_pieces":true})"},
       {"/detokenize", R"({"tokens":[1,400,401]})"},
       {"/apply-template", R"({"messages":[{"role":"user","content":"hello"}],"add_generation_prompt":false})"},
+      {"/v1/messages",
+       R"({"system":[{"type":"text","text":"be brief"}],"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{"a":1}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"ok"}],"is_error":false}]}],"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":{"type":"auto"},"max_tokens":3,"stop_sequences":["x"],"temperature":0.5,"stream":true})"},
+      {"/v1/messages/count_tokens", R"({"system":"s","messages":[{"role":"user","content":"hi"}],"thinking":{"type":"enabled","budget_tokens":1024}})"},
   };
   const std::string alphabet = std::string("{}[]\":,0123456789-.eE truefalsenul\\u00ff\xff") + '\0' + "abc";
   std::mt19937_64 rng(12345);

@@ -1,5 +1,5 @@
 // ApiServer before attach() (the model is still loading): every route, /health
-// included, answers llama-server's 503 error object, so a client or load balancer
+// included, answers llama-server's 503 error object (the Anthropic routes Anthropic's), so a client or load balancer
 // polling either server reads the same thing; the routes are called directly with a
 // recording exchange (no sockets, no model).
 #include <gtest/gtest.h>
@@ -87,6 +87,19 @@ TEST(ApiServerLoading, EveryOtherRouteAnswersTheSame) {
   expect_loading(call(api, "POST", "/detokenize", R"({"tokens":[1]})"));
   expect_loading(call(api, "POST", "/apply-template", chat));
   expect_loading(call(api, "GET", "/v1/cache/stats"));
+}
+
+// Anthropic's routes answer in Anthropic's shape: 503 overloaded_error (its SDKs retry it).
+TEST(ApiServerLoading, AnthropicRoutesAnswerOverloadedInAnthropicsShape) {
+  ApiServerOptions o;
+  o.log_requests = false;
+  ApiServer api(o);
+  const std::string body = R"({"max_tokens":4,"messages":[{"role":"user","content":"hi"}]})";
+  for (const char* path : {"/v1/messages", "/v1/messages/count_tokens"}) {
+    const HttpResponse r = call(api, "POST", path, body);
+    EXPECT_EQ(r.status, 503) << path;
+    EXPECT_EQ(r.body, R"({"type":"error","error":{"type":"overloaded_error","message":"Loading model"}})") << path;
+  }
 }
 
 }  // namespace

@@ -154,7 +154,9 @@ TEST_F(HttpServerTest, ApiKeyGuardsAuthRoutesOnly) {
   for (const std::string& auth :
        {std::string(), std::string("Authorization: Bearer sk-wrong-123\r\n"),
         std::string("Authorization: Bearer sk-secret-1234\r\n"), std::string("Authorization: Bearer sk-secret-12\r\n"),
-        std::string("Authorization: sk-secret-123\r\n"), std::string("Authorization: Bearer \r\n")}) {
+        std::string("Authorization: sk-secret-123\r\n"), std::string("Authorization: Bearer \r\n"),
+        std::string("x-api-key: sk-wrong-123\r\n"), std::string("x-api-key: sk-secret-1234\r\n"),
+        std::string("x-api-key: Bearer sk-secret-123\r\n"), std::string("x-api-key: \r\n")}) {
     c.send(get("/v1/models", auth));
     auto r = c.read_response();
     ASSERT_TRUE(r) << auth;
@@ -169,6 +171,12 @@ TEST_F(HttpServerTest, ApiKeyGuardsAuthRoutesOnly) {
   r = c.read_response();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
+  // Anthropic's header, alone or next to a wrong bearer token.
+  for (const char* auth : {"X-Api-Key: sk-secret-123\r\n", "x-api-key: sk-secret-123\r\nAuthorization: Bearer sk-wrong\r\n"}) {
+    c.send(get("/v1/models", auth));
+    ASSERT_TRUE(r = c.read_response()) << auth;
+    EXPECT_EQ(r->status, 200) << auth;
+  }
   c.send(get("/health"));  // open route, no key
   r = c.read_response();
   ASSERT_TRUE(r);
