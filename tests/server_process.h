@@ -280,4 +280,22 @@ class ServerProcess {
   std::string log_path_;
 };
 
+// A test suite sharing one `pagoda serve`: a derived suite's SetUpTestSuite calls
+// start_server(args); every test then finds it on port_ (the suite fails if it did not start).
+template <class Suite>
+class SuiteServer : public ::testing::Test {
+ protected:
+  static void start_server(std::vector<std::string> args) {
+    server_ = new ServerProcess(std::move(args));
+    port_ = server_->start();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(port_, 0) << server_->log(); }
+  static inline ServerProcess* server_ = nullptr;
+  static inline uint16_t port_ = 0;
+};
+
 }  // namespace pagoda::testing

@@ -63,18 +63,12 @@ void expect_error(const HttpResult& r, int status, const std::string& type, cons
 
 json user(const std::string& text) { return {{"role", "user"}, {"content", text}}; }
 
-class Anthropic : public ::testing::Test {
+class Anthropic : public pagoda::testing::SuiteServer<Anthropic> {
  protected:
   static void SetUpTestSuite() {
-    server_ = new ServerProcess({"-m", kStories, "-t", "1", "--parallel", "2", "--ctx-size", "512",
-                                 "--kv-cache-bytes", "16MiB", "--api-key", "sekrit"});
-    port_ = server_->start();
+    start_server({"-m", kStories, "-t", "1", "--parallel", "2", "--ctx-size", "512",
+                  "--kv-cache-bytes", "16MiB", "--api-key", "sekrit"});
   }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override { ASSERT_NE(port_, 0) << server_->log(); }
   static HttpResult post(const std::string& path, const json& body, const std::vector<std::string>& headers = kKey) {
     return http(port_, "POST", path, body.dump(), headers);
   }
@@ -83,11 +77,7 @@ class Anthropic : public ::testing::Test {
     return json::parse(r.body, nullptr, false);
   }
 
-  static ServerProcess* server_;
-  static uint16_t port_;
 };
-ServerProcess* Anthropic::server_ = nullptr;
-uint16_t Anthropic::port_ = 0;
 
 TEST_F(Anthropic, StreamedTextDeltasEqualTheNonStreamingMessage) {
   json req{{"model", "stories260K.gguf"},

@@ -18,18 +18,12 @@ using pagoda::testing::http;
 
 const std::string kStories = std::string(PAGODA_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
 
-class Responses : public ::testing::Test {
+class Responses : public pagoda::testing::SuiteServer<Responses> {
  protected:
   static void SetUpTestSuite() {
-    server_ = new ServerProcess({"-m", kStories, "-t", "1", "--parallel", "2", "--ctx-size", "1024",
-                                 "--kv-cache-bytes", "16MiB", "--responses-store-entries", "8"});
-    port_ = server_->start();
+    start_server({"-m", kStories, "-t", "1", "--parallel", "2", "--ctx-size", "1024",
+                  "--kv-cache-bytes", "16MiB", "--responses-store-entries", "8"});
   }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override { ASSERT_NE(port_, 0) << server_->log(); }
   static HttpResult post(const json& body) { return http(port_, "POST", "/v1/responses", body.dump()); }
   static json ok(const HttpResult& r) {
     EXPECT_EQ(r.status, 200) << r.body;
@@ -51,11 +45,7 @@ class Responses : public ::testing::Test {
     return "<no message>";
   }
 
-  static ServerProcess* server_;
-  static uint16_t port_;
 };
-ServerProcess* Responses::server_ = nullptr;
-uint16_t Responses::port_ = 0;
 
 const std::string kStoryStart =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her dog.";
