@@ -1,0 +1,310 @@
+// CompletionSink — the engine thread's side of one completion request (OpenAI chat and
+// completions, Anthropic messages): formats the answer or its stream events and queues
+// them on the HTTP exchange; and the small answer helpers api_server.cpp shares with it.
+// Private to src/server (api_server.cpp is its one user); moved out of api_server.cpp,
+// which had grown past 800 lines with the Responses and Anthropic routes.
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <random>
+
+#include "common/json_text.h"
+#include "server/anthropic_protocol.h"
+#include "server/api_server.h"
+#include "server/openai_protocol.h"
+
+namespace pagoda::server::completion_detail {
+
+using json = nlohmann::ordered_json;
+
+inline int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+inline HttpResponse json_response(int status, const json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = dump_json(body);
+  return r;
+}
+
+// "chatcmpl-" + 24 hex digits: a per-process random stem and a counter, unique within
+// a process and unlikely to repeat across restarts.
+inline std::string make_id(const char* prefix, uint64_t n) {
+  static const uint64_t stem = std::random_device{}() * 0x9E3779B97F4A7C15ull;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s%016llx%08llx", prefix, static_cast<unsigned long long>(stem),
+                static_cast<unsigned long long>(n & 0xffffffffu));
+  return buf;
+}
+
+inline const char* finish_reason_text(FinishReason r) { return r == FinishReason::Length ? "length" : "stop"; }
+
+// OpenAI: "tool_calls" when the model called a tool (and was not cut off).
+inline std::string chat_finish_reason(FinishReason r, const chat::ParsedMessage& m) {
+  if (r != FinishReason::Length && !m.tool_calls.empty()) return "tool_calls";
+  return finish_reason_text(r);
+}
+
+// The text a token's logprob entry shows: its piece with special tokens rendered.
+inline std::string piece_of(const Tokenizer* tok, int32_t id) {
+  return tok ? tok->token_to_piece(id, true) : std::to_string(id);
+}
+
+inline void log_line(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
+
+// Plain generated text as a parser delta (Anthropic streams without a parser).
+inline chat::ChatDelta content_delta(std::string text) {
+  chat::ChatDelta d;  // Kind::Content
+  d.text = std::move(text);
+  return d;
+}
+
+// An error answer in the shape of the route's API: OpenAI's {"error":{...}} or
+// Anthropic's {"type":"error","error":{...}}.
+inline HttpResponse api_error_response(WireProtocol protocol, int status, std::string_view message,
+                                std::string_view param = {}) {
+  if (protocol == WireProtocol::OpenAI) return error_response(status, message, param);
+  HttpResponse r;
+  r.status = status;
+  r.body = anthropic_error_json(status, message);
+  return r;
+}
+
+// The engine thread's side of one completion request: formats JSON and queues it on
+// the exchange. Never blocks (HttpExchange::send only queues).
+class CompletionSink final : public RequestSink {
+ public:
+  struct Params {
+    ApiKind kind = ApiKind::Chat;
+    WireProtocol protocol = WireProtocol::OpenAI;
+    int64_t prompt_tokens = 0;  // Anthropic's message_start reports it
+    bool stream = false, include_usage = false, logprobs = false, log = true;
+    std::string id, model, method, path;
+    int64_t created = 0;
+    const Tokenizer* tokenizer = nullptr;
+    ServerMetrics* metrics = nullptr;
+    // Chat output parsed into content / reasoning_content / tool_calls.
+    std::optional<chat::ParseOptions> parse;
+    chat::ChatFormat format;
+  };
+  CompletionSink(Params p, std::shared_ptr<HttpExchange> ex) : p_(std::move(p)), ex_(std::move(ex)) {
+    if (p_.parse && p_.stream) parser_.emplace(p_.format, *p_.parse);
+    if (anthropic() && p_.stream) writer_.emplace(p_.id, p_.model);
+  }
+
+  // Streaming: the handler calls this once submit() has accepted the request, so a
+  // refused request still gets a plain HTTP error status. What the engine thread
+  // produced before that is queued here and sent right after the headers.
+  void start_stream() {
+    std::lock_guard<std::mutex> lk(mu_);
+    ex_->start_stream(200, "text/event-stream");
+    if (writer_)
+      ex_->send(writer_->start(p_.prompt_tokens));
+    else if (p_.kind == ApiKind::Chat)
+      ex_->send(sse_event(chat_chunk_role(p_.id, p_.created, p_.model, p_.include_usage)));
+    for (std::string& chunk : pending_) ex_->send(std::move(chunk));
+    pending_.clear();
+    if (pending_finish_) ex_->finish();
+    started_ = true;
+  }
+
+  void on_token(const TokenEvent& ev) override {
+    // The engine decided end-of-generation (tokenizer EOS/EOT and generation_config's
+    // extra ids alike): that token is neither reported in logprobs nor streamed.
+    if (ev.eog) return;
+    TokenLogprobInfo info;
+    const bool with_lp = p_.logprobs;
+    if (with_lp) {
+      info.token = piece_of(p_.tokenizer, ev.token_id);
+      info.logprob = ev.logprob;
+      for (const TokenLogprob& t : ev.top_logprobs) info.top.push_back({piece_of(p_.tokenizer, t.token_id), t.logprob});
+    }
+    if (!p_.stream) {
+      if (with_lp) lps_.push_back(std::move(info));
+      return;
+    }
+    if (ev.text.empty() && !with_lp) return;
+    json lp = nullptr;
+    if (with_lp) {
+      std::vector<TokenLogprobInfo> one{std::move(info)};
+      lp = p_.kind == ApiKind::Chat ? chat_logprobs_json(one) : completion_logprobs_json(one, text_offset_);
+    }
+    text_offset_ += ev.text.size();
+    if (parser_) {
+      emit_deltas(parser_->push(ev.text), std::move(lp));
+    } else if (writer_) {
+      emit(writer_->delta(content_delta(ev.text)));
+    } else if (p_.kind == ApiKind::Chat) {
+      emit(sse_event(chat_chunk_content(p_.id, p_.created, p_.model, ev.text, lp, p_.include_usage)));
+    } else {
+      emit(sse_event(completion_chunk(p_.id, p_.created, p_.model, ev.text, lp, std::nullopt, p_.include_usage)));
+    }
+  }
+
+  void on_finish(const RequestResult& r) override {
+    if (p_.metrics) p_.metrics->record_finished(r);
+    Usage usage{r.prompt_tokens, r.generated_tokens, r.cached_tokens};
+    int status = 200;
+    if (r.finish == FinishReason::Cancelled) {
+      // The client left (or the server is shutting down / the request timed out):
+      // tell a client that is still there, in the shape it expects.
+      status = 503;
+      const std::string msg = "request cancelled before it finished (client disconnected, timeout or shutdown)";
+      if (writer_) {
+        emit(AnthropicStreamWriter::error_event(503, msg));
+        end_stream();
+      } else if (p_.stream) {
+        emit("data: " + error_json(503, msg) + "\n\n");
+        emit(std::string(kSseDone));
+        end_stream();
+      } else {
+        ex_->respond(api_error_response(p_.protocol, 503, msg));
+      }
+    } else if (anthropic()) {
+      finish_anthropic(r);
+    } else if (p_.stream) {
+      std::string reason = finish_reason_text(r.finish);
+      if (parser_) {
+        std::vector<chat::ChatDelta> deltas = parser_->push(r.final_text);
+        for (chat::ChatDelta& d : parser_->finish()) deltas.push_back(std::move(d));
+        emit_deltas(std::move(deltas), nullptr);
+        reason = chat_finish_reason(r.finish, parser_->message());
+        emit(sse_event(chat_chunk_finish(p_.id, p_.created, p_.model, reason, p_.include_usage)));
+      } else if (p_.kind == ApiKind::Chat) {
+        if (!r.final_text.empty())
+          emit(sse_event(chat_chunk_content(p_.id, p_.created, p_.model, r.final_text, nullptr, p_.include_usage)));
+        emit(sse_event(chat_chunk_finish(p_.id, p_.created, p_.model, reason, p_.include_usage)));
+      } else {
+        emit(sse_event(completion_chunk(p_.id, p_.created, p_.model, r.final_text, nullptr, reason, p_.include_usage)));
+      }
+      if (p_.include_usage) emit(sse_event(usage_chunk(p_.kind, p_.id, p_.created, p_.model, usage)));
+      emit(std::string(kSseDone));
+      end_stream();
+    } else {
+      const std::string reason = finish_reason_text(r.finish);
+      json lp = nullptr;
+      if (p_.logprobs)
+        lp = p_.kind == ApiKind::Chat ? chat_logprobs_json(lps_) : completion_logprobs_json(lps_, 0);
+      HttpResponse resp;
+      if (p_.parse) {
+        const chat::ParsedMessage m = chat::parse_chat_output(p_.format, r.text, *p_.parse);
+        resp.body = chat_message_response_json(p_.id, p_.created, p_.model, m, chat_finish_reason(r.finish, m),
+                                               usage, lp);
+      } else {
+        resp.body = p_.kind == ApiKind::Chat
+                        ? chat_response_json(p_.id, p_.created, p_.model, r.text, reason, usage, lp)
+                        : completion_response_json(p_.id, p_.created, p_.model, r.text, reason, usage, lp);
+      }
+      ex_->respond(std::move(resp));
+    }
+    if (p_.log) {
+      char buf[512];
+      std::snprintf(buf, sizeof buf,
+                    "%s %s %d finish=%s prompt=%lld cached=%lld generated=%lld queue=%.1fms ttft=%.1fms total=%.1fms%s",
+                    p_.method.c_str(), p_.path.c_str(), status, finish_reason_name(r.finish),
+                    static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.cached_tokens),
+                    static_cast<long long>(r.generated_tokens), r.timings.queue_ms, r.timings.ttft_ms,
+                    r.timings.total_ms, p_.stream ? " stream" : "");
+      log_line(buf);
+    }
+  }
+
+  void on_error(uint64_t, const std::string& message) override {
+    if (p_.metrics) p_.metrics->record_error();
+    const std::string msg = "generation failed: " + message;
+    if (writer_) {
+      emit(AnthropicStreamWriter::error_event(500, msg));
+      end_stream();
+    } else if (p_.stream) {
+      emit("data: " + error_json(500, msg) + "\n\n");
+      emit(std::string(kSseDone));
+      end_stream();
+    } else {
+      ex_->respond(api_error_response(p_.protocol, 500, msg));
+    }
+    if (p_.log) log_line(p_.method + " " + p_.path + " 500 error: " + message);
+  }
+
+ private:
+  bool anthropic() const { return p_.protocol == WireProtocol::Anthropic; }
+
+  // The end of an Anthropic message: the closing events of a stream, or the whole body.
+  void finish_anthropic(const RequestResult& r) {
+    const AnthropicUsage usage{r.prompt_tokens, r.cached_tokens, r.generated_tokens};
+    chat::ParsedMessage m;
+    if (writer_) {
+      if (parser_) {
+        std::vector<chat::ChatDelta> deltas = parser_->push(r.final_text);
+        for (chat::ChatDelta& d : parser_->finish()) deltas.push_back(std::move(d));
+        emit_deltas(std::move(deltas), nullptr);
+        m = parser_->message();
+      } else if (!r.final_text.empty()) {
+        emit(writer_->delta(content_delta(r.final_text)));
+      }
+    } else {
+      m = p_.parse ? chat::parse_chat_output(p_.format, r.text, *p_.parse) : chat::ParsedMessage{r.text, "", {}};
+    }
+    const std::string reason =
+        anthropic_stop_reason(r.finish == FinishReason::Length, !m.tool_calls.empty(), r.stop_matched);
+    if (writer_) {
+      emit(writer_->finish(reason, r.stop_matched, usage));
+      end_stream();
+    } else {
+      HttpResponse resp;
+      resp.body = anthropic_message_json(p_.id, p_.model, m, reason, r.stop_matched, usage);
+      ex_->respond(std::move(resp));
+    }
+  }
+
+  Params p_;
+  std::shared_ptr<HttpExchange> ex_;
+  std::optional<AnthropicStreamWriter> writer_;  // Anthropic streaming
+  // Engine thread: one SSE event, queued until start_stream() has sent the headers.
+  void emit(std::string chunk) {
+    if (chunk.empty()) return;  // an empty chunk would end a chunked stream
+    std::lock_guard<std::mutex> lk(mu_);
+    if (started_) {
+      ex_->send(std::move(chunk));
+    } else {
+      pending_.push_back(std::move(chunk));
+    }
+  }
+  void end_stream() {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (started_) {
+      ex_->finish();
+    } else {
+      pending_finish_ = true;
+    }
+  }
+
+  // Parsed deltas as chunks; a token's logprobs ride on its first chunk (or on an
+  // empty content chunk when the parser held its text back), so none is lost.
+  void emit_deltas(std::vector<chat::ChatDelta> deltas, json lp) {
+    if (deltas.empty() && !lp.is_null()) deltas.push_back(chat::ChatDelta{});
+    for (chat::ChatDelta& d : deltas) {
+      if (writer_) {
+        emit(writer_->delta(d));
+        continue;
+      }
+      emit(sse_event(chat_chunk_delta(p_.id, p_.created, p_.model, d, lp, p_.include_usage)));
+      lp = nullptr;
+    }
+  }
+
+  std::optional<chat::StreamingChatParser> parser_;  // streaming chat with parsing
+  std::vector<TokenLogprobInfo> lps_;  // non-streaming: every token's logprobs
+  std::mutex mu_;                      // started_, pending_, pending_finish_ (handler vs engine thread)
+  bool started_ = false;
+  bool pending_finish_ = false;
+  std::vector<std::string> pending_;
+  size_t text_offset_ = 0;
+};
+
+}  // namespace pagoda::server::completion_detail
