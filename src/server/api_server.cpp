@@ -128,6 +128,8 @@ void ApiServer::on_http_complete(const HttpRequest& req, int status, double seco
   metrics_.record_http(status);
   // Completion requests that reached the engine log their own line when they end.
   if (!options_.log_requests || (is_completion_path(req.path) && status == 200)) return;
+  // A load balancer checks every replica every second or so: only a failing check is news.
+  if (req.path == "/health" && status == 200) return;
   char buf[256];
   std::snprintf(buf, sizeof buf, "[%s] %s %s %d %.1fms", options_.replica_id.c_str(), req.method.c_str(),
                 req.path.c_str(), status, seconds * 1e3);
