@@ -367,7 +367,7 @@ TEST_F(ClusterE2E, ARequestRefusedByABusyReplicaIsRetriedOnAnother) {
   HttpResult long_one;
   std::thread slow([&] {
     long_one = http(cluster.port(), "POST", "/v1/completions",
-                    json{{"prompt", "Once"}, {"max_tokens", 1500}, {"ignore_eos", true}}.dump(), key);
+                    json{{"prompt", "Once"}, {"max_tokens", 600}, {"ignore_eos", true}}.dump(), key);
   });
   bool running = false;
   for (int i = 0; i < 500 && !running; ++i) {
