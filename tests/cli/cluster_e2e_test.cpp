@@ -12,6 +12,7 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -143,6 +144,21 @@ class Cluster {
   std::map<std::string, Replica> replicas_;
 };
 
+// A started cluster, or null. The port is picked free and then bound by HAProxy a moment later,
+// so another process can take it in between (tests running in parallel): then it tries again.
+std::unique_ptr<Cluster> start_cluster(const std::string& balance, const std::vector<std::string>& serve_args = {}) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto cluster = std::make_unique<Cluster>(balance, serve_args);
+    if (cluster->start()) return cluster;
+    if (cluster->log().find("haproxy exited during start-up") == std::string::npos) {
+      ADD_FAILURE() << cluster->log();
+      return nullptr;
+    }
+  }
+  ADD_FAILURE() << "HAProxy could not bind three times";
+  return nullptr;
+}
+
 // One chat turn's outcome.
 struct Turn {
   int status = 0;
@@ -213,8 +229,9 @@ class ClusterE2E : public ::testing::Test {
 };
 
 TEST_F(ClusterE2E, AffinityKeepsEveryConversationWithoutAKeyOnOneReplica) {
-  Cluster cluster("affinity");
-  ASSERT_TRUE(cluster.start()) << cluster.log();
+  std::unique_ptr<Cluster> owner = start_cluster("affinity");
+  ASSERT_TRUE(owner);
+  Cluster& cluster = *owner;
   std::vector<Conversation> convs;
   for (int c = 0; c < kConversations; ++c) convs.emplace_back(c);
   for (int t = 0; t < kTurns; ++t) turn_of_all(convs, cluster.port());
@@ -241,8 +258,9 @@ TEST_F(ClusterE2E, AffinityKeepsEveryConversationWithoutAKeyOnOneReplica) {
 }
 
 TEST_F(ClusterE2E, RoundRobinSendsMostTurnsToAReplicaWithoutTheirHistory) {
-  Cluster cluster("roundrobin");
-  ASSERT_TRUE(cluster.start()) << cluster.log();
+  std::unique_ptr<Cluster> owner = start_cluster("roundrobin");
+  ASSERT_TRUE(owner);
+  Cluster& cluster = *owner;
   std::vector<Conversation> convs;
   for (int c = 0; c < kConversations; ++c) convs.emplace_back(c);
   // One conversation after the other: round-robin then puts consecutive turns on different
@@ -258,8 +276,9 @@ TEST_F(ClusterE2E, RoundRobinSendsMostTurnsToAReplicaWithoutTheirHistory) {
 }
 
 TEST_F(ClusterE2E, AKilledReplicasConversationsMoveAndNoRequestFails) {
-  Cluster cluster("affinity");
-  ASSERT_TRUE(cluster.start()) << cluster.log();
+  std::unique_ptr<Cluster> owner = start_cluster("affinity");
+  ASSERT_TRUE(owner);
+  Cluster& cluster = *owner;
   std::vector<Conversation> convs;
   for (int c = 0; c < kConversations; ++c) convs.emplace_back(c);
   for (int t = 0; t < 2; ++t) turn_of_all(convs, cluster.port());
@@ -312,8 +331,9 @@ TEST_F(ClusterE2E, AKilledReplicasConversationsMoveAndNoRequestFails) {
 }
 
 TEST_F(ClusterE2E, ADrainingReplicaLeavesTheRingBeforeItStopsAnswering) {
-  Cluster cluster("affinity");
-  ASSERT_TRUE(cluster.start()) << cluster.log();
+  std::unique_ptr<Cluster> owner = start_cluster("affinity");
+  ASSERT_TRUE(owner);
+  Cluster& cluster = *owner;
   // Twelve sessions keyed by X-Session-Id, asked in a loop; find r1's.
   auto ask = [&](int session) {
     return http(cluster.port(), "POST", "/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 4}}.dump(),
@@ -355,8 +375,9 @@ TEST_F(ClusterE2E, ADrainingReplicaLeavesTheRingBeforeItStopsAnswering) {
 TEST_F(ClusterE2E, ARequestRefusedByABusyReplicaIsRetriedOnAnother) {
   // One request at a time per replica, no queue: a second request for the same session
   // while the first generates is refused (503 with --busy-status 503) and retried elsewhere.
-  Cluster cluster("affinity", {"--parallel", "1", "--max-queue", "0"});
-  ASSERT_TRUE(cluster.start()) << cluster.log();
+  std::unique_ptr<Cluster> owner = start_cluster("affinity", {"--parallel", "1", "--max-queue", "0"});
+  ASSERT_TRUE(owner);
+  Cluster& cluster = *owner;
   const std::vector<std::string> key = {"X-Session-Id: busy-session"};
   HttpResult first_probe = http(cluster.port(), "POST", "/v1/completions",
                                 json{{"prompt", "Once"}, {"max_tokens", 2}}.dump(), key);
