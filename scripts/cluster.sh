@@ -20,7 +20,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
 usage() {
-  sed -n '5,6p' "$0" | sed 's/^# *//' >&2
+  sed -n '5,6p' "$0" | sed 's/^# //' >&2
   exit 2
 }
 die() {
