@@ -29,6 +29,7 @@
 #include "server/api_server.h"
 #include "server/chat_template.h"
 #include "server/http_server.h"
+#include "server/webui.h"
 #include "common/text_file.h"
 
 namespace pagoda::cli {
@@ -105,6 +106,7 @@ Runner add_serve(CLI::App& app) {
     double responses_store_ttl = 3600;
     std::string responses_store_bytes = "256MiB";
     bool no_log = false;
+    bool no_webui = false;
     std::string reasoning_format = "auto";
     std::string replica_id;
     double drain_seconds = 0;
@@ -135,6 +137,7 @@ Runner add_serve(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(0.0, 1e6));
   app.add_option("--io-threads", o->io_threads, "HTTP I/O threads")->capture_default_str()->check(CLI::Range(1, 64));
   app.add_flag("--no-log-requests", o->no_log, "Do not log one line per request");
+  app.add_flag("--no-webui", o->no_webui, "Do not serve the built-in web UI at / (it is then a 404)");
   app.add_option("--reasoning-format", o->reasoning_format,
                  "auto: a thinking model's reasoning goes to reasoning_content; none: it stays in content")
       ->capture_default_str()->check(CLI::IsMember({"auto", "none"}));
@@ -225,13 +228,16 @@ Runner add_serve(CLI::App& app) {
     ho.api_key = api_key;
     ho.max_body_bytes = max_body;
     ho.on_complete = [&api](const server::HttpRequest& r, int status, double s) { api.on_http_complete(r, status, s); };
-    server::HttpServer http(ho, api.routes());  // binds; serves from start()
+    std::vector<server::Route> routes = api.routes();
+    if (!o->no_webui)
+      for (server::Route& r : server::webui_routes()) routes.push_back(std::move(r));
+    server::HttpServer http(ho, std::move(routes));  // binds; serves from start()
     // The default replica id names the bound port (--port 0 picks one).
     const std::string replica_id = !o->replica_id.empty() ? o->replica_id : default_replica_id(http.port());
     api.set_replica_id(replica_id);
     http.start();
-    std::fprintf(stderr, "pagoda serve: listening on http://%s:%u (loading %s)\n", o->host.c_str(), http.port(),
-                 o->model.c_str());
+    std::fprintf(stderr, "pagoda serve: listening on http://%s:%u (loading %s)%s\n", o->host.c_str(), http.port(),
+                 o->model.c_str(), o->no_webui ? "" : "; web UI at /");
 
     LoadedModel lm = load_model(o->model, load_options);
     if (lm.file && lm.file->has("tokenizer.ggml.model") && !lm.tokenizer) lm.tokenizer = Tokenizer::from_gguf(*lm.file);

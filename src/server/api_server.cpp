@@ -28,6 +28,14 @@ bool is_completion_path(const std::string& path) {
          path == "/v1/messages";
 }
 
+// Successful reads the access log leaves out: the web UI's files, and /v1/cache/stats, which
+// every open web UI page polls once a second (four times while it generates) and which
+// would otherwise bury the requests in one log line a second per page.
+bool is_quiet_read(const HttpRequest& req, int status) {
+  return req.method == "GET" && (status == 200 || status == 304) &&
+         (req.path == "/v1/cache/stats" || req.path == "/" || req.path.starts_with("/webui/"));
+}
+
 json pool_stats_json(const PoolStats& p) {
   return json{{"block_size", p.block_size},
               {"blocks_budget", p.blocks_budget},
@@ -127,7 +135,7 @@ std::vector<Route> ApiServer::routes() {
 void ApiServer::on_http_complete(const HttpRequest& req, int status, double seconds) {
   metrics_.record_http(status);
   // Completion requests that reached the engine log their own line when they end.
-  if (!options_.log_requests || (is_completion_path(req.path) && status == 200)) return;
+  if (!options_.log_requests || (is_completion_path(req.path) && status == 200) || is_quiet_read(req, status)) return;
   // A load balancer checks every replica every second or so: only a failing check is news.
   if (req.path == "/health" && status == 200) return;
   char buf[256];

@@ -33,7 +33,9 @@
 //   GET / DELETE /v1/responses/{id} and previous_response_id read (404 when unknown).
 // - Logging: one line per request on stderr, starting with "[replica_id] ": method,
 //   path, status, prompt / cached / generated tokens, queue / TTFT / total ms
-//   (completion routes log when generation ends; others when answered).
+//   (completion routes log when generation ends; others when answered). Successful GETs
+//   of /v1/cache/stats (polled by the web UI) and of the web UI's files (/, /webui/*) are
+//   not logged.
 #pragma once
 
 #include <atomic>
