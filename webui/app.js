@@ -366,6 +366,7 @@ async function generate(conversation, message) {
   const t0 = performance.now();
   let tFirst = null;
   let tLast = null;
+  let tEnd = null;  // the finish chunk
   let pieces = 0;
   let usage = null;
   message.stats = {};
@@ -398,7 +399,10 @@ async function generate(conversation, message) {
           tLast = now;
           pieces++;
         }
-        if (choice.finish_reason) message.stats.finish = choice.finish_reason;
+        if (choice.finish_reason) {
+          message.stats.finish = choice.finish_reason;
+          tEnd = performance.now();
+        }
         scheduleRender();
       },
     });
@@ -423,7 +427,12 @@ async function generate(conversation, message) {
     s.approx = true;
   }
   s.total_ms = performance.now() - t0;
-  if (s.generated > 1 && tLast > tFirst) s.tokens_per_s = (s.generated - 1) / ((tLast - tFirst) / 1000);
+  // Tokens per second after the first, as the browser saw them arrive. Output that arrives in
+  // one piece at the end (a tool call, parsed when complete) has no such interval: then the
+  // whole request's time, prompt included, is the honest divisor.
+  tEnd ??= tLast;
+  if (s.generated > 1 && tFirst !== null && tEnd - tFirst > 20) s.tokens_per_s = (s.generated - 1) / ((tEnd - tFirst) / 1000);
+  else if (s.generated > 0 && tEnd > t0) s.tokens_per_s = s.generated / ((tEnd - t0) / 1000);
   state.generation = null;
   setBusy(false);
   cachePanel.setFast(false);

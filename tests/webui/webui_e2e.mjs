@@ -184,7 +184,11 @@ async function sendAndWait(page, text, { timeout = 30_000 } = {}) {
 async function setSettings(page, fields) {
   await page.click('#open-settings');
   const form = page.locator('#settings-form');
-  for (const [name, value] of Object.entries(fields)) await form.locator(`[name="${name}"]`).fill(value);
+  for (const [name, value] of Object.entries(fields)) {
+    const field = form.locator(`[name="${name}"]`);
+    if (await field.evaluate((e) => e.tagName === 'SELECT')) await field.selectOption(value);
+    else await field.fill(value);
+  }
   await page.click('[data-testid="save-settings"]');
   await page.locator('#settings-dialog').waitFor({ state: 'hidden' });
 }
@@ -230,7 +234,15 @@ step('a message streams in and gets its token and timing stats', async () => {
       if (el && el.textContent) window.__streamStates.add(el.textContent.length);
     }).observe(document.getElementById('messages'), { subtree: true, childList: true, characterData: true, attributes: true });
   });
+  // stories260K writes 200 tokens in under 0.1 s, which the browser may read in one piece:
+  // slow the download (Chromium's network emulation, ~100 SSE events a second) so the answer
+  // has to arrive, and be drawn, over a few seconds.
+  const cdp = await ctx.context.newCDPSession(page);
+  await cdp.send('Network.enable');
+  await cdp.send('Network.emulateNetworkConditions', { offline: false, latency: 0, downloadThroughput: 24_000, uploadThroughput: -1 });
   const msg = await sendAndWait(page, 'Once upon a time');
+  await cdp.send('Network.emulateNetworkConditions', { offline: false, latency: 0, downloadThroughput: -1, uploadThroughput: -1 });
+  await cdp.detach();
   const states = await page.evaluate(() => window.__streamStates.size);
   check(states >= 2, `the answer was drawn in ${states} state(s) while streaming`);
   const text = await msg.locator('[data-testid="assistant-content"]').textContent();
@@ -284,6 +296,7 @@ step('Stop ends the generation and the server cancels it', async () => {
   const msg = lastAssistant(page);
   await until('the answer to start', async () =>
     ((await msg.locator('[data-testid="assistant-content"]').textContent()) || '').length > 10);
+  await page.screenshot({ path: path.join(opts.out, 'screenshots', 'generating.png') });
   await page.click('[data-testid="stop"]');
   await msg.locator('[data-testid="stat-finish"]').waitFor();
   check(await statOf(msg, 'finish') === 'stopped', `finish ${await statOf(msg, 'finish')}`);
@@ -384,6 +397,33 @@ step('screenshots: light, dark and phone-sized', async () => {
   const problems = page.problems.filter((p) => !expectedProblem(p));
   check(problems.length === 0, `console errors: ${problems.join('\n')}`);
   check(page.external.length === 0, `requests left the server: ${page.external.join(', ')}`);
+});
+
+step('structured output and tool calls are shown as such', async () => {
+  const page = ctx.page;
+  await page.click('#new-chat');
+  const schema = { type: 'object', properties: { mood: { enum: ['happy', 'sad'] } }, required: ['mood'], additionalProperties: false };
+  await setSettings(page, { response_format: 'json_schema', json_schema: JSON.stringify(schema), max_tokens: '60' });
+  let msg = await sendAndWait(page, 'How do you feel?');
+  check(await msg.locator('.structured-label').isVisible(), 'the JSON answer is not shown as structured output');
+  const json = JSON.parse(await msg.locator('[data-testid="assistant-content"] code').textContent());
+  check(['happy', 'sad'].includes(json.mood), `structured output ${JSON.stringify(json)}`);
+  const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object',
+    properties: { city: { enum: ['Paris', 'Oslo'] } }, required: ['city'], additionalProperties: false } } }];
+  await setSettings(page, { response_format: 'text', tools: JSON.stringify(tools), max_tokens: '200',
+    extra: '{"tool_choice": "required", "parallel_tool_calls": false}' });
+  msg = await sendAndWait(page, 'What is the weather?');
+  const call = msg.locator('[data-testid="tool-call"]');
+  check(await call.count() === 1, `${await call.count()} tool calls shown`);
+  const callText = await call.textContent();
+  check(callText.includes('get_weather') && /"city": "(Paris|Oslo)"/.test(callText), `tool call shown as ${JSON.stringify(callText)}`);
+  check(await statOf(msg, 'finish') === 'tool_calls', `finish ${await statOf(msg, 'finish')}`);
+  await page.screenshot({ path: path.join(opts.out, 'screenshots', 'structured-and-tools.png') });
+  await setSettings(page, { tools: '', extra: '' });
+  await page.click('#open-settings');
+  await page.screenshot({ path: path.join(opts.out, 'screenshots', 'settings.png') });
+  await page.keyboard.press('Escape');
+  await page.locator('#settings-dialog').waitFor({ state: 'hidden' });
 });
 
 step('a server with --api-key makes the page ask for the key', async () => {
