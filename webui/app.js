@@ -37,9 +37,13 @@ function initTheme() {
 // ---- API key -------------------------------------------------------------------------
 
 let keyPrompt = null;  // the pending prompt's promise, so parallel 401s ask once
+let keyDeclined = false;  // the user cancelled: background polls stop asking
 
-function askForKey() {
+// Asks for the API key; resolves true when one was given. `background` (the cache panel's
+// polls) does not ask again once the user has cancelled the dialog; sending a message does.
+function askForKey({ background = false } = {}) {
   if (keyPrompt) return keyPrompt;
+  if (background && keyDeclined) return Promise.resolve(false);
   const dialog = $('key-dialog');
   const form = $('key-form');
   form.elements.key.value = apiKey();
@@ -47,12 +51,9 @@ function askForKey() {
     dialog.addEventListener('close', () => {
       keyPrompt = null;
       const key = form.elements.key.value.trim();
-      if (dialog.returnValue === 'save' && key) {
-        setApiKey(key);
-        resolve(true);
-      } else {
-        resolve(false);
-      }
+      keyDeclined = !(dialog.returnValue === 'save' && key);
+      if (!keyDeclined) setApiKey(key);
+      resolve(!keyDeclined);
     }, { once: true });
   });
   dialog.returnValue = '';
@@ -529,7 +530,9 @@ function toggleDrawer(cls) {
 
 // ---- start ---------------------------------------------------------------------------
 
-const cachePanel = new CachePanel($('cache-body'), { onAuthError: () => askForKey() });
+const cachePanel = new CachePanel($('cache-body'), {
+  onAuthError: () => askForKey({ background: true }).then((given) => { if (given) cachePanel.poll(); }),
+});
 
 function updateMiniBar(stats) {
   const p = stats.pool;

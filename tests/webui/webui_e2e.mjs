@@ -10,7 +10,9 @@
 // its prompt from the prefix cache (more cached tokens); the cache panel follows; Stop ends
 // a generation and the server counts it cancelled with nothing left running; a reload finds
 // the conversations; hostile Markdown in a stored answer runs nothing; light / dark / phone
-// screenshots; a server with --api-key makes the page ask for the key, and then it works.
+// screenshots; structured output and tool calls are shown as such; reasoning (stories260K
+// under a DeepSeek-R1 template) arrives folded; a server with --api-key makes the page ask
+// for the key, and then it works.
 // On a failure every open page is saved as OUT/failure-<step>.png with the servers' logs.
 // Screenshots of the good runs are kept too (OUT/screenshots/*.png) for a look by eye.
 import { spawn } from 'node:child_process';
@@ -424,6 +426,27 @@ step('structured output and tool calls are shown as such', async () => {
   await page.screenshot({ path: path.join(opts.out, 'screenshots', 'settings.png') });
   await page.keyboard.press('Escape');
   await page.locator('#settings-dialog').waitFor({ state: 'hidden' });
+});
+
+step('reasoning arrives folded', async () => {
+  // stories260K has no reasoning of its own, but under a DeepSeek-R1 template the prompt opens
+  // <think>, so everything it writes (no </think> comes) is streamed as reasoning_content.
+  const template = path.join(path.dirname(opts.model), '..', '..', 'chat-templates', 'llama-cpp-deepseek-r1.jinja');
+  check(existsSync(template), `missing ${template}`);
+  const server = await startServer('reasoning', ['--chat-template-file', template]);
+  await waitHealthy(server);
+  const page = await openPage(ctx.context, server.url);
+  await page.goto(`${server.url}/`);
+  await setSettings(page, { max_tokens: '40', temperature: '0' });
+  const msg = await sendAndWait(page, 'Why?');
+  const details = msg.locator('details.reasoning');
+  check(await details.count() === 1, 'no reasoning block');
+  check(!(await details.evaluate((d) => d.open)), 'the reasoning is not folded');
+  check(/^Reasoning · \d+ words?$/.test(await details.locator('summary').textContent()), 'summary');
+  await details.locator('summary').click();
+  check(await details.evaluate((d) => d.open) && (await details.locator('.md').textContent()).trim().length > 0,
+        'the reasoning does not unfold');
+  await page.close();
 });
 
 step('a server with --api-key makes the page ask for the key', async () => {
