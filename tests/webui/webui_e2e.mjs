@@ -284,6 +284,10 @@ step('the cache panel follows the server', async () => {
         `panel cached blocks differ from the server's ${stats.pool.blocks_evictable}`);
   await until('another poll', async () =>
     Number(await page.getAttribute('[data-testid="cache-updated"]', 'data-updates')) > updates0);
+  // The panel's reset button empties the server's prefix cache, and the panel shows it.
+  await page.getByRole('button', { name: 'Reset prefix cache' }).click();
+  await until('the panel to show no entries', async () => (await panelNumber(page, 'cache-entries')) === 0);
+  check((await serverJson(ctx.main, '/v1/cache/stats')).prefix_cache.entries === 0, 'the server still has entries');
 });
 
 step('Stop ends the generation and the server cancels it', async () => {
@@ -466,6 +470,13 @@ step('a server with --api-key makes the page ask for the key', async () => {
 });
 
 // ---- run -----------------------------------------------------------------------------
+
+for (const sig of ['SIGINT', 'SIGTERM']) {
+  process.on(sig, () => {
+    stopServers();
+    process.exit(1);
+  });
+}
 
 const deadline = setTimeout(() => {
   console.error(`webui e2e: still running after ${RUN_DEADLINE_MS / 1000} s: giving up`);
