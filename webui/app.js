@@ -319,12 +319,13 @@ function parseJsonSetting(text, name, check) {
   return v;
 }
 
-// The request body for a conversation; throws Error naming a bad setting.
-function requestBody(conversation, settings) {
+// The request body for a conversation up to (not including) `answer`, the message being
+// generated; throws Error naming a bad setting.
+function requestBody(conversation, settings, answer = null) {
   const messages = [];
   if (conversation.system?.trim()) messages.push({ role: 'system', content: conversation.system });
   for (const m of conversation.messages) {
-    if (m === state.generation?.message) break;
+    if (m === answer) break;
     if (m.role === 'assistant' && !m.content && !m.tool_calls?.length) continue;  // failed or empty turns
     messages.push({ role: m.role, content: m.content || '' });
   }
@@ -354,7 +355,7 @@ function setBusy(busy) {
 async function generate(conversation, message) {
   let body;
   try {
-    body = requestBody(conversation, state.settings);
+    body = requestBody(conversation, state.settings, message);
   } catch (e) {
     message.error = `settings: ${e.message}`;
     return finishRender(conversation);
