@@ -242,7 +242,12 @@ step('a message streams in and gets its token and timing stats', async () => {
   const cdp = await ctx.context.newCDPSession(page);
   await cdp.send('Network.enable');
   await cdp.send('Network.emulateNetworkConditions', { offline: false, latency: 0, downloadThroughput: 24_000, uploadThroughput: -1 });
+  const sent = page.waitForRequest((r) => r.url().endsWith('/v1/chat/completions'));
   const msg = await sendAndWait(page, 'Once upon a time');
+  const body = (await sent).postDataJSON();
+  check(body.stream === true && body.stream_options?.include_usage === true, 'not a streamed request with usage');
+  check(body.max_tokens === 200 && body.temperature === 0 && !('top_p' in body), `settings not sent as set: ${JSON.stringify(body)}`);
+  check(JSON.stringify(body.messages) === JSON.stringify([{ role: 'user', content: 'Once upon a time' }]), 'messages');
   await cdp.send('Network.emulateNetworkConditions', { offline: false, latency: 0, downloadThroughput: -1, uploadThroughput: -1 });
   await cdp.detach();
   const states = await page.evaluate(() => window.__streamStates.size);
@@ -462,8 +467,12 @@ step('a server with --api-key makes the page ask for the key', async () => {
   await page.click('[data-testid="save-key"]');
   await until('the model name', async () => (await page.textContent('[data-testid="model-name"]')).includes('stories260K'));
   await page.locator('[data-testid="pool-live"]').waitFor();
-  await setSettings(page, { max_tokens: '20' });
+  await setSettings(page, { max_tokens: '20', system: 'You tell short stories.' });
+  const sent = page.waitForRequest((r) => r.url().endsWith('/v1/chat/completions'));
   const msg = await sendAndWait(page, 'Hello');
+  const body = (await sent).postDataJSON();
+  check(body.messages[0].role === 'system' && body.messages[0].content === 'You tell short stories.', 'no system prompt sent');
+  check((await sent).headers().authorization === `Bearer ${API_KEY}`, 'the key is not sent as a bearer token');
   check(Number(await statOf(msg, 'generated')) > 0, 'no answer with the key');
   check(page.external.length === 0, `requests left the server: ${page.external.join(', ')}`);
   await page.close();
