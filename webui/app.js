@@ -63,7 +63,19 @@ function askForKey({ background = false } = {}) {
 
 // ---- server status -------------------------------------------------------------------
 
+let statusRefreshing = false;
+
 async function refreshServerStatus() {
+  if (statusRefreshing) return;
+  statusRefreshing = true;
+  try {
+    await checkServer();
+  } finally {
+    statusRefreshing = false;
+  }
+}
+
+async function checkServer() {
   const status = $('server-status');
   try {
     const res = await fetch('health', { cache: 'no-store' });
@@ -76,7 +88,7 @@ async function refreshServerStatus() {
   } catch (e) {
     if (e instanceof AuthError) {
       status.textContent = 'needs API key';
-      if (await askForKey()) refreshServerStatus();
+      if (await askForKey()) await checkServer();
       return;
     }
     status.textContent = 'offline';
@@ -533,6 +545,8 @@ function toggleDrawer(cls) {
 
 const cachePanel = new CachePanel($('cache-body'), {
   onAuthError: () => askForKey({ background: true }).then((given) => { if (given) cachePanel.poll(); }),
+  // A server that stopped answering polls (restarted, or loading again) is checked anew.
+  onReachable: (ok) => { if (!ok || $('server-status').dataset.state !== 'ready') refreshServerStatus(); },
 });
 
 function updateMiniBar(stats) {

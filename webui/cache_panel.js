@@ -36,9 +36,12 @@ function row(label, value, testid) {
 }
 
 export class CachePanel {
-  constructor(root, { onAuthError }) {
+  // onAuthError: the server wants the API key; onReachable(bool): whether the last poll got
+  // an answer (so the page notices a server that went away or came back).
+  constructor(root, { onAuthError, onReachable }) {
     this.root = root;
     this.onAuthError = onAuthError;
+    this.onReachable = onReachable;
     this.fast = false;
     this.timer = null;
     this.updates = 0;
@@ -65,9 +68,11 @@ export class CachePanel {
     this.inFlight = true;
     try {
       const stats = await getJson('v1/cache/stats');
+      this.onReachable?.(true);
       this.render(stats);
     } catch (e) {
       if (e instanceof AuthError) this.onAuthError?.();
+      else this.onReachable?.(false);
       this.renderError(e);
     } finally {
       this.inFlight = false;
