@@ -79,9 +79,17 @@ async function checkServer() {
   const status = $('server-status');
   try {
     const res = await fetch('health', { cache: 'no-store' });
-    status.textContent = res.ok ? 'ready' : res.status === 503 ? 'loading model…' : `health ${res.status}`;
     status.dataset.state = res.ok ? 'ready' : 'loading';
-    if (!res.ok) { setTimeout(refreshServerStatus, 1000); return; }
+    if (!res.ok) {
+      // 503 "Loading model" while the model loads; 503 "Draining: ..." when it is stopping.
+      const message = (await res.json().catch(() => null))?.error?.message || `health ${res.status}`;
+      status.textContent = /^loading model/i.test(message) ? 'loading model…' : 'unavailable';
+      status.title = message;
+      setTimeout(refreshServerStatus, 1000);
+      return;
+    }
+    status.textContent = 'ready';
+    status.title = '';
     const models = await getJson('v1/models');
     const m = models.data?.[0];
     $('model-name').textContent = m ? `${m.id}${m.meta?.n_ctx ? ` · ctx ${m.meta.n_ctx}` : ''}` : '';
