@@ -210,6 +210,10 @@ void load_experts(const TensorLoader& ld, const ArchInfo& row, const ModelConfig
       for (int64_t e = 0; e < c.n_expert; ++e)
         out.push_back(WeightMatrix::prepare(t.type, rows, cols, t.data + e * slice));
     }
+    // Every expert is read through its copy from now on: drop the file's pages (a
+    // 32-expert Q4_0 synth kept all 119 MiB of them beside the copies, 2.0x RSS).
+    if (std::all_of(out.begin(), out.end(), [](const WeightMatrix& w) { return w.packed() != nullptr; }))
+      ld.copied(t);
     tick();
   };
   stack(Role::FfnGateExps, c.expert_ffn_dim, c.dim, L.all_gate, L.exp_gate);
