@@ -124,6 +124,9 @@ class Model {
   std::shared_ptr<const WeightSource> weights_;
   ModelConfig config_;
   const gguf::TensorInfo* token_embd_ = nullptr;
+  // Tied embeddings with output_ repacked: rows are read from output_ (read_row), and
+  // token_embd_'s bytes were dropped (or freed: then token_embd_->data is null).
+  bool embd_from_output_ = false;
   std::vector<float> output_norm_;  // [dim]
   WeightMatrix output_;              // [n_vocab, dim]
   std::vector<float> rope_inv_freq_;  // [n_rot/2]
