@@ -249,7 +249,8 @@ void encode_unit(GgmlType type, const UnitCodes& u, uint8_t* blk) {
         }
         put_f16(offsetof(BlockQ3_K, d), u.d_bits);
       } else {
-        for (int i = 0; i < 16; ++i) blk[offsetof(BlockQ2_K, scales) + i] = static_cast<uint8_t>(u.sc[i] | u.mn[i] << 4);
+        for (int i = 0; i < 16; ++i)
+          blk[offsetof(BlockQ2_K, scales) + i] = static_cast<uint8_t>(u.sc[i] | u.mn[i] << 4);
         put_f16(offsetof(BlockQ2_K, d), u.d_bits);
         put_f16(offsetof(BlockQ2_K, dmin), u.m_bits);
       }
