@@ -122,6 +122,12 @@ bool Scheduler::defer_behind(SchedSeq* s, SchedSeq* r) {
   // shared position (the last one is borrowed in part and copied on write).
   const int64_t until = std::min((common + block - 1) / block * block, r->n_prompt);
   if (r->n_checked >= until) return false;  // indexed already: s borrows it now
+  // r computed past the fork before s was seen (s came later), so its next index point
+  // is its prompt end. With sliding windows the window at the fork is gone by then
+  // unless the prompt ends within a block of the fork: waiting would gain nothing.
+  if (until <= r->n_computed && until < r->n_prompt && store_.groups().windowed() &&
+      r->n_prompt - common > block)
+    return false;
   s->deferred = true;
   s->deferred_behind = r->admit_order;
   s->deferred_until = until;

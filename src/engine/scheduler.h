@@ -54,7 +54,10 @@
 //       most one extra step for the leader per checkpoint. A leader cancelled or
 //       preempted before its checkpoint leaves nothing indexed: its followers are
 //       re-examined the next step (one becomes the new leader); after it, they borrow
-//       what it indexed.
+//       what it indexed. A request that arrives after the leader computed past the fork
+//       waits for the leader's prompt end (its next index point), except with sliding
+//       windows when that is more than a block past the fork: the window there is gone
+//       by then, so it is admitted and computes the prefix itself.
 // - After the forward the caller reports each chunk with computed(); a chunk whose
 //   logits row was finite is `checked`, which also indexes a just-completed prompt (or a
 //   checkpoint).
