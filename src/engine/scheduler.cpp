@@ -83,8 +83,8 @@ bool Scheduler::reserve_decode(SchedSeq* s) {
 void Scheduler::add_chunk(SchedSeq* s, int64_t& budget) {
   int64_t n = std::min(budget, s->pending());
   if (n <= 0) return;
-  // A leader's prefill stops at its next checkpoint (one short of the end: that is the
-  // prompt end, indexed anyway).
+  // A leader's prefill stops at its next checkpoint (none is needed at the prompt end,
+  // which is indexed anyway).
   bool checkpoint = false;
   const int64_t end = s->n_computed + n;
   for (int64_t cp : s->checkpoints)
