@@ -167,7 +167,7 @@ TEST(EngineModel, ABurstOf32OnASharedDocumentComputesItOnceAlsoUnderPreemption) 
   Loaded l = load(kStories, true);
   Model& m = *l.model;
   int64_t questions = 0;
-  const std::vector<Request> rs = burst_on_a_document(32, static_cast<int32_t>(m.config().n_vocab), &questions, 24);
+  const std::vector<Request> rs = burst_on_a_document(32, static_cast<int32_t>(m.config().n_vocab), &questions, 12);
   const RunResult one_by_one = run_one_by_one(m, l.tokenizer.get(), engine_config(m, 8, 512, true, 512), rs);
   EXPECT_EQ(one_by_one.stats.tokens_prefilled, 200 + questions);
   const RunResult on = run_all(m, l.tokenizer.get(), engine_config(m, 8, 512, true, 512), rs);
@@ -175,8 +175,9 @@ TEST(EngineModel, ABurstOf32OnASharedDocumentComputesItOnceAlsoUnderPreemption) 
   expect_same_logprobs(on, one_by_one, "burst / one by one");
   EXPECT_EQ(on.stats.tokens_prefilled, 200 + questions);
   for (size_t i = 0; i < rs.size(); ++i) EXPECT_EQ(on.results[i].cached_tokens, i == 0 ? 0 : 200) << i;
-  // 8 sequences of 13 blocks (document, question, answer) hold 8 × 2 own blocks plus
-  // the shared 13; 24 blocks cannot, so some are preempted and recomputed from the cache.
+  // 8 running sequences share the document's 12 full blocks and hold 2-3 of their own
+  // (the copied block 12, question and answer up to position 229): 28-36 blocks. With 24
+  // some are preempted and recomputed from the cache.
   const RunResult tight = run_all(m, l.tokenizer.get(), engine_config(m, 8, 24, true, 512), rs);
   EXPECT_GT(tight.stats.preemptions, 0);
   // Tokens only: a preempted sequence recomputes its generated tokens' K/V as a prefill
