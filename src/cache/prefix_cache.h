@@ -77,6 +77,7 @@
 #include <vector>
 
 #include "cache/block_hash.h"
+#include "cache/disk_tier.h"
 #include "cache/prefix_cache_config.h"
 #include "cache/prefix_index.h"
 #include "kv/kv_layer_groups.h"
@@ -90,6 +91,9 @@ struct CacheKey {
   BlockHash ns;
   bool use_cache = true;
 };
+
+// Which tier a reset drops.
+enum class CacheTier { Ram, Disk, All };
 
 struct CacheHit {
   // Borrowed blocks holding positions [0, cached_tokens): adopt it as the sequence's
@@ -141,10 +145,19 @@ class PrefixCache final : private BlockCacheListener {
   void set_config(const PrefixCacheConfig& config);
   const PrefixCacheConfig& config() const { return config_; }
 
-  // Drops every cached block: evictable ones return to the pool's free list (its
-  // bytes_in_use drops by their bytes); blocks running sequences hold stay with them as
-  // ordinary blocks.
-  void reset();
+  // Ram (or All): drops every cached block: evictable ones return to the pool's free
+  // list (its bytes_in_use drops by their bytes); blocks running sequences hold stay with
+  // them as ordinary blocks. Disk (or All): deletes every disk-tier record.
+  void reset(CacheTier tier = CacheTier::All);
+
+  // The second tier (disk_tier.h), or nullptr (detached). The cache writes blocks to it
+  // (policy Evict: every full block it evicts; All: every full block when indexed) and
+  // continues lookups on it. Requires: no local layer groups (see the contract), `disk`
+  // outlives its attachment.
+  void set_disk_tier(DiskTier* disk);
+  // Writes every cached full block the disk tier lacks (a clean shutdown: with policy
+  // Evict the RAM tier's blocks would be lost otherwise), least recently used first.
+  void flush_to_disk();
 
   CacheStats stats() const;
   const PrefixIndex& index() const { return index_; }
@@ -164,6 +177,8 @@ class PrefixCache final : private BlockCacheListener {
   // Removes block node b (an index block with its companions, or a companion) from the
   // index and the pool's cache (evictable: freed). Returns the blocks dropped.
   int64_t drop(BlockId b);
+  // Writes full index node `node` to the disk tier (no-op without one, or for a partial).
+  void spill(int32_t node);
   bool is_companion(BlockId b) const { return companion_of_[static_cast<size_t>(idx(b))] >= 0; }
   int32_t& companion(int32_t owner, int32_t group) {
     return companions_[static_cast<size_t>(owner) * static_cast<size_t>(n_local_) + static_cast<size_t>(group - 1)];
@@ -187,6 +202,7 @@ class PrefixCache final : private BlockCacheListener {
   void drop_all();
 
   PagedKvPool& pool_;
+  DiskTier* disk_ = nullptr;  // the second tier, not owned
   PrefixIndex index_;
   std::string model_id_;
   PrefixCacheConfig config_;
