@@ -184,6 +184,7 @@ void DiskTier::erase(const BlockHash& h) {
 }
 
 bool DiskTier::make_room(uint64_t incoming) {
+  if (dir_bytes_ + incoming > config_.capacity_bytes && incoming > 0) return false;  // would not fit even alone
   while (!lru_.empty() && record_bytes_ + dir_bytes_ + incoming > config_.capacity_bytes) {
     erase(lru_.front());
     ++counters_.evictions;
