@@ -50,6 +50,14 @@
 //   block boundaries below it, and takes the longest covered one (matched_tokens still
 //   says how much group 0 matched). Dropping a group-0 block drops its companions; a
 //   companion evicted alone (LRU, TTL, pool pressure) only shortens later hits.
+// - Disk tier (disk_tier.h, optional, set_disk_tier): full blocks are written to it when
+//   evicted (policy Evict: capacity, TTL, max_entries and pool pressure alike; a reset
+//   writes nothing) or when indexed (policy All), and at flush_to_disk(). lookup()
+//   continues a chain that ends in RAM on disk: the matched RAM blocks are pinned (a
+//   borrow) while fresh pool blocks are acquired, filled from the records and indexed
+//   and marked cached as if computed here; the first missing or failing record ends the
+//   chain. Partial tails never go to disk (they have no hash of their own). Refused with
+//   local layer groups (their companions are not written).
 // - Threads: the engine thread only (the pool's owner). No locks: stats() is a value
 //   snapshot the engine publishes to other threads.
 // - Lifetime: the pool must outlive the cache; the cache attaches itself as the pool's
