@@ -60,7 +60,7 @@ CacheHit PrefixCache::lookup(const CacheKey& key, std::span<const int32_t> promp
   counters_.queried_tokens += static_cast<int64_t>(prompt.size());
   enforce_limits();  // an expired block must not be hit
   const int32_t root = index_.find_root(key.ns);
-  if (root == PrefixIndex::kNone || prompt.size() < 2) return hit;
+  if ((root == PrefixIndex::kNone && !disk_) || prompt.size() < 2) return hit;
 
   // Full blocks through the hash chain, then the longest token-exact continuation among
   // the last matching block's children (a full block diverging mid-way, or a partial
@@ -70,20 +70,54 @@ CacheHit PrefixCache::lookup(const CacheKey& key, std::span<const int32_t> promp
   int32_t node = root;
   BlockHash h = key.ns;
   size_t pos = 0;
-  while (pos + bs <= prompt.size()) {
-    h = block_hash(h, prompt.subspan(pos, bs));
-    const int32_t f = index_.find_full(h);
+  while (root != PrefixIndex::kNone && pos + bs <= prompt.size()) {
+    const BlockHash next = block_hash(h, prompt.subspan(pos, bs));
+    const int32_t f = index_.find_full(next);
     if (f == PrefixIndex::kNone) break;
     assert(std::ranges::equal(index_.tokens(f), prompt.subspan(pos, bs)));
     scratch_.push_back(BlockId{f});
+    h = next;
     node = f;
     pos += bs;
   }
+  // The disk tier continues the chain where RAM ends; its blocks come back into fresh
+  // pool blocks, indexed and cached as if this process had computed them. The matched
+  // RAM blocks are pinned meanwhile: acquiring a block may evict evictable ones.
+  const size_t n_ram = scratch_.size();
+  size_t n_pinned = 0;
+  if (disk_ && pos + bs <= prompt.size()) {
+    for (BlockId b : scratch_) pool_.share(b);
+    n_pinned = scratch_.size();
+    while (pos + bs <= prompt.size()) {
+      const auto blk = prompt.subspan(pos, bs);
+      const BlockHash next = block_hash(h, blk);
+      if (!disk_->contains(next)) break;
+      const std::optional<BlockId> b = pool_.acquire(0);
+      if (!b) break;
+      uint8_t* slab = pool_.fill_block(*b, static_cast<int>(bs));
+      if (!disk_->get(next, blk, std::span<uint8_t>(slab, pool_.bytes_per_block()))) {
+        pool_.release(*b);
+        break;
+      }
+      if (node == PrefixIndex::kNone) node = index_.root(key.ns);
+      index_.add_block(node, *b, next, blk);
+      pool_.mark_cached(*b);
+      last_used_[static_cast<size_t>(idx(*b))] = now();
+      scratch_.push_back(*b);
+      ++n_pinned;
+      h = next;
+      node = idx(*b);
+      pos += bs;
+    }
+  }
+  const size_t n_restored = scratch_.size() - n_ram;
   int64_t matched = static_cast<int64_t>(pos);
-  const PrefixIndex::ChildMatch m = index_.best_child(node, prompt.subspan(pos, std::min(bs, prompt.size() - pos)));
-  if (m.node != PrefixIndex::kNone) {
-    scratch_.push_back(BlockId{m.node});
-    matched += m.n_tokens;
+  if (node != PrefixIndex::kNone) {
+    const PrefixIndex::ChildMatch m = index_.best_child(node, prompt.subspan(pos, std::min(bs, prompt.size() - pos)));
+    if (m.node != PrefixIndex::kNone) {
+      scratch_.push_back(BlockId{m.node});
+      matched += m.n_tokens;
+    }
   }
   hit.matched_tokens = matched;
   int64_t cached = std::min(matched, static_cast<int64_t>(prompt.size()) - 1);
@@ -93,20 +127,31 @@ CacheHit PrefixCache::lookup(const CacheKey& key, std::span<const int32_t> promp
     cached = covered;
   }
   if (cached < config_.min_prefix_tokens) cached = 0;
-  if (cached == 0) return hit;
-  scratch_.resize(static_cast<size_t>(pool_.blocks_for_tokens(cached)));
-  hit.table = pool_.borrow_table(scratch_, cached);
-  if (n_local_ > 0) {
-    const int64_t lo = std::max<int64_t>(0, cached - window_ + 1) / pool_.block_size();
-    std::vector<BlockId> entries(scratch_.size(), kNoBlock);
-    for (int32_t g = 1; g <= n_local_; ++g) {
-      for (size_t j = static_cast<size_t>(lo); j < scratch_.size(); ++j) entries[j] = BlockId{companion(idx(scratch_[j]), g)};
-      hit.local.push_back(pool_.borrow_table(entries, cached, g));
+  if (cached > 0) {
+    const size_t n_blocks = static_cast<size_t>(pool_.blocks_for_tokens(cached));
+    hit.table = pool_.borrow_table(std::span<const BlockId>(scratch_.data(), n_blocks), cached);
+    if (n_local_ > 0) {
+      const int64_t lo = std::max<int64_t>(0, cached - window_ + 1) / pool_.block_size();
+      std::vector<BlockId> entries(n_blocks, kNoBlock);
+      for (int32_t g = 1; g <= n_local_; ++g) {
+        for (size_t j = static_cast<size_t>(lo); j < n_blocks; ++j) entries[j] = BlockId{companion(idx(scratch_[j]), g)};
+        hit.local.push_back(pool_.borrow_table(entries, cached, g));
+      }
     }
+    hit.cached_tokens = cached;
+    ++counters_.hits;
+    counters_.hit_tokens += cached;
+    // Tokens the disk gave this request: its restored blocks' part of [0, cached).
+    const int64_t disk_from = static_cast<int64_t>(n_ram * bs);
+    if (n_restored > 0 && cached > disk_from)
+      disk_->count_hit(std::min<int64_t>(cached, static_cast<int64_t>((n_ram + n_restored) * bs)) - disk_from);
   }
-  hit.cached_tokens = cached;
-  ++counters_.hits;
-  counters_.hit_tokens += cached;
+  // Unpin tail first (a chain's tail becomes evictable before its head: invariant 2).
+  for (size_t j = n_pinned; j-- > 0;) pool_.release(scratch_[j]);
+  if (root == PrefixIndex::kNone && node != PrefixIndex::kNone) {
+    const int32_t r = index_.find_root(key.ns);
+    if (r != PrefixIndex::kNone) index_.prune_root(r);
+  }
   return hit;
 }
 
@@ -166,6 +211,7 @@ void PrefixCache::insert(const CacheKey& key, std::span<const int32_t> tokens, B
     pool_.mark_cached(b);
     last_used_[static_cast<size_t>(idx(b))] = t_now;
     ++added;
+    if (disk_ && disk_->config().policy == DiskTierConfig::Policy::All) spill(idx(b));  // write-through
     // Partial siblings this block covers are redundant now.
     for (int32_t c = index_.first_child(parent), next; c != PrefixIndex::kNone; c = next) {
       next = index_.next_sibling(c);
@@ -231,12 +277,20 @@ void PrefixCache::insert(const CacheKey& key, std::span<const int32_t> tokens, B
 
 // ---- eviction -----------------------------------------------------------------------------
 
+void PrefixCache::spill(int32_t node) {
+  if (!disk_ || index_.kind(node) != PrefixIndex::Kind::Full) return;
+  disk_->put(index_.hash(node), index_.tokens(node),
+             std::span<const uint8_t>(pool_.block_bytes(BlockId{node}), pool_.bytes_per_block()));
+}
+
 int64_t PrefixCache::drop(BlockId b) {
   if (is_companion(b)) {
     unlink_companion(b);
     pool_.uncache(b);
     return 1;
   }
+  // Every drop but a superseded partial block (never spilled: no hash) is an eviction.
+  if (disk_ && disk_->config().policy == DiskTierConfig::Policy::Evict) spill(idx(b));
   const int64_t n = drop_companions(idx(b));
   index_.remove_block(b);
   pool_.uncache(b);
@@ -349,6 +403,8 @@ void PrefixCache::on_evicted(BlockId b) {
   const int64_t leaves_before = index_.num_leaves();
   int64_t blocks = drop_descendants(idx(b)) + 1;
   blocks += drop_companions(idx(b));
+  // The pool has not handed b out yet: its slab still holds the block.
+  if (disk_ && disk_->config().policy == DiskTierConfig::Policy::Evict) spill(idx(b));
   index_.remove_block(b);
   credit(Reason::PoolPressure, std::max<int64_t>(0, leaves_before - index_.num_leaves()), blocks);
 }
@@ -370,9 +426,27 @@ void PrefixCache::drop_all() {
   n_companions_ = 0;
 }
 
-void PrefixCache::reset() {
-  drop_all();
-  ++counters_.resets;
+void PrefixCache::reset(CacheTier tier) {
+  if (tier != CacheTier::Disk) {
+    drop_all();
+    ++counters_.resets;
+  }
+  if (tier != CacheTier::Ram && disk_) disk_->reset();
+}
+
+void PrefixCache::set_disk_tier(DiskTier* disk) {
+  PAGODA_CHECK(!disk || n_local_ == 0, "PrefixCache: no disk tier for sliding-window layer groups");
+  disk_ = disk;
+}
+
+void PrefixCache::flush_to_disk() {
+  if (!disk_) return;
+  // Least recently used first, so the disk's LRU order continues the RAM's; then the
+  // blocks running sequences still hold.
+  for (BlockId b : pool_.evictable_list())
+    if (index_.contains(b)) spill(idx(b));
+  for (int32_t i = 0; i < static_cast<int32_t>(pool_.blocks_budget()); ++i)
+    if (index_.contains(BlockId{i}) && pool_.refcount(BlockId{i}) > 0) spill(i);
 }
 
 CacheStats PrefixCache::stats() const {
@@ -389,6 +463,7 @@ CacheStats PrefixCache::stats() const {
   s.max_entries = config_.max_entries;
   s.ttl_ms = config_.ttl_ms;
   s.min_prefix_tokens = config_.min_prefix_tokens;
+  if (disk_) s.disk = disk_->stats();
   return s;
 }
 

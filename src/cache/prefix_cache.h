@@ -50,6 +50,14 @@
 //   block boundaries below it, and takes the longest covered one (matched_tokens still
 //   says how much group 0 matched). Dropping a group-0 block drops its companions; a
 //   companion evicted alone (LRU, TTL, pool pressure) only shortens later hits.
+// - Disk tier (disk_tier.h, optional, set_disk_tier): full blocks are written to it when
+//   evicted (policy Evict: capacity, TTL, max_entries and pool pressure alike; a reset
+//   writes nothing) or when indexed (policy All), and at flush_to_disk(). lookup()
+//   continues a chain that ends in RAM on disk: the matched RAM blocks are pinned (a
+//   borrow) while fresh pool blocks are acquired, filled from the records and indexed
+//   and marked cached as if computed here; the first missing or failing record ends the
+//   chain. Partial tails never go to disk (they have no hash of their own). Refused with
+//   local layer groups (their companions are not written).
 // - Threads: the engine thread only (the pool's owner). No locks: stats() is a value
 //   snapshot the engine publishes to other threads.
 // - Lifetime: the pool must outlive the cache; the cache attaches itself as the pool's
@@ -77,6 +85,7 @@
 #include <vector>
 
 #include "cache/block_hash.h"
+#include "cache/disk_tier.h"
 #include "cache/prefix_cache_config.h"
 #include "cache/prefix_index.h"
 #include "kv/kv_layer_groups.h"
@@ -90,6 +99,9 @@ struct CacheKey {
   BlockHash ns;
   bool use_cache = true;
 };
+
+// Which tier a reset drops.
+enum class CacheTier { Ram, Disk, All };
 
 struct CacheHit {
   // Borrowed blocks holding positions [0, cached_tokens): adopt it as the sequence's
@@ -141,10 +153,19 @@ class PrefixCache final : private BlockCacheListener {
   void set_config(const PrefixCacheConfig& config);
   const PrefixCacheConfig& config() const { return config_; }
 
-  // Drops every cached block: evictable ones return to the pool's free list (its
-  // bytes_in_use drops by their bytes); blocks running sequences hold stay with them as
-  // ordinary blocks.
-  void reset();
+  // Ram (or All): drops every cached block: evictable ones return to the pool's free
+  // list (its bytes_in_use drops by their bytes); blocks running sequences hold stay with
+  // them as ordinary blocks. Disk (or All): deletes every disk-tier record.
+  void reset(CacheTier tier = CacheTier::All);
+
+  // The second tier (disk_tier.h), or nullptr (detached). The cache writes blocks to it
+  // (policy Evict: every full block it evicts; All: every full block when indexed) and
+  // continues lookups on it. Requires: no local layer groups (see the contract), `disk`
+  // outlives its attachment.
+  void set_disk_tier(DiskTier* disk);
+  // Writes every cached full block the disk tier lacks (a clean shutdown: with policy
+  // Evict the RAM tier's blocks would be lost otherwise), least recently used first.
+  void flush_to_disk();
 
   CacheStats stats() const;
   const PrefixIndex& index() const { return index_; }
@@ -164,6 +185,8 @@ class PrefixCache final : private BlockCacheListener {
   // Removes block node b (an index block with its companions, or a companion) from the
   // index and the pool's cache (evictable: freed). Returns the blocks dropped.
   int64_t drop(BlockId b);
+  // Writes full index node `node` to the disk tier (no-op without one, or for a partial).
+  void spill(int32_t node);
   bool is_companion(BlockId b) const { return companion_of_[static_cast<size_t>(idx(b))] >= 0; }
   int32_t& companion(int32_t owner, int32_t group) {
     return companions_[static_cast<size_t>(owner) * static_cast<size_t>(n_local_) + static_cast<size_t>(group - 1)];
@@ -187,6 +210,7 @@ class PrefixCache final : private BlockCacheListener {
   void drop_all();
 
   PagedKvPool& pool_;
+  DiskTier* disk_ = nullptr;  // the second tier, not owned
   PrefixIndex index_;
   std::string model_id_;
   PrefixCacheConfig config_;

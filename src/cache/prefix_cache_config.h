@@ -24,6 +24,7 @@
 #include <limits>
 #include <string_view>
 
+#include "cache/disk_tier.h"
 #include "kv/paged_kv_pool.h"
 
 namespace pagoda {
@@ -84,6 +85,7 @@ struct CacheStats {
   int64_t evicted_blocks = 0;      // blocks evicted for any reason (not superseded, not reset)
   int64_t resets = 0;
   PoolStats pool;
+  DiskTierStats disk;              // the second tier (enabled false without one)
   // Hit rate in tokens, not blocks: hit_tokens / queried_tokens (0 before any lookup).
   double hit_rate() const { return queried_tokens ? static_cast<double>(hit_tokens) / queried_tokens : 0.0; }
 };

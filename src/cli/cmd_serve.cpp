@@ -178,6 +178,7 @@ Runner add_serve(CLI::App& app) {
     EngineConfig ec;
     ec.kv = o->kv.resolve();
     ec.cache = o->cache.resolve();
+    ec.disk = o->cache.resolve_disk();
     ec.parallel = o->parallel;
     ec.max_queue = o->max_queue;
     ec.ctx_size = o->ctx_size;
@@ -261,6 +262,9 @@ Runner add_serve(CLI::App& app) {
       template_source = "ChatML fallback (the model has no chat template)";
     }
     ec.model_id = o->model;
+    // Blocks on disk outlive the process: the namespace must tell a rewritten file (or
+    // the same file re-encoded by --quantize) from the one that computed them.
+    if (!ec.disk.dir.empty()) ec.model_id += "|quantize=" + o->quantize + "|" + weights_fingerprint(o->model);
     ec.extra_eog_ids = lm.generation.eos_token_ids;
     server::SamplingDefaults defaults;
     defaults.temperature = lm.generation.temperature;

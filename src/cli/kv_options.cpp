@@ -41,6 +41,24 @@ void PromptCacheOptions::add_to(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--prompt-cache-min-prefix", min_prefix, "Shortest cached prefix (tokens) worth reusing")
       ->capture_default_str();
+  app.add_option("--prompt-cache-dir", dir,
+                 "Second cache tier on disk: KV blocks evicted from RAM (or all, see the policy) are kept in DIR "
+                 "and read back instead of recomputed, across restarts");
+  app.add_option("--prompt-cache-disk-bytes", disk_bytes,
+                 "Cap on the disk tier's real bytes on disk (records, directory, lock file); LRU beyond it")
+      ->capture_default_str();
+  app.add_option("--prompt-cache-disk-policy", disk_policy,
+                 "evict: write blocks as RAM evicts them (and the rest at shutdown); all: write every full block "
+                 "once computed (write-through: survives kill -9)")
+      ->capture_default_str();
+}
+
+DiskTierConfig PromptCacheOptions::resolve_disk() const {
+  DiskTierConfig d;
+  d.dir = dir;
+  d.capacity_bytes = parse_byte_size(disk_bytes, "--prompt-cache-disk-bytes");
+  d.policy = parse_disk_policy(disk_policy);
+  return d;
 }
 
 PrefixCacheConfig PromptCacheOptions::resolve() const {

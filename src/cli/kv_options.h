@@ -35,10 +35,16 @@ struct PromptCacheOptions {
   std::string max_entries = "unlimited";
   std::string ttl = "none";
   std::string min_prefix = "1";
+  // The disk tier (cache/disk_tier.h): --prompt-cache-dir, --prompt-cache-disk-bytes,
+  // --prompt-cache-disk-policy.
+  std::string dir;
+  std::string disk_bytes = "4GiB";
+  std::string disk_policy = "evict";
 
   void add_to(CLI::App& app);
   // Validates the flags (pagoda::Error naming the flag).
   PrefixCacheConfig resolve() const;
+  DiskTierConfig resolve_disk() const;
 };
 
 // A pool sized by `options` for `config`'s geometry, and a store over it.

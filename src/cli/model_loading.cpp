@@ -1,6 +1,13 @@
 #include "cli/model_loading.h"
 
+#include <fcntl.h>
+#include <openssl/sha.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <vector>
 
 #include <charconv>
 #include <chrono>
@@ -10,6 +17,43 @@
 #include "hub/hub.h"
 
 namespace pagoda::cli {
+
+std::string weights_fingerprint(const std::string& path) {
+  std::vector<std::string> files;
+  if (std::filesystem::is_directory(path)) {
+    for (const auto& e : std::filesystem::directory_iterator(path)) {
+      const std::string name = e.path().filename().string();
+      if (e.is_regular_file() && (name.ends_with(".gguf") || name.ends_with(".safetensors") || name == "config.json"))
+        files.push_back(e.path().string());
+    }
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(path);
+  }
+  std::string msg;  // what is hashed: at most 2 MiB + a line per file
+  std::vector<unsigned char> buf(1 << 20);
+  for (const std::string& f : files) {
+    struct stat st {};
+    if (::stat(f.c_str(), &st) != 0) continue;
+    const std::string meta = std::filesystem::path(f).filename().string() + ":" + std::to_string(st.st_size) + ":" +
+                             std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ";";
+    msg += meta;
+    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    const off_t size = st.st_size, chunk = static_cast<off_t>(buf.size());
+    for (off_t at : {off_t{0}, std::max<off_t>(0, size - chunk)}) {
+      const ssize_t n = ::pread(fd, buf.data(), buf.size(), at);
+      if (n > 0) msg.append(reinterpret_cast<const char*>(buf.data()), static_cast<size_t>(n));
+    }
+    ::close(fd);
+  }
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), digest);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : digest) out += hex[b >> 4], out += hex[b & 15];
+  return out;
+}
 
 double now_seconds() {
   using namespace std::chrono;

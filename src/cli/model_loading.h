@@ -56,4 +56,11 @@ std::vector<int32_t> parse_token_list(const std::string& text);
 
 double now_seconds();
 
+// What tells one set of weights from another for the prefix cache's disk tier (its
+// blocks outlive the process): for the model file, or each .gguf / .safetensors /
+// config.json file of a directory, its name, size, mtime and a SHA-256 of its first and
+// last MiB (the GGUF header and tensor directory, and weights). Reads at most 2 MiB
+// per file. Rejected: hashing every byte (~1 s per GB at start-up).
+std::string weights_fingerprint(const std::string& path);
+
 }  // namespace pagoda::cli

@@ -81,6 +81,18 @@ KvGeometry geometry_of(const ModelConfig& c, const KvLayerGroups& g) {
   return KvGeometry{g.page_layers, c.n_kv_heads, c.head_dim, g.n_groups()};
 }
 
+std::unique_ptr<DiskTier> open_disk_tier(const EngineConfig& c, const KvLayerGroups& groups) {
+  if (c.disk.dir.empty()) return nullptr;
+  if (!c.cache.enabled) throw Error("--prompt-cache-dir needs the prefix cache on (--prompt-cache on)");
+  // Windowed models keep local layers' blocks as companions of group-0 blocks; the disk
+  // tier stores group-0 slabs only, so their hits would be cut to nothing by the window
+  // check. Refused rather than silently useless.
+  if (groups.windowed())
+    throw Error("--prompt-cache-dir: not supported for models whose sliding-window layers are paged apart (" +
+                groups.describe() + "); add --kv-swa-full to keep every layer's blocks in one group");
+  return std::make_unique<DiskTier>(c.disk);
+}
+
 EngineConfig checked(EngineConfig c, const Model& m) {
   if (c.parallel < 1) throw Error("--parallel must be >= 1 (got " + std::to_string(c.parallel) + ")");
   if (c.max_queue < 0) throw Error("--max-queue must be >= 0 (got " + std::to_string(c.max_queue) + ")");
@@ -104,8 +116,10 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& con
       kv_groups_(KvLayerGroups::for_windows(model.config().layer_windows(), config_.kv.swa_full)),
       pool_(geometry_of(model.config(), kv_groups_), resolved(config_.kv)),
       store_(pool_, kv_groups_),
+      disk_(open_disk_tier(config_, kv_groups_)),
       cache_(pool_, config_.model_id, config_.cache, {}, kv_groups_),
       scheduler_(SchedulerConfig{config_.parallel, config_.max_batch_tokens}, store_, cache_) {
+  cache_.set_disk_tier(disk_.get());
   // LongRoPE models pick their factors by the context size (model.h).
   model_.set_context_size(config_.ctx_size);
   n_text_vocab_ = n_vocab_;
@@ -152,6 +166,7 @@ void Engine::stop() {
     // Never started: this thread is the only one left to finish what was submitted.
     drain_inbox();
     while (!owned_.empty()) finish(owned_.back().get(), FinishReason::Cancelled);
+    cache_.flush_to_disk();
     publish_stats();
   }
 }
@@ -226,7 +241,7 @@ EngineStats Engine::stats() const {
   return snapshot_;
 }
 
-void Engine::reset_prefix_cache_async(std::function<void(const PrefixCacheReset&)> done) {
+void Engine::reset_prefix_cache_async(std::function<void(const PrefixCacheReset&)> done, CacheTier tier) {
   PAGODA_CHECK(done != nullptr, "Engine::reset_prefix_cache_async needs a callback");
   std::unique_lock<std::mutex> lk(mu_);
   if (stopping_) {  // the thread's last drain may have run already: nothing is reset
@@ -236,17 +251,19 @@ void Engine::reset_prefix_cache_async(std::function<void(const PrefixCacheReset&
     return;
   }
   reset_callbacks_.push_back(std::move(done));
+  reset_ram_ |= tier != CacheTier::Disk;
+  reset_disk_ |= tier != CacheTier::Ram;
   cv_.notify_all();
 }
 
-Engine::PrefixCacheReset Engine::reset_prefix_cache() {
+Engine::PrefixCacheReset Engine::reset_prefix_cache(CacheTier tier) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     PAGODA_CHECK(thread_started_ || stopping_, "Engine::reset_prefix_cache before start would wait forever");
   }
   std::promise<PrefixCacheReset> promise;
   std::future<PrefixCacheReset> result = promise.get_future();
-  reset_prefix_cache_async([&promise](const PrefixCacheReset& r) { promise.set_value(r); });
+  reset_prefix_cache_async([&promise](const PrefixCacheReset& r) { promise.set_value(r); }, tier);
   return result.get();
 }
 
@@ -273,6 +290,7 @@ void Engine::loop() {
   }
   drain_inbox();
   while (!owned_.empty()) finish(owned_.back().get(), FinishReason::Cancelled);
+  cache_.flush_to_disk();  // a clean shutdown keeps the RAM tier's blocks for the next run
   publish_stats();
 }
 
@@ -280,11 +298,14 @@ void Engine::drain_inbox() {
   std::vector<std::unique_ptr<Seq>> fresh;
   std::vector<uint64_t> cancels;
   std::vector<std::function<void(const PrefixCacheReset&)>> resets;
+  bool reset_ram = false, reset_disk = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
     fresh.swap(inbox_);
     cancels.swap(cancels_);
     resets.swap(reset_callbacks_);
+    std::swap(reset_ram, reset_ram_);
+    std::swap(reset_disk, reset_disk_);
   }
   for (auto& s : fresh) {
     s->key = cache_.key(s->req.cache_key, s->req.use_cache && config_.cache.enabled);
@@ -299,7 +320,7 @@ void Engine::drain_inbox() {
   if (!resets.empty()) {  // resets asked for since the last step share one
     publish_stats();
     const EngineStats before = stats();
-    cache_.reset();
+    cache_.reset(reset_ram && reset_disk ? CacheTier::All : reset_ram ? CacheTier::Ram : CacheTier::Disk);
     publish_stats();  // whoever is answered sees the emptied cache in stats()
     const PrefixCacheReset done{before, stats()};
     for (auto& callback : resets) callback(done);

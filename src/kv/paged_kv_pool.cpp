@@ -150,6 +150,16 @@ void PagedKvPool::check_id(BlockId b, const char* what) const {
                    std::to_string(blocks_budget_) + " blocks)");
 }
 
+uint8_t* PagedKvPool::fill_block(BlockId b, int n_tokens) {
+  check_id(b, "fill_block");
+  const BlockMeta& m = meta_[idx(b)];
+  PAGODA_CHECK(m.refcount == 1 && !m.cached && n_tokens >= 0 && n_tokens <= block_size_,
+               "fill_block: block " + std::to_string(idx(b)) + " is shared, cached or free, or " +
+                   std::to_string(n_tokens) + " tokens do not fit");
+  set_num_tokens(idx(b), n_tokens);
+  return slab(b);
+}
+
 void PagedKvPool::set_num_tokens(int32_t i, int32_t n) {
   assert(n >= 0 && n <= block_size_ && meta_[i].refcount > 0);
   tokens_in_use_ += n - meta_[i].num_tokens;

@@ -248,6 +248,10 @@ class PagedKvPool {
   KvLayerView layer_view(int layer) const;
   // Raw slab of block b (bytes_per_block bytes). Requires: b < blocks_committed.
   const uint8_t* block_bytes(BlockId b) const;
+  // The writable slab of a freshly acquired block, for filling it with bytes saved from
+  // block_bytes() (the prefix cache's disk tier); b then holds n_tokens positions.
+  // Requires (checked): b live with refcount 1, not cached, n_tokens in [0, block_size].
+  uint8_t* fill_block(BlockId b, int n_tokens);
 
   // ---- accounting ------------------------------------------------------------------------
   PoolStats stats() const;

@@ -58,6 +58,23 @@ json pool_stats_json(const PoolStats& p) {
               {"blocks_evictable_by_group", p.blocks_evictable_by_group}};
 }
 
+// The second tier (null when there is none): bytes are real bytes on disk.
+json disk_tier_json(const DiskTierStats& d) {
+  if (!d.enabled) return nullptr;
+  return json{{"blocks", d.blocks},
+              {"bytes", d.bytes},
+              {"capacity_bytes", d.capacity_bytes},
+              {"hits", d.hits},
+              {"hit_tokens", d.hit_tokens},
+              {"writes", d.writes},
+              {"reads", d.reads},
+              {"evictions", d.evictions},
+              {"corrupt", d.corrupt},
+              {"write_errors", d.write_errors},
+              {"read_bytes", d.read_bytes},
+              {"read_bytes_per_s", d.read_bytes_per_s()}};
+}
+
 json cache_stats_json(const CacheStats& c) {
   auto unlimited_bytes = [](uint64_t v) -> json {
     return v == PrefixCacheConfig::kUnlimitedBytes ? json(nullptr) : json(v);
@@ -93,7 +110,8 @@ json cache_stats_json(const CacheStats& c) {
               {"evictions_max_entries", c.evictions_max_entries},
               {"evictions_pool_pressure", c.evictions_pool_pressure},
               {"evicted_blocks", c.evicted_blocks},
-              {"resets", c.resets}};
+              {"resets", c.resets},
+              {"disk", disk_tier_json(c.disk)}};
 }
 
 // The transport's own errors (401 for a bad key, 405) on the Anthropic routes.
@@ -587,9 +605,22 @@ void ApiServer::handle_cache_stats(const HttpRequest&, std::shared_ptr<HttpExcha
   ex->respond(json_response(200, body));
 }
 
-void ApiServer::handle_cache_reset(const HttpRequest&, std::shared_ptr<HttpExchange> ex) {
+void ApiServer::handle_cache_reset(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
   Engine* e = engine_.load(std::memory_order_acquire);
   if (!e) return void(ex->respond(loading_response()));
+  // Body: {"tier": "ram" | "disk" | "all"} (default all); an empty body resets all.
+  CacheTier tier = CacheTier::All;
+  if (req.body.find_first_not_of(" \t\r\n") != std::string::npos) {
+    const json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object())
+      return void(ex->respond(error_response(400, "the body must be a JSON object like {\"tier\": \"all\"}")));
+    if (body.contains("tier")) {
+      const json& t = body["tier"];
+      if (t == "ram") tier = CacheTier::Ram;
+      else if (t == "disk") tier = CacheTier::Disk;
+      else if (t != "all") return void(ex->respond(error_response(400, "tier must be \"ram\", \"disk\" or \"all\"", "tier")));
+    }
+  }
   // The engine thread resets between steps and answers here (never blocking it:
   // HttpExchange::respond only queues); no I/O thread waits and no thread outlives
   // the Engine.
@@ -601,9 +632,11 @@ void ApiServer::handle_cache_reset(const HttpRequest&, std::shared_ptr<HttpExcha
               {"freed_blocks", freed_blocks},
               {"freed_bytes", static_cast<uint64_t>(freed_blocks) * after.pool.bytes_per_block},
               {"uncached_blocks", std::max<int64_t>(0, before.cache.cached_blocks - after.cache.cached_blocks)},
+              {"freed_disk_blocks", std::max<int64_t>(0, before.cache.disk.blocks - after.cache.disk.blocks)},
+              {"freed_disk_bytes", before.cache.disk.bytes > after.cache.disk.bytes ? before.cache.disk.bytes - after.cache.disk.bytes : 0},
               {"prefix_cache", cache_stats_json(after.cache)}};
     ex->respond(json_response(200, body));
-  });
+  }, tier);
 }
 
 void ApiServer::handle_metrics(const HttpRequest&, std::shared_ptr<HttpExchange> ex) {

@@ -232,6 +232,29 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
          d(cache.cached_bytes));
   metric(out, "prefix_cache_entries", "gauge", "Sequences cached by the prefix cache.",
          d(cache.entries));
+  if (cache.disk.enabled) {
+    const DiskTierStats& disk = cache.disk;
+    metric(out, "prefix_cache_disk_blocks", "gauge", "KV blocks kept by the prefix cache's disk tier.",
+           d(disk.blocks));
+    metric(out, "prefix_cache_disk_bytes", "gauge",
+           "Real bytes on disk of the disk tier (records, directory, lock file).", d(disk.bytes));
+    metric(out, "prefix_cache_disk_capacity_bytes", "gauge", "The disk tier's cap (--prompt-cache-disk-bytes).",
+           d(disk.capacity_bytes));
+    metric(out, "prefix_cache_disk_hits_total", "counter", "Lookups that read blocks back from the disk tier.",
+           d(disk.hits));
+    metric(out, "prefix_cache_disk_hit_tokens_total", "counter", "Prompt tokens read back from the disk tier.",
+           d(disk.hit_tokens));
+    metric(out, "prefix_cache_disk_writes_total", "counter", "Blocks written to the disk tier.", d(disk.writes));
+    metric(out, "prefix_cache_disk_reads_total", "counter", "Blocks read back intact from the disk tier.",
+           d(disk.reads));
+    metric(out, "prefix_cache_disk_evictions_total", "counter", "Disk-tier blocks deleted to stay under the cap.",
+           d(disk.evictions));
+    metric(out, "prefix_cache_disk_corrupt_total", "counter",
+           "Disk-tier blocks that failed their checks (torn or corrupt): deleted, counted as misses.", d(disk.corrupt));
+    metric(out, "prefix_cache_disk_read_bytes_per_second", "gauge",
+           "Disk-tier restore throughput: payload bytes read back / seconds spent reading them.",
+           disk.read_bytes_per_s());
+  }
 
   auto histogram = [&](const char* name, const char* help, const Histogram& h) {
     const std::string full = std::string("pagoda_") + name;

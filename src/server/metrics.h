@@ -17,6 +17,10 @@
 //             kv_bytes_reserved, kv_bytes_in_use,
 //             kv_bytes_budget, kv_tokens_in_use, kv_blocks_total, kv_blocks_free,
 //             prefix_cache_bytes, prefix_cache_entries
+//   with a disk tier (--prompt-cache-dir): gauges prefix_cache_disk_blocks,
+//             prefix_cache_disk_bytes, prefix_cache_disk_capacity_bytes,
+//             prefix_cache_disk_read_bytes_per_second; counters prefix_cache_disk_hits_total,
+//             _hit_tokens_total, _writes_total, _reads_total, _evictions_total, _corrupt_total
 //   histograms (seconds) time_to_first_token_seconds, inter_token_latency_seconds,
 //             e2e_request_latency_seconds, request_queue_time_seconds, each with
 //             fixed buckets, _bucket{le}, _sum and _count.
