@@ -79,6 +79,8 @@ Runner add_serve(CLI::App& app) {
     std::string responses_store_bytes = "256MiB";
     bool no_log = false;
     std::string reasoning_format = "auto";
+    bool embeddings = false;
+    std::string pooling;  // "" : the model's
     KvOptions kv;
     PromptCacheOptions cache;
   };
@@ -118,6 +120,11 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--responses-store-bytes", o->responses_store_bytes,
                  "Responses API: most bytes of stored responses and their conversations (as JSON text)")
       ->capture_default_str();
+  app.add_flag("--embeddings", o->embeddings, "Serve /v1/embeddings and /v1/rerank (reranker models)");
+  app.add_option("--pooling", o->pooling,
+                 "How /v1/embeddings pools the final hidden states (default: the model's pooling_type "
+                 "metadata, else last)")
+      ->check(CLI::IsMember({"none", "mean", "cls", "last", "rank"}));
   add_quantize_option(app, o->quantize);
   o->kv.add_to(app);
   o->cache.add_to(app);
@@ -169,6 +176,7 @@ Runner add_serve(CLI::App& app) {
     ao.responses_store_entries = static_cast<size_t>(o->responses_store_entries);
     ao.responses_store_ttl_ms = static_cast<int64_t>(o->responses_store_ttl * 1000);
     ao.responses_store_bytes = parse_byte_size(o->responses_store_bytes, "--responses-store-bytes");
+    ao.embeddings = o->embeddings;
     server::ApiServer api(ao);
     server::HttpServerOptions ho;
     ho.host = o->host;
@@ -210,6 +218,24 @@ Runner add_serve(CLI::App& app) {
     defaults.top_p = lm.generation.top_p;
     defaults.top_k = lm.generation.top_k;
     defaults.repetition_penalty = lm.generation.repetition_penalty;
+    // Pooling: --pooling, else the file's {arch}.pooling_type, else last: every model
+    // pagoda runs is a causal decoder, where only the last token has seen the whole input
+    // (mean would weigh the early tokens' states, which saw only a prefix).
+    server::PoolingSetup pooling;
+    const ModelConfig& mc = lm.model->config();
+    pooling.pooling = o->pooling == "none"   ? Pooling::None
+                      : o->pooling == "mean" ? Pooling::Mean
+                      : o->pooling == "cls"  ? Pooling::Cls
+                      : o->pooling == "last" ? Pooling::Last
+                      : o->pooling == "rank" ? Pooling::Rank
+                      : mc.pooling != Pooling::Unspecified ? mc.pooling
+                                                          : Pooling::Last;
+    pooling.n_embd = mc.dim;
+    if (lm.file) pooling.rerank_template = lm.file->get_string("tokenizer.chat_template.rerank").value_or("");
+    if (o->embeddings && pooling.pooling == Pooling::Rank && lm.model->n_cls_out() == 0)
+      throw Error(o->model + ": pooling rank (" + (o->pooling.empty() ? "the model's pooling_type" : "--pooling") +
+                  ") needs a classification head, and the model has no tensor 'cls.output.weight'");
+    api.set_pooling(pooling);
     Engine engine(*lm.model, lm.tokenizer.get(), ec);
     engine.start();
     api.attach(&engine, lm.tokenizer.get(), tmpl, defaults, lm.model->config().arch_name);
@@ -218,14 +244,16 @@ Runner add_serve(CLI::App& app) {
                  "pagoda serve: ready: model %s (%s), loaded in %.2f s\n"
                  "  KV budget %llu bytes = %lld tokens (block size %lld, K %s, V %s), ctx %lld, parallel %d, "
                  "threads %d, io threads %d\n"
-                 "  prefix cache %s, chat template: %s (tool calls: %s, reasoning: %s), api key %s\n",
+                 "  prefix cache %s, chat template: %s (tool calls: %s, reasoning: %s), api key %s%s\n",
                  ao.model_id.c_str(), lm.model->config().summary().c_str(), lm.load_seconds,
                  static_cast<unsigned long long>(st.pool.bytes_budget), static_cast<long long>(st.pool.tokens_capacity),
                  static_cast<long long>(st.pool.block_size), kv_type_name(ec.kv.k_type), kv_type_name(ec.kv.v_type),
                  static_cast<long long>(engine.config().ctx_size), ec.parallel, ec.threads, o->io_threads,
                  ec.cache.enabled ? "on" : "off", template_source.c_str(),
                  chat::tool_call_format_name(api.chat_format().tools),
-                 chat::reasoning_format_name(api.chat_format().reasoning), api_key.empty() ? "off" : "on");
+                 chat::reasoning_format_name(api.chat_format().reasoning), api_key.empty() ? "off" : "on",
+                 o->embeddings ? (std::string(", embeddings on (pooling ") + pooling_name(pooling.pooling) + ")").c_str()
+                               : "");
 
     int sig = 0;
     sigwait(&sigs, &sig);

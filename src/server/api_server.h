@@ -28,6 +28,10 @@
 //   chat path (prepare_chat, engine_request, submit) with its own sink; finished
 //   responses with `store` go to a ResponsesStore (bounded by the options below) that
 //   GET / DELETE /v1/responses/{id} and previous_response_id read (404 when unknown).
+// - Pooling routes (--embeddings; embeddings_api.h): POST /v1/embeddings and
+//   POST /v1/rerank turn each input / document into an engine request with
+//   Request::pooling, submitted together (Engine::submit_group); the answer goes out when
+//   the last has finished. Without --embeddings both answer 404.
 // - Logging: one line per request on stderr: method, path, status, prompt / cached /
 //   generated tokens, queue / TTFT / total ms (completion routes log when generation
 //   ends; others when answered).
@@ -67,6 +71,15 @@ struct ApiServerOptions {
   size_t responses_store_entries = 1024;
   int64_t responses_store_ttl_ms = 3600 * 1000;
   uint64_t responses_store_bytes = 256ull << 20;  // --responses-store-bytes
+  // --embeddings: serve /v1/embeddings and /v1/rerank (404 otherwise).
+  bool embeddings = false;
+};
+
+// How the pooling routes pool (set_pooling, before attach()).
+struct PoolingSetup {
+  Pooling pooling = Pooling::Last;  // --pooling, else the model's {arch}.pooling_type, else last
+  int64_t n_embd = 0;               // the model's width: the largest `dimensions`
+  std::string rerank_template;      // tokenizer.chat_template.rerank ("" none)
 };
 
 class ApiServer {
@@ -85,6 +98,8 @@ class ApiServer {
   // `architecture` (general.architecture, "" unknown) helps pick the chat format.
   void attach(Engine* engine, const Tokenizer* tokenizer, const ChatTemplate* chat_template,
               SamplingDefaults defaults = {}, const std::string& architecture = "");
+  // The pooling routes' setup; call before attach() (attach publishes it).
+  void set_pooling(PoolingSetup setup);
   void begin_shutdown();
   bool ready() const { return engine_.load() != nullptr; }
 
@@ -112,6 +127,15 @@ class ApiServer {
   void handle_responses(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
   void handle_response_get(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
   void handle_response_delete(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  // The pooling routes (api_server_pooling.cpp, embeddings_api.h): POST /v1/embeddings
+  // and POST /v1/rerank (also /rerank, as llama-server).
+  void handle_embeddings(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void handle_rerank(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  // --embeddings given, the model name, not shutting down. Throws ApiError (404, 503).
+  void check_pooling_request(const std::string& model, const char* route) const;
+  // submit_group and the disconnect callback; a refusal is answered here (false).
+  bool submit_pooling(const std::shared_ptr<HttpExchange>& ex, std::vector<Request> requests,
+                      std::shared_ptr<RequestSink> sink, const std::string& input_param);
   // A chat request's prompt tokens (the template applied) and how its output is parsed
   // (nullopt: plain text). Throws ApiError.
   struct PreparedChat {
@@ -161,6 +185,7 @@ class ApiServer {
   std::atomic<uint64_t> next_id_{1};
   ServerMetrics metrics_;
   ResponsesStore responses_store_;
+  PoolingSetup pooling_;  // written before attach(), read-only after
 };
 
 }  // namespace pagoda::server
