@@ -54,6 +54,8 @@ const CONFIGS = {
   AUTH: ['--api-key', API_KEY],
   // One running request and no queue: a second concurrent request is answered 429.
   TIGHT: ['--parallel', '1', '--max-queue', '0'],
+  // /v1/embeddings (stories260K has no pooling metadata: last-token pooling).
+  EMBED: ['--embeddings'],
 };
 
 const RUN_DEADLINE_MS = 240_000;
