@@ -131,7 +131,9 @@ class ApiServer {
   // and POST /v1/rerank (also /rerank, as llama-server).
   void handle_embeddings(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
   void handle_rerank(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
-  // --embeddings given, the model name, not shutting down. Throws ApiError (404, 503).
+  // --embeddings given (404 otherwise); with the model name, not shutting down. Throw
+  // ApiError (404, 503).
+  void check_pooling_enabled(const char* route) const;
   void check_pooling_request(const std::string& model, const char* route) const;
   // submit_group and the disconnect callback; a refusal is answered here (false).
   bool submit_pooling(const std::shared_ptr<HttpExchange>& ex, std::vector<Request> requests,

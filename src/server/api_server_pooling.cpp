@@ -84,9 +84,13 @@ int64_t prompt_tokens_of(const std::vector<RequestResult>& results) {
 
 void ApiServer::set_pooling(PoolingSetup setup) { pooling_ = std::move(setup); }
 
-void ApiServer::check_pooling_request(const std::string& model, const char* route) const {
+void ApiServer::check_pooling_enabled(const char* route) const {
   if (!options_.embeddings)
     throw ApiError(404, std::string(route) + " is not enabled on this server: start pagoda serve with --embeddings");
+}
+
+void ApiServer::check_pooling_request(const std::string& model, const char* route) const {
+  check_pooling_enabled(route);
   if (!model.empty() && model != options_.model_id)
     throw ApiError(404, "the model '" + model + "' does not exist; this server serves '" + options_.model_id + "'",
                    "model");
@@ -117,6 +121,7 @@ bool ApiServer::submit_pooling(const std::shared_ptr<HttpExchange>& ex, std::vec
 void ApiServer::handle_embeddings(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
   if (!ready()) return void(ex->respond(loading()));
   try {
+    check_pooling_enabled("/v1/embeddings");  // before the body: a 404 whatever it holds
     EmbeddingsRequest er = parse_embeddings_request(req.body, n_vocab());
     check_pooling_request(er.model, "/v1/embeddings");
     if (pooling_.pooling == Pooling::None)
@@ -165,6 +170,7 @@ void ApiServer::handle_embeddings(const HttpRequest& req, std::shared_ptr<HttpEx
 void ApiServer::handle_rerank(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
   if (!ready()) return void(ex->respond(loading()));
   try {
+    check_pooling_enabled("/v1/rerank");
     RerankRequest rr = parse_rerank_request(req.body);
     check_pooling_request(rr.model, "/v1/rerank");
     if (pooling_.pooling != Pooling::Rank)

@@ -295,6 +295,9 @@ def error_cases(pagoda, workdir, model_path, n_vocab):
     with Server(pagoda, model_path, [], os.path.join(workdir, "serve-off.log")) as s:
         check_error(s, "/v1/embeddings", {"input": "hi"}, 404, None, "embeddings not enabled")
         check_error(s, "/v1/rerank", {"query": "q", "documents": ["a"]}, 404, None, "rerank not enabled")
+        check_error(s, "/v1/embeddings", b"{not json", 404, None, "embeddings not enabled, whatever the body")
+        status, _ = s.post("/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 2})
+        check(status == 200, "generation still served without --embeddings")
     with Server(pagoda, model_path, ["--embeddings", "--ctx-size", "64", "--pooling", "none"],
                 os.path.join(workdir, "serve-none.log")) as s:
         check_error(s, "/v1/embeddings", {"input": [1, 2]}, 400, None, "pooling none on /v1/embeddings")
