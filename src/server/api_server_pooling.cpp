@@ -129,9 +129,9 @@ void ApiServer::handle_embeddings(const HttpRequest& req, std::shared_ptr<HttpEx
                           "pagoda serve with --pooling mean, cls or last");
     if (pooling_.pooling == Pooling::Rank)
       throw ApiError(400, "this model is a reranker (pooling rank): use /v1/rerank");
-    const int64_t dims = er.dimensions.value_or(pooling_.n_embd);
-    if (dims > pooling_.n_embd)
-      throw ApiError(400, "'dimensions' is " + std::to_string(dims) + " but the model's embeddings have " +
+    const std::optional<int64_t> dims = er.dimensions;
+    if (dims && pooling_.n_embd > 0 && *dims > pooling_.n_embd)
+      throw ApiError(400, "'dimensions' is " + std::to_string(*dims) + " but the model's embeddings have " +
                               std::to_string(pooling_.n_embd) + " dimensions",
                      "dimensions");
     std::vector<Request> requests;
@@ -156,7 +156,10 @@ void ApiServer::handle_embeddings(const HttpRequest& req, std::shared_ptr<HttpEx
         ex, requests.size(), [base64, dims, model](const std::vector<RequestResult>& results) {
           std::vector<std::vector<float>> embeddings;
           embeddings.reserve(results.size());
-          for (const RequestResult& r : results) embeddings.push_back(normalized_embedding(r.embedding, dims));
+          for (const RequestResult& r : results) {
+            const int64_t width = static_cast<int64_t>(r.embedding.size());  // the model's n_embd
+            embeddings.push_back(normalized_embedding(r.embedding, std::min(dims.value_or(width), width)));
+          }
           HttpResponse resp;
           resp.body = embeddings_response_json(model, embeddings, base64, prompt_tokens_of(results));
           return resp;
