@@ -232,9 +232,27 @@ Runner add_serve(CLI::App& app) {
                                                           : Pooling::Last;
     pooling.n_embd = mc.dim;
     if (lm.file) pooling.rerank_template = lm.file->get_string("tokenizer.chat_template.rerank").value_or("");
-    if (o->embeddings && pooling.pooling == Pooling::Rank && lm.model->n_cls_out() == 0)
-      throw Error(o->model + ": pooling rank (" + (o->pooling.empty() ? "the model's pooling_type" : "--pooling") +
-                  ") needs a classification head, and the model has no tensor 'cls.output.weight'");
+    if (o->embeddings && pooling.pooling == Pooling::Rank && lm.model->n_cls_out() == 0) {
+      // No head (a Qwen3-Reranker Hugging Face directory, whose lm_head llama.cpp's
+      // converter would cut down to cls.output.weight): the logits of "yes" and "no" at
+      // the last token are the head's two outputs, the same numbers.
+      auto single = [&](const char* word) -> int32_t {
+        std::vector<int32_t> ids;
+        if (lm.tokenizer) ids = lm.tokenizer->encode(word, /*add_special=*/false, /*parse_special=*/false);
+        if (ids.size() != 1)
+          throw Error(o->model + ": pooling rank needs a classification head (tensor 'cls.output.weight') or a "
+                      "vocabulary where \"yes\" and \"no\" are single tokens; this model has neither");
+        return ids[0];
+      };
+      pooling.rank_tokens = {single("yes"), single("no")};
+      // Qwen3-Reranker's prompt format (its model card), when the model brings none.
+      if (pooling.rerank_template.empty())
+        pooling.rerank_template =
+            "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the "
+            "Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n"
+            "<Instruct>: Given a web search query, retrieve relevant passages that answer the query\n<Query>: "
+            "{query}\n<Document>: {document}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+    }
     api.set_pooling(pooling);
     Engine engine(*lm.model, lm.tokenizer.get(), ec);
     engine.start();

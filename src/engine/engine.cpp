@@ -183,8 +183,12 @@ std::optional<Engine::Invalid> Engine::validate(const Request& r) const {
   if (r.pooling) {  // nothing is generated: the prompt may fill the context
     if (*r.pooling == Pooling::None || *r.pooling == Pooling::Unspecified)
       return bad("", std::string("pooling '") + pooling_name(*r.pooling) + "' gives no single vector per input");
-    if (*r.pooling == Pooling::Rank && model_.n_cls_out() == 0)
-      return bad("", "the model has no classification head (cls.output.weight): it cannot rank");
+    if (*r.pooling == Pooling::Rank && model_.n_cls_out() == 0) {
+      if (r.rank_tokens.empty())
+        return bad("", "the model has no classification head (cls.output.weight): it cannot rank");
+      for (int32_t t : r.rank_tokens)
+        if (t < 0 || t >= n_vocab_) return bad("", "rank token id " + std::to_string(t) + " is outside the vocabulary");
+    }
     if (static_cast<int64_t>(r.prompt.size()) > config_.ctx_size)
       return bad("prompt", "the input has " + std::to_string(r.prompt.size()) + " tokens but the context is " +
                                std::to_string(config_.ctx_size) + " tokens");
@@ -389,7 +393,9 @@ void Engine::step() {
     for (int64_t i = 0; i < c.n_tokens; ++i) {
       const int64_t pos = s->n_computed + i;
       const bool last = c.logits && i + 1 == c.n_tokens;
-      if (s->req.pooling)
+      if (s->req.pooling && ranks_by_logits(*s))
+        batch_.add(s->tokens[static_cast<size_t>(pos)], pos, s->seq_id, last);
+      else if (s->req.pooling)
         batch_.add(s->tokens[static_cast<size_t>(pos)], pos, s->seq_id, false, pools_row(*s->req.pooling, pos, last));
       else
         batch_.add(s->tokens[static_cast<size_t>(pos)], pos, s->seq_id, last);
@@ -412,7 +418,7 @@ void Engine::step() {
     Seq* s = static_cast<Seq*>(c.seq);
     if (!c.decode) counters_.tokens_prefilled += c.n_tokens;
     if (s->req.pooling) {
-      pool_chunk(s, c, hidden_row);
+      pool_chunk(s, c, hidden_row, row);
       continue;
     }
     if (!c.logits) {
@@ -432,9 +438,32 @@ void Engine::step() {
   }
 }
 
-void Engine::pool_chunk(Seq* s, const ScheduledChunk& c, int64_t& row) {
+bool Engine::ranks_by_logits(const Seq& s) const {
+  return *s.req.pooling == Pooling::Rank && model_.n_cls_out() == 0;
+}
+
+void Engine::pool_chunk(Seq* s, const ScheduledChunk& c, int64_t& row, int64_t& logits_row) {
   const Pooling pooling = *s->req.pooling;
   const int64_t dim = model_.config().dim;
+  if (ranks_by_logits(*s)) {  // the rank tokens' logits at the last position
+    if (!c.logits) {
+      scheduler_.computed(s, c.n_tokens, /*checked=*/false);
+      return;
+    }
+    const float* lg = &logits_[static_cast<size_t>(logits_row++ * n_vocab_)];
+    std::vector<float>& out = s->result.embedding;
+    out.clear();
+    for (int32_t t : s->req.rank_tokens) out.push_back(lg[t]);
+    const bool finite = all_finite(std::span<const float>(lg, static_cast<size_t>(n_vocab_)));
+    scheduler_.computed(s, c.n_tokens, finite);
+    if (!finite) {
+      fail(s, "the model produced non-finite logits (NaN/inf): its weights are corrupt or overflow at this "
+              "precision");
+      return;
+    }
+    finish(s, FinishReason::Stop);
+    return;
+  }
   for (int64_t i = 0; i < c.n_tokens; ++i) {
     const int64_t pos = s->n_computed + i;
     const bool last = c.logits && i + 1 == c.n_tokens;

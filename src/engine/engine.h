@@ -163,8 +163,12 @@ struct Request {
   // position's state, so they never borrow from (or add to) the prefix cache; Last and
   // Rank need only the last token, whose state is the same over cached K/V.
   // Sampling fields, max_tokens, stop and grammar are ignored. None is Invalid; Rank
-  // needs a model with a classification head (Model::n_cls_out).
+  // needs a model with a classification head (Model::n_cls_out) or rank_tokens.
   std::optional<Pooling> pooling;
+  // Rank on a model without a head: the outputs are these tokens' logits at the last
+  // position (a Qwen3-Reranker Hugging Face directory: "yes", "no" from its lm_head, the
+  // rows llama.cpp's converter copies into cls.output.weight). Ignored with a head.
+  std::vector<int32_t> rank_tokens;
 };
 
 enum class FinishReason { Stop, Length, Cancelled, Error };
@@ -312,7 +316,10 @@ class Engine {
   void sample_and_stream(Seq* s, std::span<float> logits);
   // Embedding requests: adds the chunk's hidden rows (from hidden_[row...]) to the
   // sequence's pool; at the prompt's end ends the request with its embedding.
-  void pool_chunk(Seq* s, const ScheduledChunk& c, int64_t& row);
+  // Rank through Request::rank_tokens (the model has no head): a logits row, no hidden rows.
+  bool ranks_by_logits(const Seq& s) const;
+  // `logits_row`: the next logits row (Rank through rank_tokens reads one).
+  void pool_chunk(Seq* s, const ScheduledChunk& c, int64_t& row, int64_t& logits_row);
   // The grammar view of the vocabulary, built on first use (engine thread).
   const std::shared_ptr<const grammar::TokenVocabulary>& grammar_vocab();
   // Ends a request: finish() with on_finish, fail() with on_error (counted in errors);

@@ -80,6 +80,9 @@ struct PoolingSetup {
   Pooling pooling = Pooling::Last;  // --pooling, else the model's {arch}.pooling_type, else last
   int64_t n_embd = 0;               // the model's width: the largest `dimensions`
   std::string rerank_template;      // tokenizer.chat_template.rerank ("" none)
+  // A reranker without cls.output.weight: these tokens' logits are the head's outputs
+  // (Request::rank_tokens; "yes", "no" for a Qwen3-Reranker directory). Empty with a head.
+  std::vector<int32_t> rank_tokens;
 };
 
 class ApiServer {

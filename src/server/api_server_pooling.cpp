@@ -178,8 +178,8 @@ void ApiServer::handle_rerank(const HttpRequest& req, std::shared_ptr<HttpExchan
     check_pooling_request(rr.model, "/v1/rerank");
     if (pooling_.pooling != Pooling::Rank)
       throw ApiError(400, std::string("this model is not a reranker (pooling ") + pooling_name(pooling_.pooling) +
-                              "): /v1/rerank needs a model with pooling rank and a classification head "
-                              "(cls.output.weight)");
+                              "): /v1/rerank needs a model with pooling rank (its pooling_type or --pooling "
+                              "rank)");
     if (!tokenizer_) throw ApiError(400, "this model has no tokenizer: it cannot rerank text");
     std::vector<Request> requests;
     requests.reserve(rr.documents.size());
@@ -190,6 +190,7 @@ void ApiServer::handle_rerank(const HttpRequest& req, std::shared_ptr<HttpExchan
       if (tokenizer_->add_bos() && tokenizer_->bos() >= 0 && (r.prompt.empty() || r.prompt.front() != tokenizer_->bos()))
         r.prompt.insert(r.prompt.begin(), tokenizer_->bos());
       r.pooling = Pooling::Rank;
+      r.rank_tokens = pooling_.rank_tokens;
       r.timeout_ms = options_.request_timeout_ms;
       requests.push_back(std::move(r));
     }

@@ -22,7 +22,8 @@ metadata: the default, last):
   - dimensions: the first k components renormalised, against the reference;
   - usage.prompt_tokens; text input equals its /tokenize ids;
   - /v1/rerank: relevance_score = softmax(cls_out @ h_last)[0] = P(yes), results sorted
-    by score, top_n, return_documents, usage;
+    by score, top_n, return_documents, usage; and on a model without a head (--pooling
+    rank, GPT-2's vocabulary) sigmoid(logit_yes - logit_no) at the last token;
   - the error matrix of both routes (status, OpenAI error shape, param), and the
     server still answers afterwards.
 
@@ -290,7 +291,50 @@ def rerank_cases(pagoda, workdir, rank_path, np_model, gguf):
         check(same, "rerank answers the same after the errors")
 
 
+def rerank_by_logits_case(pagoda, workdir, models):
+    # A reranker without cls.output.weight (a Qwen3-Reranker Hugging Face directory):
+    # --pooling rank scores with the "yes" / "no" logits at the last token. A synth qwen3
+    # with GPT-2's vocabulary, where both are single tokens; the prompt is Qwen3-Reranker's
+    # format, which the server fills in when the model has no rerank template.
+    vocab = os.path.join(models, "ggml-vocab", "ggml-vocab-gpt-2.gguf")
+    if not os.path.exists(vocab):
+        print("skip rerank by logits: %s not found" % vocab)
+        return
+    path = os.path.join(workdir, "qwen3-gpt2.gguf")
+    subprocess.run([pagoda, "synth", "--arch", "qwen3", "--dim", "64", "--layers", "2", "--heads", "4", "--kv-heads",
+                    "2", "--ffn", "128", "--vocab", "50257", "--type", "f32", "--vocab-from", vocab, "-o", path],
+                   check=True, stderr=subprocess.DEVNULL)
+    model = llama_numpy.LlamaModel(gguf_numpy.GgufFile(path))
+    with Server(pagoda, path, ["--embeddings", "--pooling", "rank"], os.path.join(workdir, "serve-ranklogits.log")) as s:
+        yes = s.post("/tokenize", {"content": "yes", "add_special": False})[1]["tokens"]
+        no = s.post("/tokenize", {"content": "no", "add_special": False})[1]["tokens"]
+        check(len(yes) == 1 and len(no) == 1, "yes / no single tokens in GPT-2's vocabulary")
+        query, docs = "what is a cat", ["a cat is an animal", "the sky is blue", "cats"]
+        status, body = s.post("/v1/rerank", {"query": query, "documents": docs})
+        if not check(status == 200, "rerank by logits answered %d: %s" % (status, body)):
+            return
+        worst = 0.0
+        for r in body["results"]:
+            text = ("<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and "
+                    "the Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n"
+                    "<|im_start|>user\n<Instruct>: Given a web search query, retrieve relevant passages that answer "
+                    "the query\n<Query>: %s\n<Document>: %s<|im_end|>\n<|im_start|>assistant\n<think>\n\n"
+                    "</think>\n\n") % (query, docs[r["index"]])
+            toks = s.post("/tokenize", {"content": text, "add_special": True})[1]["tokens"]
+            h = model.hidden_states(toks)[-1]
+            l_yes, l_no = model.output[yes[0]] @ h, model.output[no[0]] @ h
+            p_yes = 1.0 / (1.0 + np.exp(l_no - l_yes))
+            worst = max(worst, abs(r["relevance_score"] - p_yes))
+        check(worst <= TOL, "rerank by yes/no logits: max|diff| %.3g" % worst)
+        print("rerank by yes/no logits (no head): max|score diff| vs numpy %.2e" % worst)
+
+
 def error_cases(pagoda, workdir, model_path, n_vocab):
+    # pooling rank on a model with neither a head nor single-token "yes" / "no": start-up error.
+    r = subprocess.run([pagoda, "serve", "-m", model_path, "--port", "0", "--embeddings", "--pooling", "rank"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
+    check(r.returncode == 1 and "cls.output.weight" in r.stderr and r.stderr.count("\n") <= 2,
+          "serve --pooling rank without a head fails at start-up: %d %s" % (r.returncode, r.stderr[-300:]))
     # Without --embeddings neither route is served.
     with Server(pagoda, model_path, [], os.path.join(workdir, "serve-off.log")) as s:
         check_error(s, "/v1/embeddings", {"input": "hi"}, 404, None, "embeddings not enabled")
@@ -374,6 +418,7 @@ def main():
 
     pooling_cases(a.pagoda, a.workdir, last, np_last)
     rerank_cases(a.pagoda, a.workdir, rank, np_rank, g_rank)
+    rerank_by_logits_case(a.pagoda, a.workdir, a.models)
     error_cases(a.pagoda, a.workdir, last, np_last.n_vocab)
     stories = os.path.join(a.models, "stories260K", "stories260K.gguf")
     if os.path.exists(stories):
