@@ -17,6 +17,7 @@ export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 export PAGODA_SAN_DEADLINE="${PAGODA_SAN_DEADLINE:-$(($(date +%s) + ${PAGODA_CI_BUDGET_S:-4800}))}"
 scripts/install-deps.sh
 scripts/install-npm-deps.sh  # tests/sdk's OpenAI SDK (npm ci into tests/sdk/node_modules)
+scripts/install-webui-test-deps.sh  # tests/webui: Debian's chromium and playwright-core (npm ci)
 PHASE_PREFIX=test.sh
 . scripts/phase.sh
 cmake --preset release >/dev/null

@@ -5,11 +5,16 @@
 // unsupported feature stops start-up, not a request), the engine, and readiness.
 // Shutdown (SIGINT / SIGTERM): stop accepting, let running requests finish for up to
 // --shutdown-timeout seconds, cancel the rest (their clients get an error event),
-// flush, close, exit 0.
+// flush, close, exit 0. Before that, SIGTERM (what orchestrators send) drains for
+// --drain-seconds: /health answers 503 while requests are still served, so a load
+// balancer's health check takes the replica out before it stops answering; SIGINT
+// (Ctrl-C) and a second signal skip or end the drain.
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -24,6 +29,7 @@
 #include "server/api_server.h"
 #include "server/chat_template.h"
 #include "server/http_server.h"
+#include "server/webui.h"
 #include "common/text_file.h"
 
 namespace pagoda::cli {
@@ -54,6 +60,28 @@ std::string default_model_id(const std::string& path) {
   return slash == std::string::npos ? p : p.substr(slash + 1);
 }
 
+// "<host name>:<port>": unique among replicas on one machine and across machines (a
+// Kubernetes pod's host name is the pod's name).
+std::string default_replica_id(uint16_t port) {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::snprintf(host, sizeof host, "localhost");
+  return std::string(host) + ":" + std::to_string(port);
+}
+
+// Waits up to `seconds` for one of `sigs` (blocked in every thread); returns it, or 0
+// when the time ran out.
+int wait_signal_for(const sigset_t& sigs, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return 0;
+    timespec ts{static_cast<time_t>(left.count() / 1000000000), static_cast<long>(left.count() % 1000000000)};
+    const int sig = sigtimedwait(&sigs, nullptr, &ts);
+    if (sig > 0) return sig;
+    if (errno != EINTR && errno != EAGAIN) return 0;
+  }
+}
+
 // Every long option of `app` is also read from PAGODA_<NAME> (dashes as underscores).
 void add_env_names(CLI::App& app) {
   for (CLI::Option* opt : app.get_options([](CLI::Option* o) {
@@ -78,9 +106,13 @@ Runner add_serve(CLI::App& app) {
     double responses_store_ttl = 3600;
     std::string responses_store_bytes = "256MiB";
     bool no_log = false;
+    bool no_webui = false;
     std::string reasoning_format = "auto";
     bool embeddings = false;
     std::string pooling;  // "" : the model's
+    std::string replica_id;
+    double drain_seconds = 0;
+    int busy_status = 429;
     KvOptions kv;
     PromptCacheOptions cache;
   };
@@ -107,6 +139,7 @@ Runner add_serve(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(0.0, 1e6));
   app.add_option("--io-threads", o->io_threads, "HTTP I/O threads")->capture_default_str()->check(CLI::Range(1, 64));
   app.add_flag("--no-log-requests", o->no_log, "Do not log one line per request");
+  app.add_flag("--no-webui", o->no_webui, "Do not serve the built-in web UI at / (it is then a 404)");
   app.add_option("--reasoning-format", o->reasoning_format,
                  "auto: a thinking model's reasoning goes to reasoning_content; none: it stays in content")
       ->capture_default_str()->check(CLI::IsMember({"auto", "none"}));
@@ -125,6 +158,23 @@ Runner add_serve(CLI::App& app) {
                  "How /v1/embeddings pools the final hidden states (default: the model's pooling_type "
                  "metadata, else last)")
       ->check(CLI::IsMember({"none", "mean", "cls", "last", "rank"}));
+  app.add_option("--replica-id", o->replica_id,
+                 "This replica's name in log lines and /v1/cache/stats (default: <host name>:<port>)")
+      ->check([](const std::string& id) -> std::string {
+        if (id.empty() || id.size() > 64) return "must be 1 to 64 characters";
+        for (char c : id)
+          if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.' && c != ':')
+            return "may hold only letters, digits and - _ . :";
+        return "";
+      });
+  app.add_option("--drain-seconds", o->drain_seconds,
+                 "On SIGTERM, answer /health with 503 for this long while still serving requests, before "
+                 "stopping (behind a load balancer: longer than its health checks take to mark a server down)")
+      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--busy-status", o->busy_status,
+                 "Status of a request refused because --parallel + --max-queue are full: 429 (Anthropic routes: "
+                 "529), or 503, which load balancers such as HAProxy 2.x retry on another replica")
+      ->capture_default_str()->check(CLI::IsMember({429, 503}));
   add_quantize_option(app, o->quantize);
   o->kv.add_to(app);
   o->cache.add_to(app);
@@ -177,6 +227,7 @@ Runner add_serve(CLI::App& app) {
     ao.responses_store_ttl_ms = static_cast<int64_t>(o->responses_store_ttl * 1000);
     ao.responses_store_bytes = parse_byte_size(o->responses_store_bytes, "--responses-store-bytes");
     ao.embeddings = o->embeddings;
+    ao.busy_status = o->busy_status;
     server::ApiServer api(ao);
     server::HttpServerOptions ho;
     ho.host = o->host;
@@ -185,10 +236,16 @@ Runner add_serve(CLI::App& app) {
     ho.api_key = api_key;
     ho.max_body_bytes = max_body;
     ho.on_complete = [&api](const server::HttpRequest& r, int status, double s) { api.on_http_complete(r, status, s); };
-    server::HttpServer http(ho, api.routes());
+    std::vector<server::Route> routes = api.routes();
+    if (!o->no_webui)
+      for (server::Route& r : server::webui_routes()) routes.push_back(std::move(r));
+    server::HttpServer http(ho, std::move(routes));  // binds; serves from start()
+    // The default replica id names the bound port (--port 0 picks one).
+    const std::string replica_id = !o->replica_id.empty() ? o->replica_id : default_replica_id(http.port());
+    api.set_replica_id(replica_id);
     http.start();
-    std::fprintf(stderr, "pagoda serve: listening on http://%s:%u (loading %s)\n", o->host.c_str(), http.port(),
-                 o->model.c_str());
+    std::fprintf(stderr, "pagoda serve: listening on http://%s:%u (loading %s)%s\n", o->host.c_str(), http.port(),
+                 o->model.c_str(), o->no_webui ? "" : "; web UI at /");
 
     LoadedModel lm = load_model(o->model, load_options);
     if (lm.file && lm.file->has("tokenizer.ggml.model") && !lm.tokenizer) lm.tokenizer = Tokenizer::from_gguf(*lm.file);
@@ -262,7 +319,7 @@ Runner add_serve(CLI::App& app) {
                  "pagoda serve: ready: model %s (%s), loaded in %.2f s\n"
                  "  KV budget %llu bytes = %lld tokens (block size %lld, K %s, V %s), ctx %lld, parallel %d, "
                  "threads %d, io threads %d\n"
-                 "  prefix cache %s, chat template: %s (tool calls: %s, reasoning: %s), api key %s%s\n",
+                 "  prefix cache %s, chat template: %s (tool calls: %s, reasoning: %s), api key %s, replica %s%s\n",
                  ao.model_id.c_str(), lm.model->config().summary().c_str(), lm.load_seconds,
                  static_cast<unsigned long long>(st.pool.bytes_budget), static_cast<long long>(st.pool.tokens_capacity),
                  static_cast<long long>(st.pool.block_size), kv_type_name(ec.kv.k_type), kv_type_name(ec.kv.v_type),
@@ -270,11 +327,22 @@ Runner add_serve(CLI::App& app) {
                  ec.cache.enabled ? "on" : "off", template_source.c_str(),
                  chat::tool_call_format_name(api.chat_format().tools),
                  chat::reasoning_format_name(api.chat_format().reasoning), api_key.empty() ? "off" : "on",
+                 replica_id.c_str(),
+
                  o->embeddings ? (std::string(", embeddings on (pooling ") + pooling_name(pooling.pooling) + ")").c_str()
                                : "");
 
     int sig = 0;
     sigwait(&sigs, &sig);
+    if (sig == SIGTERM && o->drain_seconds > 0) {
+      std::fprintf(stderr,
+                   "pagoda serve: SIGTERM: draining for %.1f s (/health answers 503, requests are still served; "
+                   "a second signal stops at once)\n",
+                   o->drain_seconds);
+      api.begin_draining();
+      if (const int again = wait_signal_for(sigs, o->drain_seconds); again != 0)
+        std::fprintf(stderr, "pagoda serve: %s during the drain: ending it\n", again == SIGINT ? "SIGINT" : "SIGTERM");
+    }
     std::fprintf(stderr, "pagoda serve: %s: stopping (up to %.1f s for running requests)\n",
                  sig == SIGINT ? "SIGINT" : "SIGTERM", o->shutdown_timeout);
     api.begin_shutdown();

@@ -55,6 +55,11 @@ class WeightMatrix {
   // Bytes this object itself owns (repacked copies), 0 when it only views the file.
   size_t owned_bytes() const { return owned_.size(); }
   const uint8_t* packed() const { return packed_; }
+  // Row r as n_cols floats, bit-identical to dequantize_row() of its GGUF bytes, read
+  // from the repacked copy when there is one (matmul_unpack.cpp), so a matrix that is
+  // also read row by row (tied token embeddings) needs no GGUF bytes resident: they
+  // may be dropped or freed after prepare(). Any thread. Requires: 0 <= r < n_rows().
+  void read_row(int64_t r, float* out) const;
 
   // Rows [row0, row0 + n_rows) as a matrix of their own that shares this one's
   // bytes (GGUF and repacked: nothing is copied) — one expert of a stacked

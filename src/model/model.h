@@ -123,9 +123,10 @@ class Model {
   // Bytes of the model file's tensor data.
   size_t file_tensor_bytes() const;
   // Bytes the weights keep resident once every one has been read: repacked
-  // copies, the file bytes still read in place (the embedding, unrepacked
+  // copies, the file bytes still read in place (an untied embedding, unrepacked
   // matrices), f32 copies of norms and biases. Repacked matrices' file pages are
-  // dropped at load (WeightSource::drop_resident), so they are not counted. An
+  // dropped at load (WeightSource::drop_resident), so they are not counted; a tied
+  // embedding is read from the repacked output copy and counted once. An
   // accounting figure, not a measurement: process RSS also holds the KV cache,
   // scratch and code (common/process_memory.h measures it).
   size_t resident_weight_bytes() const;
@@ -142,6 +143,9 @@ class Model {
   std::shared_ptr<const WeightSource> weights_;
   ModelConfig config_;
   const gguf::TensorInfo* token_embd_ = nullptr;
+  // Tied embeddings with output_ repacked: rows are read from output_ (read_row), and
+  // token_embd_'s bytes were dropped (or freed: then token_embd_->data is null).
+  bool embd_from_output_ = false;
   std::vector<float> output_norm_;  // [dim]
   WeightMatrix output_;              // [n_vocab, dim]
   WeightMatrix cls_out_;             // [n_cls_out, dim] reranker head, or empty

@@ -28,6 +28,14 @@ bool is_completion_path(const std::string& path) {
          path == "/v1/messages";
 }
 
+// Successful reads the access log leaves out: the web UI's files, and /v1/cache/stats, which
+// every open web UI page polls once a second (four times while it generates) and which
+// would otherwise bury the requests in one log line a second per page.
+bool is_quiet_read(const HttpRequest& req, int status) {
+  return req.method == "GET" && (status == 200 || status == 304) &&
+         (req.path == "/v1/cache/stats" || req.path == "/" || req.path.starts_with("/webui/"));
+}
+
 json pool_stats_json(const PoolStats& p) {
   return json{{"block_size", p.block_size},
               {"blocks_budget", p.blocks_budget},
@@ -130,9 +138,12 @@ std::vector<Route> ApiServer::routes() {
 void ApiServer::on_http_complete(const HttpRequest& req, int status, double seconds) {
   metrics_.record_http(status);
   // Completion requests that reached the engine log their own line when they end.
-  if (!options_.log_requests || (is_completion_path(req.path) && status == 200)) return;
+  if (!options_.log_requests || (is_completion_path(req.path) && status == 200) || is_quiet_read(req, status)) return;
+  // A load balancer checks every replica every second or so: only a failing check is news.
+  if (req.path == "/health" && status == 200) return;
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%s %s %d %.1fms", req.method.c_str(), req.path.c_str(), status, seconds * 1e3);
+  std::snprintf(buf, sizeof buf, "[%s] %s %s %d %.1fms", options_.replica_id.c_str(), req.method.c_str(),
+                req.path.c_str(), status, seconds * 1e3);
   log_line(buf);
 }
 
@@ -145,7 +156,12 @@ void ApiServer::attach(Engine* engine, const Tokenizer* tokenizer, const ChatTem
   engine_.store(engine, std::memory_order_release);
 }
 
-void ApiServer::begin_shutdown() { shutting_down_.store(true); }
+void ApiServer::begin_draining() { draining_.store(true); }
+
+void ApiServer::begin_shutdown() {
+  draining_.store(true);
+  shutting_down_.store(true);
+}
 
 namespace {
 // llama-server's answer while the model loads, on every route (/health too), so clients
@@ -162,6 +178,14 @@ HttpResponse anthropic_loading_response() { return api_error_response(WireProtoc
 
 void ApiServer::handle_health(const HttpRequest&, std::shared_ptr<HttpExchange> ex) {
   if (!ready()) return void(ex->respond(loading_response()));
+  // Draining: the load balancer's health check fails and takes this replica out while
+  // the requests it still sends (until its next check) are served.
+  if (draining_.load()) {
+    HttpResponse r;
+    r.status = 503;
+    r.body = error_json(503, "Draining: the server is shutting down", "unavailable_error");
+    return void(ex->respond(std::move(r)));
+  }
   ex->respond(json_response(200, json{{"status", "ok"}}));
 }
 
@@ -391,14 +415,17 @@ bool ApiServer::submit(const std::shared_ptr<HttpExchange>& ex, Request r, std::
   if (!sr.ok()) {
     int status = 400;
     // A full queue: OpenAI's 429, Anthropic's 529 overloaded_error (both retried by
-    // their SDKs).
-    const int busy = protocol == WireProtocol::Anthropic ? 529 : 429;
-    if (sr.status == SubmitResult::Status::Busy) status = shutting_down_.load() ? 503 : busy;
+    // their SDKs); or 503 (--busy-status 503) for a load balancer to retry elsewhere.
+    const int busy = options_.busy_status == 503          ? 503
+                     : protocol == WireProtocol::Anthropic ? 529
+                                                           : 429;
+    const bool shutting_down = shutting_down_.load();
+    if (sr.status == SubmitResult::Status::Busy) status = shutting_down ? 503 : busy;
     metrics_.record_refused(sr.status == SubmitResult::Status::Busy ? "busy" : "invalid");
     // A chat request's prompt is what its messages rendered to.
     const std::string param = sr.field == "prompt" ? prompt_param : sr.field;
     HttpResponse resp = api_error_response(protocol, status, sr.message, param);
-    if (status == busy) resp.headers.emplace_back("Retry-After", "1");
+    if (sr.status == SubmitResult::Status::Busy && !shutting_down) resp.headers.emplace_back("Retry-After", "1");
     ex->respond(std::move(resp));
     return false;
   }
@@ -419,6 +446,7 @@ void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<H
   p.include_usage = cr.include_usage;
   p.logprobs = cr.logprobs;
   p.log = options_.log_requests;
+  p.log_prefix = "[" + options_.replica_id + "] ";
   const char* id_prefix = protocol == WireProtocol::Anthropic ? "msg_" : cr.kind == ApiKind::Chat ? "chatcmpl-" : "cmpl-";
   p.id = make_id(id_prefix, next_id_.fetch_add(1));
   p.model = options_.model_id;
@@ -453,6 +481,7 @@ void ApiServer::handle_responses(const HttpRequest& req, std::shared_ptr<HttpExc
     ResponsesSink::Params p;
     p.stream = rr.chat.stream;
     p.log = options_.log_requests;
+    p.log_prefix = "[" + options_.replica_id + "] ";
     p.meta.id = make_id("resp_", next_id_.fetch_add(1));
     p.meta.created_at = unix_now();
     p.meta.model = options_.model_id;
@@ -540,7 +569,8 @@ void ApiServer::handle_cache_stats(const HttpRequest&, std::shared_ptr<HttpExcha
   Engine* e = engine_.load(std::memory_order_acquire);
   if (!e) return void(ex->respond(loading_response()));
   const EngineStats s = e->stats();
-  json body{{"pool", pool_stats_json(s.pool)},
+  json body{{"replica_id", options_.replica_id},
+            {"pool", pool_stats_json(s.pool)},
             {"prefix_cache", cache_stats_json(s.cache)},
             {"engine",
              {{"running", s.running},

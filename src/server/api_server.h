@@ -11,7 +11,9 @@
 // - Readiness: until attach() is called (the model is loading) every route, /health
 //   included, answers llama-server's 503 {"error":{"code":503,"message":"Loading model",
 //   "type":"unavailable_error",...}}; then /health answers 200 {"status":"ok"}.
-//   begin_shutdown() makes new completion requests answer 503.
+//   begin_draining() makes /health answer 503 while every other route still serves (a
+//   load balancer's health check takes the replica out before it stops answering);
+//   begin_shutdown() makes new completion requests answer 503 (and /health too).
 // - Borrowed: the Engine, Tokenizer and ChatTemplate passed to attach() must outlive the
 //   HTTP server's I/O threads (stop the HttpServer before destroying them).
 // - Streaming: the SSE headers go out only once the engine has accepted the request, so
@@ -22,8 +24,9 @@
 //   while loading 503 overloaded_error; the statuses are otherwise those below.
 // - Status codes: 400 for any client error the protocol layer or the engine's
 //   validation reports (a prompt longer than the context names both numbers), 404
-//   for an unknown model, 429 when the engine's queue is full (Retry-After: 1), 503
-//   while loading or shutting down, 500 only when the engine fails a forward.
+//   for an unknown model, 429 when the engine's queue is full (Retry-After: 1; 503 with
+//   busy_status 503, for load balancers that retry 503 on another replica but not 429),
+//   503 while loading or shutting down, 500 only when the engine fails a forward.
 // - Responses API (responses_api.h, responses_sink.h): POST /v1/responses takes the
 //   chat path (prepare_chat, engine_request, submit) with its own sink; finished
 //   responses with `store` go to a ResponsesStore (bounded by the options below) that
@@ -32,9 +35,11 @@
 //   POST /v1/rerank turn each input / document into an engine request with
 //   Request::pooling, submitted together (Engine::submit_group); the answer goes out when
 //   the last has finished. Without --embeddings both answer 404.
-// - Logging: one line per request on stderr: method, path, status, prompt / cached /
-//   generated tokens, queue / TTFT / total ms (completion routes log when generation
-//   ends; others when answered).
+// - Logging: one line per request on stderr, starting with "[replica_id] ": method,
+//   path, status, prompt / cached / generated tokens, queue / TTFT / total ms
+//   (completion routes log when generation ends; others when answered). Successful GETs
+//   of /v1/cache/stats (polled by the web UI) and of the web UI's files (/, /webui/*) are
+//   not logged.
 #pragma once
 
 #include <atomic>
@@ -71,6 +76,12 @@ struct ApiServerOptions {
   size_t responses_store_entries = 1024;
   int64_t responses_store_ttl_ms = 3600 * 1000;
   uint64_t responses_store_bytes = 256ull << 20;  // --responses-store-bytes
+  // Which replica this is (--replica-id): every log line starts with "[id] " and
+  // /v1/cache/stats reports it, so the replicas behind a load balancer can be told apart.
+  std::string replica_id = "pagoda";
+  // A full queue's status (--busy-status): 429 (Anthropic routes: 529), or 503 on every
+  // route, which HAProxy before 3.1 can retry on another replica (its retry-on has no 429).
+  int busy_status = 429;
   // --embeddings: serve /v1/embeddings and /v1/rerank (404 otherwise).
   bool embeddings = false;
 };
@@ -101,9 +112,13 @@ class ApiServer {
   // `architecture` (general.architecture, "" unknown) helps pick the chat format.
   void attach(Engine* engine, const Tokenizer* tokenizer, const ChatTemplate* chat_template,
               SamplingDefaults defaults = {}, const std::string& architecture = "");
+  // Requires: no request is being served yet (before HttpServer::start()).
+  void set_replica_id(std::string id) { options_.replica_id = std::move(id); }
+  // /health answers 503 from now on; requests are still served (see Readiness above).
+  void begin_draining();
   // The pooling routes' setup; call before attach() (attach publishes it).
   void set_pooling(PoolingSetup setup);
-  void begin_shutdown();
+  void begin_shutdown();  // implies begin_draining()
   bool ready() const { return engine_.load() != nullptr; }
 
   ServerMetrics& metrics() { return metrics_; }
@@ -186,6 +201,7 @@ class ApiServer {
   chat::ChatFormat chat_format_;                // detected from the template at attach()
   GrammarCache grammars_;
   SamplingDefaults sampling_defaults_;
+  std::atomic<bool> draining_{false};
   std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> next_id_{1};
   ServerMetrics metrics_;

@@ -104,10 +104,12 @@ bool ApiServer::submit_pooling(const std::shared_ptr<HttpExchange>& ex, std::vec
   SubmitResult sr = e->submit_group(std::move(requests), std::move(sink));
   if (!sr.ok()) {
     const bool busy = sr.status == SubmitResult::Status::Busy;
-    const int status = busy ? (shutting_down_.load() ? 503 : 429) : 400;
+    const bool shutting_down = shutting_down_.load();
+    // As submit(): 429, or 503 with --busy-status 503; 503 while shutting down.
+    const int status = !busy ? 400 : shutting_down ? 503 : options_.busy_status == 503 ? 503 : 429;
     metrics_.record_refused(busy ? "busy" : "invalid");
     HttpResponse resp = error_response(status, sr.message, sr.field == "prompt" ? input_param : sr.field);
-    if (status == 429) resp.headers.emplace_back("Retry-After", "1");
+    if (busy && !shutting_down) resp.headers.emplace_back("Retry-After", "1");
     ex->respond(std::move(resp));
     return false;
   }

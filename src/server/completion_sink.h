@@ -86,6 +86,7 @@ class CompletionSink final : public RequestSink {
     int64_t prompt_tokens = 0;  // Anthropic's message_start reports it
     bool stream = false, include_usage = false, logprobs = false, log = true;
     std::string id, model, method, path;
+    std::string log_prefix;  // "[replica-id] " before each log line
     int64_t created = 0;
     const Tokenizer* tokenizer = nullptr;
     ServerMetrics* metrics = nullptr;
@@ -206,8 +207,8 @@ class CompletionSink final : public RequestSink {
     if (p_.log) {
       char buf[512];
       std::snprintf(buf, sizeof buf,
-                    "%s %s %d finish=%s prompt=%lld cached=%lld generated=%lld queue=%.1fms ttft=%.1fms total=%.1fms%s",
-                    p_.method.c_str(), p_.path.c_str(), status, finish_reason_name(r.finish),
+                    "%s%s %s %d finish=%s prompt=%lld cached=%lld generated=%lld queue=%.1fms ttft=%.1fms total=%.1fms%s",
+                    p_.log_prefix.c_str(), p_.method.c_str(), p_.path.c_str(), status, finish_reason_name(r.finish),
                     static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.cached_tokens),
                     static_cast<long long>(r.generated_tokens), r.timings.queue_ms, r.timings.ttft_ms,
                     r.timings.total_ms, p_.stream ? " stream" : "");
@@ -228,7 +229,7 @@ class CompletionSink final : public RequestSink {
     } else {
       ex_->respond(api_error_response(p_.protocol, 500, msg));
     }
-    if (p_.log) log_line(p_.method + " " + p_.path + " 500 error: " + message);
+    if (p_.log) log_line(p_.log_prefix + p_.method + " " + p_.path + " 500 error: " + message);
   }
 
  private:

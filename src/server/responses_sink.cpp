@@ -122,8 +122,8 @@ void ResponsesSink::on_finish(const RequestResult& r) {
   }
   if (p_.log) {
     char buf[512];
-    std::snprintf(buf, sizeof buf, "%s %s %d %s finish=%s prompt=%lld cached=%lld generated=%lld ttft=%.1fms total=%.1fms%s",
-                  p_.method.c_str(), p_.path.c_str(), status, p_.meta.id.c_str(), finish_reason_name(r.finish),
+    std::snprintf(buf, sizeof buf, "%s%s %s %d %s finish=%s prompt=%lld cached=%lld generated=%lld ttft=%.1fms total=%.1fms%s",
+                  p_.log_prefix.c_str(), p_.method.c_str(), p_.path.c_str(), status, p_.meta.id.c_str(), finish_reason_name(r.finish),
                   static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.cached_tokens),
                   static_cast<long long>(r.generated_tokens), r.timings.ttft_ms, r.timings.total_ms,
                   p_.stream ? " stream" : "");
@@ -140,7 +140,9 @@ void ResponsesSink::on_error(uint64_t, const std::string& message) {
   } else {
     ex_->respond(error_response(500, msg));
   }
-  if (p_.log) std::fprintf(stderr, "%s %s 500 error: %s\n", p_.method.c_str(), p_.path.c_str(), message.c_str());
+  if (p_.log)
+    std::fprintf(stderr, "%s%s %s 500 error: %s\n", p_.log_prefix.c_str(), p_.method.c_str(), p_.path.c_str(),
+                 message.c_str());
 }
 
 }  // namespace pagoda::server

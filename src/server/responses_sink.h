@@ -30,6 +30,7 @@ class ResponsesSink final : public RequestSink {
     bool stream = false, log = true;
     ResponseMeta meta;
     std::string method, path;
+    std::string log_prefix;                // "[replica-id] " before each log line
     const Tokenizer* tokenizer = nullptr;  // counts reasoning tokens; may be null
     ServerMetrics* metrics = nullptr;
     std::optional<chat::ParseOptions> parse;  // nullopt: the text is the message

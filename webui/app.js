@@ -1,0 +1,609 @@
+// pagoda's chat page: conversations (kept in localStorage), streamed answers rendered as
+// Markdown, a stop button, settings, and the live KV cache panel (cache_panel.js).
+// One generation runs at a time; it keeps streaming into its conversation when another one
+// is opened. Everything the model writes goes through renderMarkdown (escapes first) or
+// textContent, never into innerHTML raw.
+import { AuthError, apiKey, getJson, setApiKey, streamChat } from './api.js';
+import { CachePanel, formatBytes } from './cache_panel.js';
+import { escapeHtml, highlight } from './highlight.js';
+import { renderMarkdown } from './markdown.js';
+import * as store from './store.js';
+
+const $ = (id) => document.getElementById(id);
+
+const state = {
+  conversations: store.loadConversations(),
+  activeId: store.activeId(),
+  settings: store.loadSettings(),
+  generation: null,  // {controller, conversation, message}
+};
+
+// ---- theme ---------------------------------------------------------------------------
+
+function applyTheme(theme) {
+  document.documentElement.dataset.theme = theme;
+}
+
+function initTheme() {
+  const saved = localStorage.getItem('pagoda.theme');
+  applyTheme(saved || (matchMedia('(prefers-color-scheme: dark)').matches ? 'dark' : 'light'));
+  $('toggle-theme').addEventListener('click', () => {
+    const next = document.documentElement.dataset.theme === 'dark' ? 'light' : 'dark';
+    localStorage.setItem('pagoda.theme', next);
+    applyTheme(next);
+  });
+}
+
+// ---- API key -------------------------------------------------------------------------
+
+let keyPrompt = null;  // the pending prompt's promise, so parallel 401s ask once
+let keyDeclined = false;  // the user cancelled: background polls stop asking
+
+// Asks for the API key; resolves true when one was given. `background` (the cache panel's
+// polls) does not ask again once the user has cancelled the dialog; sending a message does.
+function askForKey({ background = false } = {}) {
+  if (keyPrompt) return keyPrompt;
+  if (background && keyDeclined) return Promise.resolve(false);
+  const dialog = $('key-dialog');
+  const form = $('key-form');
+  form.elements.key.value = apiKey();
+  keyPrompt = new Promise((resolve) => {
+    dialog.addEventListener('close', () => {
+      keyPrompt = null;
+      const key = form.elements.key.value.trim();
+      keyDeclined = !(dialog.returnValue === 'save' && key);
+      if (!keyDeclined) setApiKey(key);
+      resolve(!keyDeclined);
+    }, { once: true });
+  });
+  dialog.returnValue = '';
+  if (!dialog.open) dialog.showModal();
+  return keyPrompt;
+}
+
+// ---- server status -------------------------------------------------------------------
+
+let statusRefreshing = false;
+
+async function refreshServerStatus() {
+  if (statusRefreshing) return;
+  statusRefreshing = true;
+  try {
+    await checkServer();
+  } finally {
+    statusRefreshing = false;
+  }
+}
+
+async function checkServer() {
+  const status = $('server-status');
+  try {
+    const res = await fetch('health', { cache: 'no-store' });
+    status.dataset.state = res.ok ? 'ready' : 'loading';
+    if (!res.ok) {
+      // 503 "Loading model" while the model loads; 503 "Draining: ..." when it is stopping.
+      const message = (await res.json().catch(() => null))?.error?.message || `health ${res.status}`;
+      status.textContent = /^loading model/i.test(message) ? 'loading model…' : 'unavailable';
+      status.title = message;
+      setTimeout(refreshServerStatus, 1000);
+      return;
+    }
+    status.textContent = 'ready';
+    status.title = '';
+    const models = await getJson('v1/models');
+    const m = models.data?.[0];
+    $('model-name').textContent = m ? `${m.id}${m.meta?.n_ctx ? ` · ctx ${m.meta.n_ctx}` : ''}` : '';
+  } catch (e) {
+    if (e instanceof AuthError) {
+      status.textContent = 'needs API key';
+      if (await askForKey()) await checkServer();
+      return;
+    }
+    status.textContent = 'offline';
+    status.dataset.state = 'offline';
+    setTimeout(refreshServerStatus, 2000);
+  }
+}
+
+// ---- conversations -------------------------------------------------------------------
+
+function activeConversation() {
+  return state.conversations.find((c) => c.id === state.activeId) || null;
+}
+
+function persist() {
+  try {
+    store.saveConversations(state.conversations);
+  } catch (e) {
+    console.warn('pagoda: could not save conversations', e);
+  }
+}
+
+function openConversation(id) {
+  state.activeId = id;
+  store.setActiveId(id);
+  renderSidebar();
+  renderMessages();
+  closeDrawers();
+}
+
+function newChat() {
+  const c = store.newConversation(state.settings.system);
+  state.conversations.unshift(c);
+  persist();
+  openConversation(c.id);
+  $('prompt').focus();
+}
+
+function deleteConversation(id) {
+  if (state.generation?.conversation.id === id) state.generation.controller.abort();
+  state.conversations = state.conversations.filter((c) => c.id !== id);
+  persist();
+  if (state.activeId === id) state.activeId = state.conversations[0]?.id || '';
+  store.setActiveId(state.activeId);
+  renderSidebar();
+  renderMessages();
+}
+
+function renderSidebar() {
+  const list = $('conversation-list');
+  list.replaceChildren(...state.conversations.map((c) => {
+    const li = document.createElement('li');
+    li.dataset.testid = 'conversation-item';
+    li.className = c.id === state.activeId ? 'active' : '';
+    const open = document.createElement('button');
+    open.type = 'button';
+    open.className = 'conv-open';
+    open.textContent = c.title || 'New chat';
+    open.title = new Date(c.updated).toLocaleString();
+    open.addEventListener('click', () => openConversation(c.id));
+    const del = document.createElement('button');
+    del.type = 'button';
+    del.className = 'conv-delete';
+    del.textContent = '×';
+    del.title = 'Delete this conversation';
+    del.setAttribute('aria-label', `Delete ${c.title}`);
+    del.addEventListener('click', () => deleteConversation(c.id));
+    li.append(open, del);
+    return li;
+  }));
+}
+
+// ---- messages ------------------------------------------------------------------------
+
+function renderMessages() {
+  const box = $('messages');
+  const c = activeConversation();
+  if (!c || c.messages.length === 0) {
+    const empty = document.createElement('div');
+    empty.className = 'empty';
+    empty.innerHTML = '<h2>pagoda</h2><p>Ask something. Answers stream in; the panel on the right shows the KV ' +
+      'cache as it fills, and each answer shows how many prompt tokens came from the prefix cache.</p>';
+    box.replaceChildren(empty);
+    return;
+  }
+  box.replaceChildren(...c.messages.map((m, i) => messageElement(m, i)));
+  box.scrollTop = box.scrollHeight;
+}
+
+function messageElement(m, index) {
+  const art = document.createElement('article');
+  art.className = `msg ${m.role}`;
+  art.dataset.index = index;
+  art.dataset.testid = `message-${m.role}`;
+  const role = document.createElement('div');
+  role.className = 'msg-role';
+  role.textContent = m.role === 'user' ? 'you' : 'assistant';
+  art.append(role);
+  if (m.role === 'user') {
+    const body = document.createElement('div');
+    body.className = 'user-text';
+    body.textContent = m.content;
+    art.append(body);
+  } else {
+    updateAssistant(art, m);
+  }
+  return art;
+}
+
+function part(art, cls, tag = 'div') {
+  let e = art.querySelector(`:scope > .${cls}`);
+  if (!e) {
+    e = document.createElement(tag);
+    e.className = cls;
+    art.append(e);
+  }
+  return e;
+}
+
+function prettyJson(text) {
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch {
+    return null;
+  }
+}
+
+// Fills an assistant message's parts, keeping the elements (so a folded or unfolded
+// reasoning block stays as the reader left it while tokens arrive).
+function updateAssistant(art, m) {
+  if (m.reasoning) {
+    const details = part(art, 'reasoning', 'details');
+    let summary = details.querySelector('summary');
+    if (!summary) {
+      summary = document.createElement('summary');
+      details.append(summary);
+    }
+    const words = m.reasoning.trim().split(/\s+/).length;
+    summary.textContent = `Reasoning · ${words} word${words === 1 ? '' : 's'}`;
+    part(details, 'md').innerHTML = renderMarkdown(m.reasoning);
+  }
+  const content = part(art, 'content');
+  content.dataset.testid = 'assistant-content';
+  const json = m.format === 'json' && state.generation?.message !== m ? prettyJson(m.content) : null;
+  if (json !== null) {
+    content.innerHTML = '<div class="structured-label">structured output</div>' +
+      `<div class="code-block"><pre><code class="language-json">${highlight(json, 'json')}</code></pre></div>`;
+  } else {
+    content.innerHTML = renderMarkdown(m.content || '');
+  }
+  content.classList.toggle('streaming', state.generation?.message === m);
+  if (m.tool_calls?.length) {
+    const box = part(art, 'tool-calls');
+    box.replaceChildren(...m.tool_calls.map((tc) => {
+      const e = document.createElement('div');
+      e.className = 'tool-call';
+      e.dataset.testid = 'tool-call';
+      e.innerHTML = `<div class="tool-name">tool call <b>${escapeHtml(tc.name || '?')}</b>` +
+        `<span class="muted"> ${escapeHtml(tc.id || '')}</span></div>` +
+        `<pre><code class="language-json">${highlight(prettyJson(tc.arguments) ?? tc.arguments ?? '', 'json')}</code></pre>`;
+      return e;
+    }));
+  }
+  if (m.error) {
+    const err = part(art, 'msg-error');
+    err.setAttribute('role', 'alert');
+    err.textContent = m.error;
+  }
+  renderStats(part(art, 'msg-stats'), m);
+}
+
+function chip(label, value, testid, title) {
+  const e = document.createElement('span');
+  e.className = 'chip';
+  e.dataset.testid = testid;
+  if (title) e.title = title;
+  const l = document.createElement('span');
+  l.className = 'chip-label';
+  l.textContent = label;
+  const v = document.createElement('b');
+  v.textContent = value;
+  e.append(l, v);
+  return e;
+}
+
+function renderStats(box, m) {
+  const s = m.stats || {};
+  const chips = [];
+  if (s.prompt !== undefined) {
+    chips.push(chip('prompt', String(s.prompt), 'stat-prompt', 'prompt tokens'));
+    const cached = chip('cached', String(s.cached ?? 0), 'stat-cached', 'prompt tokens read from the prefix cache');
+    const bar = document.createElement('span');
+    bar.className = 'cache-ratio';
+    const fill = document.createElement('span');
+    fill.style.width = `${s.prompt ? (100 * (s.cached ?? 0)) / s.prompt : 0}%`;
+    bar.append(fill);
+    cached.append(bar);
+    chips.push(cached);
+  }
+  if (s.generated !== undefined) chips.push(chip('generated', `${s.approx ? '≈' : ''}${s.generated}`, 'stat-generated'));
+  if (s.ttft_ms !== undefined && s.ttft_ms !== null) chips.push(chip('TTFT', `${Math.round(s.ttft_ms)} ms`, 'stat-ttft', 'time to first token'));
+  if (s.tokens_per_s) chips.push(chip('speed', `${s.tokens_per_s.toFixed(1)} tok/s`, 'stat-tps', 'generated tokens per second after the first'));
+  if (s.finish) chips.push(chip('finish', s.finish, 'stat-finish'));
+  box.replaceChildren(...chips);
+  box.hidden = chips.length === 0;
+}
+
+let renderPending = false;
+function scheduleRender() {
+  if (renderPending) return;
+  renderPending = true;
+  requestAnimationFrame(() => {
+    renderPending = false;
+    const g = state.generation;
+    if (!g || g.conversation.id !== state.activeId) return;
+    const index = g.conversation.messages.indexOf(g.message);
+    const art = $('messages').querySelector(`article[data-index="${index}"]`);
+    if (!art) return;
+    const box = $('messages');
+    const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 80;
+    updateAssistant(art, g.message);
+    if (atBottom) box.scrollTop = box.scrollHeight;
+  });
+}
+
+// ---- requests ------------------------------------------------------------------------
+
+function numberSetting(value, name, integer) {
+  if (value === '' || value === undefined || value === null) return undefined;
+  const n = Number(value);
+  if (!Number.isFinite(n) || (integer && !Number.isInteger(n))) throw new Error(`${name}: not a ${integer ? 'whole ' : ''}number`);
+  return n;
+}
+
+function parseJsonSetting(text, name, check) {
+  if (!text || !text.trim()) return undefined;
+  let v;
+  try { v = JSON.parse(text); } catch (e) { throw new Error(`${name}: ${e.message}`); }
+  if (!check(v)) throw new Error(`${name}: wrong kind of JSON value`);
+  return v;
+}
+
+// The request body for a conversation up to (not including) `answer`, the message being
+// generated; throws Error naming a bad setting.
+function requestBody(conversation, settings, answer = null) {
+  const messages = [];
+  if (conversation.system?.trim()) messages.push({ role: 'system', content: conversation.system });
+  for (const m of conversation.messages) {
+    if (m === answer) break;
+    if (m.role === 'assistant' && !m.content && !m.tool_calls?.length) continue;  // failed or empty turns
+    messages.push({ role: m.role, content: m.content || '' });
+  }
+  const body = { messages };
+  const put = (k, v) => { if (v !== undefined) body[k] = v; };
+  put('temperature', numberSetting(settings.temperature, 'temperature'));
+  put('top_p', numberSetting(settings.top_p, 'top_p'));
+  put('top_k', numberSetting(settings.top_k, 'top_k', true));
+  put('min_p', numberSetting(settings.min_p, 'min_p'));
+  put('max_tokens', numberSetting(settings.max_tokens, 'max_tokens', true));
+  put('seed', numberSetting(settings.seed, 'seed', true));
+  if (settings.response_format === 'json_object') body.response_format = { type: 'json_object' };
+  if (settings.response_format === 'json_schema') {
+    const schema = parseJsonSetting(settings.json_schema, 'JSON schema', (v) => v && typeof v === 'object') ?? {};
+    body.response_format = { type: 'json_schema', json_schema: { name: 'output', schema, strict: true } };
+  }
+  put('tools', parseJsonSetting(settings.tools, 'tools', Array.isArray));
+  Object.assign(body, parseJsonSetting(settings.extra, 'extra request fields', (v) => v && typeof v === 'object' && !Array.isArray(v)) ?? {});
+  return body;
+}
+
+function setBusy(busy) {
+  $('send').hidden = busy;
+  $('stop').hidden = !busy;
+}
+
+async function generate(conversation, message) {
+  let body;
+  try {
+    body = requestBody(conversation, state.settings, message);
+  } catch (e) {
+    message.error = `settings: ${e.message}`;
+    return finishRender(conversation);
+  }
+  if (body.response_format) message.format = 'json';
+  const controller = new AbortController();
+  state.generation = { controller, conversation, message };
+  setBusy(true);
+  cachePanel.setFast(true);
+  const t0 = performance.now();
+  let tFirst = null;
+  let tLast = null;
+  let tEnd = null;  // the finish chunk
+  let pieces = 0;
+  let usage = null;
+  message.stats = {};
+  let retry = false;
+  try {
+    await streamChat(body, {
+      signal: controller.signal,
+      onChunk(chunk) {
+        if (chunk.usage) usage = chunk.usage;
+        const choice = chunk.choices?.[0];
+        if (!choice) return;
+        const d = choice.delta || {};
+        let got = false;
+        if (d.content) { message.content += d.content; got = true; }
+        if (d.reasoning_content) { message.reasoning = (message.reasoning || '') + d.reasoning_content; got = true; }
+        for (const tc of d.tool_calls || []) {
+          message.tool_calls ||= [];
+          const slot = (message.tool_calls[tc.index ?? 0] ||= { id: '', name: '', arguments: '' });
+          if (tc.id) slot.id = tc.id;
+          if (tc.function?.name) slot.name += tc.function.name;
+          if (tc.function?.arguments) slot.arguments += tc.function.arguments;
+          got = true;
+        }
+        if (got) {
+          const now = performance.now();
+          if (tFirst === null) {
+            tFirst = now;
+            message.stats.ttft_ms = now - t0;
+          }
+          tLast = now;
+          pieces++;
+        }
+        if (choice.finish_reason) {
+          message.stats.finish = choice.finish_reason;
+          tEnd = performance.now();
+        }
+        scheduleRender();
+      },
+    });
+  } catch (e) {
+    if (e.name === 'AbortError') {
+      message.stopped = true;
+      message.stats.finish = 'stopped';
+    } else if (e instanceof AuthError) {
+      retry = await askForKey();
+      if (!retry) message.error = 'The server needs an API key.';
+    } else {
+      message.error = e.message;
+    }
+  }
+  const s = message.stats;
+  if (usage) {
+    s.prompt = usage.prompt_tokens;
+    s.cached = usage.prompt_tokens_details?.cached_tokens ?? 0;
+    s.generated = usage.completion_tokens;
+  } else if (pieces) {
+    s.generated = pieces;  // stopped: the stream's deltas, about one token each
+    s.approx = true;
+  }
+  s.total_ms = performance.now() - t0;
+  // Tokens per second after the first, as the browser saw them arrive. Output that arrives in
+  // one piece at the end (a tool call, parsed when complete) has no such interval: then the
+  // whole request's time, prompt included, is the honest divisor.
+  tEnd ??= tLast;
+  if (s.generated > 1 && tFirst !== null && tEnd - tFirst > 20) s.tokens_per_s = (s.generated - 1) / ((tEnd - tFirst) / 1000);
+  else if (s.generated > 0 && tEnd > t0) s.tokens_per_s = s.generated / ((tEnd - t0) / 1000);
+  state.generation = null;
+  setBusy(false);
+  cachePanel.setFast(false);
+  if (retry) {
+    Object.assign(message, { content: '', reasoning: undefined, tool_calls: undefined, stats: {}, error: undefined });
+    return generate(conversation, message);
+  }
+  finishRender(conversation);
+}
+
+function finishRender(conversation) {
+  conversation.updated = Date.now();
+  persist();
+  if (conversation.id === state.activeId) renderMessages();
+}
+
+function send(text) {
+  if (state.generation || !text.trim()) return;
+  let c = activeConversation();
+  if (!c) {
+    c = store.newConversation(state.settings.system);
+    state.conversations.unshift(c);
+    state.activeId = c.id;
+    store.setActiveId(c.id);
+  }
+  if (c.messages.length === 0) c.title = text.trim().replace(/\s+/g, ' ').slice(0, 48);
+  c.messages.push({ role: 'user', content: text });
+  const answer = { role: 'assistant', content: '', stats: {} };
+  c.messages.push(answer);
+  // Most recently used first.
+  state.conversations = [c, ...state.conversations.filter((x) => x !== c)];
+  c.updated = Date.now();
+  persist();
+  renderSidebar();
+  state.generation = { controller: null, conversation: c, message: answer };  // for the first render
+  renderMessages();
+  state.generation = null;
+  generate(c, answer);
+}
+
+// ---- settings ------------------------------------------------------------------------
+
+function openSettings() {
+  const form = $('settings-form');
+  const c = activeConversation();
+  for (const [k, v] of Object.entries(state.settings)) if (form.elements[k]) form.elements[k].value = v;
+  form.elements.system.value = c ? c.system : state.settings.system;
+  $('settings-error').textContent = '';
+  syncSchemaField();
+  $('settings-dialog').showModal();
+}
+
+function syncSchemaField() {
+  const form = $('settings-form');
+  form.querySelector('.json-schema-field').hidden = form.elements.response_format.value !== 'json_schema';
+}
+
+function saveSettingsFromForm(event) {
+  const form = $('settings-form');
+  if (event.submitter?.value !== 'save') return;
+  const next = { ...state.settings };
+  for (const k of Object.keys(store.DEFAULT_SETTINGS)) if (form.elements[k]) next[k] = form.elements[k].value;
+  try {
+    requestBody({ system: '', messages: [] }, next);  // validates the numbers and JSON
+  } catch (e) {
+    event.preventDefault();
+    $('settings-error').textContent = e.message;
+    return;
+  }
+  state.settings = next;
+  store.saveSettings(next);
+  const c = activeConversation();
+  if (c) {
+    c.system = next.system;
+    persist();
+  }
+}
+
+// ---- layout (drawers on narrow screens) ----------------------------------------------
+
+function closeDrawers() {
+  document.body.classList.remove('show-sidebar', 'show-cache');
+  $('scrim').hidden = true;
+}
+
+function toggleDrawer(cls) {
+  const open = !document.body.classList.contains(cls);
+  closeDrawers();
+  if (open) {
+    document.body.classList.add(cls);
+    $('scrim').hidden = false;
+  }
+}
+
+// ---- start ---------------------------------------------------------------------------
+
+const cachePanel = new CachePanel($('cache-body'), {
+  onAuthError: () => askForKey({ background: true }).then((given) => { if (given) cachePanel.poll(); }),
+  // A server that stopped answering polls (restarted, or loading again) is checked anew.
+  onReachable: (ok) => { if (!ok || $('server-status').dataset.state !== 'ready') refreshServerStatus(); },
+});
+
+function updateMiniBar(stats) {
+  const p = stats.pool;
+  const budget = Math.max(1, p.blocks_budget);
+  $('mini-live').style.width = `${(100 * p.blocks_live) / budget}%`;
+  $('mini-cached').style.width = `${(100 * p.blocks_evictable) / budget}%`;
+  $('toggle-cache').title = `KV cache: ${formatBytes(p.bytes_in_use)} of ${formatBytes(p.bytes_budget)} hold data`;
+}
+
+function init() {
+  initTheme();
+  if (!activeConversation()) state.activeId = state.conversations[0]?.id || '';
+  renderSidebar();
+  renderMessages();
+  const prompt = $('prompt');
+  $('composer').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const text = prompt.value;
+    if (state.generation || !text.trim()) return;
+    prompt.value = '';
+    send(text);
+  });
+  prompt.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      $('composer').requestSubmit();
+    }
+  });
+  $('stop').addEventListener('click', () => state.generation?.controller?.abort());
+  $('new-chat').addEventListener('click', newChat);
+  $('open-settings').addEventListener('click', openSettings);
+  $('settings-form').addEventListener('submit', saveSettingsFromForm);
+  $('settings-form').elements.response_format.addEventListener('change', syncSchemaField);
+  $('forget-key').addEventListener('click', () => { setApiKey(''); $('forget-key').textContent = 'Key forgotten'; });
+  $('toggle-sidebar').addEventListener('click', () => toggleDrawer('show-sidebar'));
+  $('toggle-cache').addEventListener('click', () => toggleDrawer('show-cache'));
+  $('scrim').addEventListener('click', closeDrawers);
+  document.addEventListener('keydown', (e) => { if (e.key === 'Escape' && !$('scrim').hidden) closeDrawers(); });
+  $('messages').addEventListener('click', (e) => {
+    const button = e.target.closest('.copy-code');
+    if (!button) return;
+    const code = button.parentElement.querySelector('pre')?.textContent ?? '';
+    navigator.clipboard?.writeText(code).then(() => { button.textContent = 'copied'; }, () => { button.textContent = 'copy failed'; });
+  });
+  $('cache-body').addEventListener('stats', (e) => updateMiniBar(e.detail));
+  refreshServerStatus();
+  cachePanel.start();
+  prompt.focus();
+}
+
+init();
