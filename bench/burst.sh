@@ -7,7 +7,7 @@
 # (short distinct questions after one ~1.7k-token system prompt, 16 generated tokens).
 # Executables alternate per burst size, so two builds (before / after) meet the same
 # minutes of machine load. Writes OUTDIR/burst-<label>-<N>.json and OUTDIR/summary.txt;
-# the servers use port 18490.
+# the servers use port 18490. BURST_TIMEOUT: the per-request timeout in seconds (600).
 set -euo pipefail
 model="$1"; out="$2"; threads="${3:-2}"
 shift $(( $# < 3 ? $# : 3 ))
@@ -26,7 +26,7 @@ for n in 8 32; do
     curl -sf "http://127.0.0.1:$port/v1/completions" -d '{"prompt":"warm up","max_tokens":2}' >/dev/null
     curl -sf -X POST "http://127.0.0.1:$port/v1/cache/reset" >/dev/null
     "$bin" bench --quiet --url "http://127.0.0.1:$port" -m "$model" --seed 3 --workload shared-prefix \
-      --concurrency "$n" --requests "$n" --prefix-len 1700 --input-len 40 --output-len 16 \
+      --concurrency "$n" --requests "$n" --prefix-len 1700 --input-len 40 --output-len 16 --timeout "${BURST_TIMEOUT:-600}" \
       --label "bin$i-burst$n" --out "$out/burst-bin$i-$n.json" | tee -a "$out/summary.txt"
     kill -INT "$pid"; wait "$pid" || true
   done

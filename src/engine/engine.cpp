@@ -434,6 +434,7 @@ void Engine::step() {
               "at this precision");
       continue;
     }
+    if (c.checkpoint) continue;  // the row only vouched for the K/V the scheduler indexed
     sample_and_stream(s, lg);
   }
 }

@@ -56,16 +56,18 @@
 //     order a client can reason about.
 //     A waiting request whose prompt shares at least one block more with a running
 //     sequence's prompt still in prefill than that sequence borrowed is deferred until
-//     that prompt is computed and indexed, then borrows it: a burst on one document
-//     computes it once. Requests sharing nothing are admitted past deferred ones (only
-//     past those), so they are not held up.
+//     that sequence has computed and indexed the shared part (its prefill stops at a
+//     checkpoint there, scheduler.h), then borrows it: a burst on one document computes
+//     it once. Requests sharing nothing are admitted past deferred ones (only past
+//     those), so they are not held up.
 //     A prefill in progress takes the budget before new admissions, so with a small
 //     max_batch_tokens a long prompt delays the first token of requests behind it
 //     (not the tokens of running streams: decode comes first).
 //  4. One Model::forward over the whole batch; sample each sequence that got logits
 //     with its own Sampler; stream; apply stop conditions; finish.
 // Prefix cache: a sequence's full prompt blocks are indexed when its prefill completes
-// (so concurrent requests with the same prefix share them); everything it computed is
+// (so concurrent requests with the same prefix share them), and at each checkpoint a
+// deferred request asked for; everything it computed is
 // indexed when it finishes, is preempted or is cancelled, then its table is released.
 // Grammars (Request::grammar): the mask is applied before the sampler's chain, so
 // penalties, top-k/p and temperature act on the allowed tokens only; the Matcher lives

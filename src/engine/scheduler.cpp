@@ -41,6 +41,7 @@ void Scheduler::release_kv(SchedSeq* s) {
   s->seq_id = -1;
   s->n_computed = 0;
   s->n_checked = 0;
+  s->checkpoints.clear();
 }
 
 void Scheduler::end(SchedSeq* s) {
@@ -80,39 +81,72 @@ bool Scheduler::reserve_decode(SchedSeq* s) {
 }
 
 void Scheduler::add_chunk(SchedSeq* s, int64_t& budget) {
-  const int64_t n = std::min(budget, s->pending());
+  int64_t n = std::min(budget, s->pending());
   if (n <= 0) return;
-  out_.chunks.push_back({s, n, n == s->pending(), false});
+  // A leader's prefill stops at its next checkpoint (none is needed at the prompt end,
+  // which is indexed anyway).
+  bool checkpoint = false;
+  const int64_t end = s->n_computed + n;
+  for (int64_t cp : s->checkpoints)
+    if (cp > s->n_computed && cp < static_cast<int64_t>(s->tokens.size())) {
+      if (cp <= end) {
+        n = cp - s->n_computed;
+        checkpoint = true;
+      }
+      break;
+    }
+  out_.chunks.push_back({s, n, checkpoint || n == s->pending(), false, checkpoint});
   out_.n_tokens += n;
   budget -= n;
 }
 
-// True when s should wait for a running sequence still computing its prompt: that
-// prompt shares at least one block with s beyond what the sequence borrowed from the
-// cache, so once it is indexed s borrows it instead of computing it again. Only an
-// enabled cache, the same namespace (model, KV types, tenant key) and a prompt the
-// cache will index (a first prefill, generated() == 0) count.
-bool Scheduler::defer_behind_prefill(SchedSeq* s) {
-  if (!cache_.config().enabled || !s->key.use_cache) return false;
-  auto prefilling = [](const SchedSeq* r) { return r->generated() == 0 && r->n_computed < r->n_prompt; };
-  if (s->deferred)
-    for (const SchedSeq* r : running_)
-      if (r->admit_order == s->deferred_behind && prefilling(r)) return true;
-  s->deferred = false;
+// True (and s marked, r's checkpoint set) when s should wait for r, a running sequence
+// still computing its prompt: that prompt shares at least one block with s beyond what r
+// borrowed from the cache and r has not indexed the shared part yet, so once it has, s
+// borrows it instead of computing it again. Only an enabled cache, the same namespace
+// (model, KV types, tenant key) and a prompt the cache will index (a first prefill,
+// generated() == 0) count.
+bool Scheduler::defer_behind(SchedSeq* s, SchedSeq* r) {
+  if (!prefilling(r) || !r->key.use_cache || !(r->key.ns == s->key.ns)) return false;
   const int64_t block = store_.pool().block_size();
-  for (const SchedSeq* r : running_) {
-    if (!prefilling(r) || !r->key.use_cache || !(r->key.ns == s->key.ns)) continue;
-    const int64_t n = std::min<int64_t>(r->n_prompt, static_cast<int64_t>(s->tokens.size()));
-    const int64_t need = r->admit_cached_tokens + block;  // a block more than it borrowed
-    if (n < need) continue;
-    int64_t common = 0;
-    while (common < n && r->tokens[static_cast<size_t>(common)] == s->tokens[static_cast<size_t>(common)]) ++common;
-    if (common >= need) {
-      s->deferred = true;
-      s->deferred_behind = r->admit_order;
-      return true;
-    }
-  }
+  const int64_t n = std::min<int64_t>(r->n_prompt, static_cast<int64_t>(s->tokens.size()));
+  // A block more than r borrowed, and no less than the cache's minimum hit.
+  const int64_t need = std::max<int64_t>(r->admit_cached_tokens + block, cache_.config().min_prefix_tokens);
+  if (n < need) return false;
+  const auto at = [](const SchedSeq* q, int64_t i) { return q->tokens[static_cast<size_t>(i)]; };
+  if (at(r, need - 1) != at(s, need - 1)) return false;  // cheap: most unrelated prompts differ there
+  int64_t common = 0;
+  while (common < n && at(r, common) == at(s, common)) ++common;
+  if (common < need) return false;
+  // The end of the block holding the last shared token: r's blocks up to there hold every
+  // shared position (the last one is borrowed in part and copied on write).
+  const int64_t until = std::min((common + block - 1) / block * block, r->n_prompt);
+  if (r->n_checked >= until) return false;  // indexed already: s borrows it now
+  // r computed past the fork before s was seen (s came later), so its next index point
+  // is its prompt end. With sliding windows the window at the fork is gone by then
+  // unless the prompt ends within a block of the fork: waiting would gain nothing.
+  if (until <= r->n_computed && until < r->n_prompt && store_.groups().windowed() &&
+      r->n_prompt - common > block)
+    return false;
+  s->deferred = true;
+  s->deferred_behind = r->admit_order;
+  s->deferred_until = until;
+  auto& cps = r->checkpoints;
+  const auto it = std::lower_bound(cps.begin(), cps.end(), until);
+  if (it == cps.end() || *it != until) cps.insert(it, until);
+  return true;
+}
+
+bool Scheduler::defer_behind_prefill(SchedSeq* s) {
+  const bool was_deferred = s->deferred;
+  s->deferred = false;  // also when the cache was turned off meanwhile
+  if (!cache_.config().enabled || !s->key.use_cache) return false;
+  if (was_deferred)  // the memo: O(running) a step while it waits
+    for (const SchedSeq* r : running_)
+      if (r->admit_order == s->deferred_behind && prefilling(r) && r->n_checked < s->deferred_until)
+        return s->deferred = true;
+  for (SchedSeq* r : running_)
+    if (defer_behind(s, r)) return true;
   return false;
 }
 
@@ -130,19 +164,23 @@ const SchedulerOutput& Scheduler::schedule() {
     ++out_.n_tokens;
   }
 
-  // 2. Prefill chunks: running sequences first, then admissions (FCFS).
+  // 2. Prefill chunks: running sequences first, then admissions (FCFS). Which waiting
+  // requests wait for a running prefill they share is decided first, so the leaders'
+  // checkpoints are in place before their chunks are cut. The look-ahead is bounded
+  // (kMaxDeferredScan), so a long queue costs a bounded scan a step, not O(queue) prefix
+  // comparisons.
+  constexpr size_t kMaxDeferredScan = 256;
   int64_t budget = config_.max_batch_tokens - out_.n_tokens;
+  size_t n_scan = std::min(waiting_.size(), kMaxDeferredScan);
+  for (size_t i = 0; i < n_scan; ++i)
+    if (defer_behind_prefill(waiting_[i])) out_.deferred.push_back(waiting_[i]);
   for (SchedSeq* s : running_)
     if (!s->decoding() && budget > 0) add_chunk(s, budget);
-  // The look-ahead past deferred requests is bounded (kMaxDeferredScan per step), so a
-  // long queue of them costs a bounded scan, not O(queue) prefix comparisons a step.
-  constexpr size_t kMaxDeferredScan = 256;
   size_t w = 0;
-  while (budget > 0 && w < waiting_.size() && static_cast<int>(running_.size()) < config_.parallel) {
+  while (budget > 0 && w < n_scan && static_cast<int>(running_.size()) < config_.parallel) {
     SchedSeq* s = waiting_[w];
-    if (defer_behind_prefill(s)) {
-      out_.deferred.push_back(s);
-      if (++w >= kMaxDeferredScan) break;
+    if (s->deferred) {
+      ++w;
       continue;
     }
     const SeqId sid = next_seq_id_;
@@ -156,16 +194,18 @@ const SchedulerOutput& Scheduler::schedule() {
         // Only a sequence that grew (a preempted one) can get here with generated
         // tokens: it no longer fits. A fresh prompt passed never_fits at submit.
         waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(w));
+        --n_scan;
         if (s->generated() > 0) {
           out_.ended_length.push_back(s);
         } else {
           out_.refused.emplace_back(s, r.message.empty() ? "out of KV blocks with nothing running" : r.message);
         }
-        continue;
+        continue;  // w names the next one now
       }
       break;  // the first request not deferred waits for running sequences to finish
     }
     waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(w));
+    --n_scan;
     s->seq_id = sid;
     s->admitted = true;
     s->deferred = false;
@@ -176,6 +216,12 @@ const SchedulerOutput& Scheduler::schedule() {
     if (s->admissions++ == 0) s->first_cached_tokens = hit.cached_tokens;
     running_.push_back(s);
     out_.admitted.push_back(s);
+    // Requests behind it that share its prompt wait for it: their checkpoints are set
+    // before its first chunk is cut.
+    if (cache_.config().enabled)
+      for (size_t i = w; i < n_scan; ++i)
+        if (!waiting_[i]->deferred && waiting_[i]->key.use_cache && defer_behind(waiting_[i], s))
+          out_.deferred.push_back(waiting_[i]);
     add_chunk(s, budget);
   }
   return out_;
@@ -184,12 +230,14 @@ const SchedulerOutput& Scheduler::schedule() {
 void Scheduler::computed(SchedSeq* s, int64_t n_tokens, bool checked) {
   const bool was_prefill = s->generated() == 0;
   s->n_computed += n_tokens;
-  // Sliding-window layers give back what no later query reads, before the prompt-end
-  // insert, so what that insert keeps for reuse is the window at the prompt's end.
+  // Sliding-window layers give back what no later query reads, before the insert below,
+  // so what it keeps for reuse is the window at the prompt's end (or the checkpoint).
   store_.release_out_of_window(s->seq_id, s->n_computed);
   if (!checked) return;
   s->n_checked = s->n_computed;
-  if (was_prefill && s->n_computed == static_cast<int64_t>(s->tokens.size())) {  // the prompt is in
+  // A checked prefill chunk ends at the prompt end or at a checkpoint: index it, so
+  // followers (and later requests) borrow its full blocks and the windows held here.
+  if (was_prefill) {
     SeqTables& t = store_.mutable_tables(s->seq_id);
     cache_.insert(s->key, std::span<const int32_t>(s->tokens.data(), static_cast<size_t>(s->n_computed)), t.main,
                   /*finished=*/false, t.local);

@@ -24,18 +24,43 @@
 //       `ended_length` when it had generated tokens (a preempted one that grew), else in
 //       `refused` with the pool's reason.
 //       Shared prefix computed once: a waiting request whose prompt shares at least one
-//       block more with the prompt of a running sequence still in prefill than that
-//       sequence borrowed from the cache is deferred (reported in `deferred`) until that
-//       prompt is computed and indexed, then admitted to borrow it; requests behind it
-//       that share nothing are admitted meanwhile (they overtake only deferred ones).
+//       block more with the prompt of a running sequence still in prefill (the leader)
+//       than the leader borrowed from the cache is deferred (reported in `deferred`)
+//       until the leader has computed and indexed the shared part, then admitted to
+//       borrow it. The leader's prefill stops at a *checkpoint*: the end of the block in
+//       which the two prompts part (or the leader's prompt end, if sooner); that chunk
+//       gets a logits row only to vouch for its K/V (ScheduledChunk::checkpoint: checked,
+//       not sampled) and computed() indexes it, with the sliding-window companions the
+//       leader holds there. So the follower borrows exactly the common prefix and
+//       computes only its own tokens, and waits only for the shared part, not for the
+//       leader's whole prompt. Requests that share nothing are admitted meanwhile (they
+//       overtake only deferred ones). Deferral is decided before the running prefills
+//       are chunked (the head of the queue, kMaxDeferredScan at most), so a checkpoint
+//       is placed even in a step whose budget the leader takes whole; a leader admitted
+//       in this step looks for its followers behind it before its first chunk.
 //       Without this a burst of N requests on one document computes its uncached part
 //       up to N times (measured: 8 requests on a 1.7k-token document each prefilled
-//       ~275 tokens where ~40 were new). Rejected: admitting it and skipping the shared
-//       positions until the leader writes them — the forward would then read K/V another
-//       sequence has not written yet, and a leader preempted or cancelled mid-way would
-//       leave holes; waiting costs at most the leader's remaining prefill steps.
+//       ~275 tokens where ~40 were new). Rejected: (1) admitting the follower and
+//       skipping the shared positions until the leader writes them — the forward would
+//       read K/V another sequence has not written yet, and a leader preempted or
+//       cancelled mid-way would leave holes; (2) waiting for the leader's prompt end (the
+//       first version of this): with sliding windows the leader has released the window
+//       at the fork by then, so a follower whose own part is longer than about a block
+//       (window 40, block 16, 60-token questions: 4 x 260 tokens computed with the cache
+//       on, as many as with it off) borrowed nothing after waiting; (3) indexing every
+//       chunk's blocks as it completes — a logits row per chunk, and with windows the
+//       companions of every block, i.e. no window saving at all. A checkpoint costs one
+//       logits row (n_vocab x dim MACs, ~0.01% of a 512-token chunk at 1.1B) and at
+//       most one extra step for the leader per checkpoint. A leader cancelled or
+//       preempted before its checkpoint leaves nothing indexed: its followers are
+//       re-examined the next step (one becomes the new leader); after it, they borrow
+//       what it indexed. A request that arrives after the leader computed past the fork
+//       waits for the leader's prompt end (its next index point), except with sliding
+//       windows when that is more than a block past the fork: the window there is gone
+//       by then, so it is admitted and computes the prefix itself.
 // - After the forward the caller reports each chunk with computed(); a chunk whose
-//   logits row was finite is `checked`, which also indexes a just-completed prompt.
+//   logits row was finite is `checked`, which also indexes a just-completed prompt (or a
+//   checkpoint).
 //   Only checked tokens are ever indexed in the prefix cache (see SchedSeq::n_checked).
 // - Hot path: schedule() reuses its output's vectors; it allocates only on growth.
 #pragma once
@@ -76,7 +101,12 @@ struct SchedSeq {
   // While waiting: the admit_order of the prefilling sequence it was deferred behind
   // (a memo, so a long wait costs O(running) per step instead of a prefix comparison).
   uint64_t deferred_behind = 0;
+  int64_t deferred_until = 0;  // ... and the position of that prompt it waits to borrow up to
   bool deferred = false;
+  // While prefilling as a leader: positions where deferred followers' shares end, sorted
+  // ascending; the prefill stops at each to index it (see the contract). Cleared when
+  // its KV is released.
+  std::vector<int64_t> checkpoints;
   int64_t preemptions = 0;
 
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
@@ -90,6 +120,9 @@ struct ScheduledChunk {
   int64_t n_tokens = 0;  // batch tokens of this sequence, from position seq->n_computed
   bool logits = false;   // its last token wants a logits row
   bool decode = false;   // one sampled token fed back (else a prefill chunk)
+  // A prefill chunk ending at a leader's checkpoint (logits is true): the row only
+  // vouches for the K/V (finite: computed(checked) indexes it); nothing is sampled.
+  bool checkpoint = false;
 };
 
 struct SchedulerOutput {
@@ -134,7 +167,11 @@ class Scheduler {
   void release_kv(SchedSeq* s);
   void end(SchedSeq* s);  // out of running / waiting, KV released
   void add_chunk(SchedSeq* s, int64_t& budget);
+  static bool prefilling(const SchedSeq* r) { return r->generated() == 0 && r->n_computed < r->n_prompt; }
+  // True when s waits for a running prefill it shares (see defer_behind).
   bool defer_behind_prefill(SchedSeq* s);
+  // True when s waits for r; then s is marked and r has a checkpoint where s's share ends.
+  bool defer_behind(SchedSeq* s, SchedSeq* r);
 
   SchedulerConfig config_;
   PagedKvStore& store_;

@@ -143,6 +143,14 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   if (spec.head_dim <= 0 && spec.dim % spec.n_heads != 0)
     throw Error("synth: dim must be divisible by heads (or give --head-dim)");
   if (head_dim % 2 != 0) throw Error("synth: head dim must be even");
+  // The copied vocabulary sets n_vocab before any shape is derived from it.
+  std::optional<gguf::GgufFile> vocab_src;
+  if (!spec.vocab_from.empty()) {
+    vocab_src.emplace(gguf::GgufFile::open(spec.vocab_from));
+    const gguf::Array* toks = vocab_src->get_array("tokenizer.ggml.tokens");
+    if (!toks) throw Error(spec.vocab_from + ": has no tokenizer.ggml.tokens to copy");
+    spec.n_vocab = static_cast<int64_t>(toks->items.size());
+  }
   // The config the table's symbolic shapes resolve against.
   ModelConfig c;
   c.arch = row->arch;
@@ -175,13 +183,6 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   }
 
   gguf::GgufWriter w;
-  std::optional<gguf::GgufFile> vocab_src;
-  if (!spec.vocab_from.empty()) {
-    vocab_src.emplace(gguf::GgufFile::open(spec.vocab_from));
-    const gguf::Array* toks = vocab_src->get_array("tokenizer.ggml.tokens");
-    if (!toks) throw Error(spec.vocab_from + ": has no tokenizer.ggml.tokens to copy");
-    spec.n_vocab = static_cast<int64_t>(toks->items.size());
-  }
   const std::string a = gguf_arch + ".";
   w.set("general.architecture", Value::str(gguf_arch));
   w.set("general.name", Value::str(spec.name));

@@ -204,4 +204,27 @@ inline RunResult run_all(Model& m, const Tokenizer* tok, const EngineConfig& cfg
   return out;
 }
 
+// The same requests one at a time through one engine (each waits for the one before):
+// the sequential reference a concurrent run must match token for token, and with the
+// cache on, cached token for cached token.
+inline RunResult run_one_by_one(Model& m, const Tokenizer* tok, const EngineConfig& cfg,
+                                const std::vector<Request>& rs) {
+  Engine e(m, tok, cfg);
+  e.start();
+  RunResult out;
+  for (const Request& r : rs) {
+    auto sink = std::make_shared<RecordingSink>();
+    const SubmitResult s = e.submit(r, sink);
+    EXPECT_TRUE(s.ok()) << s.message;
+    EXPECT_TRUE(sink->wait_done());
+    EXPECT_EQ(sink->error(), "");
+    out.tokens.push_back(sink->tokens());
+    out.logprobs.push_back(sink->logprobs());
+    out.results.push_back(sink->result());
+  }
+  e.stop();
+  out.stats = e.stats();
+  return out;
+}
+
 }  // namespace pagoda::engine_test

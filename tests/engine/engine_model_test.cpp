@@ -84,46 +84,152 @@ TEST(EngineModel, SyntheticTokensAreTheSameAloneAndConcurrentWithAndWithoutCache
   check_determinism(*l.model, nullptr, "synthetic");
 }
 
+// n requests on one 200-token document, each with its own question (10 + i % 9 tokens),
+// greedy, with log-probabilities.
+std::vector<Request> burst_on_a_document(int n, int32_t n_vocab, int64_t* question_tokens, int64_t max_tokens = 6) {
+  const std::vector<int32_t> doc = random_tokens(200, n_vocab, 7);
+  std::vector<Request> rs;
+  *question_tokens = 0;
+  for (int i = 0; i < n; ++i) {
+    Request r;
+    r.prompt = doc;
+    const std::vector<int32_t> q = random_tokens(10 + i % 9, n_vocab, 500 + static_cast<uint32_t>(i));
+    r.prompt.insert(r.prompt.end(), q.begin(), q.end());
+    *question_tokens += static_cast<int64_t>(q.size());
+    r.sampling.temperature = 0.0f;
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    r.logprobs = true;
+    rs.push_back(r);
+  }
+  return rs;
+}
+
+// Log-probabilities equal up to float rounding: the same request's logits can differ in
+// the last bits with the batch around it even with the cache off (measured: 8 requests
+// concurrently vs one by one, max_batch_tokens 64: -1.24901128 vs -1.24901044), so the
+// tokens are compared exactly and the log-probabilities to 1e-5.
+void expect_same_logprobs(const RunResult& a, const RunResult& b, const char* what) {
+  ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << what;
+  for (size_t i = 0; i < a.logprobs.size(); ++i) {
+    ASSERT_EQ(a.logprobs[i].size(), b.logprobs[i].size()) << what << " request " << i;
+    for (size_t j = 0; j < a.logprobs[i].size(); ++j)
+      EXPECT_NEAR(a.logprobs[i][j], b.logprobs[i][j], 1e-5) << what << " request " << i << " token " << j;
+  }
+}
+
 // Eight requests on one 200-token document, sent at once: the document is computed once
 // (the followers wait for the first one's prefill and borrow it), the outputs are the same
-// as with the cache off, and a ninth request sharing nothing is not held up behind them.
+// as with the cache off and as one by one, and a ninth request sharing nothing is not
+// held up behind them.
 TEST(EngineModel, ABurstOnASharedDocumentComputesItOnce) {
   if (!std::filesystem::exists(kStories)) GTEST_SKIP() << "no " << kStories;
   Loaded l = load(kStories, true);
   Model& m = *l.model;
   const int32_t V = static_cast<int32_t>(m.config().n_vocab);
-  const std::vector<int32_t> doc = random_tokens(200, V, 7);
-  std::vector<Request> rs;
-  int64_t suffixes = 0;
-  for (int i = 0; i < 8; ++i) {
-    Request r;
-    r.prompt = doc;
-    const std::vector<int32_t> q = random_tokens(10 + i, V, 500 + i);
-    r.prompt.insert(r.prompt.end(), q.begin(), q.end());
-    suffixes += static_cast<int64_t>(q.size());
-    r.sampling.temperature = 0.0f;
-    r.max_tokens = 6;
-    r.ignore_eos = true;
-    rs.push_back(r);
-  }
+  int64_t questions = 0;
+  std::vector<Request> rs = burst_on_a_document(8, V, &questions);
   Request other;
   other.prompt = random_tokens(30, V, 999);
   other.sampling.temperature = 0.0f;
   other.max_tokens = 6;
   other.ignore_eos = true;
+  other.logprobs = true;
   rs.push_back(other);
   const RunResult off = run_all(m, l.tokenizer.get(), engine_config(m, 9, 512, false, 64), rs);
   const RunResult on = run_all(m, l.tokenizer.get(), engine_config(m, 9, 512, true, 64), rs);
+  const RunResult one_by_one = run_one_by_one(m, l.tokenizer.get(), engine_config(m, 9, 512, true, 64), rs);
   EXPECT_EQ(on.tokens, off.tokens);
+  expect_same_logprobs(on, off, "cache on / off");
+  EXPECT_EQ(on.tokens, one_by_one.tokens);
+  expect_same_logprobs(on, one_by_one, "burst / one by one");
   // Without the cache every prompt is computed; with it the document once, then each
-  // follower's question (a follower borrows the leader's document tokens exactly).
-  EXPECT_EQ(off.stats.tokens_prefilled, 8 * 200 + suffixes + 30);
-  EXPECT_EQ(on.stats.tokens_prefilled, 200 + suffixes + 30);
-  for (int i = 1; i < 8; ++i) EXPECT_EQ(on.results[static_cast<size_t>(i)].cached_tokens, 200) << i;
+  // follower's question (a follower borrows the leader's document tokens exactly), the
+  // same as one by one.
+  EXPECT_EQ(off.stats.tokens_prefilled, 8 * 200 + questions + 30);
+  EXPECT_EQ(on.stats.tokens_prefilled, 200 + questions + 30);
+  EXPECT_EQ(one_by_one.stats.tokens_prefilled, on.stats.tokens_prefilled);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    EXPECT_EQ(on.results[i].cached_tokens, i == 0 || i == 8 ? 0 : 200) << i;
+    EXPECT_EQ(on.results[i].cached_tokens, one_by_one.results[i].cached_tokens) << i;
+  }
   // The unrelated request overtook the waiting followers (with the cache off it comes
   // after the ones before it: FCFS).
   EXPECT_LT(on.results[8].timings.ttft_ms, on.results[1].timings.ttft_ms);
   EXPECT_GT(off.results[8].timings.ttft_ms, off.results[1].timings.ttft_ms);
+}
+
+// 32 requests on the document with 8 running at a time, on a KV budget tight enough to
+// preempt (leaders included): every request still computes only its question, and the
+// tokens and log-probabilities are those of the requests one by one.
+TEST(EngineModel, ABurstOf32OnASharedDocumentComputesItOnceAlsoUnderPreemption) {
+  if (!std::filesystem::exists(kStories)) GTEST_SKIP() << "no " << kStories;
+  Loaded l = load(kStories, true);
+  Model& m = *l.model;
+  int64_t questions = 0;
+  const std::vector<Request> rs = burst_on_a_document(32, static_cast<int32_t>(m.config().n_vocab), &questions, 12);
+  const RunResult one_by_one = run_one_by_one(m, l.tokenizer.get(), engine_config(m, 8, 512, true, 512), rs);
+  EXPECT_EQ(one_by_one.stats.tokens_prefilled, 200 + questions);
+  const RunResult on = run_all(m, l.tokenizer.get(), engine_config(m, 8, 512, true, 512), rs);
+  EXPECT_EQ(on.tokens, one_by_one.tokens);
+  expect_same_logprobs(on, one_by_one, "burst / one by one");
+  EXPECT_EQ(on.stats.tokens_prefilled, 200 + questions);
+  for (size_t i = 0; i < rs.size(); ++i) EXPECT_EQ(on.results[i].cached_tokens, i == 0 ? 0 : 200) << i;
+  // 8 running sequences share the document's 12 full blocks and hold 2-3 of their own
+  // (the copied block 12, question and answer up to position 229): 28-36 blocks. With 24
+  // some are preempted and recomputed from the cache.
+  const RunResult tight = run_all(m, l.tokenizer.get(), engine_config(m, 8, 24, true, 512), rs);
+  EXPECT_GT(tight.stats.preemptions, 0);
+  // Tokens only: a preempted sequence recomputes its generated tokens' K/V as a prefill
+  // chunk where it had decoded them one at a time, which moves later log-probabilities
+  // by up to ~3e-4 (as before this burst handling; check_determinism compares tokens too).
+  EXPECT_EQ(tight.tokens, one_by_one.tokens);
+}
+
+// The leader of a burst is cancelled while the others wait for it: they do not wait
+// forever; one of them computes the document (or borrows what the leader indexed before
+// it went) and the last borrows it; their outputs are unchanged.
+TEST(EngineModel, CancellingTheLeaderOfABurstDoesNotStrandItsFollowers) {
+  Loaded l = load_synth();
+  Model& m = *l.model;
+  const int32_t V = static_cast<int32_t>(m.config().n_vocab);
+  int64_t questions = 0;
+  std::vector<Request> rs = burst_on_a_document(3, V, &questions);
+  // The leader's own part is long (2,000 tokens at 16 a step) and it generates up to
+  // 1,000 tokens, so it is still running when the cancel arrives, before or after its
+  // checkpoint at 208 (block 16).
+  const std::vector<int32_t> own = random_tokens(2000, V, 77);
+  rs[0].prompt.resize(200);
+  rs[0].prompt.insert(rs[0].prompt.end(), own.begin(), own.end());
+  rs[0].max_tokens = 1000;
+  const RunResult ref =
+      run_one_by_one(m, nullptr, engine_config(m, 4, 512, false, 16), std::vector<Request>(rs.begin() + 1, rs.end()));
+  Engine e(m, nullptr, engine_config(m, 4, 512, true, 16));
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  uint64_t leader_id = 0;
+  for (const Request& r : rs) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    const SubmitResult s = e.submit(r, sinks.back());
+    ASSERT_TRUE(s.ok());
+    if (sinks.size() == 1) leader_id = s.request_id;
+  }
+  e.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(e.cancel(leader_id));
+  for (size_t i = 0; i < sinks.size(); ++i) ASSERT_TRUE(sinks[i]->wait_done(30s)) << "request " << i << " stranded";
+  EXPECT_EQ(sinks[0]->result().finish, FinishReason::Cancelled);
+  for (size_t i = 1; i < sinks.size(); ++i) {
+    EXPECT_EQ(sinks[i]->error(), "");
+    EXPECT_EQ(sinks[i]->tokens(), ref.tokens[i - 1]) << i;
+    const std::vector<float> lp = sinks[i]->logprobs();
+    ASSERT_EQ(lp.size(), ref.logprobs[i - 1].size());
+    for (size_t j = 0; j < lp.size(); ++j) EXPECT_NEAR(lp[j], ref.logprobs[i - 1][j], 1e-5) << i << " " << j;
+  }
+  const int64_t b = sinks[1]->result().cached_tokens, c = sinks[2]->result().cached_tokens;
+  EXPECT_TRUE(b == 0 || b == 200) << b;  // computed it as the new leader, or borrowed it
+  EXPECT_EQ(c, 200);
+  e.stop();
+  EXPECT_EQ(e.stats().pool.blocks_live, 0);
 }
 
 TEST(EngineModel, LongPromptPrefillDoesNotStallDecodingStreams) {

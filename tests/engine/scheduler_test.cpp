@@ -4,7 +4,9 @@
 // waits, up to parallel, within the token budget), preemption order (the newest running
 // sequence, possibly the one asking), sequences that cannot grow even alone, and the
 // prefix cache holding only checked tokens, and requests deferred behind a running prefill they
-// share (a shared prefix computed once).
+// share (a shared prefix computed once): the leader's checkpoint at the fork, what its
+// followers borrow, a request sharing nothing moving as without them, and leaders that go
+// away before or after their checkpoint.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -51,10 +53,13 @@ class Driver {
   }
 
   // A request named `name` with a prompt of n tokens (all named ones share a prefix).
-  // `first` moves the whole prompt to other token ids (a request sharing nothing).
-  void submit(char name, int64_t n, int32_t first = 10) {
+  // `first` moves the whole prompt to other token ids (a request sharing nothing);
+  // `fork_at` > 0 moves the tokens from there on to ids from `fork_first` (a request that
+  // shares its first fork_at tokens with the others).
+  void submit(char name, int64_t n, int32_t first = 10, int64_t fork_at = 0, int32_t fork_first = 0) {
     auto s = std::make_unique<SchedSeq>();
-    for (int64_t i = 0; i < n; ++i) s->tokens.push_back(static_cast<int32_t>(first + i));
+    for (int64_t i = 0; i < n; ++i)
+      s->tokens.push_back(static_cast<int32_t>(fork_at > 0 && i >= fork_at ? fork_first + i : first + i));
     s->n_prompt = n;
     s->key = cache_.key();
     names_[s.get()] = name;
@@ -68,7 +73,8 @@ class Driver {
     seqs_.erase(name);
   }
   // One step: the decision as text, then the forward's outcome. "A:P12" a prefill chunk
-  // of 12 tokens with a logits row, "B:p4" one without, "C:d" a decode; then admitted,
+  // of 12 tokens with a logits row, "B:p4" one without, "A:C8" one ending at a checkpoint
+  // (a logits row that samples nothing), "C:d" a decode; then admitted, deferred,
   // preempted and ended-with-Length sequences.
   std::string step(bool checked = true) {
     const SchedulerOutput& out = sched_.schedule();
@@ -76,7 +82,8 @@ class Driver {
     for (const ScheduledChunk& c : out.chunks) {
       if (!text.empty()) text += ' ';
       text += std::string(1, names_.at(c.seq)) + ':' +
-              (c.decode ? std::string("d") : (c.logits ? "P" : "p") + std::to_string(c.n_tokens));
+              (c.decode ? std::string("d")
+                        : (c.checkpoint ? "C" : c.logits ? "P" : "p") + std::to_string(c.n_tokens));
     }
     auto list = [&](const char* label, const std::vector<SchedSeq*>& v) {
       if (v.empty()) return;
@@ -101,7 +108,8 @@ class Driver {
     }
     for (const ScheduledChunk& c : out.chunks) {
       sched_.computed(c.seq, c.n_tokens, checked && c.logits);
-      if (c.logits) c.seq->tokens.push_back(200);  // sampled
+      EXPECT_TRUE(!c.checkpoint || c.logits);
+      if (c.logits && !c.checkpoint) c.seq->tokens.push_back(200);  // sampled
     }
     sched_.check_invariants();
     cache_.check_invariants();
@@ -247,8 +255,9 @@ TEST(Scheduler, ABurstOnASharedPrefixComputesItOnce) {
   d.submit('B', 40);
   d.submit('C', 40);
   d.submit('X', 5, /*first=*/1000);  // shares nothing: overtakes the deferred B and C
-  EXPECT_EQ(d.step(), "A:p16 | adm=A");  // the budget is gone before B is looked at
-  EXPECT_EQ(d.step(), "A:p16");
+  // B and C share A's whole prompt: they wait for its end. A takes the whole budget.
+  EXPECT_EQ(d.step(), "A:p16 | adm=A | def=BC");
+  EXPECT_EQ(d.step(), "A:p16 | def=BC");
   EXPECT_EQ(d.step(), "A:P8 X:P5 | adm=X | def=BC");
   EXPECT_EQ(d.waiting(), "BC");
   // A's prompt is indexed: B and C borrow all but the last token (a logits row needs one).
@@ -257,11 +266,115 @@ TEST(Scheduler, ABurstOnASharedPrefixComputesItOnce) {
   EXPECT_EQ(d.seq('C').first_cached_tokens, 39);
 }
 
+// B and C share A's first 20 tokens (2.5 blocks), then each has its own. A's prefill
+// stops at 24, the end of the block holding the fork, with a logits row that vouches for
+// it (it samples nothing); B and C are admitted as soon as the budget allows and borrow
+// exactly the 20 shared tokens.
+TEST(Scheduler, ALeaderStopsAtTheForkAndFollowersBorrowExactlyTheSharedPart) {
+  Driver d(32, 4, /*max_batch_tokens=*/48, /*cache_on=*/true);
+  d.submit('A', 60);
+  d.submit('B', 30, 10, /*fork_at=*/20, /*fork_first=*/300);
+  d.submit('C', 26, 10, /*fork_at=*/20, /*fork_first=*/600);
+  EXPECT_EQ(d.step(), "A:C24 | adm=A | def=BC");  // 24 of the budget's 48 stay unused
+  EXPECT_EQ(d.seq('A').n_checked, 24);
+  EXPECT_EQ(d.seq('A').generated(), 0);  // nothing sampled at a checkpoint
+  EXPECT_EQ(d.cache_stats().cached_blocks, 3);
+  EXPECT_EQ(d.step(), "A:P36 B:P10 C:p2 | adm=BC");
+  EXPECT_EQ(d.seq('B').first_cached_tokens, 20);
+  EXPECT_EQ(d.seq('C').first_cached_tokens, 20);
+  EXPECT_EQ(d.step(), "A:d B:d C:P4");
+}
+
+// A request that shares nothing with a leader admitted in the same step takes the budget
+// the leader leaves at its checkpoint; the follower is admitted once the leader's
+// prefill leaves room.
+TEST(Scheduler, ALeaderAdmittedThisStepStopsAtItsFollowersFork) {
+  Driver d(32, 4, /*max_batch_tokens=*/32, /*cache_on=*/true);
+  d.submit('A', 60);
+  d.submit('B', 20, 10, /*fork_at=*/12, /*fork_first=*/300);
+  d.submit('X', 20, /*first=*/1000);
+  EXPECT_EQ(d.step(), "A:C16 X:p16 | adm=AX | def=B");
+  EXPECT_EQ(d.step(), "A:p32");
+  EXPECT_EQ(d.step(), "A:P12 X:P4 B:P8 | adm=B");
+  EXPECT_EQ(d.seq('B').first_cached_tokens, 12);
+}
+
+// A request that shares nothing is admitted and computed in exactly the steps it would
+// be without the burst on A's document around it.
+TEST(Scheduler, ARequestSharingNothingProgressesAsWithoutTheBurst) {
+  auto trace_of_x = [](bool burst) {
+    Driver d(64, 4, /*max_batch_tokens=*/24, /*cache_on=*/true);
+    d.submit('A', 40);
+    if (burst)
+      for (char f : {'B', 'C', 'D'}) d.submit(f, 48, 10, /*fork_at=*/40, /*fork_first=*/100 * (f - 'A'));
+    d.submit('X', 30, /*first=*/1000);
+    std::vector<std::string> x;
+    for (int i = 0; i < 6; ++i) {
+      const std::string step = d.step();
+      std::string mine;
+      for (size_t p = step.find("X:"); p != std::string::npos && p < step.find(" |"); p = std::string::npos)
+        mine = step.substr(p, step.find(' ', p) - p);
+      x.push_back(mine);
+    }
+    return x;
+  };
+  const std::vector<std::string> alone = trace_of_x(false);
+  EXPECT_EQ(alone, trace_of_x(true));
+  EXPECT_EQ(alone, (std::vector<std::string>{"", "X:p8", "X:P22", "X:d", "X:d", "X:d"}));
+}
+
+// The leader goes away before its checkpoint (cancelled: nothing of it was vouched for):
+// nobody waits for it any more; the first follower computes the document itself and
+// becomes the leader of the other, which borrows it from there.
+TEST(Scheduler, FollowersOfALeaderCancelledBeforeItsCheckpointComputeItOnceThemselves) {
+  Driver d(32, 4, /*max_batch_tokens=*/16, /*cache_on=*/true);
+  d.submit('A', 40);
+  d.submit('B', 44, 10, /*fork_at=*/36, /*fork_first=*/300);
+  d.submit('C', 44, 10, /*fork_at=*/36, /*fork_first=*/600);
+  EXPECT_EQ(d.step(), "A:p16 | adm=A | def=BC");
+  EXPECT_EQ(d.step(), "A:p16 | def=BC");
+  d.finish('A');
+  EXPECT_EQ(d.cache_stats().cached_blocks, 0);
+  EXPECT_EQ(d.step(), "B:p16 | adm=B | def=C");
+  EXPECT_EQ(d.step(), "B:p16 | def=C");
+  EXPECT_EQ(d.step(), "B:C8 | def=C");  // B stops at 40, the end of the block of the fork
+  EXPECT_EQ(d.step(), "B:P4 C:P8 | adm=C");
+  EXPECT_EQ(d.seq('B').first_cached_tokens, 0);
+  EXPECT_EQ(d.seq('C').first_cached_tokens, 36);
+}
+
+// The leader goes away after its checkpoint: what it indexed stays, the followers borrow it.
+TEST(Scheduler, FollowersOfALeaderCancelledAfterItsCheckpointBorrowWhatItIndexed) {
+  Driver d(32, 4, /*max_batch_tokens=*/16, /*cache_on=*/true);
+  d.submit('A', 60);
+  d.submit('B', 30, 10, /*fork_at=*/20, /*fork_first=*/300);
+  EXPECT_EQ(d.step(), "A:p16 | adm=A | def=B");
+  EXPECT_EQ(d.step(), "A:C8 | def=B");
+  d.finish('A');  // indexes the 24 tokens its checkpoint vouched for
+  EXPECT_EQ(d.step(), "B:P10 | adm=B");
+  EXPECT_EQ(d.seq('B').first_cached_tokens, 20);
+}
+
+// A checkpoint whose logits row is not finite vouches for nothing: nothing is indexed
+// (the engine fails the leader), and the follower computes the document itself.
+TEST(Scheduler, ACheckpointWithNonFiniteLogitsIndexesNothing) {
+  Driver d(32, 4, /*max_batch_tokens=*/16, /*cache_on=*/true);
+  d.submit('A', 60);
+  d.submit('B', 30, 10, /*fork_at=*/20, /*fork_first=*/300);
+  EXPECT_EQ(d.step(), "A:p16 | adm=A | def=B");
+  EXPECT_EQ(d.step(/*checked=*/false), "A:C8 | def=B");
+  EXPECT_EQ(d.seq('A').n_checked, 0);
+  EXPECT_EQ(d.cache_stats().cached_blocks, 0);
+  d.finish('A');
+  EXPECT_EQ(d.step(), "B:p16 | adm=B");
+  EXPECT_EQ(d.seq('B').first_cached_tokens, 0);
+}
+
 TEST(Scheduler, ADeferredRequestIsAdmittedWhenItsLeaderGoesAway) {
   Driver d(16, 4, 16, true);
   d.submit('A', 20);
   d.submit('B', 40);
-  EXPECT_EQ(d.step(), "A:p16 | adm=A");
+  EXPECT_EQ(d.step(), "A:p16 | adm=A | def=B");
   EXPECT_EQ(d.step(/*checked=*/false), "A:P4 | def=B");  // non-finite logits: A is not indexed
   d.finish('A');  // and fails; B computes everything itself
   EXPECT_EQ(d.step(), "B:p16 | adm=B");
@@ -281,6 +394,60 @@ TEST(Scheduler, LessThanABlockInCommonOrNoCacheDefersNothing) {
   EXPECT_EQ(d.step(), "A:p16 | adm=A");
   EXPECT_EQ(d.step(), "A:p16");
   EXPECT_EQ(d.step(), "A:P8 B:p8 | adm=B");
+}
+
+}  // namespace
+}  // namespace pagoda
+
+namespace pagoda {
+namespace {
+
+// Random bursts (prompts forking from one document at random points, random budgets,
+// random cancellations of running requests, leaders included): no request is ever
+// stranded — every step with requests waiting and nothing running admits one — and every
+// request ends. The step text's invariants are checked by the driver after every step.
+TEST(Scheduler, RandomBurstsNeverStrandAWaitingRequest) {
+  uint32_t x = 12345;
+  auto rnd = [&](uint32_t n) {
+    x = x * 1103515245u + 12345u;
+    return (x >> 16) % n;
+  };
+  int64_t checkpoints = 0, deferrals = 0;  // steps with a checkpoint chunk / a deferral
+  for (int round = 0; round < 60; ++round) {
+    Driver d(96, 1 + static_cast<int>(rnd(4)), 8 + rnd(48), /*cache_on=*/true);
+    const int n = 4 + static_cast<int>(rnd(8));
+    std::string live;
+    for (int i = 0; i < n; ++i) {
+      const char name = static_cast<char>('A' + i);
+      const int64_t len = 5 + rnd(70);
+      const int64_t fork = rnd(3) == 0 ? 0 : 1 + rnd(static_cast<uint32_t>(len));
+      d.submit(name, len, 10, fork, 300 + 100 * i);
+      live += name;
+    }
+    for (int step = 0; !live.empty(); ++step) {
+      ASSERT_LT(step, 2000) << "round " << round << ": still live " << live;
+      const bool idle = d.running().empty() && !d.waiting().empty();
+      const std::string text = d.step();
+      checkpoints += text.find(":C") != std::string::npos;
+      deferrals += text.find("def=") != std::string::npos;
+      if (idle) {
+        EXPECT_NE(text.find("adm="), std::string::npos) << "round " << round << " stranded: " << text;
+      }
+      // End requests that generated 3 tokens, and cancel a running one now and then.
+      std::string next;
+      for (char c : live) {
+        const bool running = d.running().find(c) != std::string::npos;
+        if ((running && d.seq(c).generated() >= 3) || (running && rnd(25) == 0)) {
+          d.finish(c);
+        } else {
+          next += c;
+        }
+      }
+      live = next;
+    }
+  }
+  EXPECT_GT(checkpoints, 20);  // 132 with this seed: the paths above are exercised
+  EXPECT_GT(deferrals, 20);
 }
 
 }  // namespace

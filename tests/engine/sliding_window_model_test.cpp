@@ -176,6 +176,40 @@ TEST(SlidingWindowKv, EngineOutputIsIdenticalAndTurnsResumeAtTheirWindow) {
   EXPECT_EQ(cached_blocks, st.cache.cached_blocks);
 }
 
+// A burst of four requests on one 200-token document, each with a 60-token question
+// (longer than the 40-token window plus a block): the first one's prefill stops at the
+// end of the document's last block and indexes it with the window it holds there, so the
+// other three borrow the whole document and compute only their questions. (Waiting for
+// the first prompt's end instead, the window at 200 was gone by then: 4 × 260 tokens were
+// computed, as with the cache off.) Tokens and log-probabilities equal full-size windows
+// with the cache off.
+TEST(SlidingWindowKv, ABurstOnADocumentBorrowsItsWindowFromTheFirstPrefill) {
+  Loaded l = load_gemma3();
+  Model& m = *l.model;
+  const int32_t V = static_cast<int32_t>(m.config().n_vocab);
+  const std::vector<int32_t> doc = random_tokens(200, V, 7);
+  std::vector<Request> rs;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> p = doc;
+    const std::vector<int32_t> q = random_tokens(60, V, 500 + static_cast<uint32_t>(i));
+    p.insert(p.end(), q.begin(), q.end());
+    rs.push_back(greedy(p, 8));
+  }
+  EngineConfig ref_cfg = windowed_config(m, true, false), win_cfg = windowed_config(m, false, true);
+  ref_cfg.max_batch_tokens = win_cfg.max_batch_tokens = 64;
+  const RunResult ref = run_all(m, nullptr, ref_cfg, rs);
+  const RunResult win = run_all(m, nullptr, win_cfg, rs);
+  EXPECT_EQ(win.tokens, ref.tokens);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    ASSERT_EQ(win.logprobs[i].size(), ref.logprobs[i].size());
+    for (size_t j = 0; j < win.logprobs[i].size(); ++j)
+      EXPECT_NEAR(win.logprobs[i][j], ref.logprobs[i][j], 1e-5) << i << " " << j;
+    EXPECT_EQ(win.results[i].cached_tokens, i == 0 ? 0 : 200) << i;
+  }
+  EXPECT_EQ(ref.stats.tokens_prefilled, 4 * 260);
+  EXPECT_EQ(win.stats.tokens_prefilled, 200 + 4 * 60);
+}
+
 // A pool too small for the full-size layout of a long prompt still serves it windowed?
 // No: admission reserves every group for the whole prompt (the saving comes as the
 // prompt is computed), so the budget check counts every group; a prompt that cannot fit

@@ -125,6 +125,21 @@ TEST_F(ModelLoad, SyntheticModelLoads) {
   EXPECT_EQ(m->config().n_vocab, 300);
 }
 
+// --vocab-from sets the vocabulary size, and the embedding shapes follow it (they were
+// once derived from the size given before the copy: [dim, 320] for a 512-token vocabulary).
+TEST_F(ModelLoad, SyntheticModelWithACopiedVocabularyLoads) {
+  const std::string stories = std::string(PAGODA_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
+  if (!fs::exists(stories)) GTEST_SKIP() << "no " << stories;
+  SynthSpec s = *synth_shape("tiny");
+  s.dim = 64, s.ffn_dim = 96;
+  s.vocab_from = stories;
+  const std::string path = (dir_ / "vocab.gguf").string();
+  write_synthetic_model(s, path);
+  auto f = std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(path));
+  auto m = Model::load(f);
+  EXPECT_EQ(m->config().n_vocab, 512);
+}
+
 TEST_F(ModelLoad, MissingTensorIsNamed) {
   auto p = rewrite("missing.gguf", nullptr, [](gguf::TensorInfo& t, auto&) { return t.name != "blk.1.ffn_up.weight"; });
   EXPECT_NE(load_error(p).find("blk.1.ffn_up.weight"), std::string::npos);
