@@ -392,13 +392,14 @@ void Engine::step() {
     const Seq* s = static_cast<const Seq*>(c.seq);
     for (int64_t i = 0; i < c.n_tokens; ++i) {
       const int64_t pos = s->n_computed + i;
-      const bool last = c.logits && i + 1 == c.n_tokens;
-      if (s->req.pooling && ranks_by_logits(*s))
+      const bool last = c.logits && i + 1 == c.n_tokens;  // the prompt's end or a checkpoint
+      if (s->req.pooling && !ranks_by_logits(*s)) {
+        // The pooled rows, and a checkpoint's row (it vouches for the K/V; pool_chunk).
+        const bool pooled = pools_row(*s->req.pooling, pos, last && !c.checkpoint);
+        batch_.add(s->tokens[static_cast<size_t>(pos)], pos, s->seq_id, false, pooled || (last && c.checkpoint));
+      } else {
         batch_.add(s->tokens[static_cast<size_t>(pos)], pos, s->seq_id, last);
-      else if (s->req.pooling)
-        batch_.add(s->tokens[static_cast<size_t>(pos)], pos, s->seq_id, false, pools_row(*s->req.pooling, pos, last));
-      else
-        batch_.add(s->tokens[static_cast<size_t>(pos)], pos, s->seq_id, last);
+      }
     }
   }
   if (batch_.size() == 0) return;
@@ -446,43 +447,53 @@ bool Engine::ranks_by_logits(const Seq& s) const {
 void Engine::pool_chunk(Seq* s, const ScheduledChunk& c, int64_t& row, int64_t& logits_row) {
   const Pooling pooling = *s->req.pooling;
   const int64_t dim = model_.config().dim;
+  // A chunk with a row either ends the prompt or stops at a checkpoint (scheduler.h: a
+  // leader's prefill stops where its followers' shared prefix ends, and its row there
+  // only vouches for the K/V to be indexed): then the request goes on.
+  const bool prompt_end = c.logits && !c.checkpoint;
+  const char* non_finite =
+      "the model produced non-finite hidden states (NaN/inf): its weights are corrupt or overflow at this precision";
   if (ranks_by_logits(*s)) {  // the rank tokens' logits at the last position
     if (!c.logits) {
       scheduler_.computed(s, c.n_tokens, /*checked=*/false);
       return;
     }
     const float* lg = &logits_[static_cast<size_t>(logits_row++ * n_vocab_)];
+    const bool finite = all_finite(std::span<const float>(lg, static_cast<size_t>(n_vocab_)));
+    scheduler_.computed(s, c.n_tokens, finite);
+    if (!finite) return fail(s, non_finite);
+    if (!prompt_end) return;
     std::vector<float>& out = s->result.embedding;
     out.clear();
     for (int32_t t : s->req.rank_tokens) out.push_back(lg[t]);
-    const bool finite = all_finite(std::span<const float>(lg, static_cast<size_t>(n_vocab_)));
-    scheduler_.computed(s, c.n_tokens, finite);
-    if (!finite) {
-      fail(s, "the model produced non-finite logits (NaN/inf): its weights are corrupt or overflow at this "
-              "precision");
-      return;
-    }
     finish(s, FinishReason::Stop);
     return;
   }
+  bool vouched = true;  // every row read so far finite
   for (int64_t i = 0; i < c.n_tokens; ++i) {
     const int64_t pos = s->n_computed + i;
-    const bool last = c.logits && i + 1 == c.n_tokens;
-    if (!pools_row(pooling, pos, last)) continue;
+    const bool row_end = c.logits && i + 1 == c.n_tokens;
+    const bool pooled_row = pools_row(pooling, pos, row_end && prompt_end);
+    if (!pooled_row && !(row_end && c.checkpoint)) continue;
     const float* h = &hidden_[static_cast<size_t>(row++ * dim)];
+    vouched = vouched && all_finite(std::span<const float>(h, static_cast<size_t>(dim)));
+    if (!pooled_row) continue;  // a checkpoint's row: it only vouches
     if (pooling == Pooling::Mean) {
       // Summed in double in position order: the chunking (how many tokens a step
       // gave this sequence) cannot change the result.
       if (s->pool_sum.empty()) s->pool_sum.assign(static_cast<size_t>(dim), 0.0);
       for (int64_t d = 0; d < dim; ++d) s->pool_sum[static_cast<size_t>(d)] += h[d];
-    } else if (pooling == Pooling::Cls) {
-      s->pooled.assign(h, h + dim);
-    } else {  // Last, Rank: the final prompt token's row
+    } else {  // Cls: the first token's row; Last, Rank: the final prompt token's
       s->pooled.assign(h, h + dim);
     }
   }
   if (!c.logits) {  // more of the prompt to come
     scheduler_.computed(s, c.n_tokens, /*checked=*/false);
+    return;
+  }
+  if (!prompt_end) {  // a checkpoint
+    scheduler_.computed(s, c.n_tokens, vouched);
+    if (!vouched) fail(s, non_finite);
     return;
   }
   std::vector<float>& out = s->result.embedding;
@@ -498,13 +509,9 @@ void Engine::pool_chunk(Seq* s, const ScheduledChunk& c, int64_t& row, int64_t& 
   }
   // The last token's row attends to every K/V of the prompt: a finite one vouches for
   // them (Cls alone has no such row, but it never indexes its prompt).
-  const bool finite = all_finite(out) && all_finite(s->pooled);
+  const bool finite = vouched && all_finite(out) && all_finite(s->pooled);
   scheduler_.computed(s, c.n_tokens, finite && pooling != Pooling::Cls);
-  if (!finite) {
-    fail(s, "the model produced non-finite hidden states (NaN/inf): its weights are corrupt or overflow at this "
-            "precision");
-    return;
-  }
+  if (!finite) return fail(s, non_finite);
   finish(s, FinishReason::Stop);
 }
 

@@ -236,5 +236,33 @@ TEST(EnginePooling, MixedWithGenerationUnderPreemption) {
   std::printf("preemptions: %lld\n", static_cast<long long>(e.stats().preemptions));
 }
 
+// Last-token pooling over prompts that share a long prefix, submitted together with the
+// prefix cache on: the first is the leader the others wait for, its prefill stops at a
+// checkpoint (scheduler.h) whose row only vouches for the K/V, and the others borrow the
+// prefix. Every vector equals the one computed alone with the cache off, so no request
+// ended at the checkpoint with a partial prompt.
+TEST(EnginePooling, SharedPrefixCheckpointsDoNotEndAPooledPrompt) {
+  Loaded l = load_synth();
+  const std::vector<int32_t> prefix = prompt_of(70, 3);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> p = prefix;
+    for (int j = 0; j < 24 + i; ++j) p.push_back(static_cast<int32_t>(10 + 7 * i + j));  // past the fork's block
+    prompts.push_back(p);
+  }
+  std::vector<std::vector<float>> alone;
+  {
+    Engine e(*l.model, nullptr, engine_config(*l.model, 4, 64, /*cache_on=*/false));
+    e.start();
+    for (const auto& p : prompts) alone.push_back(embed_all(e, {p}, Pooling::Last)[0]);
+  }
+  Engine e(*l.model, nullptr, engine_config(*l.model, 4, 64, /*cache_on=*/true));
+  e.start();
+  const auto shared = embed_all(e, prompts, Pooling::Last);
+  ASSERT_EQ(shared.size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_LT(max_abs_diff(shared[i], alone[i]), 1e-5f) << "input " << i;
+  EXPECT_GT(e.stats().cache.hit_tokens, 0);
+}
+
 }  // namespace
 }  // namespace pagoda::engine_test
