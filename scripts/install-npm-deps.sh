@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the OpenAI SDK suite's npm packages (tests/sdk/package-lock.json) into
+# Installs the SDK suite's (OpenAI and Anthropic) npm packages (tests/sdk/package-lock.json) into
 # tests/sdk/node_modules: `npm ci`, nothing global. Idempotent and quiet: when node_modules
 # already matches the lock file (a stamp of its sha256) it prints nothing and changes nothing.
 # Node.js itself comes from Debian's package (nodejs, which carries npm on these machines)
@@ -17,7 +17,8 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
 fi
 stamp=node_modules/.pagoda-package-lock.sha256
 want="$(sha256sum package-lock.json | cut -d' ' -f1)"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -f node_modules/openai/package.json ]; then
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -f node_modules/openai/package.json ] \
+    && [ -f node_modules/@anthropic-ai/sdk/package.json ]; then
   exit 0
 fi
 echo "install-npm-deps: npm ci in tests/sdk" >&2

@@ -108,6 +108,8 @@ Runner add_serve(CLI::App& app) {
     bool no_log = false;
     bool no_webui = false;
     std::string reasoning_format = "auto";
+    bool embeddings = false;
+    std::string pooling;  // "" : the model's
     std::string replica_id;
     double drain_seconds = 0;
     int busy_status = 429;
@@ -151,6 +153,11 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--responses-store-bytes", o->responses_store_bytes,
                  "Responses API: most bytes of stored responses and their conversations (as JSON text)")
       ->capture_default_str();
+  app.add_flag("--embeddings", o->embeddings, "Serve /v1/embeddings and /v1/rerank (reranker models)");
+  app.add_option("--pooling", o->pooling,
+                 "How /v1/embeddings pools the final hidden states (default: the model's pooling_type "
+                 "metadata, else last)")
+      ->check(CLI::IsMember({"none", "mean", "cls", "last", "rank"}));
   app.add_option("--replica-id", o->replica_id,
                  "This replica's name in log lines and /v1/cache/stats (default: <host name>:<port>)")
       ->check([](const std::string& id) -> std::string {
@@ -220,6 +227,7 @@ Runner add_serve(CLI::App& app) {
     ao.responses_store_entries = static_cast<size_t>(o->responses_store_entries);
     ao.responses_store_ttl_ms = static_cast<int64_t>(o->responses_store_ttl * 1000);
     ao.responses_store_bytes = parse_byte_size(o->responses_store_bytes, "--responses-store-bytes");
+    ao.embeddings = o->embeddings;
     ao.busy_status = o->busy_status;
     server::ApiServer api(ao);
     server::HttpServerOptions ho;
@@ -271,6 +279,42 @@ Runner add_serve(CLI::App& app) {
     defaults.top_p = lm.generation.top_p;
     defaults.top_k = lm.generation.top_k;
     defaults.repetition_penalty = lm.generation.repetition_penalty;
+    // Pooling: --pooling, else the file's {arch}.pooling_type, else last: every model
+    // pagoda runs is a causal decoder, where only the last token has seen the whole input
+    // (mean would weigh the early tokens' states, which saw only a prefix).
+    server::PoolingSetup pooling;
+    const ModelConfig& mc = lm.model->config();
+    pooling.pooling = o->pooling == "none"   ? Pooling::None
+                      : o->pooling == "mean" ? Pooling::Mean
+                      : o->pooling == "cls"  ? Pooling::Cls
+                      : o->pooling == "last" ? Pooling::Last
+                      : o->pooling == "rank" ? Pooling::Rank
+                      : mc.pooling != Pooling::Unspecified ? mc.pooling
+                                                          : Pooling::Last;
+    pooling.n_embd = mc.dim;
+    if (lm.file) pooling.rerank_template = lm.file->get_string("tokenizer.chat_template.rerank").value_or("");
+    if (o->embeddings && pooling.pooling == Pooling::Rank && lm.model->n_cls_out() == 0) {
+      // No head (a Qwen3-Reranker Hugging Face directory, whose lm_head llama.cpp's
+      // converter would cut down to cls.output.weight): the logits of "yes" and "no" at
+      // the last token are the head's two outputs, the same numbers.
+      auto single = [&](const char* word) -> int32_t {
+        std::vector<int32_t> ids;
+        if (lm.tokenizer) ids = lm.tokenizer->encode(word, /*add_special=*/false, /*parse_special=*/false);
+        if (ids.size() != 1)
+          throw Error(o->model + ": pooling rank needs a classification head (tensor 'cls.output.weight') or a "
+                      "vocabulary where \"yes\" and \"no\" are single tokens; this model has neither");
+        return ids[0];
+      };
+      pooling.rank_tokens = {single("yes"), single("no")};
+      // Qwen3-Reranker's prompt format (its model card), when the model brings none.
+      if (pooling.rerank_template.empty())
+        pooling.rerank_template =
+            "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the "
+            "Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n"
+            "<Instruct>: Given a web search query, retrieve relevant passages that answer the query\n<Query>: "
+            "{query}\n<Document>: {document}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+    }
+    api.set_pooling(pooling);
     Engine engine(*lm.model, lm.tokenizer.get(), ec);
     engine.start();
     api.attach(&engine, lm.tokenizer.get(), tmpl, defaults, lm.model->config().arch_name);
@@ -279,7 +323,7 @@ Runner add_serve(CLI::App& app) {
                  "pagoda serve: ready: model %s (%s), loaded in %.2f s\n"
                  "  KV budget %llu bytes = %lld tokens (block size %lld, K %s, V %s), ctx %lld, parallel %d, "
                  "threads %d, io threads %d\n"
-                 "  prefix cache %s, chat template: %s (tool calls: %s, reasoning: %s), api key %s, replica %s\n",
+                 "  prefix cache %s, chat template: %s (tool calls: %s, reasoning: %s), api key %s, replica %s%s\n",
                  ao.model_id.c_str(), lm.model->config().summary().c_str(), lm.load_seconds,
                  static_cast<unsigned long long>(st.pool.bytes_budget), static_cast<long long>(st.pool.tokens_capacity),
                  static_cast<long long>(st.pool.block_size), kv_type_name(ec.kv.k_type), kv_type_name(ec.kv.v_type),
@@ -287,7 +331,10 @@ Runner add_serve(CLI::App& app) {
                  ec.cache.enabled ? "on" : "off", template_source.c_str(),
                  chat::tool_call_format_name(api.chat_format().tools),
                  chat::reasoning_format_name(api.chat_format().reasoning), api_key.empty() ? "off" : "on",
-                 replica_id.c_str());
+                 replica_id.c_str(),
+
+                 o->embeddings ? (std::string(", embeddings on (pooling ") + pooling_name(pooling.pooling) + ")").c_str()
+                               : "");
 
     int sig = 0;
     sigwait(&sigs, &sig);

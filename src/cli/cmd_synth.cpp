@@ -9,7 +9,7 @@ namespace pagoda::cli {
 
 Runner add_synth(CLI::App& app) {
   struct Opts {
-    std::string arch = "llama", shape, type = "f32", out, rope_scaling = "none", vocab_from;
+    std::string arch = "llama", shape, type = "f32", out, rope_scaling = "none", vocab_from, pooling;
     int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, head_dim = 0;
     int64_t sliding_window = -1;
     float attn_softcap = -1.0f, final_softcap = -1.0f;
@@ -44,6 +44,9 @@ Runner add_synth(CLI::App& app) {
   app.add_option("--final-softcap", o->final_softcap, "Final logit soft-cap (gemma2 default 30, gemma3 none)");
   app.add_option("--seed", o->seed, "Weight seed")->capture_default_str();
   app.add_option("--vocab-from", o->vocab_from, "Copy the tokenizer from this GGUF");
+  app.add_option("--pooling", o->pooling,
+                 "Write {arch}.pooling_type (none|mean|cls|last|rank); rank adds a reranker head cls.output.weight")
+      ->check(CLI::IsMember({"none", "mean", "cls", "last", "rank"}));
   return [o] {
     SynthSpec s;
     if (!o->shape.empty()) {
@@ -74,6 +77,7 @@ Runner add_synth(CLI::App& app) {
     if (o->final_softcap >= 0) s.final_softcap = o->final_softcap;
     s.seed = o->seed;
     s.vocab_from = o->vocab_from;
+    s.pooling = o->pooling;
     write_synthetic_model(s, o->out);
     std::fprintf(stderr, "wrote %s (%s, %s)\n", o->out.c_str(), s.arch.c_str(), type_name(s.type));
     return 0;

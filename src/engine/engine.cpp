@@ -45,6 +45,9 @@ struct Engine::Seq : SchedSeq {
   std::optional<StreamDecoder> decoder;
   std::optional<grammar::Matcher> matcher;  // Request::grammar, made on the engine thread
   RequestResult result;
+  uint64_t group = 0;             // submit_group's first id, 0 alone
+  std::vector<double> pool_sum;   // Pooling::Mean: [dim] sum of the hidden rows so far
+  std::vector<float> pooled;      // Cls: [dim] the first token's hidden row
   Clock::time_point submitted;
   Clock::time_point last_token;
 };
@@ -69,6 +72,18 @@ bool all_finite(std::span<const float> xs) {
 
 double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// Whether an embedding request pools the hidden state of the token at `pos` (`last`:
+// the final prompt token).
+bool pools_row(Pooling pooling, int64_t pos, bool last) {
+  switch (pooling) {
+    case Pooling::Mean: return true;
+    case Pooling::Cls: return pos == 0;
+    case Pooling::Last:
+    case Pooling::Rank: return last;
+    default: return false;
+  }
 }
 
 KvConfig resolved(const KvConfig& kv) {
@@ -180,6 +195,21 @@ std::optional<Engine::Invalid> Engine::validate(const Request& r) const {
     if (t < 0 || t >= n_vocab_)
       return bad("prompt", "prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " +
                                std::to_string(n_vocab_) + ")");
+  if (r.pooling) {  // nothing is generated: the prompt may fill the context
+    if (*r.pooling == Pooling::None || *r.pooling == Pooling::Unspecified)
+      return bad("", std::string("pooling '") + pooling_name(*r.pooling) + "' gives no single vector per input");
+    if (*r.pooling == Pooling::Rank && model_.n_cls_out() == 0) {
+      if (r.rank_tokens.empty())
+        return bad("", "the model has no classification head (cls.output.weight): it cannot rank");
+      for (int32_t t : r.rank_tokens)
+        if (t < 0 || t >= n_vocab_) return bad("", "rank token id " + std::to_string(t) + " is outside the vocabulary");
+    }
+    if (static_cast<int64_t>(r.prompt.size()) > config_.ctx_size)
+      return bad("prompt", "the input has " + std::to_string(r.prompt.size()) + " tokens but the context is " +
+                               std::to_string(config_.ctx_size) + " tokens");
+    if (auto msg = store_.never_fits(static_cast<int64_t>(r.prompt.size()))) return bad("prompt", *msg);
+    return std::nullopt;
+  }
   if (static_cast<int64_t>(r.prompt.size()) >= config_.ctx_size)
     return bad("prompt", "the prompt has " + std::to_string(r.prompt.size()) + " tokens but the context is " +
                              std::to_string(config_.ctx_size) + " tokens (at least one must be left to generate)");
@@ -195,14 +225,27 @@ std::optional<Engine::Invalid> Engine::validate(const Request& r) const {
 }
 
 SubmitResult Engine::submit(Request request, std::shared_ptr<RequestSink> sink) {
+  std::vector<Request> one;
+  one.push_back(std::move(request));
+  return accept(std::move(one), std::move(sink), /*grouped=*/false);
+}
+
+SubmitResult Engine::submit_group(std::vector<Request> requests, std::shared_ptr<RequestSink> sink) {
+  PAGODA_CHECK(!requests.empty(), "Engine::submit_group needs at least one request");
+  return accept(std::move(requests), std::move(sink), /*grouped=*/true);
+}
+
+SubmitResult Engine::accept(std::vector<Request> requests, std::shared_ptr<RequestSink> sink, bool grouped) {
   PAGODA_CHECK(sink != nullptr, "Engine::submit needs a sink");
   SubmitResult res;
   // validate() reads only config_, n_vocab_ and pool_'s geometry (constant): no lock needed.
-  if (auto invalid = validate(request)) {
-    res.status = SubmitResult::Status::Invalid;
-    res.field = std::move(invalid->field);
-    res.message = std::move(invalid->message);
-    return res;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (auto invalid = validate(requests[i])) {
+      res.status = SubmitResult::Status::Invalid;
+      res.field = std::move(invalid->field);
+      res.message = grouped ? "input " + std::to_string(i) + ": " + invalid->message : std::move(invalid->message);
+      return res;
+    }
   }
   std::lock_guard<std::mutex> lk(mu_);
   if (stopping_) {
@@ -211,19 +254,26 @@ SubmitResult Engine::submit(Request request, std::shared_ptr<RequestSink> sink) 
     return res;
   }
   const size_t cap = static_cast<size_t>(config_.parallel) + static_cast<size_t>(config_.max_queue);
-  if (live_ids_.size() >= cap) {
+  if (live_units_ >= cap) {
     ++refused_busy_;
     res.status = SubmitResult::Status::Busy;
-    res.message = "busy: " + std::to_string(live_ids_.size()) + " requests in flight (--parallel " +
+    res.message = "busy: " + std::to_string(live_units_) + " requests in flight (--parallel " +
                   std::to_string(config_.parallel) + " + --max-queue " + std::to_string(config_.max_queue) + ")";
     return res;
   }
-  const uint64_t id = next_request_id_++;
-  auto seq = std::make_unique<Seq>(id, std::move(request), std::move(sink), n_vocab_, tokenizer_);
-  seq->submitted = Clock::now();
-  inbox_.push_back(std::move(seq));
-  live_ids_.insert(id);
-  res.request_id = id;
+  const uint64_t first = next_request_id_;
+  const auto now = Clock::now();
+  for (Request& r : requests) {
+    const uint64_t id = next_request_id_++;
+    auto seq = std::make_unique<Seq>(id, std::move(r), sink, n_vocab_, tokenizer_);
+    seq->submitted = now;
+    seq->group = grouped ? first : 0;
+    inbox_.push_back(std::move(seq));
+    live_ids_.insert(id);
+  }
+  ++live_units_;
+  if (grouped) group_left_[first] = requests.size();
+  res.request_id = first;
   cv_.notify_all();
   return res;
 }
@@ -308,7 +358,9 @@ void Engine::drain_inbox() {
     std::swap(reset_disk, reset_disk_);
   }
   for (auto& s : fresh) {
-    s->key = cache_.key(s->req.cache_key, s->req.use_cache && config_.cache.enabled);
+    // Mean and Cls pool every position's hidden state: a borrowed prefix has none.
+    const bool pools_all = s->req.pooling && (*s->req.pooling == Pooling::Mean || *s->req.pooling == Pooling::Cls);
+    s->key = cache_.key(s->req.cache_key, s->req.use_cache && config_.cache.enabled && !pools_all);
     if (s->req.grammar) s->matcher.emplace(s->req.grammar, grammar_vocab());
     scheduler_.add(s.get());
     owned_.push_back(std::move(s));
@@ -348,6 +400,9 @@ void Engine::step() {
       s->result.cached_tokens = s->first_cached_tokens;
       s->result.timings.queue_ms = ms_between(s->submitted, Clock::now());
     }
+    // A preempted embedding request is recomputed from its first token: pool afresh.
+    s->pool_sum.clear();
+    s->pooled.clear();
   }
   // The scheduler has taken these out already; the clients hear of it before the forward.
   for (SchedSeq* p : plan.ended_length) finish(static_cast<Seq*>(p), FinishReason::Length);
@@ -355,17 +410,24 @@ void Engine::step() {
 
   batch_.clear();
   for (const ScheduledChunk& c : plan.chunks) {
-    const SchedSeq* s = c.seq;
+    const Seq* s = static_cast<const Seq*>(c.seq);
     for (int64_t i = 0; i < c.n_tokens; ++i) {
       const int64_t pos = s->n_computed + i;
-      batch_.add(s->tokens[static_cast<size_t>(pos)], pos, s->seq_id, c.logits && i + 1 == c.n_tokens);
+      const bool last = c.logits && i + 1 == c.n_tokens;  // the prompt's end or a checkpoint
+      if (s->req.pooling && !ranks_by_logits(*s)) {
+        // The pooled rows, and a checkpoint's row (it vouches for the K/V; pool_chunk).
+        const bool pooled = pools_row(*s->req.pooling, pos, last && !c.checkpoint);
+        batch_.add(s->tokens[static_cast<size_t>(pos)], pos, s->seq_id, false, pooled || (last && c.checkpoint));
+      } else {
+        batch_.add(s->tokens[static_cast<size_t>(pos)], pos, s->seq_id, last);
+      }
     }
   }
   if (batch_.size() == 0) return;
 
   // Forward, sample, stream.
   try {
-    model_.forward(batch_, store_, threads_, logits_);
+    model_.forward(batch_, store_, threads_, logits_, &hidden_);
   } catch (const std::exception& e) {
     for (const ScheduledChunk& c : plan.chunks) fail(static_cast<Seq*>(c.seq), e.what());
     return;
@@ -373,9 +435,14 @@ void Engine::step() {
   ++counters_.steps;
   counters_.max_step_tokens = std::max<int64_t>(counters_.max_step_tokens, static_cast<int64_t>(batch_.size()));
   int64_t row = 0;
+  int64_t hidden_row = 0;
   for (const ScheduledChunk& c : plan.chunks) {
     Seq* s = static_cast<Seq*>(c.seq);
     if (!c.decode) counters_.tokens_prefilled += c.n_tokens;
+    if (s->req.pooling) {
+      pool_chunk(s, c, hidden_row, row);
+      continue;
+    }
     if (!c.logits) {
       scheduler_.computed(s, c.n_tokens, /*checked=*/false);
       continue;
@@ -392,6 +459,81 @@ void Engine::step() {
     if (c.checkpoint) continue;  // the row only vouched for the K/V the scheduler indexed
     sample_and_stream(s, lg);
   }
+}
+
+bool Engine::ranks_by_logits(const Seq& s) const {
+  return *s.req.pooling == Pooling::Rank && model_.n_cls_out() == 0;
+}
+
+void Engine::pool_chunk(Seq* s, const ScheduledChunk& c, int64_t& row, int64_t& logits_row) {
+  const Pooling pooling = *s->req.pooling;
+  const int64_t dim = model_.config().dim;
+  // A chunk with a row either ends the prompt or stops at a checkpoint (scheduler.h: a
+  // leader's prefill stops where its followers' shared prefix ends, and its row there
+  // only vouches for the K/V to be indexed): then the request goes on.
+  const bool prompt_end = c.logits && !c.checkpoint;
+  const char* non_finite =
+      "the model produced non-finite hidden states (NaN/inf): its weights are corrupt or overflow at this precision";
+  if (ranks_by_logits(*s)) {  // the rank tokens' logits at the last position
+    if (!c.logits) {
+      scheduler_.computed(s, c.n_tokens, /*checked=*/false);
+      return;
+    }
+    const float* lg = &logits_[static_cast<size_t>(logits_row++ * n_vocab_)];
+    const bool finite = all_finite(std::span<const float>(lg, static_cast<size_t>(n_vocab_)));
+    scheduler_.computed(s, c.n_tokens, finite);
+    if (!finite) return fail(s, non_finite);
+    if (!prompt_end) return;
+    std::vector<float>& out = s->result.embedding;
+    out.clear();
+    for (int32_t t : s->req.rank_tokens) out.push_back(lg[t]);
+    finish(s, FinishReason::Stop);
+    return;
+  }
+  bool vouched = true;  // every row read so far finite
+  for (int64_t i = 0; i < c.n_tokens; ++i) {
+    const int64_t pos = s->n_computed + i;
+    const bool row_end = c.logits && i + 1 == c.n_tokens;
+    const bool pooled_row = pools_row(pooling, pos, row_end && prompt_end);
+    if (!pooled_row && !(row_end && c.checkpoint)) continue;
+    const float* h = &hidden_[static_cast<size_t>(row++ * dim)];
+    vouched = vouched && all_finite(std::span<const float>(h, static_cast<size_t>(dim)));
+    if (!pooled_row) continue;  // a checkpoint's row: it only vouches
+    if (pooling == Pooling::Mean) {
+      // Summed in double in position order: the chunking (how many tokens a step
+      // gave this sequence) cannot change the result.
+      if (s->pool_sum.empty()) s->pool_sum.assign(static_cast<size_t>(dim), 0.0);
+      for (int64_t d = 0; d < dim; ++d) s->pool_sum[static_cast<size_t>(d)] += h[d];
+    } else {  // Cls: the first token's row; Last, Rank: the final prompt token's
+      s->pooled.assign(h, h + dim);
+    }
+  }
+  if (!c.logits) {  // more of the prompt to come
+    scheduler_.computed(s, c.n_tokens, /*checked=*/false);
+    return;
+  }
+  if (!prompt_end) {  // a checkpoint
+    scheduler_.computed(s, c.n_tokens, vouched);
+    if (!vouched) fail(s, non_finite);
+    return;
+  }
+  std::vector<float>& out = s->result.embedding;
+  if (pooling == Pooling::Mean) {
+    out.resize(static_cast<size_t>(dim));
+    for (int64_t d = 0; d < dim; ++d)
+      out[static_cast<size_t>(d)] = static_cast<float>(s->pool_sum[static_cast<size_t>(d)] / static_cast<double>(s->n_prompt));
+  } else if (pooling == Pooling::Rank) {
+    out.resize(static_cast<size_t>(model_.n_cls_out()));
+    model_.classify(s->pooled.data(), 1, out.data(), threads_);
+  } else {
+    out = s->pooled;
+  }
+  // The last token's row attends to every K/V of the prompt: a finite one vouches for
+  // them (Cls alone has no such row, but it never indexes its prompt).
+  const bool finite = vouched && all_finite(out) && all_finite(s->pooled);
+  scheduler_.computed(s, c.n_tokens, finite && pooling != Pooling::Cls);
+  if (!finite) return fail(s, non_finite);
+  finish(s, FinishReason::Stop);
 }
 
 const std::shared_ptr<const grammar::TokenVocabulary>& Engine::grammar_vocab() {
@@ -479,6 +621,12 @@ std::unique_ptr<Engine::Seq> Engine::retire(Seq* s) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     live_ids_.erase(s->id);
+    if (s->group == 0) {
+      --live_units_;
+    } else if (auto g = group_left_.find(s->group); g != group_left_.end() && --g->second == 0) {
+      group_left_.erase(g);
+      --live_units_;
+    }
   }
   // Before the client hears of it: a stats() read after the response then shows the
   // request's blocks released and its prefix cached.

@@ -22,7 +22,13 @@
 //   params, empty prompt, prompt not shorter than ctx_size, a prompt that could not fit
 //   in the whole KV budget, stop strings without a tokenizer) or when parallel +
 //   max_queue requests are already accepted and unfinished (Busy: the server answers
-//   503/429). An accepted request always ends with on_finish or on_error.
+//   503/429; a submit_group() counts as one). An accepted request always ends with
+//   on_finish or on_error.
+// - Embedding and reranking requests (Request::pooling) share the scheduler, the
+//   batches and the KV pool with generation: their prompts are prefill chunks like any
+//   other (each takes a running slot of --parallel while computed), the forward returns
+//   the final hidden states of the rows they pool, and they end in the step that
+//   computes their last prompt token.
 //
 // Scheduling, stated once (each step, in this order: Engine does 1 and 4, the Scheduler
 // of engine/scheduler.h decides 2 and 3 from its waiting and running lists and the pool):
@@ -106,6 +112,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -159,6 +166,20 @@ struct Request {
   // Stream the text of special tokens (not EOS/EOT) too: tool-call and channel markers
   // (<|python_tag|>, [TOOL_CALLS], harmony's <|channel|>) are special in their vocabularies.
   bool render_special = false;
+  // Set: an embedding (Mean / Cls / Last) or reranking (Rank) request, not generation.
+  // The prompt is computed like any prefill (chunked, batched with other sequences,
+  // preemptible) and its final hidden states pooled; nothing is sampled and no token
+  // streams: the request ends with on_finish(Stop) carrying RequestResult::embedding.
+  // The prompt may fill the whole context (ctx_size tokens). Mean and Cls read every
+  // position's state, so they never borrow from (or add to) the prefix cache; Last and
+  // Rank need only the last token, whose state is the same over cached K/V.
+  // Sampling fields, max_tokens, stop and grammar are ignored. None is Invalid; Rank
+  // needs a model with a classification head (Model::n_cls_out) or rank_tokens.
+  std::optional<Pooling> pooling;
+  // Rank on a model without a head: the outputs are these tokens' logits at the last
+  // position (a Qwen3-Reranker Hugging Face directory: "yes", "no" from its lm_head, the
+  // rows llama.cpp's converter copies into cls.output.weight). Ignored with a head.
+  std::vector<int32_t> rank_tokens;
 };
 
 enum class FinishReason { Stop, Length, Cancelled, Error };
@@ -197,6 +218,9 @@ struct RequestResult {
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;        // times this request was preempted
   RequestTimings timings;
+  // Request::pooling set: Mean / Cls / Last the pooled final hidden state [dim] (not
+  // normalised); Rank the classification head's raw outputs [n_cls_out]. Else empty.
+  std::vector<float> embedding;
 };
 
 // Called on the engine thread; must not block (see the contract).
@@ -260,6 +284,15 @@ class Engine {
 
   // Any thread. See the contract for refusals.
   SubmitResult submit(Request request, std::shared_ptr<RequestSink> sink);
+  // Any thread: several requests that make one client request (an embeddings call's
+  // inputs, a rerank's documents), all accepted or none. They share `sink` and get the
+  // consecutive ids request_id, request_id + 1, ... in order; each ends on its own
+  // (on_finish / on_error with its id) and is scheduled like any other request, FCFS.
+  // Towards the Busy limit the group counts as one request, however many it holds (a
+  // 2048-input embeddings call is not refused for having more inputs than --max-queue).
+  // Invalid names the first bad request's index in `message` ("input 3: ...").
+  // Requires: requests non-empty.
+  SubmitResult submit_group(std::vector<Request> requests, std::shared_ptr<RequestSink> sink);
   // Any thread. The request ends with Cancelled within one step (true), or it is
   // unknown / already finished (false).
   bool cancel(uint64_t request_id);
@@ -293,6 +326,12 @@ class Engine {
   void expire_deadlines();
   void step();
   void sample_and_stream(Seq* s, std::span<float> logits);
+  // Embedding requests: adds the chunk's hidden rows (from hidden_[row...]) to the
+  // sequence's pool; at the prompt's end ends the request with its embedding.
+  // Rank through Request::rank_tokens (the model has no head): a logits row, no hidden rows.
+  bool ranks_by_logits(const Seq& s) const;
+  // `logits_row`: the next logits row (Rank through rank_tokens reads one).
+  void pool_chunk(Seq* s, const ScheduledChunk& c, int64_t& row, int64_t& logits_row);
   // The grammar view of the vocabulary, built on first use (engine thread).
   const std::shared_ptr<const grammar::TokenVocabulary>& grammar_vocab();
   // Ends a request: finish() with on_finish, fail() with on_error (counted in errors);
@@ -307,6 +346,8 @@ class Engine {
     std::string field, message;  // see SubmitResult
   };
   std::optional<Invalid> validate(const Request& r) const;
+  // submit() (grouped false: one request) and submit_group().
+  SubmitResult accept(std::vector<Request> requests, std::shared_ptr<RequestSink> sink, bool grouped);
 
   Model& model_;
   const Tokenizer* tokenizer_;
@@ -326,6 +367,8 @@ class Engine {
   Batch batch_;
   Scheduler scheduler_;        // the waiting and running lists; decides each step
   std::vector<float> logits_;  // [n_out, n_vocab]
+  std::vector<float> hidden_;  // [n_hidden, dim] rows embedding requests pool
+  std::vector<float> cls_scratch_;  // [n_cls_out] a reranker head's outputs
   EngineStats counters_;       // counters the snapshot copies
   std::shared_ptr<const grammar::TokenVocabulary> grammar_vocab_;  // see grammar_vocab()
 
@@ -335,6 +378,9 @@ class Engine {
   std::vector<std::unique_ptr<Seq>> inbox_;
   std::vector<uint64_t> cancels_;
   std::unordered_set<uint64_t> live_ids_;  // accepted, not finished
+  // Accepted client requests not finished (a group counts once): the Busy limit.
+  size_t live_units_ = 0;
+  std::unordered_map<uint64_t, size_t> group_left_;  // group id -> its unfinished requests
   uint64_t next_request_id_ = 1;
   int64_t refused_busy_ = 0;
   bool stopping_ = false;

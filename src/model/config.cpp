@@ -9,6 +9,18 @@ namespace pagoda {
 
 const char* arch_name(Arch arch) { return arch_info(arch).gguf_name.data(); }
 
+const char* pooling_name(Pooling p) {
+  switch (p) {
+    case Pooling::Unspecified: return "unspecified";
+    case Pooling::None: return "none";
+    case Pooling::Mean: return "mean";
+    case Pooling::Cls: return "cls";
+    case Pooling::Last: return "last";
+    case Pooling::Rank: return "rank";
+  }
+  return "?";
+}
+
 float ModelConfig::attention_scale() const {
   return attn_scale > 0.0f ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
@@ -161,6 +173,13 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
       throw Error(f.path() + ": " + p + "expert_used_count " + std::to_string(c.n_expert_used) +
                   " must be <= expert_count " + std::to_string(c.n_expert) + " (<= 4096)");
     c.expert_ffn_dim = row->moe.expert_ffn_key ? require_positive(f, p + "expert_feed_forward_length") : c.ffn_dim;
+  }
+
+  if (auto pt = f.get_int(p + "pooling_type")) {
+    if (*pt < 0 || *pt > 4)
+      throw Error(f.path() + ": metadata key '" + p + "pooling_type' has invalid value " + std::to_string(*pt) +
+                  " (0 none, 1 mean, 2 cls, 3 last, 4 rank)");
+    c.pooling = static_cast<Pooling>(*pt);
   }
 
   if (auto vs = f.get_int(p + "vocab_size")) {

@@ -15,6 +15,13 @@
 
 namespace pagoda {
 
+// How one vector is taken from an input's final hidden states (after the output norm),
+// numbered as GGUF's {arch}.pooling_type (llama.cpp's LLAMA_POOLING_TYPE_*): None keeps one
+// vector per token; Mean averages them; Cls takes the first token's, Last the last token's;
+// Rank feeds the last token's state to the reranker head (cls.output.weight; model.h).
+enum class Pooling { Unspecified = -1, None = 0, Mean = 1, Cls = 2, Last = 3, Rank = 4 };
+const char* pooling_name(Pooling p);  // "none", "mean", ... ("unspecified")
+
 struct ModelConfig {
   Arch arch = Arch::Llama;
   std::string arch_name;   // general.architecture
@@ -50,6 +57,8 @@ struct ModelConfig {
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
   int64_t expert_ffn_dim = 0;
+  // {arch}.pooling_type: Unspecified when the file does not say (a plain causal LM).
+  Pooling pooling = Pooling::Unspecified;
 
   // The architecture's row: norms, activation, RoPE kind, biases, tensor names.
   const ArchInfo& info() const { return arch_info(arch); }

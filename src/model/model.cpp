@@ -259,6 +259,15 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
     throw Error(m->weights_->path() + ": missing tensor '" + name(Role::Output) + "'");
   }
   tick();
+  // A reranker head (model.h). Its row count is the file's: Qwen3-Reranker has 2
+  // (yes, no); BERT-style rerankers 1.
+  if (const gguf::TensorInfo* cls = ld.find("cls.output.weight")) {
+    if (cls->dims.size() != 2 || cls->dims[0] != c.dim || cls->dims[1] < 1 || cls->dims[1] > 4096)
+      throw Error(m->weights_->path() + ": tensor 'cls.output.weight' has shape " + cls->shape_string() +
+                  ", expected [" + std::to_string(c.dim) + ", n_cls_out] with 1 <= n_cls_out <= 4096");
+    m->cls_out_ = ld.matrix("cls.output.weight", cls->dims[1], c.dim);
+    m->cls_out_bias_ = ld.vector("cls.output.bias", cls->dims[1], /*optional=*/true);
+  }
 
   // RoPE frequencies: theta^(-2i/n_rot), divided by llama3 frequency factors when
   // the file has rope_freqs.weight, or by the LongRoPE factors (long or short, by
@@ -527,14 +536,27 @@ void Model::moe_ffn(const Layer& L, int64_t T, ThreadPool& pool) {
   });
 }
 
-void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vector<float>& logits) {
+void Model::classify(const float* hidden, int64_t n, float* out, ThreadPool& pool) const {
+  PAGODA_CHECK(n_cls_out() > 0, "Model::classify: the model has no classification head");
+  if (n <= 0) return;
+  matmul(cls_out_, hidden, n, out, pool);
+  if (!cls_out_bias_.empty())
+    for (int64_t i = 0; i < n; ++i) add_inplace(out + i * n_cls_out(), cls_out_bias_.data(), n_cls_out());
+}
+
+void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vector<float>& logits,
+                    std::vector<float>* hidden) {
   const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(batch.size());
   PAGODA_CHECK(batch.positions.size() == batch.tokens.size() &&
                    batch.seq_ids.size() == batch.tokens.size() &&
-                   batch.want_logits.size() == batch.tokens.size(),
+                   batch.want_logits.size() == batch.tokens.size() &&
+                   (batch.want_hidden.empty() || batch.want_hidden.size() == batch.tokens.size()),
                "batch arrays differ in length");
+  const bool any_hidden = std::find(batch.want_hidden.begin(), batch.want_hidden.end(), 1) != batch.want_hidden.end();
+  PAGODA_CHECK(!any_hidden || hidden != nullptr, "Model::forward: hidden states wanted but no output given");
   logits.clear();
+  if (hidden) hidden->clear();
   if (T == 0) return;
   for (int64_t t = 0; t < T; ++t) {
     if (batch.tokens[t] < 0 || batch.tokens[t] >= c.n_vocab)
@@ -660,6 +682,16 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
           rms_norm(&s.tmp[t * dim], L.ffn_post_norm.data(), &s.tmp[t * dim], dim, c.rms_eps);
       add_inplace(&s.x[t0 * dim], &s.tmp[t0 * dim], (t1 - t0) * dim);
     });
+  }
+
+  // Final hidden states (the output norm applied) of the rows embeddings pool.
+  if (any_hidden) {
+    int64_t n_hidden = 0;
+    for (int64_t t = 0; t < T; ++t) n_hidden += batch.want_hidden[t];
+    hidden->resize(static_cast<size_t>(n_hidden * dim));
+    int64_t h = 0;
+    for (int64_t t = 0; t < T; ++t)
+      if (batch.want_hidden[t]) rms_norm(&s.x[t * dim], output_norm_.data(), &(*hidden)[h++ * dim], dim, c.rms_eps);
   }
 
   // Final norm and the vocabulary projection, only for rows that want logits.

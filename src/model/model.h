@@ -11,7 +11,13 @@
 //   and position (positions of one sequence strictly increasing and contiguous
 //   with what the KvStore already holds). It writes K/V of every token into the
 //   KvStore and returns logits for the tokens whose `want_logits` is set, in
-//   batch order: logits is resized to [n_out, n_vocab] f32.
+//   batch order: logits is resized to [n_out, n_vocab] f32. Given `hidden`, it also
+//   returns the final hidden states (after the output norm, before the vocabulary
+//   projection: what embeddings pool) of the tokens whose `want_hidden` is set, in
+//   batch order: hidden is resized to [n_hidden, dim] f32. A row may want both.
+// - A reranker's classification head (cls.output.weight [n_cls_out, dim], optional
+//   cls.output.bias, as llama.cpp's converter writes Qwen3-Reranker: the lm_head rows
+//   of "yes" and "no") is loaded when the file has one; classify() applies it.
 // - Called from one thread (the engine thread); kernels fan out over `pool`.
 //   forward() reuses scratch buffers owned by the Model, so a warmed-up decode
 //   step allocates nothing.
@@ -38,18 +44,21 @@ struct Batch {
   std::vector<int64_t> positions;   // [n_tokens]
   std::vector<SeqId> seq_ids;       // [n_tokens]
   std::vector<uint8_t> want_logits; // [n_tokens] 0/1
+  std::vector<uint8_t> want_hidden; // [n_tokens] 0/1 (embeddings: the pooled rows)
 
   void clear() {
     tokens.clear();
     positions.clear();
     seq_ids.clear();
     want_logits.clear();
+    want_hidden.clear();
   }
-  void add(int32_t token, int64_t pos, SeqId seq, bool logits) {
+  void add(int32_t token, int64_t pos, SeqId seq, bool logits, bool hidden = false) {
     tokens.push_back(token);
     positions.push_back(pos);
     seq_ids.push_back(seq);
     want_logits.push_back(logits ? 1 : 0);
+    want_hidden.push_back(hidden ? 1 : 0);
   }
   size_t size() const { return tokens.size(); }
 };
@@ -83,7 +92,16 @@ class Model {
 
   // Requires: every token id in [0, n_vocab), positions < kv.capacity(seq).
   // Throws pagoda::Error for out-of-range tokens or positions (bad input).
-  void forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vector<float>& logits);
+  // `hidden` may be null when no token wants its hidden state.
+  void forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vector<float>& logits,
+               std::vector<float>* hidden = nullptr);
+
+  // Rows of the reranker head (cls.output.weight); 0 when the model has none.
+  int64_t n_cls_out() const { return cls_out_.n_rows(); }
+  // out[n, n_cls_out] = hidden[n, dim] · cls_outᵀ (+ cls.output.bias): the head's raw
+  // outputs (logits) for n final hidden states. Requires: n_cls_out() > 0; the
+  // forward's thread (it shares the kernels' scratch).
+  void classify(const float* hidden, int64_t n, float* out, ThreadPool& pool) const;
 
   // The context length per sequence the model will run with (the engine's
   // ctx_size). It matters only for LongRoPE (Phi-3): the long factors apply
@@ -130,6 +148,8 @@ class Model {
   bool embd_from_output_ = false;
   std::vector<float> output_norm_;  // [dim]
   WeightMatrix output_;              // [n_vocab, dim]
+  WeightMatrix cls_out_;             // [n_cls_out, dim] reranker head, or empty
+  std::vector<float> cls_out_bias_;  // [n_cls_out] or empty
   std::vector<float> rope_inv_freq_;  // [n_rot/2]
   float rope_attn_factor_ = 1.0f;
   // Local (sliding-window) layers with their own RoPE (gemma3: base 10000, unscaled);

@@ -1,5 +1,6 @@
 #include "model/synth.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -250,6 +251,17 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
       (spec.rope_scaling == "llama3" && !row->has(Role::RopeFreqs)))
     throw Error("synth: " + spec.arch + " does not take rope scaling '" + spec.rope_scaling + "'");
   if (auto ft = file_type_of(spec.type)) w.set("general.file_type", Value::u32(static_cast<uint32_t>(*ft)));
+  if (!spec.pooling.empty()) {
+    static const char* const kPoolings[] = {"none", "mean", "cls", "last", "rank"};
+    const auto* it = std::find(std::begin(kPoolings), std::end(kPoolings), spec.pooling);
+    if (it == std::end(kPoolings))
+      throw Error("synth: unknown pooling '" + spec.pooling + "' (none, mean, cls, last, rank)");
+    w.set(a + "pooling_type", Value::u32(static_cast<uint32_t>(it - std::begin(kPoolings))));
+    if (spec.pooling == "rank") {
+      w.set(a + "classifier.output_labels", Value::str_array({"yes", "no"}));
+      w.set("tokenizer.chat_template.rerank", Value::str("query: {query}\ndocument: {document}\nrelevant:"));
+    }
+  }
 
   if (vocab_src) {
     for (const auto& [key, value] : vocab_src->metadata())
@@ -353,6 +365,11 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   for (int64_t i = 0; i < spec.n_layers; ++i)
     for (const TensorSpec& t : row->tensors)
       if (t.per_layer && wanted(t)) emit(t, i);
+  if (spec.pooling == "rank") {  // the reranker head, last: the other tensors keep their draws
+    buf.resize(static_cast<size_t>(2 * spec.dim));
+    fill(rng, buf, 1.0f / std::sqrt(static_cast<float>(spec.dim)));
+    w.add_tensor_f32("cls.output.weight", GgmlType::F32, {spec.dim, 2}, buf.data());
+  }
   w.write(path);
 }
 

@@ -45,6 +45,13 @@ struct SynthSpec {
   uint64_t seed = 1;
   std::string vocab_from;  // GGUF whose tokenizer.* metadata is copied (sets n_vocab)
   std::string name = "synthetic";
+  // Embedding / reranker models: "" writes no {arch}.pooling_type; none|mean|cls|last|rank
+  // write it. rank also writes a reranker head cls.output.weight [2, dim] (type f32,
+  // std 1/sqrt(dim), drawn after every other tensor so the rest keep their weights),
+  // {arch}.classifier.output_labels ["yes", "no"] and tokenizer.chat_template.rerank
+  // "query: {query}\ndocument: {document}\nrelevant:", as llama.cpp's converter marks
+  // Qwen3-Reranker.
+  std::string pooling;
 };
 
 // Named real shapes: tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b, phi3.5-mini, gemma2-2b,

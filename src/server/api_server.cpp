@@ -147,6 +147,9 @@ std::vector<Route> ApiServer::routes() {
       {"POST", "/v1/responses", true, bind(&ApiServer::handle_responses)},
       {"GET", "/v1/responses/*", true, bind(&ApiServer::handle_response_get)},
       {"DELETE", "/v1/responses/*", true, bind(&ApiServer::handle_response_delete)},
+      {"POST", "/v1/embeddings", true, bind(&ApiServer::handle_embeddings)},
+      {"POST", "/v1/rerank", true, bind(&ApiServer::handle_rerank)},
+      {"POST", "/rerank", true, bind(&ApiServer::handle_rerank)},
   };
 }
 

@@ -31,6 +31,10 @@
 //   chat path (prepare_chat, engine_request, submit) with its own sink; finished
 //   responses with `store` go to a ResponsesStore (bounded by the options below) that
 //   GET / DELETE /v1/responses/{id} and previous_response_id read (404 when unknown).
+// - Pooling routes (--embeddings; embeddings_api.h): POST /v1/embeddings and
+//   POST /v1/rerank turn each input / document into an engine request with
+//   Request::pooling, submitted together (Engine::submit_group); the answer goes out when
+//   the last has finished. Without --embeddings both answer 404.
 // - Logging: one line per request on stderr, starting with "[replica_id] ": method,
 //   path, status, prompt / cached / generated tokens, queue / TTFT / total ms
 //   (completion routes log when generation ends; others when answered). Successful GETs
@@ -78,6 +82,18 @@ struct ApiServerOptions {
   // A full queue's status (--busy-status): 429 (Anthropic routes: 529), or 503 on every
   // route, which HAProxy before 3.1 can retry on another replica (its retry-on has no 429).
   int busy_status = 429;
+  // --embeddings: serve /v1/embeddings and /v1/rerank (404 otherwise).
+  bool embeddings = false;
+};
+
+// How the pooling routes pool (set_pooling, before attach()).
+struct PoolingSetup {
+  Pooling pooling = Pooling::Last;  // --pooling, else the model's {arch}.pooling_type, else last
+  int64_t n_embd = 0;               // the model's width: the largest `dimensions`
+  std::string rerank_template;      // tokenizer.chat_template.rerank ("" none)
+  // A reranker without cls.output.weight: these tokens' logits are the head's outputs
+  // (Request::rank_tokens; "yes", "no" for a Qwen3-Reranker directory). Empty with a head.
+  std::vector<int32_t> rank_tokens;
 };
 
 class ApiServer {
@@ -100,6 +116,8 @@ class ApiServer {
   void set_replica_id(std::string id) { options_.replica_id = std::move(id); }
   // /health answers 503 from now on; requests are still served (see Readiness above).
   void begin_draining();
+  // The pooling routes' setup; call before attach() (attach publishes it).
+  void set_pooling(PoolingSetup setup);
   void begin_shutdown();  // implies begin_draining()
   bool ready() const { return engine_.load() != nullptr; }
 
@@ -127,6 +145,17 @@ class ApiServer {
   void handle_responses(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
   void handle_response_get(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
   void handle_response_delete(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  // The pooling routes (api_server_pooling.cpp, embeddings_api.h): POST /v1/embeddings
+  // and POST /v1/rerank (also /rerank, as llama-server).
+  void handle_embeddings(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void handle_rerank(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  // --embeddings given (404 otherwise); with the model name, not shutting down. Throw
+  // ApiError (404, 503).
+  void check_pooling_enabled(const char* route) const;
+  void check_pooling_request(const std::string& model, const char* route) const;
+  // submit_group and the disconnect callback; a refusal is answered here (false).
+  bool submit_pooling(const std::shared_ptr<HttpExchange>& ex, std::vector<Request> requests,
+                      std::shared_ptr<RequestSink> sink, const std::string& input_param);
   // A chat request's prompt tokens (the template applied) and how its output is parsed
   // (nullopt: plain text). Throws ApiError.
   struct PreparedChat {
@@ -177,6 +206,7 @@ class ApiServer {
   std::atomic<uint64_t> next_id_{1};
   ServerMetrics metrics_;
   ResponsesStore responses_store_;
+  PoolingSetup pooling_;  // written before attach(), read-only after
 };
 
 }  // namespace pagoda::server

@@ -326,6 +326,14 @@ class LlamaModel:
 
     def forward(self, tokens):
         """tokens: list of ids -> logits (n_tokens, n_vocab) float64, every position."""
+        logits = self.hidden_states(tokens) @ self.output.T            # (T, n_vocab)
+        if self.cfg.final_softcap > 0:
+            logits = self.cfg.final_softcap * np.tanh(logits / self.cfg.final_softcap)
+        return logits
+
+    def hidden_states(self, tokens):
+        """tokens: list of ids -> the final hidden states (n_tokens, n_embd) float64 after
+        the output norm: what embeddings pool and the vocabulary projection reads."""
         cfg = self.cfg
         tokens = np.asarray(tokens, dtype=np.int64)
         if tokens.ndim != 1 or tokens.size == 0:
@@ -386,10 +394,7 @@ class LlamaModel:
                     f = rms_norm(f, L["ffn_post_norm"], cfg.rms_eps)
                 x = x + f
 
-        logits = rms_norm(x, self.output_norm, cfg.rms_eps) @ self.output.T   # (T, n_vocab)
-        if cfg.final_softcap > 0:
-            logits = cfg.final_softcap * np.tanh(logits / cfg.final_softcap)
-        return logits
+        return rms_norm(x, self.output_norm, cfg.rms_eps)                # (T, E)
 
     def moe_ffn(self, X, h):
         """h: (T, E) normed -> (T, E): per token, softmax over the router logits, the

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Runs the OpenAI SDK end-to-end suite against live `pagoda serve` processes.
+// Runs the OpenAI and Anthropic SDK end-to-end suite against live `pagoda serve` processes.
 //
 //   node tests/sdk/run.mjs --pagoda build/release/pagoda --model ../shared/models/stories260K/stories260K.gguf
 //   (or PAGODA_BINARY / PAGODA_MODEL in the environment; extra arguments go to `node --test`)
@@ -34,9 +34,11 @@ function parseArgs(argv) {
 }
 
 const opts = parseArgs(process.argv.slice(2));
-if (!existsSync(path.join(here, 'node_modules', 'openai', 'package.json'))) {
-  console.error('tests/sdk/node_modules lacks the openai package: run scripts/install-npm-deps.sh');
-  process.exit(1);
+for (const pkg of ['openai', '@anthropic-ai/sdk']) {
+  if (!existsSync(path.join(here, 'node_modules', pkg, 'package.json'))) {
+    console.error(`tests/sdk/node_modules lacks the ${pkg} package: run scripts/install-npm-deps.sh`);
+    process.exit(1);
+  }
 }
 const logDir = mkdtempSync(path.join(tmpdir(), 'pagoda-sdk-'));
 
@@ -52,6 +54,8 @@ const CONFIGS = {
   AUTH: ['--api-key', API_KEY],
   // One running request and no queue: a second concurrent request is answered 429.
   TIGHT: ['--parallel', '1', '--max-queue', '0'],
+  // /v1/embeddings (stories260K has no pooling metadata: last-token pooling).
+  EMBED: ['--embeddings'],
 };
 
 const RUN_DEADLINE_MS = 240_000;

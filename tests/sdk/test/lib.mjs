@@ -15,6 +15,7 @@ export const urls = {
   get nocache() { return serverUrl('NOCACHE'); },
   get auth() { return serverUrl('AUTH'); },
   get tight() { return serverUrl('TIGHT'); },
+  get embed() { return serverUrl('EMBED'); },
 };
 
 // maxRetries 0: the SDK retries 429 / 5xx / connection errors by default (twice, with
