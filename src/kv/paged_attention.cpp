@@ -95,6 +95,7 @@ extern const PagedAttendSoftcapFn kPagedAttendSoftcapAvx512;
 
 PagedAttendSoftcapFn paged_attend_softcap_kernel(Isa isa) {
   switch (isa) {
+    case Isa::Amx:
     case Isa::Avx512: return paged_attention_internal::kPagedAttendSoftcapAvx512;
     case Isa::Avx2: return paged_attention_internal::kPagedAttendSoftcapAvx2;
     default: return paged_attend_partial_softcap_ref;
@@ -110,6 +111,7 @@ void paged_attend_partial_softcap(const KvLayerView& view, const BlockId* blocks
 
 PagedAttendFn paged_attend_kernel(Isa isa) {
   switch (isa) {
+    case Isa::Amx:
     case Isa::Avx512: return paged_attention_internal::kPagedAttendAvx512;
     case Isa::Avx2: return paged_attention_internal::kPagedAttendAvx2;
     default: return paged_attend_partial_ref;
@@ -125,6 +127,7 @@ void paged_attend_partial(const KvLayerView& view, const BlockId* blocks, int64_
 
 PagedAttendTileFn paged_attend_tile_kernel(Isa isa) {
   switch (isa) {
+    case Isa::Amx:
     case Isa::Avx512: return paged_attention_internal::kPagedAttendTileAvx512;
     case Isa::Avx2: return paged_attention_internal::kPagedAttendTileAvx2;
     default: return paged_attend_tile_ref;

@@ -36,7 +36,7 @@ constexpr GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, G
                                GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                                GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K,
                                GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4};
-constexpr Isa kIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512};
+constexpr Isa kIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Amx};
 constexpr int64_t kRowCounts[] = {1, 3, 17, 64, 67};
 constexpr int64_t kTokenCounts[] = {1, 2, 3, 5, 8, 17};
 constexpr int64_t kMaxTokens = 17;
@@ -51,7 +51,7 @@ std::vector<int64_t> col_counts(GgmlType type) {
 // Built with -DPAGODA_AVX512_EMULATION (see src/kernels/matmul_avx512_emu.h)
 // the AVX-512 kernels run through SIMDe on CPUs without AVX-512.
 #ifdef PAGODA_AVX512_EMULATION
-bool isa_runs(Isa) { return true; }
+bool isa_runs(Isa isa) { return isa != Isa::Amx; }
 bool has_avx512bf16() { return true; }
 #else
 bool isa_runs(Isa isa) { return isa_supported(isa); }
@@ -80,7 +80,7 @@ std::vector<double> error_bounds(GgmlType type, Isa isa, int64_t n_rows, int64_t
   const size_t rb = row_bytes(type, n_cols);
   const bool quant = traits(type).is_quantized;
   const int64_t per = traits(type).block_size == 256 ? 256 : 32;  // the activation blocks
-  const bool bf16_acts = type == GgmlType::BF16 && isa == Isa::Avx512 && has_avx512bf16();
+  const bool bf16_acts = type == GgmlType::BF16 && isa >= Isa::Avx512 && has_avx512bf16();
   std::vector<double> bound(static_cast<size_t>(n_tokens * n_rows));
   std::vector<float> wrow(static_cast<size_t>(n_cols)), xerr(static_cast<size_t>(n_cols));
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -170,7 +170,7 @@ TEST_P(MatmulTypeTest, ReportsOwnedAndStreamedBytes) {
       EXPECT_EQ(m.stream_bytes(), gguf_bytes);
       continue;
     }
-    const int64_t lanes = isa == Isa::Avx512 ? 16 : 8;
+    const int64_t lanes = isa >= Isa::Avx512 ? 16 : 8;
     const int64_t padded_rows = (n_rows + lanes - 1) / lanes * lanes;
     size_t want = row_bytes(type, n_cols) * padded_rows;
     if (type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q3_K)
