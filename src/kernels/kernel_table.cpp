@@ -19,6 +19,7 @@ KernelTable build(Isa isa) {
       t.tile_rows_quant = t.tile_rows_float = 16;
       t.ops = ops_internal::kOpsScalar;
       register_matmul_kernels_scalar(t);
+      register_attention_kernels_scalar(t);
       break;
     case Isa::Avx2:
       // Tile rows: 4 packed groups (see matmul.cpp); float rows 64 at every SIMD level.
@@ -27,6 +28,7 @@ KernelTable build(Isa isa) {
       t.tile_rows_float = 64;
       t.ops = ops_internal::kOpsAvx2;
       register_matmul_kernels_avx2(t);
+      register_attention_kernels_avx2(t);
       break;
     case Isa::Avx512:
     case Isa::Amx:
@@ -35,6 +37,7 @@ KernelTable build(Isa isa) {
       t.tile_rows_float = 64;
       t.ops = ops_internal::kOpsAvx512;
       register_matmul_kernels_avx512(t);
+      register_attention_kernels_avx512(t);
       if (isa == Isa::Amx) register_matmul_kernels_amx(t);
       break;
   }

@@ -13,7 +13,7 @@
 #include <random>
 #include <vector>
 
-#include "kv/paged_attention.h"
+#include "kernels/paged_attention.h"
 #include "kv/paged_kv_pool.h"
 #include "kv/paged_kv_store.h"
 
@@ -125,7 +125,7 @@ TEST(PagedAttention, SimdPathsMatchTheReferenceForEveryTypeShapeAndLength) {
       std::printf("[ skipped ] %s not supported on this CPU\n", isa_name(isa));
       continue;
     }
-    const PagedAttendFn fn = paged_attend_kernel(isa);
+    const PagedAttendFn fn = kernel_table(isa).attention.attend;
     for (const SweepCase& tc : types)
       for (int64_t hd : head_dims) {
         Filled f;
@@ -192,7 +192,7 @@ TEST(PagedAttention, PrefillTilesMatchTheReferenceForEveryTypeShapeAndStart) {
       std::printf("[ skipped ] %s not supported on this CPU\n", isa_name(isa));
       continue;
     }
-    const PagedAttendTileFn fn = paged_attend_tile_kernel(isa);
+    const PagedAttendTileFn fn = kernel_table(isa).attention.attend_tile;
     for (const SweepCase& tc : types)
       for (int64_t hd : {8, 64, 80, 128, 24, 256, 320}) {
         // 256 (the 16-position chunk) and 320 (the token-by-token fallback): two types.
@@ -234,7 +234,7 @@ TEST(PagedAttention, PrefillTilesWithWindowsAndSoftcapMatchTheReference) {
   int64_t checked = 0;
   for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
     if (!isa_supported(isa)) continue;
-    const PagedAttendTileFn fn = paged_attend_tile_kernel(isa);
+    const PagedAttendTileFn fn = kernel_table(isa).attention.attend_tile;
     for (KvType t : {KvType::F32, KvType::Q8})
       for (int64_t hd : {64, 256, 320}) {
         Filled f;
