@@ -1,5 +1,6 @@
 // The kernel table (kernels/kernel_table.h): every level has a matmul kernel for every
-// weight type prepare() accepts, its activation quantizer, row ops and packing geometry;
+// weight type prepare() accepts, its activation quantizer, row ops, attention kernels and
+// packing geometry;
 // dispatch on a missing entry aborts naming the level and the type; the process runs the
 // table of best_isa(), which PAGODA_ISA caps. Whether each entry computes the right thing
 // is the business of matmul_test / matmul_amx_test / ops_test / paged_attention_test,
@@ -38,10 +39,13 @@ TEST(KernelTable, EveryLevelHasAKernelForEveryWeightType) {
   }
 }
 
-TEST(KernelTable, EveryLevelHasItsQuantizerRowOpsAndGeometry) {
+TEST(KernelTable, EveryLevelHasItsQuantizerRowOpsAttentionAndGeometry) {
   for (Isa isa : kAllIsas) {
     const KernelTable& t = kernel_table_entries(isa);
     EXPECT_NE(t.quantize_act_row, nullptr) << isa_name(isa);
+    EXPECT_NE(t.attention.attend, nullptr) << isa_name(isa);
+    EXPECT_NE(t.attention.attend_softcap, nullptr) << isa_name(isa);
+    EXPECT_NE(t.attention.attend_tile, nullptr) << isa_name(isa);
     EXPECT_EQ(t.ops.isa, isa);
     for (auto fn : {(void*)t.ops.rms_norm, (void*)t.ops.softmax, (void*)t.ops.swiglu, (void*)t.ops.add_inplace,
                     (void*)t.ops.rope, (void*)t.ops.rope_apply, (void*)t.ops.dot_f32, (void*)t.ops.axpy_f32,

@@ -23,10 +23,13 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "kernels/kernel_table.h"
 #include "kernels/matmul_impl.h"
+#include "kernel_levels.h"
 #include "matmul_fixtures.h"
 
 namespace pagoda {
@@ -57,6 +60,15 @@ bool has_avx512bf16() { return true; }
 bool isa_runs(Isa isa) { return isa_supported(isa); }
 bool has_avx512bf16() { return cpu_features().avx512bf16; }
 #endif
+
+// The levels with a kernel of their own for `type`: every level this CPU runs except AMX
+// for the types it has no prefill kernel for (its entries are AVX-512's).
+std::vector<Isa> levels(GgmlType type) {
+  const size_t id = static_cast<size_t>(type);
+  return test::levels_with_own(
+      [id](const KernelTable& t) { return std::tuple(t.matmul[id].quant, t.matmul[id].flt, t.matmul[id].prefill); },
+      [](Isa isa) { return isa_runs(isa); });
+}
 
 ThreadPool& pool(int n) {
   static ThreadPool one(1), two(2);
@@ -125,8 +137,7 @@ TEST_P(MatmulTypeTest, MatchesReferenceOnOddShapesEveryIsaAndPool) {
       const std::vector<float> x = make_acts(kMaxTokens, n_cols, rng);
       std::vector<float> ref(static_cast<size_t>(kMaxTokens * n_rows));
       matmul_reference(type, n_rows, n_cols, w.data(), x.data(), kMaxTokens, ref.data());
-      for (Isa isa : kIsas) {
-        if (!isa_runs(isa)) continue;
+      for (Isa isa : levels(type)) {
         const std::vector<double> bound = error_bounds(type, isa, n_rows, n_cols, w, x, kMaxTokens);
         const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), isa);
         for (int64_t n_tokens : kTokenCounts) {
@@ -161,8 +172,7 @@ TEST_P(MatmulTypeTest, ReportsOwnedAndStreamedBytes) {
   const int64_t n_rows = 67, n_cols = 512;
   std::mt19937 rng(7);
   const std::vector<uint8_t> w = make_weights(type, n_rows, n_cols, rng);
-  for (Isa isa : kIsas) {
-    if (!isa_runs(isa)) continue;
+  for (Isa isa : levels(type)) {
     const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), isa);
     const size_t gguf_bytes = row_bytes(type, n_cols) * n_rows;
     if (isa == Isa::Scalar || !traits(type).is_quantized) {
@@ -189,8 +199,7 @@ TEST_P(MatmulTypeTest, OneAndTwoThreadsGiveIdenticalResults) {
   std::mt19937 rng(99);
   const std::vector<uint8_t> w = make_weights(type, n_rows, n_cols, rng);
   const std::vector<float> x = make_acts(n_tokens, n_cols, rng);
-  for (Isa isa : kIsas) {
-    if (!isa_runs(isa)) continue;
+  for (Isa isa : levels(type)) {
     const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), isa);
     std::vector<float> y1(n_tokens * n_rows), y2(n_tokens * n_rows);
     matmul(m, x.data(), n_tokens, y1.data(), pool(1));
@@ -208,8 +217,7 @@ TEST_P(MatmulTypeTest, TokenAloneMatchesTokenInBatch) {
   std::mt19937 rng(5);
   const std::vector<uint8_t> w = make_weights(type, n_rows, n_cols, rng);
   const std::vector<float> x = make_acts(n_tokens, n_cols, rng);
-  for (Isa isa : kIsas) {
-    if (!isa_runs(isa)) continue;
+  for (Isa isa : levels(type)) {
     const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), isa);
     std::vector<float> batch(n_tokens * n_rows), one(n_rows);
     matmul(m, x.data(), n_tokens, batch.data(), pool(2));
@@ -344,8 +352,7 @@ TEST(Matmul, RandomBitWeightsMatchReference) {
     const std::vector<float> x = make_acts(n_tokens, n_cols, rng);
     std::vector<float> ref(n_tokens * n_rows);
     matmul_reference(type, n_rows, n_cols, w.data(), x.data(), n_tokens, ref.data());
-    for (Isa isa : kIsas) {
-      if (!isa_runs(isa)) continue;
+    for (Isa isa : levels(type)) {
       const std::vector<double> bound = error_bounds(type, isa, n_rows, n_cols, w, x, n_tokens);
       const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), isa);
       std::vector<float> y(n_tokens * n_rows);
@@ -379,8 +386,7 @@ TEST(Matmul, Mxfp4ExtremeExponentsMatchReference) {
     for (float& v : x) v *= act_scale;
     std::vector<float> ref(n_tokens * n_rows);
     matmul_reference(GgmlType::MXFP4, n_rows, n_cols, w.data(), x.data(), n_tokens, ref.data());
-    for (Isa isa : kIsas) {
-      if (!isa_runs(isa)) continue;
+    for (Isa isa : levels(GgmlType::MXFP4)) {
       const std::vector<double> bound = error_bounds(GgmlType::MXFP4, isa, n_rows, n_cols, w, x, n_tokens);
       const WeightMatrix m = WeightMatrix::prepare(GgmlType::MXFP4, n_rows, n_cols, w.data(), isa);
       std::vector<float> y(n_tokens * n_rows);
@@ -432,11 +438,11 @@ TEST(Matmul, SimdActivationQuantizersMatchScalarBitForBit) {
       ActRowOut out() { return {q.data(), d.data(), sum32.data(), dsum32.data(), sum16.data(), neg8.data()}; }
     } ref, got;
     quantize_act_row_scalar(kind, x.data(), n_cols, ref.out());
-    for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
-      if (!isa_runs(isa)) continue;
+    for (Isa isa : test::levels_with_own([](const KernelTable& t) { return t.quantize_act_row; },
+                                         [](Isa i) { return isa_runs(i); })) {
+      if (isa == Isa::Scalar) continue;  // the reference itself
       got = Buf{};
-      if (isa == Isa::Avx2) quantize_act_row_avx2(kind, x.data(), n_cols, got.out());
-      else quantize_act_row_avx512(kind, x.data(), n_cols, got.out());
+      kernel_table(isa).quantize_act_row(kind, x.data(), n_cols, got.out());
       EXPECT_EQ(ref.q, got.q) << isa_name(isa) << " per " << per;
       for (int64_t b = 0; b < n_cols / per; ++b) EXPECT_EQ(ref.d[b], got.d[b]) << isa_name(isa) << " block " << b;
       EXPECT_EQ(ref.sum32, got.sum32) << isa_name(isa);
