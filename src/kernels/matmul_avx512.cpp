@@ -6,7 +6,7 @@
 #ifdef PAGODA_AVX512_EMULATION
 // Test-only build (not in CMake): SIMDe's portable AVX-512 lets this file's
 // logic be checked on a CPU without AVX-512.
-#include "kernels/matmul_avx512_emu.h"
+#include "kernels/avx512_emulation.h"
 #else
 // GCC 12 flags its own _mm512_undefined_*() (`__m512 __Y = __Y;`) as uninitialized once
 // inlined (GCC bug 105593, fixed in 13); the suppression covers the header's lines only.

@@ -13,11 +13,16 @@
 // GCC 12 flags its own _mm512_undefined_*() (`__m512 __Y = __Y;`) as uninitialized once
 // inlined into the reduce intrinsics (GCC bug 105593, fixed in 13); the suppression covers
 // the header's lines only.
+#ifdef PAGODA_AVX512_EMULATION
+// The emulation build (CMakePresets.json `emu`): SIMDe's portable AVX-512.
+#include "kernels/avx512_emulation.h"
+#else
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+#endif
 
 #include <cstdint>
 

@@ -96,7 +96,7 @@ std::vector<Isa> ops_levels() {
 class FastOpsTest : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
-    if (!isa_supported(GetParam()))
+    if (!matmul_detail::isa_runs(GetParam()))
       GTEST_SKIP() << isa_name(GetParam()) << " is not supported by this CPU ("
                    << cpu_features_string() << ")";
     const std::vector<Isa> own = ops_levels();
