@@ -209,7 +209,7 @@ int packed_lanes(Isa isa);
 // Whether packed Q8_0 codes are q (AVX2, 8 lanes) rather than q + 128.
 inline bool q8_codes_signed(int lanes) { return lanes == 8; }
 
-// PAGODA_AVX512_EMULATION: the test-only build of matmul_avx512_emu.h, where the AVX-512
+// PAGODA_AVX512_EMULATION: the test-only build (preset `emu`, avx512_emulation.h), where the AVX-512
 // kernels run through SIMDe on any x86-64 CPU.
 #ifdef PAGODA_AVX512_EMULATION
 inline constexpr bool kEmulatedAvx512 = true;

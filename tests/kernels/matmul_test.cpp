@@ -51,15 +51,10 @@ std::vector<int64_t> col_counts(GgmlType type) {
   return {b, 2 * b, 3 * b, 7 * b, 4096 + b};
 }
 
-// Built with -DPAGODA_AVX512_EMULATION (see src/kernels/matmul_avx512_emu.h)
-// the AVX-512 kernels run through SIMDe on CPUs without AVX-512.
-#ifdef PAGODA_AVX512_EMULATION
-bool isa_runs(Isa isa) { return isa != Isa::Amx; }
-bool has_avx512bf16() { return true; }
-#else
-bool isa_runs(Isa isa) { return isa_supported(isa); }
-bool has_avx512bf16() { return cpu_features().avx512bf16; }
-#endif
+// Built with -DPAGODA_AVX512_EMULATION (preset `emu`, src/kernels/avx512_emulation.h)
+// the AVX-512 kernels run through SIMDe on CPUs without AVX-512 (matmul_detail::isa_runs).
+bool isa_runs(Isa isa) { return matmul_detail::isa_runs(isa); }
+bool has_avx512bf16() { return matmul_detail::kEmulatedAvx512 || cpu_features().avx512bf16; }
 
 // The levels with a kernel of their own for `type`: every level this CPU runs except AMX
 // for the types it has no prefill kernel for (its entries are AVX-512's).
