@@ -230,7 +230,7 @@ void register_all() {
   for (const char* kind : {"Matvec", "Matmul512"}) {
     const int64_t n_tokens = std::strcmp(kind, "Matvec") == 0 ? 1 : 512;
     for (GgmlType type : types)
-      for (Isa isa : {Isa::Avx512, Isa::Avx2, Isa::Scalar}) {
+      for (Isa isa : {Isa::Amx, Isa::Avx512, Isa::Avx2, Isa::Scalar}) {
         if (!isa_supported(isa)) continue;
         // The scalar kernels are references; 512 tokens would take minutes.
         if (isa == Isa::Scalar && n_tokens > 1) continue;

@@ -6,6 +6,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   nlohmann-json3-dev libcli11-dev libpcre2-dev libssl-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libsimde-dev
   python3 python3-numpy python3-jinja2 python3-jsonschema
   haproxy
 )

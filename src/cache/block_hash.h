@@ -24,7 +24,7 @@
 #include <string>
 #include <string_view>
 
-#include "kv/kv_types.h"
+#include "tensor/kv_types.h"
 
 namespace pagoda {
 

@@ -4,8 +4,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <atomic>
-
 #include <cstdlib>
 #include <cstring>
 
@@ -62,7 +60,9 @@ CpuFeatures detect() {
 // without it; there those kernels would die of SIGILL, so such a CPU runs scalar.
 Isa isa_for_features(const CpuFeatures& f) {
   const bool avx2_level = f.avx2 && f.fma && f.f16c && f.bmi2;
-  if (avx2_level && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni) return Isa::Avx512;
+  const bool avx512_level = avx2_level && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni;
+  if (avx512_level && f.amx_tile && f.amx_int8) return Isa::Amx;
+  if (avx512_level) return Isa::Avx512;
   if (avx2_level) return Isa::Avx2;
   return Isa::Scalar;
 }
@@ -70,33 +70,6 @@ Isa isa_for_features(const CpuFeatures& f) {
 const CpuFeatures& cpu_features() {
   static const CpuFeatures f = detect();
   return f;
-}
-
-Isa best_isa() {
-  static const Isa isa = [] {
-    Isa hw = isa_for_features(cpu_features());
-    const char* env = std::getenv("PAGODA_ISA");
-    if (!env) return hw;
-    Isa want = hw;
-    if (std::strcmp(env, "scalar") == 0) want = Isa::Scalar;
-    else if (std::strcmp(env, "avx2") == 0) want = Isa::Avx2;
-    else if (std::strcmp(env, "avx512") == 0 || std::strcmp(env, "amx") == 0) want = Isa::Avx512;
-    return static_cast<int>(want) < static_cast<int>(hw) ? want : hw;
-  }();
-  return isa;
-}
-
-bool isa_supported(Isa isa) {
-  return static_cast<int>(isa) <= static_cast<int>(isa_for_features(cpu_features()));
-}
-
-const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::Scalar: return "scalar";
-    case Isa::Avx2: return "avx2";
-    case Isa::Avx512: return "avx512";
-  }
-  return "?";
 }
 
 namespace {
@@ -113,22 +86,48 @@ bool request_amx_permission() {
 #endif
 }
 
-std::atomic<bool> g_amx_allowed{true};
+// The highest level this CPU runs: its features, with AMX only once Linux granted the
+// tile state (asked once, on the first question about the level).
+Isa hardware_isa() {
+  static const Isa isa = [] {
+    const Isa hw = isa_for_features(cpu_features());
+    if (hw == Isa::Amx && !request_amx_permission()) return Isa::Avx512;
+    return hw;
+  }();
+  return isa;
+}
 
 }  // namespace
 
-bool amx_int8_enabled() {
-  static const bool available = [] {
-    const CpuFeatures& f = cpu_features();
-    if (!f.amx_tile || !f.amx_int8 || best_isa() != Isa::Avx512) return false;
+// Unknown PAGODA_ISA values leave the level uncapped (as before this table existed).
+Isa best_isa() {
+  static const Isa isa = [] {
+    const Isa hw = hardware_isa();
     const char* env = std::getenv("PAGODA_ISA");
-    if (env && std::strcmp(env, "amx") != 0) return false;  // capped at avx512 or below
-    return request_amx_permission();
+    if (!env) return hw;
+    Isa want = hw;
+    if (std::strcmp(env, "scalar") == 0) want = Isa::Scalar;
+    else if (std::strcmp(env, "avx2") == 0) want = Isa::Avx2;
+    else if (std::strcmp(env, "avx512") == 0) want = Isa::Avx512;
+    else if (std::strcmp(env, "amx") == 0) want = Isa::Amx;
+    return static_cast<int>(want) < static_cast<int>(hw) ? want : hw;
   }();
-  return available && g_amx_allowed.load(std::memory_order_relaxed);
+  return isa;
 }
 
-void set_amx_int8_allowed(bool allowed) { g_amx_allowed.store(allowed, std::memory_order_relaxed); }
+bool isa_supported(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(hardware_isa()); }
+
+bool amx_int8_enabled() { return best_isa() == Isa::Amx; }
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+    case Isa::Amx: return "amx";
+  }
+  return "?";
+}
 
 std::string cpu_features_string() {
   const CpuFeatures& f = cpu_features();

@@ -2,9 +2,10 @@
 //
 // Contract: detected once (thread-safe static); `PAGODA_ISA=scalar|avx2|avx512|amx`
 // in the environment caps the level (never raises it above what the CPU has),
-// which is how tests and benchmarks pin a path. AMX is not a packing level of its
-// own: it is the AVX-512 level plus Intel AMX tiles, used by the prefill kernels of
-// the weight types that have an AMX path (amx_int8_enabled()).
+// which is how tests and benchmarks pin a path. The kernels of each level are one
+// table (kernels/kernel_table.h). AMX is the AVX-512 level plus Intel AMX tiles: it
+// reads the AVX-512 packing and adds prefill kernels for the weight types that have
+// an AMX path.
 #pragma once
 
 #include <string>
@@ -32,29 +33,27 @@ const CpuFeatures& cpu_features();
 
 // Scalar: portable C++ reference. Avx2: AVX2+FMA+F16C+BMI2 (the flags its files are
 // built with). Avx512: that plus F/BW/VL/DQ + VNNI (BF16 used where present and
-// checked separately).
-enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+// checked separately). Amx: Avx512 plus AMX-TILE and AMX-INT8, with the tile state
+// granted by Linux (arch_prctl(ARCH_REQ_XCOMP_PERM), asked once; a refusal, e.g. an
+// old kernel or a seccomp policy, leaves the process at Avx512). Ordered: a level
+// runs everything the levels below it run.
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2, Amx = 3 };
+inline constexpr int kNumIsas = 4;
+inline constexpr Isa kAllIsas[kNumIsas] = {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Amx};
 
-// The highest level a CPU with these features can run (no PAGODA_ISA cap). Pure, so
-// tests can pass made-up feature sets.
+// The highest level a CPU with these features can run (no PAGODA_ISA cap, no tile
+// permission asked). Pure, so tests can pass made-up feature sets.
 Isa isa_for_features(const CpuFeatures& f);
 
-// Highest level the CPU supports (capped by PAGODA_ISA).
+// Highest level the CPU supports (capped by PAGODA_ISA), chosen once.
 Isa best_isa();
-// Whether `isa` can run on this CPU.
+// Whether `isa` can run on this CPU (Amx: and the tile state was granted).
 bool isa_supported(Isa isa);
 const char* isa_name(Isa isa);
 // One line for logs, e.g. "avx512 (avx2 fma f16c avx512f avx512bw avx512vnni avx512bf16)".
 std::string cpu_features_string();
 
-// Whether the AMX-INT8 prefill kernels run: the CPU has AMX-TILE and AMX-INT8, the
-// level is AVX-512 (PAGODA_ISA unset or amx), and Linux granted this process the tile
-// data state (arch_prctl(ARCH_REQ_XCOMP_PERM), asked once; a refusal, e.g. an old
-// kernel or a seccomp policy, leaves AMX off and everything on AVX-512).
+// Whether the process runs the AMX-INT8 prefill kernels: best_isa() == Isa::Amx.
 bool amx_int8_enabled();
-// Tests and benchmarks: turn the AMX kernels off (false) or back on (true, which
-// still requires amx_int8_enabled()'s conditions). Not thread-safe against running
-// matmuls.
-void set_amx_int8_allowed(bool allowed);
 
 }  // namespace pagoda

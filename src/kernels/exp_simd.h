@@ -1,5 +1,5 @@
 // exp_vec<V>: the vector exp every SIMD kernel shares (ops_simd.h's exp_f32 and
-// softmax, kv/paged_attention_simd.h's online softmax), so a kernel that inlines it
+// softmax, kernels/paged_attention_simd.h's online softmax), so a kernel that inlines it
 // computes exactly what exp_f32 computes.
 //
 // Same rules as ops_simd.h: include only from an ISA translation unit, after that ISA's

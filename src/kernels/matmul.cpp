@@ -1,7 +1,8 @@
 // The matmul dispatcher and work split, the scalar kernels, and matmul_reference.
 // Repacking (WeightMatrix::prepare) is in matmul_pack.cpp. The SIMD kernels are in
-// matmul_avx2.cpp / matmul_avx512.cpp; the layout they read is described in
-// matmul_impl.h.
+// matmul_avx2.cpp / matmul_avx512.cpp / matmul_amx.cpp; the layout they read is
+// described in matmul_impl.h. Every kernel is reached through the weight matrix's
+// level's table (kernel_table.h): no ISA is named here.
 //
 // Work split: the output [n_tokens, n_rows] is cut into tiles of
 // tile_rows() rows x kTileTokens tokens, claimed by the pool's threads through
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/kernel_table.h"
 #include "kernels/matmul_impl.h"
 
 namespace pagoda {
@@ -26,8 +28,6 @@ namespace pagoda {
 using namespace matmul_detail;
 
 namespace {
-
-bool has_avx512bf16() { return kEmulatedAvx512 || cpu_features().avx512bf16; }
 
 // ---- scalar kernels (GGUF layout, same integer algorithm as the SIMD ones) ----
 
@@ -149,7 +149,8 @@ float load_float_weight(GgmlType type, const uint8_t* row, int64_t k) {
   }
 }
 
-void matmul_float_scalar(const WeightMatrix& w, const float* x, const Tile& tile, float* y) {
+void matmul_float_scalar(const WeightMatrix& w, const float* x, const uint16_t* /*xbf*/, const Tile& tile,
+                         float* y) {
   const int64_t n_cols = w.n_cols(), n_rows = w.n_rows();
   for (int64_t r = tile.row_begin; r < tile.row_end; ++r) {
     const uint8_t* row = w.data() + r * w.row_bytes();
@@ -190,7 +191,7 @@ T* grow(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
-QuantizedActs quantize_acts(Isa isa, ActKind kind, const float* x, int64_t n_tokens, int64_t n_cols,
+QuantizedActs quantize_acts(const KernelTable& kt, ActKind kind, const float* x, int64_t n_tokens, int64_t n_cols,
                             ThreadPool& pool) {
   ActScratch& s = act_scratch();
   QuantizedActs a;
@@ -216,11 +217,7 @@ QuantizedActs quantize_acts(Isa isa, ActKind kind, const float* x, int64_t n_tok
     ActRowOut out{q + t * n_cols, d + t * (n_cols / a.d_per), sum32 + t * (n_cols / 32),
                   dsum32 ? dsum32 + t * (n_cols / 32) : nullptr,
                   sum16 ? sum16 + t * (n_cols / 16) : nullptr, neg8_dsum32 ? neg8_dsum32 + t * (n_cols / 32) : nullptr};
-    switch (isa) {
-      case Isa::Avx512: quantize_act_row_avx512(kind, x + t * n_cols, n_cols, out); break;
-      case Isa::Avx2: quantize_act_row_avx2(kind, x + t * n_cols, n_cols, out); break;
-      case Isa::Scalar: quantize_act_row_scalar(kind, x + t * n_cols, n_cols, out); break;
-    }
+    kt.quantize_act_row(kind, x + t * n_cols, n_cols, out);
     if (sum16_pairs) {
       const int32_t* s16 = sum16 + t * (n_cols / 16);
       for (int64_t j = 0; j < n_cols / 32; ++j)
@@ -247,11 +244,11 @@ QuantizedActs quantize_acts(Isa isa, ActKind kind, const float* x, int64_t n_tok
 // still yields 32-64 tasks for load balance. Tokens: 64, so a 512-token
 // prefill has 8 token tiles per row tile and the 64 x 2048 int8 activation
 // tile (128 KiB) fits L2 next to the weights.
+// Both row counts are the table's (tile_rows_quant, tile_rows_float).
 constexpr int64_t kTileTokens = 64;
 int64_t tile_rows(const WeightMatrix& w) {
-  if (w.isa() == Isa::Scalar) return 16;
-  if (is_float_type(w.type())) return 64;
-  return 4 * packed_lanes(w.isa());
+  const KernelTable& kt = kernel_table(w.isa());
+  return is_float_type(w.type()) ? kt.tile_rows_float : kt.tile_rows_quant;
 }
 
 }  // namespace
@@ -280,19 +277,24 @@ struct TileGrid {
   }
 };
 
-void run_quant_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y) {
-  switch (w.isa()) {
-    case Isa::Avx512:
-      // AMX needs 16 tokens to fill a tile: prefill, not decode.
-      if (tile.tok_end - tile.tok_begin >= 16 && amx_tile_type(w.type()) && amx_int8_enabled())
-        matmul_packed_amx(w, a, tile, y);
-      else
-        matmul_packed_avx512(w, a, tile, y);
-      break;
-    case Isa::Avx2: matmul_packed_avx2(w, a, tile, y); break;
-    case Isa::Scalar: matmul_quant_scalar(w, a, tile, y); break;
+// The quantized kernel of w's type and level, or its prefill kernel (AMX: a tile needs
+// 16 tokens) for tiles of at least prefill_min_tokens tokens.
+struct QuantKernel {
+  const MatmulKernels* k = nullptr;
+  int64_t prefill_min_tokens = 0;
+  QuantKernel() = default;
+  explicit QuantKernel(const WeightMatrix& w) {
+    const KernelTable& kt = kernel_table(w.isa());
+    k = &matmul_kernels(kt, w.type());
+    PAGODA_CHECK(k->quant, std::string("matmul: no quantized ") + isa_name(w.isa()) + " kernel for " +
+                               type_name(w.type()));
+    prefill_min_tokens = kt.prefill_min_tokens;
   }
-}
+  void run(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y) const {
+    if (k->prefill && tile.tok_end - tile.tok_begin >= prefill_min_tokens) k->prefill(w, a, tile, y);
+    else k->quant(w, a, tile, y);
+  }
+};
 
 }  // namespace
 
@@ -300,26 +302,23 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
   if (n_tokens <= 0 || w.n_rows() == 0) return;
   const TileGrid grid(w, n_tokens);
 
+  const KernelTable& kt = kernel_table(w.isa());
   if (is_float_type(w.type())) {
+    const FloatMatmulFn fn = matmul_kernels(kt, w.type()).flt;
+    PAGODA_CHECK(fn, std::string("matmul: no float ") + isa_name(w.isa()) + " kernel for " + type_name(w.type()));
     const uint16_t* xbf = nullptr;
-    if (w.isa() == Isa::Avx512 && w.type() == GgmlType::BF16 && has_avx512bf16()) {
+    if (w.type() == GgmlType::BF16 && kt.bf16_acts) {
       uint16_t* buf = grow(act_scratch().bf16, static_cast<size_t>(n_tokens * w.n_cols()));
-      convert_to_bf16_avx512(x, buf, n_tokens * w.n_cols());
+      kt.bf16_acts(x, buf, n_tokens * w.n_cols());
       xbf = buf;
     }
-    pool.parallel_for(grid.n_tasks, [&](int64_t task, int) {
-      const Tile tile = grid.tile(w, n_tokens, task);
-      switch (w.isa()) {
-        case Isa::Avx512: matmul_float_avx512(w, x, xbf, tile, y); break;
-        case Isa::Avx2: matmul_float_avx2(w, x, tile, y); break;
-        case Isa::Scalar: matmul_float_scalar(w, x, tile, y); break;
-      }
-    });
+    pool.parallel_for(grid.n_tasks, [&](int64_t task, int) { fn(w, x, xbf, grid.tile(w, n_tokens, task), y); });
     return;
   }
 
-  const QuantizedActs a = quantize_acts(w.isa(), act_kind(w.type()), x, n_tokens, w.n_cols(), pool);
-  pool.parallel_for(grid.n_tasks, [&](int64_t task, int) { run_quant_tile(w, a, grid.tile(w, n_tokens, task), y); });
+  const QuantKernel qk(w);
+  const QuantizedActs a = quantize_acts(kt, act_kind(w.type()), x, n_tokens, w.n_cols(), pool);
+  pool.parallel_for(grid.n_tasks, [&](int64_t task, int) { qk.run(w, a, grid.tile(w, n_tokens, task), y); });
 }
 
 void matmul_multi(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens, ThreadPool& pool) {
@@ -340,17 +339,20 @@ void matmul_multi(std::span<const MatmulTarget> targets, const float* x, int64_t
   // One task list over all targets: target i owns tasks [first[i], first[i + 1]),
   // tiled exactly as matmul() tiles it alone, so results are bit-identical.
   TileGrid grids[kMaxTargets];
+  QuantKernel kernels[kMaxTargets];
   int64_t first[kMaxTargets + 1] = {0};
   for (size_t i = 0; i < targets.size(); ++i) {
     grids[i] = TileGrid(*targets[i].w, n_tokens);
+    kernels[i] = QuantKernel(*targets[i].w);
     first[i + 1] = first[i] + (targets[i].w->n_rows() > 0 ? grids[i].n_tasks : 0);
   }
-  const QuantizedActs a = quantize_acts(w0.isa(), act_kind(w0.type()), x, n_tokens, w0.n_cols(), pool);
+  const QuantizedActs a =
+      quantize_acts(kernel_table(w0.isa()), act_kind(w0.type()), x, n_tokens, w0.n_cols(), pool);
   pool.parallel_for(first[targets.size()], [&](int64_t task, int) {
     size_t i = 0;
     while (task >= first[i + 1]) ++i;
     const WeightMatrix& w = *targets[i].w;
-    run_quant_tile(w, a, grids[i].tile(w, n_tokens, task - first[i]), targets[i].y);
+    kernels[i].run(w, a, grids[i].tile(w, n_tokens, task - first[i]), targets[i].y);
   });
 }
 
@@ -372,14 +374,17 @@ void matmul_grouped(std::span<const GroupedMatmul> jobs, const float* x, int64_t
   }
   // Activations are quantized row by row, so quantizing all of x once gives
   // each job exactly the codes matmul() would compute for its rows alone.
-  const QuantizedActs all = quantize_acts(w0.isa(), act_kind(w0.type()), x, n_x_rows, n_cols, pool);
+  const QuantizedActs all = quantize_acts(kernel_table(w0.isa()), act_kind(w0.type()), x, n_x_rows, n_cols, pool);
   // Job i owns tasks [first[i], first[i + 1]); kept per thread, grown once.
   thread_local std::vector<int64_t> first;
   thread_local std::vector<TileGrid> grids;
+  thread_local std::vector<QuantKernel> kernels;
   first.assign(jobs.size() + 1, 0);
   grids.resize(jobs.size());
+  kernels.resize(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
     grids[i] = TileGrid(*jobs[i].w, std::max<int64_t>(jobs[i].n_tokens, 1));
+    kernels[i] = QuantKernel(*jobs[i].w);
     const bool empty = jobs[i].n_tokens == 0 || jobs[i].w->n_rows() == 0;
     first[i + 1] = first[i] + (empty ? 0 : grids[i].n_tasks);
   }
@@ -398,12 +403,25 @@ void matmul_grouped(std::span<const GroupedMatmul> jobs, const float* x, int64_t
   };
   const int64_t* fp = first.data();
   const TileGrid* gp = grids.data();
+  const QuantKernel* kp = kernels.data();
   const size_t n_jobs = jobs.size();
   pool.parallel_for(fp[n_jobs], [&](int64_t task, int) {
     const size_t i = static_cast<size_t>(std::upper_bound(fp, fp + n_jobs + 1, task) - fp) - 1;
     const GroupedMatmul& j = jobs[i];
-    run_quant_tile(*j.w, view(j), gp[i].tile(*j.w, j.n_tokens, task - fp[i]), j.y);
+    kp[i].run(*j.w, view(j), gp[i].tile(*j.w, j.n_tokens, task - fp[i]), j.y);
   });
+}
+
+// The Scalar level: every weight type prepare() accepts, in GGUF layout.
+void register_matmul_kernels_scalar(KernelTable& t) {
+  for (uint32_t id = 0; id < kMaxTypeIds; ++id) {
+    const auto tt = type_traits(id);
+    if (!tt || !tt->weight_supported) continue;
+    const auto type = static_cast<GgmlType>(id);
+    if (is_float_type(type)) t.matmul[id].flt = matmul_float_scalar;
+    else if (pack_traits(type).packed) t.matmul[id].quant = matmul_quant_scalar;
+  }
+  t.quantize_act_row = quantize_act_row_scalar;
 }
 
 void matmul_reference(GgmlType type, int64_t n_rows, int64_t n_cols, const uint8_t* data,

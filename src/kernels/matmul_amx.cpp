@@ -1,5 +1,5 @@
-// AMX-INT8 prefill for Q8_0 and Q4_0 weights (built with -mamx-tile -mamx-int8; runs
-// only where amx_int8_enabled()).
+// AMX-INT8 prefill for Q8_0 and Q4_0 weights (built with -mamx-tile -mamx-int8): the
+// prefill entries of the Amx level's kernel table (register_matmul_kernels_amx, below).
 //
 // The AVX-512 packing already is the tile layout: a 32-column unit of 16 rows holds 8
 // vectors of 64 bytes, vector s carrying for each row r the codes of columns 4s..4s+3
@@ -28,6 +28,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/kernel_table.h"
 #include "kernels/matmul_impl.h"
 
 namespace pagoda::matmul_detail {
@@ -208,3 +209,16 @@ void matmul_packed_amx(const WeightMatrix& w, const QuantizedActs& a, const Tile
 }
 
 }  // namespace pagoda::matmul_detail
+
+namespace pagoda {
+
+// On top of the AVX-512 table (the same packing): tiles of 16 tokens or more of Q8_0 and
+// Q4_0 run on the AMX tiles; decode and the other types stay on AVX-512.
+void register_matmul_kernels_amx(KernelTable& t) {
+  using namespace matmul_detail;
+  t.prefill_min_tokens = 16;
+  t.matmul[static_cast<size_t>(GgmlType::Q8_0)].prefill = matmul_packed_amx;
+  t.matmul[static_cast<size_t>(GgmlType::Q4_0)].prefill = matmul_packed_amx;
+}
+
+}  // namespace pagoda

@@ -239,3 +239,20 @@ void matmul_float_avx2(const WeightMatrix& w, const float* x, const Tile& tile, 
 }
 
 }  // namespace pagoda::matmul_detail
+
+namespace pagoda {
+
+void register_matmul_kernels_avx2(KernelTable& t) {
+  using namespace matmul_detail;
+  register_packed_kernels<V256>(t);
+  auto& m = t.matmul;
+  m[static_cast<size_t>(GgmlType::F32)].flt = [](const WeightMatrix& w, const float* x, const uint16_t*,
+                                                 const Tile& tile, float* y) { float_tile<GgmlType::F32>(w, x, tile, y); };
+  m[static_cast<size_t>(GgmlType::F16)].flt = [](const WeightMatrix& w, const float* x, const uint16_t*,
+                                                 const Tile& tile, float* y) { float_tile<GgmlType::F16>(w, x, tile, y); };
+  m[static_cast<size_t>(GgmlType::BF16)].flt = [](const WeightMatrix& w, const float* x, const uint16_t*,
+                                                  const Tile& tile, float* y) { float_tile<GgmlType::BF16>(w, x, tile, y); };
+  t.quantize_act_row = quantize_act_row_avx2;
+}
+
+}  // namespace pagoda

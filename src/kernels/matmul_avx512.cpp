@@ -6,7 +6,7 @@
 #ifdef PAGODA_AVX512_EMULATION
 // Test-only build (not in CMake): SIMDe's portable AVX-512 lets this file's
 // logic be checked on a CPU without AVX-512.
-#include "kernels/matmul_avx512_emu.h"
+#include "kernels/avx512_emulation.h"
 #else
 // GCC 12 flags its own _mm512_undefined_*() (`__m512 __Y = __Y;`) as uninitialized once
 // inlined (GCC bug 105593, fixed in 13); the suppression covers the header's lines only.
@@ -240,3 +240,18 @@ void matmul_float_avx512(const WeightMatrix& w, const float* x, const uint16_t* 
 }
 
 }  // namespace pagoda::matmul_detail
+
+namespace pagoda {
+
+void register_matmul_kernels_avx512(KernelTable& t) {
+  using namespace matmul_detail;
+  register_packed_kernels<V512>(t);
+  t.matmul[static_cast<size_t>(GgmlType::F32)].flt = float_tile<GgmlType::F32>;
+  t.matmul[static_cast<size_t>(GgmlType::F16)].flt = float_tile<GgmlType::F16>;
+  t.matmul[static_cast<size_t>(GgmlType::BF16)].flt = float_tile<GgmlType::BF16>;
+  t.quantize_act_row = quantize_act_row_avx512;
+  // vdpbf16ps on bf16-rounded activations (BF16 weights), where the CPU has AVX512_BF16.
+  if (kEmulatedAvx512 || cpu_features().avx512bf16) t.bf16_acts = convert_to_bf16_avx512;
+}
+
+}  // namespace pagoda

@@ -1,7 +1,8 @@
-// Private to the matmul kernels (matmul.cpp, matmul_avx2.cpp, matmul_avx512.cpp):
-// the repacked weight layout, the quantized-activation buffers, and the per-ISA
-// entry points the dispatcher in matmul.cpp calls. Nothing outside kernels/
-// includes this.
+// Private to the matmul kernels (matmul.cpp, matmul_avx2.cpp, matmul_avx512.cpp,
+// matmul_amx.cpp): the repacked weight layout and its per-type packing traits, the
+// quantized-activation buffers, and the per-ISA entry points each level registers in
+// its kernel table (kernel_table.h), through which matmul.cpp dispatches. Nothing
+// outside kernels/ (and its tests) includes this.
 //
 // Packed layout of a quantized WeightMatrix (owned_ bytes), for SIMD width
 // L int32 lanes (L = 16 for AVX-512, 8 for AVX2; VB = 4 * L bytes = one vector):
@@ -70,39 +71,51 @@ enum class ActKind {
   Super256  // Q8_K-style: one f32 scale per 256 values, + int sums per 16 and 32
 };
 
-// The types whose blocks are 256-value super-blocks (activations as Q8_K).
-inline bool is_super_block(GgmlType t) {
-  return t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
-         t == GgmlType::Q6_K || t == GgmlType::IQ4_XS;
+// Packing traits of one weight type: the one place that says how its blocks are packed
+// (the unit layouts above) and which activation format its kernels take. A type without
+// a packed layout (the float types, Q8_1, ...) has packed = false.
+struct PackTraits {
+  bool packed = false;
+  ActKind act = ActKind::Block32;  // Super256 for the 256-value super-block formats
+  int64_t unit_cols = 32;          // columns per packed unit (one GGUF block or super-block)
+  int code_vectors = 0;            // code vectors (VB = 4 x lanes bytes) per unit
+  int scale_bytes = 0;             // scale / min bytes per row (lane) per unit
+};
+constexpr PackTraits pack_traits(GgmlType t) {
+  constexpr ActKind B = ActKind::Block32, S = ActKind::Super256;
+  switch (t) {
+    case GgmlType::Q8_0: return {true, B, 32, 8, 2};
+    case GgmlType::Q4_0: return {true, B, 32, 4, 2};
+    case GgmlType::Q4_1: return {true, B, 32, 4, 4};
+    case GgmlType::Q5_0: return {true, B, 32, 5, 2};
+    case GgmlType::Q5_1: return {true, B, 32, 5, 4};
+    case GgmlType::IQ4_NL: return {true, B, 32, 4, 2};
+    case GgmlType::MXFP4: return {true, B, 32, 4, 1};
+    case GgmlType::Q4_K: return {true, S, 256, 32, 20};
+    case GgmlType::Q5_K: return {true, S, 256, 40, 20};
+    case GgmlType::Q6_K: return {true, S, 256, 48, 18};
+    case GgmlType::Q2_K: return {true, S, 256, 16, 20};
+    case GgmlType::Q3_K: return {true, S, 256, 24, 18};
+    case GgmlType::IQ4_XS: return {true, S, 256, 32, 10};
+    default: return {};
+  }
 }
+
+// The types whose blocks are 256-value super-blocks (activations as Q8_K).
+constexpr bool is_super_block(GgmlType t) { return pack_traits(t).unit_cols == 256; }
 inline bool is_float_type(GgmlType t) {
   return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
 }
-inline ActKind act_kind(GgmlType t) { return is_super_block(t) ? ActKind::Super256 : ActKind::Block32; }
-inline int64_t unit_cols(GgmlType t) { return is_super_block(t) ? 256 : 32; }
+constexpr ActKind act_kind(GgmlType t) { return pack_traits(t).act; }
+constexpr int64_t unit_cols(GgmlType t) { return pack_traits(t).unit_cols; }
 
 // Bytes of one packed unit for `lanes` rows.
 inline size_t packed_unit_bytes(GgmlType t, int lanes) {
-  const size_t vb = 4 * static_cast<size_t>(lanes), l = static_cast<size_t>(lanes);
-  switch (t) {
-    case GgmlType::Q8_0: return 8 * vb + 2 * l;
-    case GgmlType::Q4_0: return 4 * vb + 2 * l;
-    case GgmlType::Q4_1: return 4 * vb + 4 * l;
-    case GgmlType::Q5_0: return 5 * vb + 2 * l;
-    case GgmlType::Q5_1: return 5 * vb + 4 * l;
-    case GgmlType::Q4_K: return 32 * vb + 20 * l;
-    case GgmlType::Q5_K: return 40 * vb + 20 * l;
-    case GgmlType::Q6_K: return 48 * vb + 18 * l;
-    case GgmlType::Q2_K: return 16 * vb + 20 * l;
-    case GgmlType::Q3_K: return 24 * vb + 18 * l;
-    case GgmlType::IQ4_NL: return 4 * vb + 2 * l;
-    case GgmlType::MXFP4: return 4 * vb + l;
-    case GgmlType::IQ4_XS: return 32 * vb + 10 * l;
-    default: break;
-  }
+  const PackTraits p = pack_traits(t);
   // A size of 0 would make prepare() pack nothing and the kernels read past it.
-  PAGODA_CHECK(false, std::string("packed_unit_bytes: no packed layout for ") + type_name(t));
-  __builtin_unreachable();
+  PAGODA_CHECK(p.packed, std::string("packed_unit_bytes: no packed layout for ") + type_name(t));
+  const size_t l = static_cast<size_t>(lanes);
+  return static_cast<size_t>(p.code_vectors) * 4 * l + static_cast<size_t>(p.scale_bytes) * l;
 }
 
 // Activations quantized for one matmul call. All arrays are token-major with
@@ -177,11 +190,10 @@ void walk_chunks(int64_t n_cols, const Tile& tile, int64_t micro_tokens, Pass&& 
 void matmul_packed_avx512(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y);
 void matmul_packed_avx2(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y);
 // AMX-INT8 (matmul_amx.cpp) over the AVX-512 packing, bit-identical to
-// matmul_packed_avx512: the types amx_tile_type() accepts, whole 16-token
-// sub-tiles on the tiles, the rest of the tile's tokens through the AVX-512 kernel.
-// Requires: amx_int8_enabled(), w.isa() == Isa::Avx512.
+// matmul_packed_avx512: Q8_0 and Q4_0, whole 16-token sub-tiles on the tiles, the
+// rest of the tile's tokens through the AVX-512 kernel.
+// Requires: isa_supported(Isa::Amx), w.isa() == Isa::Amx (or Avx512: the same packing).
 void matmul_packed_amx(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y);
-inline bool amx_tile_type(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0; }
 // Float weights (F32/F16/BF16) in GGUF layout, f32 activations x [n_tokens, n_cols].
 // xbf: the activations rounded to bf16 ([n_tokens, n_cols]) for BF16 weights on
 // CPUs with avx512bf16, else nullptr.
@@ -191,19 +203,20 @@ void matmul_float_avx2(const WeightMatrix& w, const float* x, const Tile& tile, 
 // f32 -> bf16 (round to nearest even) of n values, AVX-512 BF16.
 void convert_to_bf16_avx512(const float* x, uint16_t* out, int64_t n);
 
-// The rows of a group of the packed layout, per ISA.
-inline int packed_lanes(Isa isa) { return isa == Isa::Avx512 ? 16 : 8; }
+// The rows of a group of the packed layout of a level: kernel_table(isa).packed_lanes
+// (kernel_table.cpp). Requires: isa != Isa::Scalar (no packing there).
+int packed_lanes(Isa isa);
 // Whether packed Q8_0 codes are q (AVX2, 8 lanes) rather than q + 128.
 inline bool q8_codes_signed(int lanes) { return lanes == 8; }
 
-// PAGODA_AVX512_EMULATION: the test-only build of matmul_avx512_emu.h, where the AVX-512
+// PAGODA_AVX512_EMULATION: the test-only build (preset `emu`, avx512_emulation.h), where the AVX-512
 // kernels run through SIMDe on any x86-64 CPU.
 #ifdef PAGODA_AVX512_EMULATION
 inline constexpr bool kEmulatedAvx512 = true;
 #else
 inline constexpr bool kEmulatedAvx512 = false;
 #endif
-inline bool isa_runs(Isa isa) { return kEmulatedAvx512 || isa_supported(isa); }
+inline bool isa_runs(Isa isa) { return (kEmulatedAvx512 && isa != Isa::Amx) || isa_supported(isa); }
 
 // One unit (32 values for the 32-wide formats, 256 for the K-quants) of one row.
 struct UnitCodes {

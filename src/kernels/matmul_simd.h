@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/kernel_table.h"
 #include "kernels/matmul_impl.h"
 #include "tensor/types.h"
 
@@ -584,6 +585,25 @@ void packed_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile
     for (; t + 4 <= tile.tok_end; t += 4) run.template operator()<4>(t);
   for (; t + 2 <= tile.tok_end; t += 2) run.template operator()<2>(t);
   for (; t < tile.tok_end; ++t) run.template operator()<1>(t);
+}
+
+// The table entries of V's level: one packed kernel per weight type with a packed layout.
+template <class V>
+void register_packed_kernels(KernelTable& t) {
+  auto set = [&]<GgmlType T>() { t.matmul[static_cast<size_t>(T)].quant = packed_tile<V, T>; };
+  set.template operator()<GgmlType::Q8_0>();
+  set.template operator()<GgmlType::Q4_0>();
+  set.template operator()<GgmlType::Q4_1>();
+  set.template operator()<GgmlType::Q5_0>();
+  set.template operator()<GgmlType::Q5_1>();
+  set.template operator()<GgmlType::Q4_K>();
+  set.template operator()<GgmlType::Q5_K>();
+  set.template operator()<GgmlType::Q6_K>();
+  set.template operator()<GgmlType::Q2_K>();
+  set.template operator()<GgmlType::Q3_K>();
+  set.template operator()<GgmlType::IQ4_NL>();
+  set.template operator()<GgmlType::IQ4_XS>();
+  set.template operator()<GgmlType::MXFP4>();
 }
 
 template <class V>

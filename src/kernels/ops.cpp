@@ -8,6 +8,7 @@
 #include <numbers>
 
 #include "common/error.h"
+#include "kernels/kernel_table.h"
 #include "kernels/ops_internal.h"
 
 namespace pagoda {
@@ -152,20 +153,13 @@ constinit const OpsKernels kOpsScalar = {
     rope_apply_ref, dot_f32_ref,  axpy_f32_ref, scale_f32_ref, exp_f32_ref,
 };
 
-const OpsKernels& ops_kernels(Isa isa) {
-  switch (isa) {
-    case Isa::Avx512: return kOpsAvx512;
-    case Isa::Avx2: return kOpsAvx2;
-    case Isa::Scalar: break;
-  }
-  return kOpsScalar;
-}
+const OpsKernels& ops_kernels(Isa isa) { return kernel_table(isa).ops; }
 
 }  // namespace ops_internal
 
 namespace {
 const ops_internal::OpsKernels& active() {
-  static const ops_internal::OpsKernels& k = ops_internal::ops_kernels(best_isa());
+  static const ops_internal::OpsKernels& k = active_kernels().ops;
   return k;
 }
 }  // namespace

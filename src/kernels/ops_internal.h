@@ -2,10 +2,10 @@
 // so tests and benchmarks can run every path the CPU supports side by side (best_isa()
 // is fixed once per process).
 //
-// Contract: ops_kernels(isa) returns the table of one instruction-set level; calling a
-// table whose isa is not isa_supported() is undefined (SIGILL). The Scalar table is the
-// *_ref functions. The tables are constant-initialized, so they are usable from static
-// initializers and from any thread.
+// Contract: ops_kernels(isa) returns the row ops of one instruction-set level, the ops
+// part of kernel_table(isa) (kernel_table.h; it aborts for a level the CPU lacks). The
+// Scalar ops are the *_ref functions. The per-level constants below are
+// constant-initialized; the kernel table copies them.
 #pragma once
 
 #include <algorithm>

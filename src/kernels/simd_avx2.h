@@ -1,6 +1,6 @@
 // Vec: the AVX2 + FMA + F16C float-vector traits (8 floats per __m256) that the
 // width-generic kernels are written over: kernels/ops_simd.h (row ops) and
-// kv/paged_attention_simd.h (paged attention). One copy, so the two kernel families
+// kernels/paged_attention_simd.h (paged attention). One copy, so the two kernel families
 // cannot drift apart in how they load tails or reduce.
 //
 // Include only from *_avx2.cpp files: they are the ones built with -mavx2 -mfma -mf16c
@@ -14,7 +14,8 @@
 //   set1, zero, add, sub, mul, div, fmadd(a, b, c) = a*b + c, fnmadd(a, b, c) = c - a*b,
 //   max, min (x86 semantics: the second operand is returned when either is NaN),
 //   round (to nearest even), ldexp(p, n) = p * 2^n for integral n in [-150, 128],
-//   swap_pairs (lanes 2i <-> 2i+1), reduce_add, reduce_max;
+//   swap_pairs (lanes 2i <-> 2i+1), reduce_add, reduce_max, transpose8x8 (8 f16 / f32 rows
+//   into 8 columns, simd_transpose8x8.h);
 // and the row decoders, each reading kWidth elements: cvt_f16, cvt_bf16 (const uint16_t*),
 // cvt_i8 (const int8_t*), lo_nibbles / hi_nibbles (const uint8_t*: float of p[i] & 15 /
 // p[i] >> 4).
@@ -23,6 +24,8 @@
 #include <immintrin.h>
 
 #include <cstdint>
+
+#include "kernels/simd_transpose8x8.h"
 
 namespace pagoda::simd_avx2 {
 namespace {
@@ -101,6 +104,12 @@ struct Vec {
     return _mm256_cvtepi32_ps(_mm256_and_si256(u8x8(p), _mm256_set1_epi32(0x0F)));
   }
   static Reg hi_nibbles(const uint8_t* p) { return _mm256_cvtepi32_ps(_mm256_srli_epi32(u8x8(p), 4)); }
+
+  // The paged-attention tile's Kᵀ: see simd_transpose8x8.h.
+  static void transpose8x8(const uint8_t* base, size_t row_bytes, bool f16, int64_t d0, float* dst,
+                           int64_t dst_stride) {
+    simd_x86::transpose8x8_rows(base, row_bytes, f16, d0, dst, dst_stride);
+  }
 };
 
 }  // namespace

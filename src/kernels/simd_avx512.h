@@ -1,6 +1,6 @@
 // Vec: the AVX-512 (F/BW/VL/DQ) float-vector traits (16 floats per __m512, tails through
 // mask registers) that the width-generic kernels are written over: kernels/ops_simd.h
-// (row ops) and kv/paged_attention_simd.h (paged attention). The AVX2 twin is
+// (row ops) and kernels/paged_attention_simd.h (paged attention). The AVX2 twin is
 // kernels/simd_avx2.h; the operations and their contracts are listed there.
 //
 // Include only from *_avx512.cpp files, and before anything else that includes
@@ -13,13 +13,20 @@
 // GCC 12 flags its own _mm512_undefined_*() (`__m512 __Y = __Y;`) as uninitialized once
 // inlined into the reduce intrinsics (GCC bug 105593, fixed in 13); the suppression covers
 // the header's lines only.
+#ifdef PAGODA_AVX512_EMULATION
+// The emulation build (CMakePresets.json `emu`): SIMDe's portable AVX-512.
+#include "kernels/avx512_emulation.h"
+#else
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+#endif
 
 #include <cstdint>
+
+#include "kernels/simd_transpose8x8.h"
 
 namespace pagoda::simd_avx512 {
 namespace {
@@ -83,6 +90,12 @@ struct Vec {
     return _mm512_cvtepi32_ps(_mm512_and_si512(u8x16(p), _mm512_set1_epi32(0x0F)));
   }
   static Reg hi_nibbles(const uint8_t* p) { return _mm512_cvtepi32_ps(_mm512_srli_epi32(u8x16(p), 4)); }
+
+  // The paged-attention tile's Kᵀ: see simd_transpose8x8.h.
+  static void transpose8x8(const uint8_t* base, size_t row_bytes, bool f16, int64_t d0, float* dst,
+                           int64_t dst_stride) {
+    simd_x86::transpose8x8_rows(base, row_bytes, f16, d0, dst, dst_stride);
+  }
 };
 
 }  // namespace

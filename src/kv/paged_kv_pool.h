@@ -66,8 +66,9 @@
 #include <vector>
 
 #include "kv/block_table.h"
+#include "kernels/paged_attention.h"
 #include "kv/kv_config.h"
-#include "kv/kv_types.h"
+#include "tensor/kv_types.h"
 
 namespace pagoda {
 
@@ -126,23 +127,8 @@ struct AllocResult {
   bool ok() const { return status == Status::Ok; }
 };
 
-// What the attention kernels need to read one layer's blocks. Valid while the pool lives.
-struct KvLayerView {
-  const uint8_t* base = nullptr;  // slab of block 0 + this layer's offset
-  size_t block_stride = 0;        // bytes_per_block
-  KvType k_type = KvType::F32, v_type = KvType::F32;
-  int64_t block_size = 0, n_kv_heads = 0, head_dim = 0;
-  size_t k_row_bytes = 0, v_row_bytes = 0;            // data bytes of one row
-  size_t k_side_row_bytes = 0, v_side_row_bytes = 0;  // sidecar bytes of one row
-  size_t v_offset = 0, k_side_offset = 0, v_side_offset = 0;  // from the layer's start
-
-  const uint8_t* layer(BlockId b) const { return base + static_cast<size_t>(idx(b)) * block_stride; }
-  // [block_size][k_row_bytes] of KV head h, and its sidecar [block_size][k_side_row_bytes].
-  const uint8_t* k_rows(BlockId b, int64_t h) const { return layer(b) + h * block_size * k_row_bytes; }
-  const uint8_t* v_rows(BlockId b, int64_t h) const { return layer(b) + v_offset + h * block_size * v_row_bytes; }
-  const uint8_t* k_side(BlockId b, int64_t h) const { return layer(b) + k_side_offset + h * block_size * k_side_row_bytes; }
-  const uint8_t* v_side(BlockId b, int64_t h) const { return layer(b) + v_side_offset + h * block_size * v_side_row_bytes; }
-};
+// KvLayerView (what the attention kernels read of one layer's blocks) is in
+// kernels/paged_attention.h.
 
 class PagedKvPool {
  public:

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
-#include "kv/paged_attention.h"
+#include "kernels/paged_attention.h"
 
 namespace pagoda {
 

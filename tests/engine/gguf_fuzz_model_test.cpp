@@ -8,7 +8,7 @@
 #include <random>
 
 #include "engine/engine_harness.h"
-#include "kv/kv_types.h"
+#include "tensor/kv_types.h"
 
 namespace pagoda {
 namespace {

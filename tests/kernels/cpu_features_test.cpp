@@ -29,6 +29,17 @@ TEST(IsaForFeatures, FullSetsGetTheirLevel) {
   EXPECT_EQ(isa_for_features(avx512_cpu()), Isa::Avx512);
 }
 
+TEST(IsaForFeatures, AmxIsAvx512PlusTileAndInt8) {
+  CpuFeatures f = avx512_cpu();
+  f.amx_tile = f.amx_int8 = true;
+  EXPECT_EQ(isa_for_features(f), Isa::Amx);
+  f.amx_int8 = false;
+  EXPECT_EQ(isa_for_features(f), Isa::Avx512);
+  CpuFeatures g = avx2_cpu();  // tiles without the AVX-512 level they are used from
+  g.amx_tile = g.amx_int8 = true;
+  EXPECT_EQ(isa_for_features(g), Isa::Avx2);
+}
+
 TEST(IsaForFeatures, Avx2WithoutBmi2RunsScalar) {
   CpuFeatures f = avx2_cpu();
   f.bmi2 = false;

@@ -3,8 +3,10 @@
 // exactly, leave a remainder for the AVX-512 kernel, or are below one tile (decode);
 // row counts that end in a partly filled group; rows with zero scales; one and two
 // threads; and through matmul_multi / matmul_grouped. Also against the independent
-// double-precision reference (matmul_reference) within the quantization error. Skipped
-// where the CPU has no AMX-INT8 or Linux refuses the tile state.
+// double-precision reference (matmul_reference) within the quantization error. The AMX
+// run is a matrix prepared for Isa::Amx (the Amx kernel table), the AVX-512 one the same
+// bytes prepared for Isa::Avx512. Skipped where the CPU has no AMX-INT8 or Linux refuses
+// the tile state.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,20 +21,16 @@
 namespace pagoda {
 namespace {
 
-// Runs with AMX allowed or not; restores the default.
-std::vector<float> run(const WeightMatrix& m, const std::vector<float>& x, int64_t n_tokens, bool amx,
-                       ThreadPool& pool) {
-  set_amx_int8_allowed(amx);
+std::vector<float> run(const WeightMatrix& m, const std::vector<float>& x, int64_t n_tokens, ThreadPool& pool) {
   std::vector<float> y(static_cast<size_t>(n_tokens * m.n_rows()), -1.0f);
   matmul(m, x.data(), n_tokens, y.data(), pool);
-  set_amx_int8_allowed(true);
   return y;
 }
 
 class MatmulAmx : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!amx_int8_enabled()) GTEST_SKIP() << "no AMX-INT8 here (" << cpu_features_string() << ")";
+    if (!isa_supported(Isa::Amx)) GTEST_SKIP() << "no AMX-INT8 here (" << cpu_features_string() << ")";
   }
 };
 
@@ -44,12 +42,13 @@ TEST_F(MatmulAmx, BitIdenticalToAvx512ForQ8_0AndQ4_0) {
       for (int64_t n_tokens : {1, 15, 16, 17, 33, 64, 100, 130}) {
         const std::vector<uint8_t> w = make_weights(type, n_rows, n_cols, rng);
         const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), Isa::Avx512);
+        const WeightMatrix m_amx = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), Isa::Amx);
         std::vector<float> x = random_floats(n_tokens * n_cols, rng, 1.0f);
         for (int64_t k = 0; k < 32; ++k) x[static_cast<size_t>(k)] = 0.0f;  // a zero block (scale 0)
         x[static_cast<size_t>(n_tokens * n_cols / 2)] = 40.0f;               // an outlier
         ThreadPool& pool = n_tokens % 2 ? one : two;
-        const std::vector<float> ref = run(m, x, n_tokens, false, pool);
-        const std::vector<float> got = run(m, x, n_tokens, true, pool);
+        const std::vector<float> ref = run(m, x, n_tokens, pool);
+        const std::vector<float> got = run(m_amx, x, n_tokens, pool);
         ASSERT_EQ(got, ref) << type_name(type) << " " << n_rows << "x" << n_cols << ", " << n_tokens << " tokens";
         // And close to the double-precision reference: the activations are quantized to
         // 8 bits per 32 values, so each output is within ~1/127 of sum |w| |x|.
@@ -81,24 +80,22 @@ TEST_F(MatmulAmx, MultiAndGroupedMatchTheirAvx512Results) {
   ThreadPool two(2);
   const int64_t n_cols = 512, n_tokens = 80;
   const std::vector<uint8_t> wa = make_weights(GgmlType::Q4_0, 64, n_cols, rng), wb = make_weights(GgmlType::Q4_0, 32, n_cols, rng);
-  const WeightMatrix a = WeightMatrix::prepare(GgmlType::Q4_0, 64, n_cols, wa.data(), Isa::Avx512);
-  const WeightMatrix b = WeightMatrix::prepare(GgmlType::Q4_0, 32, n_cols, wb.data(), Isa::Avx512);
   const std::vector<float> x = random_floats(n_tokens * n_cols, rng, 1.0f);
-  auto multi = [&](bool amx) {
-    set_amx_int8_allowed(amx);
+  auto multi = [&](Isa isa) {
+    const WeightMatrix a = WeightMatrix::prepare(GgmlType::Q4_0, 64, n_cols, wa.data(), isa);
+    const WeightMatrix b = WeightMatrix::prepare(GgmlType::Q4_0, 32, n_cols, wb.data(), isa);
     std::vector<float> ya(static_cast<size_t>(n_tokens * 64)), yb(static_cast<size_t>(n_tokens * 32));
     const MatmulTarget t[] = {{&a, ya.data()}, {&b, yb.data()}};
     matmul_multi(t, x.data(), n_tokens, two);
     std::vector<float> ga(static_cast<size_t>(40 * 64)), gb(static_cast<size_t>(40 * 32));
     const GroupedMatmul gj[] = {{&a, 0, 40, ga.data()}, {&b, 40, 40, gb.data()}};
     matmul_grouped(gj, x.data(), n_tokens, two);
-    set_amx_int8_allowed(true);
     ya.insert(ya.end(), yb.begin(), yb.end());
     ya.insert(ya.end(), ga.begin(), ga.end());
     ya.insert(ya.end(), gb.begin(), gb.end());
     return ya;
   };
-  EXPECT_EQ(multi(true), multi(false));
+  EXPECT_EQ(multi(Isa::Amx), multi(Isa::Avx512));
 }
 
 }  // namespace

@@ -23,10 +23,13 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "kernels/kernel_table.h"
 #include "kernels/matmul_impl.h"
+#include "kernel_levels.h"
 #include "matmul_fixtures.h"
 
 namespace pagoda {
@@ -36,7 +39,7 @@ constexpr GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, G
                                GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                                GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K,
                                GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4};
-constexpr Isa kIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512};
+constexpr Isa kIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Amx};
 constexpr int64_t kRowCounts[] = {1, 3, 17, 64, 67};
 constexpr int64_t kTokenCounts[] = {1, 2, 3, 5, 8, 17};
 constexpr int64_t kMaxTokens = 17;
@@ -48,15 +51,19 @@ std::vector<int64_t> col_counts(GgmlType type) {
   return {b, 2 * b, 3 * b, 7 * b, 4096 + b};
 }
 
-// Built with -DPAGODA_AVX512_EMULATION (see src/kernels/matmul_avx512_emu.h)
-// the AVX-512 kernels run through SIMDe on CPUs without AVX-512.
-#ifdef PAGODA_AVX512_EMULATION
-bool isa_runs(Isa) { return true; }
-bool has_avx512bf16() { return true; }
-#else
-bool isa_runs(Isa isa) { return isa_supported(isa); }
-bool has_avx512bf16() { return cpu_features().avx512bf16; }
-#endif
+// Built with -DPAGODA_AVX512_EMULATION (preset `emu`, src/kernels/avx512_emulation.h)
+// the AVX-512 kernels run through SIMDe on CPUs without AVX-512 (matmul_detail::isa_runs).
+bool isa_runs(Isa isa) { return matmul_detail::isa_runs(isa); }
+bool has_avx512bf16() { return matmul_detail::kEmulatedAvx512 || cpu_features().avx512bf16; }
+
+// The levels with a kernel of their own for `type`: every level this CPU runs except AMX
+// for the types it has no prefill kernel for (its entries are AVX-512's).
+std::vector<Isa> levels(GgmlType type) {
+  const size_t id = static_cast<size_t>(type);
+  return test::levels_with_own(
+      [id](const KernelTable& t) { return std::tuple(t.matmul[id].quant, t.matmul[id].flt, t.matmul[id].prefill); },
+      [](Isa isa) { return isa_runs(isa); });
+}
 
 ThreadPool& pool(int n) {
   static ThreadPool one(1), two(2);
@@ -80,7 +87,7 @@ std::vector<double> error_bounds(GgmlType type, Isa isa, int64_t n_rows, int64_t
   const size_t rb = row_bytes(type, n_cols);
   const bool quant = traits(type).is_quantized;
   const int64_t per = traits(type).block_size == 256 ? 256 : 32;  // the activation blocks
-  const bool bf16_acts = type == GgmlType::BF16 && isa == Isa::Avx512 && has_avx512bf16();
+  const bool bf16_acts = type == GgmlType::BF16 && isa >= Isa::Avx512 && has_avx512bf16();
   std::vector<double> bound(static_cast<size_t>(n_tokens * n_rows));
   std::vector<float> wrow(static_cast<size_t>(n_cols)), xerr(static_cast<size_t>(n_cols));
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -125,8 +132,7 @@ TEST_P(MatmulTypeTest, MatchesReferenceOnOddShapesEveryIsaAndPool) {
       const std::vector<float> x = make_acts(kMaxTokens, n_cols, rng);
       std::vector<float> ref(static_cast<size_t>(kMaxTokens * n_rows));
       matmul_reference(type, n_rows, n_cols, w.data(), x.data(), kMaxTokens, ref.data());
-      for (Isa isa : kIsas) {
-        if (!isa_runs(isa)) continue;
+      for (Isa isa : levels(type)) {
         const std::vector<double> bound = error_bounds(type, isa, n_rows, n_cols, w, x, kMaxTokens);
         const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), isa);
         for (int64_t n_tokens : kTokenCounts) {
@@ -161,8 +167,7 @@ TEST_P(MatmulTypeTest, ReportsOwnedAndStreamedBytes) {
   const int64_t n_rows = 67, n_cols = 512;
   std::mt19937 rng(7);
   const std::vector<uint8_t> w = make_weights(type, n_rows, n_cols, rng);
-  for (Isa isa : kIsas) {
-    if (!isa_runs(isa)) continue;
+  for (Isa isa : levels(type)) {
     const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), isa);
     const size_t gguf_bytes = row_bytes(type, n_cols) * n_rows;
     if (isa == Isa::Scalar || !traits(type).is_quantized) {
@@ -170,7 +175,7 @@ TEST_P(MatmulTypeTest, ReportsOwnedAndStreamedBytes) {
       EXPECT_EQ(m.stream_bytes(), gguf_bytes);
       continue;
     }
-    const int64_t lanes = isa == Isa::Avx512 ? 16 : 8;
+    const int64_t lanes = isa >= Isa::Avx512 ? 16 : 8;
     const int64_t padded_rows = (n_rows + lanes - 1) / lanes * lanes;
     size_t want = row_bytes(type, n_cols) * padded_rows;
     if (type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q3_K)
@@ -189,8 +194,7 @@ TEST_P(MatmulTypeTest, OneAndTwoThreadsGiveIdenticalResults) {
   std::mt19937 rng(99);
   const std::vector<uint8_t> w = make_weights(type, n_rows, n_cols, rng);
   const std::vector<float> x = make_acts(n_tokens, n_cols, rng);
-  for (Isa isa : kIsas) {
-    if (!isa_runs(isa)) continue;
+  for (Isa isa : levels(type)) {
     const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), isa);
     std::vector<float> y1(n_tokens * n_rows), y2(n_tokens * n_rows);
     matmul(m, x.data(), n_tokens, y1.data(), pool(1));
@@ -208,8 +212,7 @@ TEST_P(MatmulTypeTest, TokenAloneMatchesTokenInBatch) {
   std::mt19937 rng(5);
   const std::vector<uint8_t> w = make_weights(type, n_rows, n_cols, rng);
   const std::vector<float> x = make_acts(n_tokens, n_cols, rng);
-  for (Isa isa : kIsas) {
-    if (!isa_runs(isa)) continue;
+  for (Isa isa : levels(type)) {
     const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), isa);
     std::vector<float> batch(n_tokens * n_rows), one(n_rows);
     matmul(m, x.data(), n_tokens, batch.data(), pool(2));
@@ -344,8 +347,7 @@ TEST(Matmul, RandomBitWeightsMatchReference) {
     const std::vector<float> x = make_acts(n_tokens, n_cols, rng);
     std::vector<float> ref(n_tokens * n_rows);
     matmul_reference(type, n_rows, n_cols, w.data(), x.data(), n_tokens, ref.data());
-    for (Isa isa : kIsas) {
-      if (!isa_runs(isa)) continue;
+    for (Isa isa : levels(type)) {
       const std::vector<double> bound = error_bounds(type, isa, n_rows, n_cols, w, x, n_tokens);
       const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), isa);
       std::vector<float> y(n_tokens * n_rows);
@@ -379,8 +381,7 @@ TEST(Matmul, Mxfp4ExtremeExponentsMatchReference) {
     for (float& v : x) v *= act_scale;
     std::vector<float> ref(n_tokens * n_rows);
     matmul_reference(GgmlType::MXFP4, n_rows, n_cols, w.data(), x.data(), n_tokens, ref.data());
-    for (Isa isa : kIsas) {
-      if (!isa_runs(isa)) continue;
+    for (Isa isa : levels(GgmlType::MXFP4)) {
       const std::vector<double> bound = error_bounds(GgmlType::MXFP4, isa, n_rows, n_cols, w, x, n_tokens);
       const WeightMatrix m = WeightMatrix::prepare(GgmlType::MXFP4, n_rows, n_cols, w.data(), isa);
       std::vector<float> y(n_tokens * n_rows);
@@ -432,11 +433,11 @@ TEST(Matmul, SimdActivationQuantizersMatchScalarBitForBit) {
       ActRowOut out() { return {q.data(), d.data(), sum32.data(), dsum32.data(), sum16.data(), neg8.data()}; }
     } ref, got;
     quantize_act_row_scalar(kind, x.data(), n_cols, ref.out());
-    for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
-      if (!isa_runs(isa)) continue;
+    for (Isa isa : test::levels_with_own([](const KernelTable& t) { return t.quantize_act_row; },
+                                         [](Isa i) { return isa_runs(i); })) {
+      if (isa == Isa::Scalar) continue;  // the reference itself
       got = Buf{};
-      if (isa == Isa::Avx2) quantize_act_row_avx2(kind, x.data(), n_cols, got.out());
-      else quantize_act_row_avx512(kind, x.data(), n_cols, got.out());
+      kernel_table(isa).quantize_act_row(kind, x.data(), n_cols, got.out());
       EXPECT_EQ(ref.q, got.q) << isa_name(isa) << " per " << per;
       for (int64_t b = 0; b < n_cols / per; ++b) EXPECT_EQ(ref.d[b], got.d[b]) << isa_name(isa) << " block " << b;
       EXPECT_EQ(ref.sum32, got.sum32) << isa_name(isa);

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <complex>
@@ -16,11 +17,13 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cpu_features.h"
 #include "kernels/ops.h"
 #include "kernels/ops_internal.h"
+#include "kernel_levels.h"
 
 namespace pagoda {
 namespace {
@@ -81,18 +84,30 @@ std::string isa_param_name(const ::testing::TestParamInfo<Isa>& info) {
 
 // ---- every SIMD path against the scalar reference ----------------------------------------
 
+// The levels with row ops of their own (AMX runs AVX-512's).
+std::vector<Isa> ops_levels() {
+  return test::levels_with_own([](const KernelTable& t) {
+    const OpsKernels& k = t.ops;
+    return std::tuple(k.rms_norm, k.softmax, k.swiglu, k.add_inplace, k.rope, k.rope_apply, k.dot_f32, k.axpy_f32,
+                      k.scale_f32, k.exp_f32);
+  });
+}
+
 class FastOpsTest : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
-    if (!isa_supported(GetParam()))
+    if (!matmul_detail::isa_runs(GetParam()))
       GTEST_SKIP() << isa_name(GetParam()) << " is not supported by this CPU ("
                    << cpu_features_string() << ")";
+    const std::vector<Isa> own = ops_levels();
+    if (std::find(own.begin(), own.end(), GetParam()) == own.end())
+      GTEST_SKIP() << isa_name(GetParam()) << " runs a lower level's row ops";
   }
   const OpsKernels& k() const { return ops_internal::ops_kernels(GetParam()); }
   std::string tag(const char* op) const { return std::string(op) + " " + isa_name(GetParam()); }
 };
 
-INSTANTIATE_TEST_SUITE_P(Isas, FastOpsTest, ::testing::Values(Isa::Avx2, Isa::Avx512),
+INSTANTIATE_TEST_SUITE_P(Isas, FastOpsTest, ::testing::Values(Isa::Avx2, Isa::Avx512, Isa::Amx),
                          isa_param_name);
 
 TEST_P(FastOpsTest, ExpWithinOneUlpOfDoubleOverTheNormalRange) {
@@ -355,8 +370,7 @@ TEST_P(FastOpsTest, RopeMatchesReference) {
 // rope_apply with a rope_table is rope() split in two: bit-identical on every path,
 // including n_rot > 2 * kRopeChunkPairs (several chunks) and partial rotation.
 TEST(OpsRopeTableTest, ApplyWithTableIsBitIdenticalToRope) {
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    if (!isa_supported(isa)) continue;
+  for (Isa isa : ops_levels()) {
     const OpsKernels& k = ops_internal::ops_kernels(isa);
     for (int64_t head_dim : {2, 17, 64, 128, 300, 640}) {
       for (int64_t n_rot : {head_dim & ~int64_t{1}, (head_dim / 3) & ~int64_t{1}}) {
@@ -577,8 +591,7 @@ TEST(OpsReferenceTest, RopeNeoxIsAdjacentPairsUnderPermutation) {
       }
     return out;
   };
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    if (!isa_supported(isa)) continue;
+  for (Isa isa : ops_levels()) {
     const OpsKernels& k = ops_internal::ops_kernels(isa);
     std::vector<float> neox = x;
     k.rope(neox.data(), n_heads, head_dim, n_rot, 321, inv_freq.data(), true, 1.0f);

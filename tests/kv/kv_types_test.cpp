@@ -7,7 +7,7 @@
 
 #include "common/error.h"
 #include "kv/kv_config.h"
-#include "kv/kv_types.h"
+#include "tensor/kv_types.h"
 
 namespace pagoda {
 namespace {

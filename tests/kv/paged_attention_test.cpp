@@ -13,7 +13,8 @@
 #include <random>
 #include <vector>
 
-#include "kv/paged_attention.h"
+#include "kernel_levels.h"
+#include "kernels/paged_attention.h"
 #include "kv/paged_kv_pool.h"
 #include "kv/paged_kv_store.h"
 
@@ -120,12 +121,9 @@ TEST(PagedAttention, SimdPathsMatchTheReferenceForEveryTypeShapeAndLength) {
   const int64_t lengths[] = {1, 2, 7, 15, 16, 17, 31, 32, 33, 100, 511, 513, 1000, 4096};
   int64_t checked = 0;
   test::CaseSample sample(5);  // all cases in release; every 5th under a sanitizer
-  for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
-    if (!isa_supported(isa)) {
-      std::printf("[ skipped ] %s not supported on this CPU\n", isa_name(isa));
-      continue;
-    }
-    const PagedAttendFn fn = paged_attend_kernel(isa);
+  for (Isa isa : test::levels_with_own([](const KernelTable& t) { return t.attention.attend; })) {
+    if (isa == Isa::Scalar) continue;  // the reference itself
+    const PagedAttendFn fn = kernel_table(isa).attention.attend;
     for (const SweepCase& tc : types)
       for (int64_t hd : head_dims) {
         Filled f;
@@ -149,6 +147,41 @@ TEST(PagedAttention, SimdPathsMatchTheReferenceForEveryTypeShapeAndLength) {
                   << " n_q=" << n_q << " ctx=" << n_ctx << " index " << i;
             ++checked;
           }
+      }
+  }
+  std::printf("checked %lld cases\n", static_cast<long long>(checked));
+}
+
+// The soft-capped partial kernel (Gemma 2's decode), every level against its reference:
+// caps that change every softmax (1.5) and barely any (50), windows as the caller's p_begin.
+TEST(PagedAttention, SoftcapPartialsMatchTheReference) {
+  int64_t checked = 0;
+  for (Isa isa : test::levels_with_own([](const KernelTable& t) { return t.attention.attend_softcap; })) {
+    if (isa == Isa::Scalar) continue;  // the reference itself
+    const PagedAttendSoftcapFn fn = kernel_table(isa).attention.attend_softcap;
+    for (KvType t : {KvType::F32, KvType::F16, KvType::Q8, KvType::Q4})
+      for (int64_t hd : {64, 80, 256}) {
+        Filled f;
+        fill(f, t, t, hd, 600, 16, static_cast<uint32_t>(hd + 11));
+        const KvLayerView view = f.pool->layer_view(0);
+        for (float softcap : {1.5f, 50.0f})
+          for (int n_q : {1, 4})
+            for (auto [p_begin, p_end] : {std::pair<int64_t, int64_t>{0, 1}, {0, 17}, {5, 40}, {0, 600}, {300, 333}}) {
+              const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+              auto q = random_q(n_q * hd, static_cast<uint32_t>(p_end * 13 + n_q));
+              std::vector<float> o_ref(n_q * hd), m_ref(n_q), l_ref(n_q), o(n_q * hd), m(n_q), l(n_q);
+              paged_attend_partial_softcap_ref(view, f.table.blocks().data(), p_begin, p_end, 1, q.data(), n_q, scale,
+                                               softcap, o_ref.data(), m_ref.data(), l_ref.data());
+              fn(view, f.table.blocks().data(), p_begin, p_end, 1, q.data(), n_q, scale, softcap, o.data(), m.data(),
+                 l.data());
+              const auto want = normalized(o_ref, l_ref, hd), got = normalized(o, l, hd);
+              for (int h = 0; h < n_q; ++h) ASSERT_NEAR(m[h], m_ref[h], 1e-5f * (1 + std::fabs(m_ref[h])));
+              for (size_t i = 0; i < want.size(); ++i)
+                ASSERT_NEAR(got[i], want[i], 2e-5f * (1.0f + std::fabs(want[i])))
+                    << isa_name(isa) << " " << kv_type_name(t) << " hd=" << hd << " softcap=" << softcap
+                    << " n_q=" << n_q << " [" << p_begin << ", " << p_end << ") index " << i;
+              ++checked;
+            }
       }
   }
   std::printf("checked %lld cases\n", static_cast<long long>(checked));
@@ -187,12 +220,8 @@ TEST(PagedAttention, PrefillTilesMatchTheReferenceForEveryTypeShapeAndStart) {
   const int gqa[] = {1, 4, 8};
   int64_t checked = 0;
   test::CaseSample sample(5);  // all cases in release; every 5th under a sanitizer
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    if (!isa_supported(isa)) {
-      std::printf("[ skipped ] %s not supported on this CPU\n", isa_name(isa));
-      continue;
-    }
-    const PagedAttendTileFn fn = paged_attend_tile_kernel(isa);
+  for (Isa isa : test::levels_with_own([](const KernelTable& t) { return t.attention.attend_tile; })) {
+    const PagedAttendTileFn fn = kernel_table(isa).attention.attend_tile;
     for (const SweepCase& tc : types)
       for (int64_t hd : {8, 64, 80, 128, 24, 256, 320}) {
         // 256 (the 16-position chunk) and 320 (the token-by-token fallback): two types.
@@ -232,9 +261,9 @@ TEST(PagedAttention, PrefillTilesMatchTheReferenceForEveryTypeShapeAndStart) {
 TEST(PagedAttention, PrefillTilesWithWindowsAndSoftcapMatchTheReference) {
   const std::pair<int64_t, int> spans[] = {{0, 7}, {0, 33}, {30, 5}, {100, 70}, {511, 20}, {1000, 9}};
   int64_t checked = 0;
-  for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
-    if (!isa_supported(isa)) continue;
-    const PagedAttendTileFn fn = paged_attend_tile_kernel(isa);
+  for (Isa isa : test::levels_with_own([](const KernelTable& t) { return t.attention.attend_tile; })) {
+    if (isa == Isa::Scalar) continue;  // the reference itself
+    const PagedAttendTileFn fn = kernel_table(isa).attention.attend_tile;
     for (KvType t : {KvType::F32, KvType::Q8})
       for (int64_t hd : {64, 256, 320}) {
         Filled f;

@@ -5,7 +5,7 @@
 // First: its pragma must cover the first inclusion of <immintrin.h>.
 #include "kernels/simd_avx512.h"
 
-#include "kv/paged_attention_simd.h"
+#include "kernels/paged_attention_simd.h"
 
 namespace pagoda {
 namespace {
@@ -30,13 +30,8 @@ void attend_softcap_avx512(const KvLayerView& view, const BlockId* blocks, int64
 
 }  // namespace
 
-namespace paged_attention_internal {
-extern const PagedAttendSoftcapFn kPagedAttendSoftcapAvx512;
-const PagedAttendSoftcapFn kPagedAttendSoftcapAvx512 = attend_softcap_avx512;
-extern const PagedAttendFn kPagedAttendAvx512;
-const PagedAttendFn kPagedAttendAvx512 = attend_avx512;
-extern const PagedAttendTileFn kPagedAttendTileAvx512;
-const PagedAttendTileFn kPagedAttendTileAvx512 = attend_tile_avx512;
-}  // namespace paged_attention_internal
+void register_attention_kernels_avx512(KernelTable& t) {
+  t.attention = {attend_avx512, attend_softcap_avx512, attend_tile_avx512};
+}
 
 }  // namespace pagoda

@@ -1,16 +1,10 @@
-// Test-only: portable stand-ins for the AVX-512 intrinsics matmul_avx512.cpp
-// uses that SIMDe 0.7.4 (Debian 12's libsimde-dev) lacks, so that file can be
-// compiled with -DPAGODA_AVX512_EMULATION and its logic run on a CPU without
-// AVX-512. Never part of the CMake build. Each is the instruction's documented
-// lane-wise semantics, written plainly. Recipe (apt-get install libsimde-dev;
-// B = a CMake build dir with pagoda_tensor/pagoda_common built):
-//   F="-O1 -std=c++20 -Isrc -w -DPAGODA_AVX512_EMULATION"; A="-mavx2 -mfma -mf16c -mbmi2"
-//   g++ $F $A -c src/kernels/matmul_avx512.cpp -o avx512.o
-//   g++ $F $A -c src/kernels/matmul_avx2.cpp -o avx2.o
-//   g++ $F -c src/kernels/matmul.cpp -o matmul.o; g++ $F -c src/kernels/quantize_act.cpp -o qa.o
-//   g++ $F -c src/kernels/cpu_features.cpp -o cpu.o; g++ $F -c tests/kernels/matmul_test.cpp -o t.o
-//   g++ t.o matmul.o qa.o avx2.o avx512.o cpu.o $B/libpagoda_tensor.a $B/libpagoda_common.a \
-//       -lgtest -lgtest_main -lpthread -o matmul_emu_test && ./matmul_emu_test
+// Test-only: the AVX-512 intrinsics of the *_avx512.cpp files mapped onto SIMDe's portable
+// AVX-512 (SIMDE_ENABLE_NATIVE_ALIASES), plus stand-ins for the ones SIMDe 0.7.4 (Debian 12's
+// libsimde-dev) lacks, so the AVX-512 kernels build for an AVX2 CPU and run (slowly) there:
+// the CMake preset `emu` (PAGODA_AVX512_EMULATION), which builds only the kernel tests and
+// which scripts/test.sh runs where the CPU has no AVX-512. Each stand-in is the
+// instruction's documented lane-wise semantics, written plainly. The kernel files compile
+// unchanged: what SIMDe lacks is added here, not worked around there.
 #pragma once
 
 #define SIMDE_ENABLE_NATIVE_ALIASES
@@ -65,6 +59,38 @@ inline V maskz_load(M m, const void* p) {
 inline __m512 maskz_loadu_ps(__mmask16 m, const float* p) { return maskz_load<float, 16, __m512>(m, p); }
 inline __m512i maskz_loadu_epi16(__mmask32 m, const void* p) { return maskz_load<uint16_t, 32, __m512i>(m, p); }
 inline __m256i maskz_loadu_epi16_256(__mmask16 m, const void* p) { return maskz_load<uint16_t, 16, __m256i>(m, p); }
+inline __m512 mask_loadu_ps(__m512 src, __mmask16 m, const void* p) {
+  float out[16];
+  std::memcpy(out, &src, sizeof out);
+  for (int i = 0; i < 16; ++i)
+    if ((m >> i) & 1) std::memcpy(&out[i], static_cast<const char*>(p) + i * sizeof(float), sizeof(float));
+  __m512 r;
+  std::memcpy(&r, out, sizeof r);
+  return r;
+}
+inline __mmask16 cmplt_epi32_mask(__m512i a, __m512i b) {
+  int32_t x[16], y[16];
+  std::memcpy(x, &a, sizeof x);
+  std::memcpy(y, &b, sizeof y);
+  __mmask16 m = 0;
+  for (int i = 0; i < 16; ++i)
+    if (x[i] < y[i]) m = static_cast<__mmask16>(m | (1u << i));
+  return m;
+}
+// vpermilps with an immediate: within each 128-bit lane, element i takes the lane's
+// element (imm >> 2 (i mod 4)) & 3.
+inline __m512 permute_ps(__m512 v, int imm) {
+  float in[16], out[16];
+  std::memcpy(in, &v, sizeof in);
+  for (int i = 0; i < 16; ++i) out[i] = in[(i & ~3) + ((imm >> (2 * (i & 3))) & 3)];
+  __m512 r;
+  std::memcpy(&r, out, sizeof r);
+  return r;
+}
+// vpsrad: arithmetic right shift; counts above 31 fill with the sign.
+inline __m512i srai_epi32(__m512i v, unsigned int n) {
+  return lanewise<int32_t, int32_t, 16, __m512i, __m512i>(v, [n](int32_t x) { return x >> (n > 31 ? 31 : n); });
+}
 inline void mask_storeu_ps(float* p, __mmask16 m, __m512 v) {
   float in[16];
   std::memcpy(in, &v, sizeof in);
@@ -109,6 +135,10 @@ inline float reduce_max_ps(__m512 v) {
 #define _mm512_maskz_loadu_epi16 pagoda::emu::maskz_loadu_epi16
 #define _mm256_maskz_loadu_epi16 pagoda::emu::maskz_loadu_epi16_256
 #define _mm512_mask_storeu_ps pagoda::emu::mask_storeu_ps
+#define _mm512_mask_loadu_ps pagoda::emu::mask_loadu_ps
+#define _mm512_permute_ps pagoda::emu::permute_ps
+#define _mm512_srai_epi32 pagoda::emu::srai_epi32
+#define _mm512_cmplt_epi32_mask pagoda::emu::cmplt_epi32_mask
 #define _mm512_reduce_add_epi32 pagoda::emu::reduce_add_epi32
 #define _mm512_reduce_add_ps pagoda::emu::reduce_add_ps
 #define _mm512_reduce_max_ps pagoda::emu::reduce_max_ps

@@ -3,7 +3,7 @@
 
 #include "kernels/simd_avx2.h"
 
-#include "kv/paged_attention_simd.h"
+#include "kernels/paged_attention_simd.h"
 
 namespace pagoda {
 namespace {
@@ -28,13 +28,8 @@ void attend_softcap_avx2(const KvLayerView& view, const BlockId* blocks, int64_t
 
 }  // namespace
 
-namespace paged_attention_internal {
-extern const PagedAttendSoftcapFn kPagedAttendSoftcapAvx2;
-const PagedAttendSoftcapFn kPagedAttendSoftcapAvx2 = attend_softcap_avx2;
-extern const PagedAttendFn kPagedAttendAvx2;
-const PagedAttendFn kPagedAttendAvx2 = attend_avx2;
-extern const PagedAttendTileFn kPagedAttendTileAvx2;
-const PagedAttendTileFn kPagedAttendTileAvx2 = attend_tile_avx2;
-}  // namespace paged_attention_internal
+void register_attention_kernels_avx2(KernelTable& t) {
+  t.attention = {attend_avx2, attend_softcap_avx2, attend_tile_avx2};
+}
 
 }  // namespace pagoda

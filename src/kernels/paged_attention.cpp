@@ -1,4 +1,4 @@
-#include "kv/paged_attention.h"
+#include "kernels/paged_attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -83,59 +83,39 @@ void paged_attend_tile_ref(const KvLayerView& view, const BlockId* blocks, int64
   }
 }
 
-namespace paged_attention_internal {
-// Defined in paged_attention_avx2.cpp / _avx512.cpp.
-extern const PagedAttendFn kPagedAttendAvx2;
-extern const PagedAttendFn kPagedAttendAvx512;
-extern const PagedAttendTileFn kPagedAttendTileAvx2;
-extern const PagedAttendTileFn kPagedAttendTileAvx512;
-extern const PagedAttendSoftcapFn kPagedAttendSoftcapAvx2;
-extern const PagedAttendSoftcapFn kPagedAttendSoftcapAvx512;
-}  // namespace paged_attention_internal
-
-PagedAttendSoftcapFn paged_attend_softcap_kernel(Isa isa) {
-  switch (isa) {
-    case Isa::Avx512: return paged_attention_internal::kPagedAttendSoftcapAvx512;
-    case Isa::Avx2: return paged_attention_internal::kPagedAttendSoftcapAvx2;
-    default: return paged_attend_partial_softcap_ref;
-  }
+void register_attention_kernels_scalar(KernelTable& t) {
+  t.attention = {paged_attend_partial_ref, paged_attend_partial_softcap_ref,
+                 [](const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,
+                    const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride,
+                    int64_t window, float softcap) {
+                   paged_attend_tile_ref(view, blocks, pos0, n_tok, kv_head, q, q_stride, n_q, scale, out,
+                                         out_stride, window, softcap);
+                 }};
 }
+
+namespace {
+const AttentionKernels& active() {
+  static const AttentionKernels& k = active_kernels().attention;
+  return k;
+}
+}  // namespace
 
 void paged_attend_partial_softcap(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
                                   int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
                                   float softcap, float* o, float* m, float* l) {
-  static const PagedAttendSoftcapFn fn = paged_attend_softcap_kernel(best_isa());
-  fn(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, softcap, o, m, l);
-}
-
-PagedAttendFn paged_attend_kernel(Isa isa) {
-  switch (isa) {
-    case Isa::Avx512: return paged_attention_internal::kPagedAttendAvx512;
-    case Isa::Avx2: return paged_attention_internal::kPagedAttendAvx2;
-    default: return paged_attend_partial_ref;
-  }
+  active().attend_softcap(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, softcap, o, m, l);
 }
 
 void paged_attend_partial(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
                           int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
                           float* o, float* m, float* l) {
-  static const PagedAttendFn fn = paged_attend_kernel(best_isa());
-  fn(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, o, m, l);
-}
-
-PagedAttendTileFn paged_attend_tile_kernel(Isa isa) {
-  switch (isa) {
-    case Isa::Avx512: return paged_attention_internal::kPagedAttendTileAvx512;
-    case Isa::Avx2: return paged_attention_internal::kPagedAttendTileAvx2;
-    default: return paged_attend_tile_ref;
-  }
+  active().attend(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, o, m, l);
 }
 
 void paged_attend_tile(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,
                        const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride,
                        int64_t window, float softcap) {
-  static const PagedAttendTileFn fn = paged_attend_tile_kernel(best_isa());
-  fn(view, blocks, pos0, n_tok, kv_head, q, q_stride, n_q, scale, out, out_stride, window, softcap);
+  active().attend_tile(view, blocks, pos0, n_tok, kv_head, q, q_stride, n_q, scale, out, out_stride, window, softcap);
 }
 
 void paged_attend(const KvLayerView& view, const BlockId* blocks, int64_t n_ctx, int64_t kv_head,

@@ -3,7 +3,8 @@
 //
 // Contract: pure functions over a KvLayerView (pool memory, read-only) and caller-owned
 // buffers; callable from any thread concurrently; no allocation in the SIMD paths (the
-// scalar reference allocates). Dispatch on best_isa(): AVX-512 / AVX2 / scalar, all with
+// scalar reference allocates). The kernels of each level are the attention entries of its
+// kernel table (kernel_table.h); the functions below run the active level's. All have
 // the same math: per chunk of positions, dequantize K and V rows into an L1 tile (f32
 // rows are read directly), scores for all heads of the group, an online-softmax update
 // (one max and rescale per chunk, not per position), then o += w·V with the group's
@@ -28,17 +29,37 @@
 #include <cstdint>
 
 #include "kernels/cpu_features.h"
-#include "kv/paged_kv_pool.h"
+#include "kernels/kernel_table.h"
+#include "tensor/kv_types.h"
 
 namespace pagoda {
 
-// q: [n_q, head_dim] f32 (the query heads sharing KV head kv_head);
+enum class BlockId : int32_t;  // kv/block_table.h: a block of the paged KV pool
+
+// What the attention kernels need to read one layer's blocks (PagedKvPool::layer_view).
+// Valid while the pool lives.
+struct KvLayerView {
+  const uint8_t* base = nullptr;  // slab of block 0 + this layer's offset
+  size_t block_stride = 0;        // bytes_per_block
+  KvType k_type = KvType::F32, v_type = KvType::F32;
+  int64_t block_size = 0, n_kv_heads = 0, head_dim = 0;
+  size_t k_row_bytes = 0, v_row_bytes = 0;            // data bytes of one row
+  size_t k_side_row_bytes = 0, v_side_row_bytes = 0;  // sidecar bytes of one row
+  size_t v_offset = 0, k_side_offset = 0, v_side_offset = 0;  // from the layer's start
+
+  const uint8_t* layer(BlockId b) const { return base + static_cast<size_t>(static_cast<int32_t>(b)) * block_stride; }
+  // [block_size][k_row_bytes] of KV head h, and its sidecar [block_size][k_side_row_bytes].
+  const uint8_t* k_rows(BlockId b, int64_t h) const { return layer(b) + h * block_size * k_row_bytes; }
+  const uint8_t* v_rows(BlockId b, int64_t h) const { return layer(b) + v_offset + h * block_size * v_row_bytes; }
+  const uint8_t* k_side(BlockId b, int64_t h) const { return layer(b) + k_side_offset + h * block_size * k_side_row_bytes; }
+  const uint8_t* v_side(BlockId b, int64_t h) const { return layer(b) + v_side_offset + h * block_size * v_side_row_bytes; }
+};
+
+// The arguments of PagedAttendFn (kernel_table.h: the `attend` entry of each level) and of
+// the functions below: q: [n_q, head_dim] f32 (the query heads sharing KV head kv_head);
 // blocks: the sequence's block ids by position / block_size (covering p_end - 1);
 // o: [n_q, head_dim] f32, m, l: [n_q] f32 — outputs (overwritten).
 // Requires: 0 <= p_begin <= p_end, n_q >= 1, head_dim <= kMaxAttnHeadDim.
-using PagedAttendFn = void (*)(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
-                               int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
-                               float* o, float* m, float* l);
 
 constexpr int64_t kMaxAttnHeadDim = 4096;
 
@@ -46,9 +67,7 @@ constexpr int64_t kMaxAttnHeadDim = 4096;
 void paged_attend_partial_ref(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
                               int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
                               float* o, float* m, float* l);
-// The kernel of one ISA level (Scalar: the reference). Requires: isa_supported(isa).
-PagedAttendFn paged_attend_kernel(Isa isa);
-// Dispatches on best_isa().
+// Runs the active level's kernel (active_kernels().attention.attend; kernel_table(isa) for one level).
 void paged_attend_partial(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
                           int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
                           float* o, float* m, float* l);
@@ -56,13 +75,10 @@ void paged_attend_partial(const KvLayerView& view, const BlockId* blocks, int64_
 // Soft-capped scores (Gemma 2): s = softcap · tanh(q·k·scale / softcap) before the softmax;
 // otherwise as PagedAttendFn (partial results over [p_begin, p_end), mergeable). A sliding
 // window is the caller's p_begin (= query position + 1 - window). Requires: softcap > 0.
-using PagedAttendSoftcapFn = void (*)(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
-                                      int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
-                                      float softcap, float* o, float* m, float* l);
+// (PagedAttendSoftcapFn in kernel_table.h: the `attend_softcap` entry of each level.)
 void paged_attend_partial_softcap_ref(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
                                       int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
                                       float softcap, float* o, float* m, float* l);
-PagedAttendSoftcapFn paged_attend_softcap_kernel(Isa isa);
 void paged_attend_partial_softcap(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
                                   int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
                                   float softcap, float* o, float* m, float* l);
@@ -85,16 +101,12 @@ constexpr int kAttnTileRows = 64;
 // blocks covers position pos0 + n_tok - 1.
 // Requires: pos0 >= 0, n_tok >= 1, n_q >= 1, head_dim <= kMaxAttnHeadDim; q and out
 // rows do not overlap.
-using PagedAttendTileFn = void (*)(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok,
-                                   int64_t kv_head, const float* q, int64_t q_stride, int n_q, float scale,
-                                   float* out, int64_t out_stride, int64_t window, float softcap);
+// (PagedAttendTileFn in kernel_table.h: the `attend_tile` entry of each level.)
 // Scalar reference: paged_attend_partial_ref (or its soft-capped form) per token, then normalized.
 void paged_attend_tile_ref(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok,
                            int64_t kv_head, const float* q, int64_t q_stride, int n_q, float scale, float* out,
                            int64_t out_stride, int64_t window = 0, float softcap = 0.0f);
-// The tile kernel of one ISA level (Scalar: the reference). Requires: isa_supported(isa).
-PagedAttendTileFn paged_attend_tile_kernel(Isa isa);
-// Dispatches on best_isa().
+// Runs the active level's tile kernel (active_kernels().attention.attend_tile).
 void paged_attend_tile(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,
                        const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride,
                        int64_t window = 0, float softcap = 0.0f);

@@ -22,7 +22,7 @@
 
 #include "kernels/exp_simd.h"
 #include "kernels/ops.h"
-#include "kv/paged_attention.h"
+#include "kernels/paged_attention.h"
 #include "tensor/types.h"
 
 namespace pagoda {
@@ -296,27 +296,6 @@ void paged_attend_simd(const KvLayerView& view, const BlockId* blocks, int64_t p
 // dot product per (row, position) — one horizontal reduction per score, and K/V
 // re-read per token (what made pp2048 ~1.4 s of attention per layer set).
 
-// dst[c][r] = rows[r][c] for an 8 x 8 block: rows[r] are 8 floats each, dst rows
-// dst_stride floats apart. 256-bit ops (both ISA files have AVX2).
-inline void transpose8x8(const __m256 (&rows)[8], float* dst, int64_t dst_stride) {
-  const __m256 t0 = _mm256_unpacklo_ps(rows[0], rows[1]), t1 = _mm256_unpackhi_ps(rows[0], rows[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(rows[2], rows[3]), t3 = _mm256_unpackhi_ps(rows[2], rows[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(rows[4], rows[5]), t5 = _mm256_unpackhi_ps(rows[4], rows[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(rows[6], rows[7]), t7 = _mm256_unpackhi_ps(rows[6], rows[7]);
-  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-  _mm256_storeu_ps(dst + 0 * dst_stride, _mm256_permute2f128_ps(u0, u4, 0x20));
-  _mm256_storeu_ps(dst + 1 * dst_stride, _mm256_permute2f128_ps(u1, u5, 0x20));
-  _mm256_storeu_ps(dst + 2 * dst_stride, _mm256_permute2f128_ps(u2, u6, 0x20));
-  _mm256_storeu_ps(dst + 3 * dst_stride, _mm256_permute2f128_ps(u3, u7, 0x20));
-  _mm256_storeu_ps(dst + 4 * dst_stride, _mm256_permute2f128_ps(u0, u4, 0x31));
-  _mm256_storeu_ps(dst + 5 * dst_stride, _mm256_permute2f128_ps(u1, u5, 0x31));
-  _mm256_storeu_ps(dst + 6 * dst_stride, _mm256_permute2f128_ps(u2, u6, 0x31));
-  _mm256_storeu_ps(dst + 7 * dst_stride, _mm256_permute2f128_ps(u3, u7, 0x31));
-}
-
 // Kᵀ [hd][ks] (columns [n, n_pad) zero) of K rows [slot, slot + n) of block b: 8 x 8
 // register transposes, reading f16 and f32 rows in place. The scalar element-by-element
 // transpose it replaces was ~17% of prefill attention.
@@ -329,14 +308,8 @@ void k_transposed(const KvLayerView& view, BlockId b, int64_t kv_head, int64_t s
     const uint8_t* base = view.k_rows(b, kv_head) + slot * view.k_row_bytes;
     for (int64_t j0 = 0; j0 < n8; j0 += 8)
       for (int64_t d0 = 0; d0 < hd; d0 += 8) {
-        __m256 rows[8];
-        for (int r = 0; r < 8; ++r) {
-          const uint8_t* row = base + (j0 + r) * view.k_row_bytes;
-          rows[r] = view.k_type == KvType::F16
-                        ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row) + d0 / 8))
-                        : _mm256_loadu_ps(reinterpret_cast<const float*>(row) + d0);
-        }
-        transpose8x8(rows, kt + d0 * ks + j0, ks);
+        V::transpose8x8(base + j0 * view.k_row_bytes, view.k_row_bytes, view.k_type == KvType::F16, d0,
+                        kt + d0 * ks + j0, ks);
       }
   }
   if (n8 < n) {  // the rest element by element

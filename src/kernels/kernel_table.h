@@ -1,0 +1,117 @@
+// The one seam between the forward pass and the instruction set: a table of kernels per
+// ISA level, chosen once at start-up.
+//
+// Contract:
+// - kernel_table(isa) is the complete set of kernels of one level: matmul per weight type
+//   (quantized packed kernels, float kernels, an optional prefill kernel for large token
+//   tiles — AMX), the activation quantizer, the row ops (ops.h), the paged-attention
+//   kernels, and the packing geometry the matmul kernels read (rows per packed group,
+//   tile rows). Built on first use (thread-safe static) from the registration functions
+//   of that level's translation units (register_*_kernels below); immutable afterwards,
+//   so any thread may read it. Requires: isa_supported(isa) (aborts naming the level
+//   otherwise: a table of a level the CPU lacks would die of SIGILL).
+// - active_kernels() is kernel_table(best_isa()): the level the process runs, chosen once
+//   (CPUID capped by PAGODA_ISA=scalar|avx2|avx512|amx, see cpu_features.h).
+// - matmul_kernels(table, type) aborts naming the level and the type when the table has no
+//   kernel for a weight type, instead of returning with the output unwritten.
+//
+// Adding an ISA: an Isa value and its feature test (cpu_features), its compiler flags
+// (CMakeLists.txt, by file-name suffix), its kernel files with a register function, and
+// one case in kernel_table.cpp. Adding a weight type: its packing traits (matmul_impl.h)
+// and its entries in each level's register function; tests/kernels/kernel_table_test.cpp
+// fails for a level that lacks an entry for a type prepare() accepts.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu_features.h"
+#include "kernels/matmul_impl.h"
+#include "kernels/ops_internal.h"
+#include "tensor/types.h"
+
+namespace pagoda {
+
+struct KvLayerView;                // kernels/paged_attention.h
+enum class BlockId : int32_t;      // kv/block_table.h
+
+// Quantized weights (packed for the level, or GGUF layout for Scalar) x quantized activations,
+// one tile of the output.
+using QuantMatmulFn = void (*)(const WeightMatrix& w, const matmul_detail::QuantizedActs& a,
+                               const matmul_detail::Tile& tile, float* y);
+// Float weights (F32 / F16 / BF16, GGUF layout) x f32 activations x [n_tokens, n_cols];
+// xbf: the activations as bf16 when the table has bf16_acts and the weights are BF16, else null.
+using FloatMatmulFn = void (*)(const WeightMatrix& w, const float* x, const uint16_t* xbf,
+                               const matmul_detail::Tile& tile, float* y);
+// One token row of activations quantized (bit-identical at every level).
+using QuantizeActRowFn = void (*)(matmul_detail::ActKind kind, const float* x, int64_t n_cols,
+                                  const matmul_detail::ActRowOut& out);
+// f32 -> bf16 (round to nearest even) of n values.
+using ConvertBf16Fn = void (*)(const float* x, uint16_t* out, int64_t n);
+
+// Paged attention (kernels/paged_attention.h has the contract of each).
+using PagedAttendFn = void (*)(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
+                               int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
+                               float* o, float* m, float* l);
+using PagedAttendSoftcapFn = void (*)(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
+                                      int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
+                                      float softcap, float* o, float* m, float* l);
+using PagedAttendTileFn = void (*)(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok,
+                                   int64_t kv_head, const float* q, int64_t q_stride, int n_q, float scale,
+                                   float* out, int64_t out_stride, int64_t window, float softcap);
+
+// The matmul kernels of one weight type at one level: `quant` for quantized types, `flt` for
+// F32 / F16 / BF16; `prefill`, where set, replaces `quant` on tiles of at least
+// KernelTable::prefill_min_tokens tokens (bit-identical to it).
+struct MatmulKernels {
+  QuantMatmulFn quant = nullptr;
+  FloatMatmulFn flt = nullptr;
+  QuantMatmulFn prefill = nullptr;
+};
+
+// GGUF type ids are below 64 (tensor/types.h: MXFP4 = 39 is the largest weight type).
+constexpr size_t kMaxTypeIds = 64;
+
+struct AttentionKernels {
+  PagedAttendFn attend = nullptr;
+  PagedAttendSoftcapFn attend_softcap = nullptr;
+  PagedAttendTileFn attend_tile = nullptr;
+};
+
+struct KernelTable {
+  Isa isa = Isa::Scalar;
+  // Rows per packed group of the quantized weights (matmul_impl.h's L); 0: the GGUF layout,
+  // nothing repacked (Scalar). AMX reads the AVX-512 packing, so both have 16.
+  int packed_lanes = 0;
+  // Rows per matmul tile (matmul.cpp): quantized and float weights.
+  int64_t tile_rows_quant = 16, tile_rows_float = 16;
+  int64_t prefill_min_tokens = 0;  // see MatmulKernels::prefill
+  std::array<MatmulKernels, kMaxTypeIds> matmul{};
+  QuantizeActRowFn quantize_act_row = nullptr;
+  ConvertBf16Fn bf16_acts = nullptr;  // null: BF16 weights take f32 activations
+  ops_internal::OpsKernels ops{};
+  AttentionKernels attention{};
+};
+
+// Requires: isa_supported(isa) (or the AVX-512 emulation build, see matmul_impl.h).
+const KernelTable& kernel_table(Isa isa);
+// The table of a level whether or not this CPU runs it, for tests that check its entries
+// (never to call them: the AVX-512 entries on an AVX2 CPU would die of SIGILL).
+const KernelTable& kernel_table_entries(Isa isa);
+// kernel_table(best_isa()), chosen once.
+const KernelTable& active_kernels();
+// The entries of `type` in `table`; aborts naming the level and type if it has none.
+const MatmulKernels& matmul_kernels(const KernelTable& table, GgmlType type);
+
+// Registration: each level's translation units fill their entries (matmul_avx2.cpp, ...).
+// The AMX table starts as a copy of the AVX-512 one and adds its prefill kernels.
+void register_matmul_kernels_scalar(KernelTable& t);   // matmul.cpp
+void register_matmul_kernels_avx2(KernelTable& t);     // matmul_avx2.cpp
+void register_matmul_kernels_avx512(KernelTable& t);   // matmul_avx512.cpp
+void register_matmul_kernels_amx(KernelTable& t);      // matmul_amx.cpp
+void register_attention_kernels_scalar(KernelTable& t);   // paged_attention.cpp
+void register_attention_kernels_avx2(KernelTable& t);     // paged_attention_avx2.cpp
+void register_attention_kernels_avx512(KernelTable& t);   // paged_attention_avx512.cpp
+
+}  // namespace pagoda
