@@ -416,7 +416,7 @@ void Engine::step() {
       const bool last = c.logits && i + 1 == c.n_tokens;  // the prompt's end or a checkpoint
       if (s->req.pooling && !ranks_by_logits(*s)) {
         // The pooled rows, and a checkpoint's row (it vouches for the K/V; pool_chunk).
-        const bool pooled = pools_row(*s->req.pooling, pos, last && !c.checkpoint);
+        const bool pooled = pools_row(*s->req.pooling, pos, last && c.ends_prompt());
         batch_.add(s->tokens[static_cast<size_t>(pos)], pos, s->seq_id, false, pooled || (last && c.checkpoint));
       } else {
         batch_.add(s->tokens[static_cast<size_t>(pos)], pos, s->seq_id, last);
@@ -471,7 +471,7 @@ void Engine::pool_chunk(Seq* s, const ScheduledChunk& c, int64_t& row, int64_t& 
   // A chunk with a row either ends the prompt or stops at a checkpoint (scheduler.h: a
   // leader's prefill stops where its followers' shared prefix ends, and its row there
   // only vouches for the K/V to be indexed): then the request goes on.
-  const bool prompt_end = c.logits && !c.checkpoint;
+  const bool prompt_end = c.ends_prompt();
   const char* non_finite =
       "the model produced non-finite hidden states (NaN/inf): its weights are corrupt or overflow at this precision";
   if (ranks_by_logits(*s)) {  // the rank tokens' logits at the last position

@@ -123,6 +123,8 @@ struct ScheduledChunk {
   // A prefill chunk ending at a leader's checkpoint (logits is true): the row only
   // vouches for the K/V (finite: computed(checked) indexes it); nothing is sampled.
   bool checkpoint = false;
+  // The chunk computes the prompt's last token (derived: a row that is not a checkpoint).
+  bool ends_prompt() const { return logits && !checkpoint; }
 };
 
 struct SchedulerOutput {
