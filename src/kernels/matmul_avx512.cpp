@@ -35,6 +35,7 @@ struct V512 {
   // embedded {1to16} memory operand (2 groups not measured: no AVX-512 machine).
   static constexpr int kGroups = 1;
   static constexpr int kBlock32N = kMaxN;
+  static constexpr size_t kPrefetchAhead = 2048;  // see prefetch_ahead (matmul_simd.h)
   // Q8_0 codes are q + 128 (u8 for vpdpbusd); subtract 128 x sum(x) per block.
   static constexpr int kQ8Offset = 128;
   using I = __m512i;
@@ -117,6 +118,13 @@ void float_micro(const WeightMatrix& w, const float* x, int64_t r0, int64_t t0, 
     const __mmask16 m = k1 - k >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (k1 - k)) - 1);
     __m512 xv[RN];
     for (int j = 0; j < RN; ++j) xv[j] = _mm512_maskz_loadu_ps(m, x + (t0 + j) * n_cols + k);
+    // Decode (one or two tokens) streams the rows from DRAM: see prefetch_ahead (matmul_simd.h).
+    // F16 / BF16 read 32 bytes of a row per step, so every other step asks for the next line.
+    if constexpr (RN <= 2) {
+      constexpr int64_t elem = T == GgmlType::F32 ? 4 : 2;
+      if (elem == 4 || (k & 31) == 0)
+        for (int i = 0; i < RM; ++i) __builtin_prefetch(rows[i] + k * elem + V512::kPrefetchAhead, 0, 3);
+    }
     for (int i = 0; i < RM; ++i) {
       const __m512 wv = load_w16<T>(rows[i], k, m);
       for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
@@ -146,6 +154,8 @@ void bf16_micro(const WeightMatrix& w, const uint16_t* xbf, int64_t r0, int64_t 
     const __mmask32 m = k1 - k >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << (k1 - k)) - 1);
     __m512bh xv[RN];
     for (int j = 0; j < RN; ++j) xv[j] = __builtin_bit_cast(__m512bh, _mm512_maskz_loadu_epi16(m, xbf + (t0 + j) * n_cols + k));
+    if constexpr (RN <= 2)  // decode: see float_micro
+      for (int i = 0; i < RM; ++i) __builtin_prefetch(reinterpret_cast<const uint8_t*>(rows[i] + k) + V512::kPrefetchAhead, 0, 3);
     for (int i = 0; i < RM; ++i) {
       const __m512bh wv = __builtin_bit_cast(__m512bh, _mm512_maskz_loadu_epi16(m, rows[i] + k));
       for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], wv, xv[j]);
