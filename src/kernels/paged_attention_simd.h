@@ -215,9 +215,10 @@ inline void online_softmax_step(float* s, int64_t n, float* m, float* l, float* 
   *l += V::reduce_add(sum);
 }
 
-// Partial attention of n_q <= kAttnMaxGroup heads over [p_begin, p_end).
+// Partial attention of n_q <= kAttnMaxGroup heads over [p_begin, p_end), one dot product
+// per (head, position): the path for head_dim > 256 (beyond the tiles' Kᵀ buffer).
 template <class V>
-void attend_group(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,
+void attend_group_dot(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,
                   int64_t kv_head, const float* q, int n_q, float scale, float* o, float* m, float* l,
                   float softcap = 0.0f) {
   using Reg = typename V::Reg;
@@ -267,25 +268,6 @@ void attend_group(const KvLayerView& view, const BlockId* blocks, int64_t p_begi
   }
 }
 
-template <class V>
-void paged_attend_simd(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,
-                       int64_t kv_head, const float* q, int n_q, float scale, float* o, float* m, float* l,
-                       float softcap = 0.0f) {
-  if (view.head_dim > kAttnTileFloats) {  // wider than a tile row: the reference handles it
-    if (softcap > 0.0f)
-      paged_attend_partial_softcap_ref(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, softcap, o, m, l);
-    else
-      paged_attend_partial_ref(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, o, m, l);
-    return;
-  }
-  const int64_t hd = view.head_dim;
-  for (int h0 = 0; h0 < n_q; h0 += kAttnMaxGroup) {
-    const int g = std::min(kAttnMaxGroup, n_q - h0);
-    attend_group<V>(view, blocks, p_begin, p_end, kv_head, q + h0 * hd, g, scale, o + h0 * hd, m + h0, l + h0,
-                    softcap);
-  }
-}
-
 // ---- prefill tiles ----------------------------------------------------------------------
 //
 // One tile = up to kAttnTileRows rows (token-major: row r = token i · n_q + head h).
@@ -303,14 +285,21 @@ template <class V>
 void k_transposed(const KvLayerView& view, BlockId b, int64_t kv_head, int64_t slot, int64_t n, int64_t n_pad,
                   float* ktile, float* kt, int64_t ks) {
   const int64_t hd = view.head_dim;
-  const int64_t n8 = hd % 8 == 0 && (view.k_type == KvType::F16 || view.k_type == KvType::F32) ? n / 8 * 8 : 0;
+  const bool in_place = view.k_type == KvType::F16 || view.k_type == KvType::F32;
+  const int64_t n8 = hd % 8 == 0 ? n / 8 * 8 : 0;
   if (n8 > 0) {
+    // F16 / F32 rows are transposed where they lie; BF16 / Q8 / Q4 rows are decoded into
+    // ktile first and transposed from there (an element-by-element transpose of the
+    // decoded rows cost more than the scores it feeds: 2,048 moves per 32 positions).
     const uint8_t* base = view.k_rows(b, kv_head) + slot * view.k_row_bytes;
+    size_t row_bytes = view.k_row_bytes;
+    if (!in_place) {
+      base = reinterpret_cast<const uint8_t*>(k_rows_f32<V>(view, b, kv_head, slot, n8, ktile));
+      row_bytes = static_cast<size_t>(hd) * sizeof(float);
+    }
+    const bool f16 = view.k_type == KvType::F16;
     for (int64_t j0 = 0; j0 < n8; j0 += 8)
-      for (int64_t d0 = 0; d0 < hd; d0 += 8) {
-        V::transpose8x8(base + j0 * view.k_row_bytes, view.k_row_bytes, view.k_type == KvType::F16, d0,
-                        kt + d0 * ks + j0, ks);
-      }
+      for (int64_t d0 = 0; d0 < hd; d0 += 8) V::transpose8x8(base + j0 * row_bytes, row_bytes, f16, d0, kt + d0 * ks + j0, ks);
   }
   if (n8 < n) {  // the rest element by element
     const float* K = k_rows_f32<V>(view, b, kv_head, slot + n8, n - n8, ktile);  // [n - n8][hd]
@@ -392,6 +381,81 @@ inline void tile_pv_rows(float* const* orow, int r, const float* s, int64_t ss, 
   for (; i + 2 * W <= hd; i += 2 * W) tile_pv_block<V, RB, 2>(orow, r, s, ss, vr, n, hd, i, W);
   for (; i + W <= hd; i += W) tile_pv_block<V, RB, 1>(orow, r, s, ss, vr, n, hd, i, W);
   if (i < hd) tile_pv_block<V, RB, 1>(orow, r, s, ss, vr, n, hd, i, hd - i);
+}
+
+// Partial attention (m, l, unnormalized o) of n_q <= kAttnMaxGroup heads of one token
+// over [p_begin, p_end), head_dim <= 256: the prefill tile's micro-kernels with the
+// token's query heads as the rows. Per chunk, Kᵀ once, then scores as an outer product
+// (each Kᵀ load shared by 2-4 heads, no horizontal reduction per score), and P·V four
+// heads per V load. It replaced a dot product per (head, position), which ran decode
+// attention at ~26 GFLOP/s on one Xeon core (kv_bench BM_DecodeAttention/4096, f16:
+// 1.31 ms a layer) and made TinyLlama-shape decode at a 4k context 3x slower than at 0.
+template <class V>
+void attend_group_tiled(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,
+                        int64_t kv_head, const float* q, int n_q, float scale, float* o, float* m, float* l,
+                        float softcap) {
+  constexpr int64_t W = V::kWidth;
+  const int64_t hd = view.head_dim, bs = view.block_size;
+  const int64_t chunk = hd <= 128 ? kAttnChunk : kAttnChunk / 2;
+  const int64_t ks = chunk;
+  alignas(64) float kt[kAttnTileFloats];
+  alignas(64) float ktile[kAttnTileFloats];
+  alignas(64) float vtile[kAttnTileFloats];
+  alignas(64) float s[kAttnMaxGroup * kAttnChunk];
+  const float* qrow[kAttnMaxGroup];
+  float* orow[kAttnMaxGroup];
+  for (int h = 0; h < n_q; ++h) {
+    qrow[h] = q + h * hd;
+    orow[h] = o + h * hd;
+    m[h] = -std::numeric_limits<float>::infinity();
+    l[h] = 0.0f;
+  }
+  std::fill(o, o + n_q * hd, 0.0f);
+  for (int64_t p = p_begin; p < p_end;) {
+    const BlockId b = blocks[p / bs];
+    const int64_t slot = p % bs;
+    const int64_t n = std::min({chunk, bs - slot, p_end - p});
+    prefetch_ahead(view, blocks, p, p_begin, p_end, kv_head);
+    const int nr = static_cast<int>((n + W - 1) / W);
+    k_transposed<V>(view, b, kv_head, slot, n, nr * W, ktile, kt, ks);
+    switch (nr) {
+      case 1: tile_scores<V, 1>(qrow, 0, n_q, kt, ks, hd, scale, s, kAttnChunk); break;
+      case 2: tile_scores<V, 2>(qrow, 0, n_q, kt, ks, hd, scale, s, kAttnChunk); break;
+      case 3: tile_scores<V, 3>(qrow, 0, n_q, kt, ks, hd, scale, s, kAttnChunk); break;
+      default: tile_scores<V, 4>(qrow, 0, n_q, kt, ks, hd, scale, s, kAttnChunk); break;
+    }
+    if (softcap > 0.0f)
+      for (int h = 0; h < n_q; ++h) softcap_inplace(s + h * kAttnChunk, n, softcap);
+    for (int h = 0; h < n_q; ++h) online_softmax_step<V>(s + h * kAttnChunk, n, m + h, l + h, orow[h], hd);
+    const float* Vr = v_rows_f32<V>(view, b, kv_head, slot, n, vtile);  // [n][hd]
+    int r = 0;
+    for (; r + 4 <= n_q; r += 4) tile_pv_rows<V, 4>(orow, r, s, kAttnChunk, Vr, n, hd);
+    for (; r < n_q; ++r) tile_pv_rows<V, 1>(orow, r, s, kAttnChunk, Vr, n, hd);
+    p += n;
+  }
+}
+
+template <class V>
+void paged_attend_simd(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,
+                       int64_t kv_head, const float* q, int n_q, float scale, float* o, float* m, float* l,
+                       float softcap = 0.0f) {
+  if (view.head_dim > kAttnTileFloats) {  // wider than a tile row: the reference handles it
+    if (softcap > 0.0f)
+      paged_attend_partial_softcap_ref(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, softcap, o, m, l);
+    else
+      paged_attend_partial_ref(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, o, m, l);
+    return;
+  }
+  const int64_t hd = view.head_dim;
+  for (int h0 = 0; h0 < n_q; h0 += kAttnMaxGroup) {
+    const int g = std::min(kAttnMaxGroup, n_q - h0);
+    if (hd <= 256)
+      attend_group_tiled<V>(view, blocks, p_begin, p_end, kv_head, q + h0 * hd, g, scale, o + h0 * hd, m + h0,
+                            l + h0, softcap);
+    else
+      attend_group_dot<V>(view, blocks, p_begin, p_end, kv_head, q + h0 * hd, g, scale, o + h0 * hd, m + h0,
+                          l + h0, softcap);
+  }
 }
 
 // One tile: n_tok · n_q <= kAttnTileRows rows, head_dim <= 256.
