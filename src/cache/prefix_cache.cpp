@@ -310,6 +310,12 @@ int64_t PrefixCache::restores_in_flight() const {
   return n;
 }
 
+void PrefixCache::wait_restores() {
+  if (!io_) return;
+  io_->drain();
+  poll_restores();
+}
+
 bool PrefixCache::unpin_restores() {
   bool any = false;
   for (auto& [ticket, r] : restores_) {

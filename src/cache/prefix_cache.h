@@ -203,6 +203,8 @@ class PrefixCache final : private BlockCacheListener {
   // Unpins every published restore (its blocks stay cached, evictable): the pool
   // needs them for a request that cannot be admitted otherwise. True when any was pinned.
   bool unpin_restores();
+  // Blocks until the restores in flight are read, then publishes them (poll_restores).
+  void wait_restores();
   // Writes every cached full block the disk tier lacks (a clean shutdown: with policy
   // Evict the RAM tier's blocks would be lost otherwise), least recently used first.
   void flush_to_disk();

@@ -78,6 +78,17 @@ bool Scheduler::reserve_decode(SchedSeq* s) {
   for (;;) {
     const AllocResult r = store_.reserve(s->seq_id, s->n_computed + 1);
     if (r.ok()) return true;
+    // Blocks disk restores hold come before any running sequence's: finished restores are
+    // unpinned (their blocks stay cached, evictable) and, when s is alone, restores in
+    // flight are waited for (the engine thread blocks on the reads: only when the pool is
+    // exhausted, where the alternative is ending s with Length for blocks it will get).
+    if (r.status != AllocResult::Status::NeverFits) {
+      if (cache_.unpin_restores()) continue;
+      if (running_.size() == 1 && cache_.restore_blocks() > 0) {
+        cache_.wait_restores();
+        continue;
+      }
+    }
     if (r.status == AllocResult::Status::NeverFits || running_.size() == 1) {
       end(s);  // it cannot grow even alone
       out_.ended_length.push_back(s);

@@ -70,9 +70,12 @@
 //       request is restored once per admission (a restore that ended short of its chain
 //       -- a failed read, blocks evicted again before admission -- recomputes the rest).
 //       Removed (cancelled, deadline) while restoring: the restore is cancelled; its
-//       blocks return when the thread reports it. When the head of the queue does not
-//       fit with nothing running, restores' pinned blocks are unpinned (left cached,
-//       evictable) and it tries again, before it is refused.
+//       blocks return when the thread reports it. Restores' blocks yield to running
+//       sequences: when a decode cannot reserve its slot, finished restores are unpinned
+//       (left cached, evictable) before anyone is preempted, and a sequence running alone
+//       waits for restores in flight rather than end with Length; when the head of the
+//       queue does not fit with nothing running, restores are unpinned and it tries again
+//       before it is refused.
 // - After the forward the caller reports each chunk with computed(); a chunk whose
 //   logits row was finite is `checked`, which also indexes a just-completed prompt (or a
 //   checkpoint).

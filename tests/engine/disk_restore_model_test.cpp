@@ -6,7 +6,10 @@
 // bit-identical to a cache-off run; a request cancelled mid-restore ends at once, leaks
 // no block and leaves the engine serving correct output; a corrupt record in the middle
 // of the chain restores the blocks before it and recomputes the rest, with the same
-// output; spills through a one-block write queue all land.
+// output; spills through a one-block write queue all land; and a mixed load (shared
+// documents, a small pool and RAM tier so restores, spills and pool pressure meet, some
+// requests cancelled mid-way) gives every finished request the cache-off tokens and
+// leaks nothing.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -243,6 +246,67 @@ TEST(DiskRestore, SpillsThroughAOneBlockWriteQueueAllLand) {
   EXPECT_EQ(run.stats.cache.disk.queued_writes, 0);
   EXPECT_EQ(run.stats.cache.disk.queued_write_bytes, 0u);
   expect_no_leak(run.stats);
+}
+
+TEST(DiskRestore, AMixedLoadWithCancelsMatchesCacheOffAndLeaksNothing) {
+  const Loaded l = load(kStories, false);
+  const int32_t V = static_cast<int32_t>(l.model->config().n_vocab);
+  // 3 documents of 6-9 blocks; 12 requests = a document + their own question.
+  std::vector<std::vector<int32_t>> docs;
+  for (uint32_t d = 0; d < 3; ++d) docs.push_back(random_tokens((6 + 1.5 * d) * kBlock, V, 500 + d));
+  std::vector<Request> rs;
+  for (uint32_t i = 0; i < 12; ++i) {
+    std::vector<int32_t> p = docs[i % 3];
+    const auto q = random_tokens(5 + 3 * (i % 5), V, 900 + i);
+    p.insert(p.end(), q.begin(), q.end());
+    Request r = greedy(std::move(p), 24);
+    r.logprobs = false;
+    rs.push_back(std::move(r));
+  }
+  const RunResult ref = run_all(*l.model, nullptr, engine_config(*l.model, 3, 128, false, 64), rs);
+
+  TempDir dir;
+  EngineConfig c = engine_config(*l.model, 3, 22, true, 64);  // 22 blocks: 3 running need up to 33
+  c.disk.dir = dir.path;
+  c.disk.read_delay_ms = 2;
+  c.cache.capacity_bytes = bytes_for_blocks(*l.model, 6);  // most cached blocks spill
+  {  // the documents on disk (a clean stop writes them)
+    std::vector<Request> warm(rs.begin(), rs.begin() + 3);
+    run_all(*l.model, nullptr, c, warm);
+  }
+  Engine e(*l.model, nullptr, c);
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  std::vector<uint64_t> ids;
+  for (const Request& r : rs) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    const SubmitResult sub = e.submit(r, sinks.back());
+    ASSERT_TRUE(sub.ok()) << sub.message;
+    ids.push_back(sub.request_id);
+  }
+  e.start();
+  // Cancel three while they wait, restore or run.
+  for (size_t i : {1, 6, 10}) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    e.cancel(ids[i]);
+  }
+  int64_t finished = 0;
+  for (size_t i = 0; i < rs.size(); ++i) {
+    ASSERT_TRUE(sinks[i]->wait_done()) << i;
+    EXPECT_EQ(sinks[i]->error(), "") << i;
+    if (sinks[i]->result().finish == FinishReason::Cancelled) continue;
+    ++finished;
+    EXPECT_EQ(sinks[i]->tokens(), ref.tokens[i]) << "request " << i;
+  }
+  EXPECT_GE(finished, 9);
+  e.stop();
+  const EngineStats st = e.stats();
+  std::printf("finished %lld of 12; disk: %lld hits, %lld hit tokens, %lld reads, %lld writes; %lld preemptions\n",
+              static_cast<long long>(finished), static_cast<long long>(st.cache.disk.hits),
+              static_cast<long long>(st.cache.disk.hit_tokens), static_cast<long long>(st.cache.disk.reads),
+              static_cast<long long>(st.cache.disk.writes), static_cast<long long>(st.preemptions));
+  EXPECT_GT(st.cache.disk.hit_tokens, 0);
+  EXPECT_EQ(st.cache.disk.corrupt, 0);
+  expect_no_leak(st);
 }
 
 }  // namespace
