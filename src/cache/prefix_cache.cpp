@@ -179,6 +179,13 @@ uint64_t PrefixCache::begin_restore(const CacheKey& key, std::span<const int32_t
     }
   }
   // ... and its continuation on disk, or in the write queue (read after the write: FIFO).
+  if (pos + bs <= prompt.size()) {  // another restore in flight reads this block: join it
+    const auto it = reading_.find(block_hash(h, prompt.subspan(pos, bs)));
+    if (it != reading_.end() && !restores_.at(it->second).abandoned) {  // a cancelled one skips reads
+      ++restores_.at(it->second).holders;
+      return it->second;
+    }
+  }
   Restore r;
   r.ns = key.ns;
   r.from_tokens = static_cast<int64_t>(pos);
@@ -214,6 +221,7 @@ uint64_t PrefixCache::begin_restore(const CacheKey& key, std::span<const int32_t
   r.tokens.resize(r.fresh.size() * bs);
   r.ram = std::move(ram);
   const uint64_t ticket = io_->read(std::move(reads), pool_.bytes_per_block());
+  for (const BlockHash& bh : r.hashes) reading_.emplace(bh, ticket);
   restores_.emplace(ticket, std::move(r));
   return ticket;
 }
@@ -230,7 +238,7 @@ void PrefixCache::poll_restores() {
   for (const auto& [ticket, n_ok] : done_scratch_) {
     const auto it = restores_.find(ticket);
     if (it == restores_.end()) continue;
-    publish(it->second, n_ok);
+    publish(ticket, it->second, n_ok);
     if (it->second.abandoned) {
       unpin(it->second);
       restores_.erase(it);
@@ -238,7 +246,9 @@ void PrefixCache::poll_restores() {
   }
 }
 
-void PrefixCache::publish(Restore& r, int64_t n_ok) {
+void PrefixCache::publish(uint64_t ticket, Restore& r, int64_t n_ok) {
+  for (const BlockHash& bh : r.hashes)
+    if (const auto it = reading_.find(bh); it != reading_.end() && it->second == ticket) reading_.erase(it);
   // The chain must still be there (a RAM reset or the cache turned off meanwhile drops it:
   // the pinned blocks stay ours, uncached, and the copies go back).
   bool chain = config_.enabled;
@@ -285,13 +295,17 @@ void PrefixCache::end_restore(uint64_t ticket, int64_t cached_tokens) {
   const auto it = restores_.find(ticket);
   if (it == restores_.end()) return;
   Restore& r = it->second;
+  --r.holders;
   if (!r.done) {  // in flight: its blocks stay held until the thread reports it
-    r.abandoned = true;
-    io_->cancel(ticket);
+    if (r.holders == 0) {
+      r.abandoned = true;
+      io_->cancel(ticket);
+    }
     return;
   }
   const int64_t to = r.from_tokens + static_cast<int64_t>(r.published.size()) * pool_.block_size();
   if (cached_tokens > r.from_tokens && !r.published.empty()) disk_->count_hit(std::min(cached_tokens, to) - r.from_tokens);
+  if (r.holders > 0) return;  // others still to borrow it
   unpin(r);
   restores_.erase(it);
 }

@@ -71,6 +71,11 @@
 //   end_restore() of a restore still in flight cancels it: the thread skips its
 //   remaining reads and the blocks stay held until it reports, so nothing ever writes
 //   into a block someone else was given; what it read intact is published, unpinned.
+//   A begin_restore() whose first disk block another restore in flight is reading joins
+//   that restore (the same ticket, one more holder) instead of reading the blocks again:
+//   a burst on one document restores it once. It gets what that restore covers (a longer
+//   prompt computes the rest). A restore is unpinned and forgotten when its last holder
+//   ends it (a cancel needs every holder gone).
 // - Threads: the engine thread only (the pool's owner). No locks: stats() is a value
 //   snapshot the engine publishes to other threads.
 // - Lifetime: the pool must outlive the cache; the cache attaches itself as the pool's
@@ -264,15 +269,17 @@ class PrefixCache final : private BlockCacheListener {
     int64_t from_tokens = 0;         // position of the first disk block
     bool done = false;               // published (fresh is empty)
     bool pinned = true;              // ram and published still pinned
-    bool abandoned = false;          // end_restore came first: unpin when done
+    bool abandoned = false;          // every holder ended it while in flight: unpin when done
+    int32_t holders = 1;             // requests waiting for it (begin_restore calls that joined)
   };
-  void publish(Restore& r, int64_t n_ok);
+  void publish(uint64_t ticket, Restore& r, int64_t n_ok);
   void unpin(Restore& r);
 
   PagedKvPool& pool_;
   DiskTier* disk_ = nullptr;  // the second tier, not owned
   DiskIo* io_ = nullptr;      // its I/O thread, not owned (null: synchronous)
   std::unordered_map<uint64_t, Restore> restores_;
+  std::unordered_map<BlockHash, uint64_t, BlockHashHasher> reading_;  // disk blocks in flight -> restore
   std::vector<std::pair<uint64_t, int64_t>> done_scratch_;
   PrefixIndex index_;
   std::string model_id_;

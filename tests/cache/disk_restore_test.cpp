@@ -3,8 +3,9 @@
 // token-exact with the ledger exact, lookup() alone never reads the disk, a block computed
 // while its copy was being read is shared rather than duplicated, a RAM reset or the cache
 // turned off mid-restore gives every block back, a cancelled restore keeps its blocks
-// until the thread reports and then leaks nothing, and spills queued but not yet written
-// are restored. Cache invariants are checked after every step.
+// until the thread reports and then leaks nothing, spills queued but not yet written
+// are restored, and a burst on one document restores it once (later requests join the
+// restore in flight; one whose every holder left is not joined). Cache invariants are checked after every step.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -206,6 +207,56 @@ TEST(PrefixCacheAsyncRestore, ASpillStillQueuedIsRestoredNotRecomputed) {
   EXPECT_EQ(b.cached_tokens, 40);
   EXPECT_TRUE(t.h.holds_its_tokens(b));
   t.h.drop(b);
+  t.check();
+}
+
+TEST(PrefixCacheAsyncRestore, ABurstOnOneDocumentRestoresItOnce) {
+  TempDir dir;
+  AsyncHarness t(dir.path, 32, 0, /*read_delay_ms=*/10);
+  const auto doc = tokens(40, 100);
+  Request a = t.h.admit(doc);
+  t.h.finish(a);
+  t.settle();
+  const auto q1 = concat(doc, tokens(3, 9000)), q2 = concat(doc, tokens(6, 9100));
+  const uint64_t t1 = t.h.cache.begin_restore(t.h.cache.key(), q1);
+  const uint64_t t2 = t.h.cache.begin_restore(t.h.cache.key(), q2);
+  ASSERT_NE(t1, 0u);
+  EXPECT_EQ(t2, t1) << "the second request read the document again";
+  EXPECT_EQ(t.h.cache.restore_blocks(), 5);
+  t.settle();
+  Request b1 = t.h.admit(q1);
+  t.h.cache.end_restore(t1, b1.cached_tokens);
+  EXPECT_EQ(t.h.cache.restore_blocks(), 5);  // pinned for the second
+  Request b2 = t.h.admit(q2);
+  t.h.cache.end_restore(t2, b2.cached_tokens);
+  EXPECT_EQ(t.h.cache.restore_blocks(), 0);
+  EXPECT_EQ(b1.cached_tokens, 40);
+  EXPECT_EQ(b2.cached_tokens, 40);
+  EXPECT_TRUE(t.h.holds_its_tokens(b1));
+  EXPECT_TRUE(t.h.holds_its_tokens(b2));
+  const DiskTierStats s = t.disk.stats();
+  EXPECT_EQ(s.reads, 5);
+  EXPECT_EQ(s.hits, 2);
+  EXPECT_EQ(s.hit_tokens, 80);
+  t.check();
+  t.h.drop(b1);
+  t.h.drop(b2);
+  t.settle();
+  EXPECT_EQ(t.h.pool.stats().blocks_live, 0);
+
+  // Both holders gone while in flight: the restore is cancelled, and is not joined again.
+  const uint64_t t3 = t.h.cache.begin_restore(t.h.cache.key(), q1);
+  ASSERT_NE(t3, 0u);
+  EXPECT_EQ(t.h.cache.begin_restore(t.h.cache.key(), q2), t3);
+  t.h.cache.end_restore(t3, 0);
+  EXPECT_EQ(t.h.cache.restore_pending(t3), true);
+  t.h.cache.end_restore(t3, 0);
+  const uint64_t t4 = t.h.cache.begin_restore(t.h.cache.key(), q1);
+  EXPECT_NE(t4, t3);
+  t.settle();
+  t.h.cache.end_restore(t4, 0);
+  EXPECT_EQ(t.h.cache.restore_blocks(), 0);
+  EXPECT_EQ(t.h.pool.stats().blocks_live, 0);
   t.check();
 }
 
