@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 #include <tuple>
 
 #include "cache/crc32c.h"
@@ -214,44 +215,58 @@ void DiskTier::touch(const BlockHash& h, int fd) {
   }
 }
 
+bool DiskTier::contains(const BlockHash& h) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return records_.count(h) != 0;
+}
+
 bool DiskTier::put(const BlockHash& h, std::span<const int32_t> tokens, std::span<const uint8_t> payload) {
-  if (contains(h)) {
-    touch(h, -1);
-    return true;
-  }
   const auto t0 = std::chrono::steady_clock::now();
   const size_t head_bytes = kHeaderBytes + tokens.size_bytes();
   const size_t file_bytes = head_bytes + payload.size() + 8;
   // The file system's rounding: what st_blocks will say for a file this size (4 KiB blocks).
   const uint64_t predicted = (file_bytes + 4095) / 4096 * 4096;
-  if (!make_room(predicted)) return false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (records_.count(h)) {
+      touch(h, -1);
+      return true;
+    }
+    if (!make_room(predicted)) return false;
+  }
 
-  header_.assign(head_bytes, 0);
-  std::memcpy(header_.data(), kMagic, 8);
-  put_u32(&header_[8], kVersion);
-  put_u32(&header_[12], static_cast<uint32_t>(tokens.size()));
-  put_u64(&header_[16], payload.size());
-  std::memcpy(&header_[24], h.bytes.data(), 32);
-  std::memcpy(&header_[kHeaderBytes], tokens.data(), tokens.size_bytes());
+  // The record is built and written without the lock (see Threads in the header).
+  std::vector<uint8_t> header(head_bytes, 0);
+  std::memcpy(header.data(), kMagic, 8);
+  put_u32(&header[8], kVersion);
+  put_u32(&header[12], static_cast<uint32_t>(tokens.size()));
+  put_u64(&header[16], payload.size());
+  std::memcpy(&header[24], h.bytes.data(), 32);
+  std::memcpy(&header[kHeaderBytes], tokens.data(), tokens.size_bytes());
   uint8_t trailer[8];
-  put_u32(trailer, crc32c(payload.data(), payload.size(), crc32c(header_.data(), header_.size())));
+  put_u32(trailer, crc32c(payload.data(), payload.size(), crc32c(header.data(), header.size())));
   put_u32(trailer + 4, kTrailerMagic);
 
   const std::string path = path_of(h), tmp = path.substr(0, path.size() - kSuffix.size()) + std::string(kTmpSuffix);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   bool ok = fd >= 0;
   if (ok) {
-    struct iovec iov[3] = {{header_.data(), header_.size()},
+    struct iovec iov[3] = {{header.data(), header.size()},
                            {const_cast<uint8_t*>(payload.data()), payload.size()},
                            {trailer, sizeof trailer}};
     ok = full_io(fd, iov, 3, file_bytes, /*write=*/true);
   }
+  std::lock_guard<std::mutex> lk(mu_);
+  // Stamped, renamed and booked under the lock: the name appears exactly when the ledger
+  // has it, and its mtime is the newest (LRU order == mtime order, invariant 3).
   struct stat st {};
-  if (ok) ok = ::futimens(fd, next_stamp().data()) == 0 && ::fstat(fd, &st) == 0;
+  const bool raced = ok && records_.count(h) != 0;  // another put of the same block won
+  if (ok && !raced) ok = ::futimens(fd, next_stamp().data()) == 0 && ::fstat(fd, &st) == 0;
   if (fd >= 0) ::close(fd);
-  if (ok) ok = ::rename(tmp.c_str(), path.c_str()) == 0;
-  if (!ok) {
+  if (ok && !raced) ok = ::rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok || raced) {
     ::unlink(tmp.c_str());
+    if (raced) return true;
     ++counters_.write_errors;
     return false;
   }
@@ -275,10 +290,14 @@ bool DiskTier::put(const BlockHash& h, std::span<const int32_t> tokens, std::spa
 
 bool DiskTier::get(const BlockHash& h, std::span<const int32_t> tokens, std::span<uint8_t> payload) {
   if (!contains(h)) return false;
+  if (config_.read_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(config_.read_delay_ms));
   const auto t0 = std::chrono::steady_clock::now();
+  // Opened and read without the lock: a record evicted meanwhile is read from the open
+  // file (unlink keeps its inode) or missed at open; either way checked below.
   const std::string path = path_of(h);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {  // deleted behind our back: forget it
+    std::lock_guard<std::mutex> lk(mu_);
     erase(h);
     return false;
   }
@@ -287,24 +306,25 @@ bool DiskTier::get(const BlockHash& h, std::span<const int32_t> tokens, std::spa
   struct stat st {};
   bool ok = ::fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == file_bytes;
   uint8_t trailer[8];
+  std::vector<uint8_t> header(head_bytes);
   if (ok) {
-    header_.resize(head_bytes);
-    struct iovec iov[3] = {{header_.data(), head_bytes}, {payload.data(), payload.size()}, {trailer, sizeof trailer}};
+    struct iovec iov[3] = {{header.data(), head_bytes}, {payload.data(), payload.size()}, {trailer, sizeof trailer}};
     ok = full_io(fd, iov, 3, file_bytes, /*write=*/false);
   }
-  ok = ok && std::memcmp(header_.data(), kMagic, 8) == 0 && get_u32(&header_[8]) == kVersion &&
-       get_u32(&header_[12]) == tokens.size() && get_u64(&header_[16]) == payload.size() &&
-       std::memcmp(&header_[24], h.bytes.data(), 32) == 0 &&
-       std::memcmp(&header_[kHeaderBytes], tokens.data(), tokens.size_bytes()) == 0 &&
+  ok = ok && std::memcmp(header.data(), kMagic, 8) == 0 && get_u32(&header[8]) == kVersion &&
+       get_u32(&header[12]) == tokens.size() && get_u64(&header[16]) == payload.size() &&
+       std::memcmp(&header[24], h.bytes.data(), 32) == 0 &&
+       std::memcmp(&header[kHeaderBytes], tokens.data(), tokens.size_bytes()) == 0 &&
        get_u32(trailer + 4) == kTrailerMagic &&
-       get_u32(trailer) == crc32c(payload.data(), payload.size(), crc32c(header_.data(), head_bytes));
+       get_u32(trailer) == crc32c(payload.data(), payload.size(), crc32c(header.data(), head_bytes));
+  std::lock_guard<std::mutex> lk(mu_);
   if (!ok) {
     ::close(fd);
     erase(h);
     ++counters_.corrupt;
     return false;
   }
-  touch(h, fd);
+  touch(h, fd);  // a no-op when it was evicted meanwhile: the bytes read are still its own
   ::close(fd);
   ++counters_.reads;
   counters_.read_bytes += payload.size();
@@ -313,15 +333,18 @@ bool DiskTier::get(const BlockHash& h, std::span<const int32_t> tokens, std::spa
 }
 
 void DiskTier::count_hit(int64_t tokens) {
+  std::lock_guard<std::mutex> lk(mu_);
   ++counters_.hits;
   counters_.hit_tokens += tokens;
 }
 
 void DiskTier::reset() {
+  std::lock_guard<std::mutex> lk(mu_);
   while (!lru_.empty()) erase(lru_.front());
 }
 
 DiskTierStats DiskTier::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
   DiskTierStats s = counters_;
   s.enabled = true;
   s.blocks = static_cast<int64_t>(records_.size());
@@ -330,15 +353,20 @@ DiskTierStats DiskTier::stats() const {
   return s;
 }
 
-std::vector<BlockHash> DiskTier::lru_order() const { return {lru_.begin(), lru_.end()}; }
+std::vector<BlockHash> DiskTier::lru_order() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return {lru_.begin(), lru_.end()};
+}
 
 uint64_t DiskTier::recount_bytes() const {
+  std::lock_guard<std::mutex> lk(mu_);
   uint64_t total = disk_bytes_at(config_.dir) + disk_bytes_at(config_.dir + "/lock");
   for (const auto& [h, r] : records_) total += disk_bytes_at(path_of(h));
   return total;
 }
 
 void DiskTier::check_invariants() const {
+  std::lock_guard<std::mutex> lk(mu_);
   PAGODA_CHECK(records_.size() == lru_.size(), "DiskTier: records and LRU list differ in size");
   uint64_t sum = 0;
   int64_t prev_ns = std::numeric_limits<int64_t>::min();

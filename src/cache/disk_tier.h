@@ -22,7 +22,13 @@
 //   (a read-back touches it).
 // - One process per DIR: an flock on DIR/lock, taken at construction (a second server
 //   on the same DIR is refused with a one-line error).
-// - Threads: the owner (engine) thread calls everything; not locked. stats() is a copy.
+// - Threads: any thread may call any method. The ledger (records, LRU, counters) is
+//   under one mutex held only for bookkeeping, never across a file's read or write, so
+//   the engine thread's contains() does not wait behind the disk I/O thread's reads and
+//   writes (disk_io.h; at ~0.5 ms a 704 KiB block, holding it across the I/O would stall
+//   a 500-block lookup walk up to a quarter of a second). A record evicted or reset while
+//   another thread reads it is read from the open file or missed, never half-read: files
+//   are replaced by rename and unlinked, not rewritten in place. stats() is a copy.
 // - Failures: a bad DIR (not creatable, not a directory, not writable, locked) throws
 //   pagoda::Error with one line naming it. I/O errors after that (disk full) are not
 //   fatal: the block is simply not kept (counted in write_errors).
@@ -37,6 +43,7 @@
 #include <cstdint>
 #include <ctime>
 #include <list>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -52,6 +59,11 @@ struct DiskTierConfig {
   std::string dir;                          // empty: no disk tier
   uint64_t capacity_bytes = 4ull << 30;     // --prompt-cache-disk-bytes
   Policy policy = Policy::Evict;            // --prompt-cache-disk-policy evict|all
+  // Spills waiting for the disk I/O thread (disk_io.h) at most, in payload + token bytes;
+  // when it is full the engine thread waits for room (DiskIo::write says why).
+  uint64_t write_queue_bytes = 64ull << 20;
+  // Tests only (no flag): every get() sleeps this long first, a slow disk to restore from.
+  int read_delay_ms = 0;
 };
 
 // "evict" | "all"; throws pagoda::Error naming the flag otherwise.
@@ -74,6 +86,16 @@ struct DiskTierStats {
   double read_seconds = 0;      // time spent in those reads (open, read, checksum)
   uint64_t written_bytes = 0;   // payload bytes written
   double write_seconds = 0;
+  // The asynchronous path (disk_io.h; zeros without it): spills copied and waiting for
+  // the I/O thread, their bytes (payload + tokens; bounded by write_queue_capacity_bytes),
+  // the times the engine thread waited for room and for how long, and block reads of
+  // restores in flight.
+  int64_t queued_writes = 0;
+  uint64_t queued_write_bytes = 0;
+  uint64_t write_queue_capacity_bytes = 0;
+  int64_t write_queue_waits = 0;
+  double write_queue_wait_seconds = 0;
+  int64_t restores_in_flight = 0;
   // Restore throughput: read_bytes / read_seconds (0 before any read).
   double read_bytes_per_s() const { return read_seconds > 0 ? static_cast<double>(read_bytes) / read_seconds : 0.0; }
 };
@@ -89,7 +111,7 @@ class DiskTier {
   DiskTier& operator=(const DiskTier&) = delete;
 
   const DiskTierConfig& config() const { return config_; }
-  bool contains(const BlockHash& h) const { return records_.count(h) != 0; }
+  bool contains(const BlockHash& h) const;
   // Writes the record for block h (tokens: its block_size tokens; payload: its slab).
   // Already present: only marks it used. False when it was not kept (larger than the
   // capacity, or an I/O error).
@@ -116,6 +138,7 @@ class DiskTier {
     std::list<BlockHash>::iterator lru;      // position in lru_
   };
   std::string path_of(const BlockHash& h) const;
+  // The rest: with mu_ held.
   void touch(const BlockHash& h, int fd);    // to the LRU tail, mtime next_stamp()
   std::array<struct timespec, 2> next_stamp();  // for futimens: now, strictly after the last
   void erase(const BlockHash& h);            // unlink + unbook
@@ -126,13 +149,13 @@ class DiskTier {
 
   DiskTierConfig config_;
   int lock_fd_ = -1;
+  mutable std::mutex mu_;                    // guards everything below
   std::unordered_map<BlockHash, Record, BlockHashHasher> records_;
   std::list<BlockHash> lru_;                 // head: least recently used
   uint64_t record_bytes_ = 0;
   uint64_t dir_bytes_ = 0;                   // DIR and its lock file
   int64_t last_stamp_ns_ = 0;               // the newest mtime given (ns since the epoch)
   DiskTierStats counters_;
-  std::vector<uint8_t> header_;              // scratch: a record's header + tokens
 };
 
 }  // namespace pagoda

@@ -4,6 +4,7 @@
 #include <cassert>
 #include <chrono>
 
+#include "cache/disk_io.h"
 #include "common/error.h"
 
 namespace pagoda {
@@ -60,7 +61,8 @@ CacheHit PrefixCache::lookup(const CacheKey& key, std::span<const int32_t> promp
   counters_.queried_tokens += static_cast<int64_t>(prompt.size());
   enforce_limits();  // an expired block must not be hit
   const int32_t root = index_.find_root(key.ns);
-  if ((root == PrefixIndex::kNone && !disk_) || prompt.size() < 2) return hit;
+  const bool sync_disk = disk_ && !io_;  // with an I/O thread, begin_restore() reads the disk
+  if ((root == PrefixIndex::kNone && !sync_disk) || prompt.size() < 2) return hit;
 
   // Full blocks through the hash chain, then the longest token-exact continuation among
   // the last matching block's children (a full block diverging mid-way, or a partial
@@ -85,7 +87,7 @@ CacheHit PrefixCache::lookup(const CacheKey& key, std::span<const int32_t> promp
   // RAM blocks are pinned meanwhile: acquiring a block may evict evictable ones.
   const size_t n_ram = scratch_.size();
   size_t n_pinned = 0;
-  if (disk_ && pos + bs <= prompt.size()) {
+  if (sync_disk && pos + bs <= prompt.size()) {
     for (BlockId b : scratch_) pool_.share(b);
     n_pinned = scratch_.size();
     while (pos + bs <= prompt.size()) {
@@ -100,6 +102,7 @@ CacheHit PrefixCache::lookup(const CacheKey& key, std::span<const int32_t> promp
         break;
       }
       if (node == PrefixIndex::kNone) node = index_.root(key.ns);
+      drop_covered_partials(node, blk);
       index_.add_block(node, *b, next, blk);
       pool_.mark_cached(*b);
       last_used_[static_cast<size_t>(idx(*b))] = now();
@@ -153,6 +156,188 @@ CacheHit PrefixCache::lookup(const CacheKey& key, std::span<const int32_t> promp
     if (r != PrefixIndex::kNone) index_.prune_root(r);
   }
   return hit;
+}
+
+// ---- asynchronous restore ------------------------------------------------------------------
+
+uint64_t PrefixCache::begin_restore(const CacheKey& key, std::span<const int32_t> prompt) {
+  if (!config_.enabled || !key.use_cache || !disk_ || !io_ || prompt.size() < 2) return 0;
+  enforce_limits();
+  const size_t bs = static_cast<size_t>(pool_.block_size());
+  // The RAM chain, as lookup() walks it...
+  std::vector<BlockId> ram;
+  BlockHash h = key.ns;
+  size_t pos = 0;
+  if (index_.find_root(key.ns) != PrefixIndex::kNone) {
+    while (pos + bs <= prompt.size()) {
+      const BlockHash next = block_hash(h, prompt.subspan(pos, bs));
+      const int32_t f = index_.find_full(next);
+      if (f == PrefixIndex::kNone) break;
+      ram.push_back(BlockId{f});
+      h = next;
+      pos += bs;
+    }
+  }
+  // ... and its continuation on disk, or in the write queue (read after the write: FIFO).
+  if (pos + bs <= prompt.size()) {  // another restore in flight reads this block: join it
+    const auto it = reading_.find(block_hash(h, prompt.subspan(pos, bs)));
+    if (it != reading_.end() && !restores_.at(it->second).abandoned) {  // a cancelled one skips reads
+      ++restores_.at(it->second).holders;
+      return it->second;
+    }
+  }
+  Restore r;
+  r.ns = key.ns;
+  r.from_tokens = static_cast<int64_t>(pos);
+  while (pos + bs <= prompt.size()) {
+    const auto blk = prompt.subspan(pos, bs);
+    const BlockHash next = block_hash(h, blk);
+    if (!disk_->contains(next) && !io_->write_queued(next)) break;
+    r.hashes.push_back(next);
+    r.tokens.insert(r.tokens.end(), blk.begin(), blk.end());
+    h = next;
+    pos += bs;
+  }
+  if (r.hashes.empty()) return 0;
+  // Pinned first: acquiring may evict evictable blocks.
+  for (BlockId b : ram) pool_.share(b);
+  std::vector<DiskIo::ReadBlock> reads;
+  for (size_t j = 0; j < r.hashes.size(); ++j) {
+    const std::optional<BlockId> b = pool_.acquire(0);
+    if (!b) break;
+    r.fresh.push_back(*b);
+    DiskIo::ReadBlock rb;
+    rb.hash = r.hashes[j];
+    rb.tokens.assign(r.tokens.begin() + static_cast<std::ptrdiff_t>(j * bs),
+                     r.tokens.begin() + static_cast<std::ptrdiff_t>((j + 1) * bs));
+    rb.dst = pool_.fill_block(*b, static_cast<int>(bs));
+    reads.push_back(std::move(rb));
+  }
+  if (r.fresh.empty()) {
+    for (size_t j = ram.size(); j-- > 0;) pool_.release(ram[j]);
+    return 0;
+  }
+  r.hashes.resize(r.fresh.size());
+  r.tokens.resize(r.fresh.size() * bs);
+  r.ram = std::move(ram);
+  const uint64_t ticket = io_->read(std::move(reads), pool_.bytes_per_block());
+  for (const BlockHash& bh : r.hashes) reading_.emplace(bh, ticket);
+  restores_.emplace(ticket, std::move(r));
+  return ticket;
+}
+
+bool PrefixCache::restore_pending(uint64_t ticket) const {
+  const auto it = restores_.find(ticket);
+  return it != restores_.end() && !it->second.done;
+}
+
+void PrefixCache::poll_restores() {
+  if (!io_ || restores_.empty()) return;
+  done_scratch_.clear();
+  io_->take_done(done_scratch_);
+  for (const auto& [ticket, n_ok] : done_scratch_) {
+    const auto it = restores_.find(ticket);
+    if (it == restores_.end()) continue;
+    publish(ticket, it->second, n_ok);
+    if (it->second.abandoned) {
+      unpin(it->second);
+      restores_.erase(it);
+    }
+  }
+}
+
+void PrefixCache::publish(uint64_t ticket, Restore& r, int64_t n_ok) {
+  for (const BlockHash& bh : r.hashes)
+    if (const auto it = reading_.find(bh); it != reading_.end() && it->second == ticket) reading_.erase(it);
+  // The chain must still be there (a RAM reset or the cache turned off meanwhile drops it:
+  // the pinned blocks stay ours, uncached, and the copies go back).
+  bool chain = config_.enabled;
+  for (BlockId b : r.ram) chain = chain && index_.contains(b);
+  const size_t bs = static_cast<size_t>(pool_.block_size());
+  int32_t node = r.ram.empty() ? PrefixIndex::kNone : idx(r.ram.back());
+  const int64_t t = now();
+  for (size_t j = 0; j < r.fresh.size(); ++j) {
+    const BlockId b = r.fresh[j];
+    if (!chain || static_cast<int64_t>(j) >= n_ok) {  // a failed read ends the chain
+      pool_.release(b);
+      continue;
+    }
+    const int32_t found = index_.find_full(r.hashes[j]);
+    if (found != PrefixIndex::kNone) {  // computed (or restored) meanwhile: one copy
+      pool_.share(BlockId{found});
+      pool_.release(b);
+      r.published.push_back(BlockId{found});
+      node = found;
+      continue;
+    }
+    const auto blk = std::span<const int32_t>(r.tokens).subspan(j * bs, bs);
+    if (node == PrefixIndex::kNone) node = index_.root(r.ns);
+    drop_covered_partials(node, blk);
+    index_.add_block(node, b, r.hashes[j], blk);
+    pool_.mark_cached(b);
+    last_used_[static_cast<size_t>(idx(b))] = t;
+    r.published.push_back(b);
+    node = idx(b);
+  }
+  r.fresh.clear();
+  r.done = true;
+}
+
+void PrefixCache::unpin(Restore& r) {
+  if (!r.pinned) return;
+  r.pinned = false;
+  // Tail first (a chain's tail becomes evictable before its head: invariant 2).
+  for (size_t j = r.published.size(); j-- > 0;) pool_.release(r.published[j]);
+  for (size_t j = r.ram.size(); j-- > 0;) pool_.release(r.ram[j]);
+}
+
+void PrefixCache::end_restore(uint64_t ticket, int64_t cached_tokens) {
+  const auto it = restores_.find(ticket);
+  if (it == restores_.end()) return;
+  Restore& r = it->second;
+  --r.holders;
+  if (!r.done) {  // in flight: its blocks stay held until the thread reports it
+    if (r.holders == 0) {
+      r.abandoned = true;
+      io_->cancel(ticket);
+    }
+    return;
+  }
+  const int64_t to = r.from_tokens + static_cast<int64_t>(r.published.size()) * pool_.block_size();
+  if (cached_tokens > r.from_tokens && !r.published.empty()) disk_->count_hit(std::min(cached_tokens, to) - r.from_tokens);
+  if (r.holders > 0) return;  // others still to borrow it
+  unpin(r);
+  restores_.erase(it);
+}
+
+int64_t PrefixCache::restore_blocks() const {
+  int64_t n = 0;
+  for (const auto& [ticket, r] : restores_)
+    n += static_cast<int64_t>(r.fresh.size()) +
+         (r.pinned ? static_cast<int64_t>(r.ram.size() + r.published.size()) : 0);
+  return n;
+}
+
+int64_t PrefixCache::restores_in_flight() const {
+  int64_t n = 0;
+  for (const auto& [ticket, r] : restores_) n += r.done ? 0 : 1;
+  return n;
+}
+
+void PrefixCache::wait_restores() {
+  if (!io_) return;
+  io_->drain();
+  poll_restores();
+}
+
+bool PrefixCache::unpin_restores() {
+  bool any = false;
+  for (auto& [ticket, r] : restores_) {
+    if (!r.done || !r.pinned) continue;
+    unpin(r);
+    any = true;
+  }
+  return any;
 }
 
 int64_t PrefixCache::window_covered(int64_t cached) {
@@ -212,16 +397,7 @@ void PrefixCache::insert(const CacheKey& key, std::span<const int32_t> tokens, B
     last_used_[static_cast<size_t>(idx(b))] = t_now;
     ++added;
     if (disk_ && disk_->config().policy == DiskTierConfig::Policy::All) spill(idx(b));  // write-through
-    // Partial siblings this block covers are redundant now.
-    for (int32_t c = index_.first_child(parent), next; c != PrefixIndex::kNone; c = next) {
-      next = index_.next_sibling(c);
-      if (index_.kind(c) != PrefixIndex::Kind::Partial) continue;
-      const auto ct = index_.tokens(c);
-      if (std::equal(ct.begin(), ct.end(), blk.begin())) {
-        drop(BlockId{c});
-        ++counters_.superseded_blocks;
-      }
-    }
+    drop_covered_partials(parent, blk);  // redundant now
     parent = idx(b);
   }
   const int64_t n_full = n / bs;
@@ -279,8 +455,24 @@ void PrefixCache::insert(const CacheKey& key, std::span<const int32_t> tokens, B
 
 void PrefixCache::spill(int32_t node) {
   if (!disk_ || index_.kind(node) != PrefixIndex::Kind::Full) return;
-  disk_->put(index_.hash(node), index_.tokens(node),
-             std::span<const uint8_t>(pool_.block_bytes(BlockId{node}), pool_.bytes_per_block()));
+  const std::span<const uint8_t> payload(pool_.block_bytes(BlockId{node}), pool_.bytes_per_block());
+  if (io_) {
+    io_->write(index_.hash(node), index_.tokens(node), payload);  // copied: the block may be reused at once
+  } else {
+    disk_->put(index_.hash(node), index_.tokens(node), payload);
+  }
+}
+
+void PrefixCache::drop_covered_partials(int32_t parent, std::span<const int32_t> full) {
+  for (int32_t c = index_.first_child(parent), next; c != PrefixIndex::kNone; c = next) {
+    next = index_.next_sibling(c);
+    if (index_.kind(c) != PrefixIndex::Kind::Partial) continue;
+    const auto ct = index_.tokens(c);
+    if (std::equal(ct.begin(), ct.end(), full.begin())) {
+      drop(BlockId{c});
+      ++counters_.superseded_blocks;
+    }
+  }
 }
 
 int64_t PrefixCache::drop(BlockId b) {
@@ -431,7 +623,13 @@ void PrefixCache::reset(CacheTier tier) {
     drop_all();
     ++counters_.resets;
   }
-  if (tier != CacheTier::Ram && disk_) disk_->reset();
+  if (tier != CacheTier::Ram && disk_) {
+    if (io_) {  // queued spills would land after the reset; reads in flight finish first
+      io_->discard_writes();
+      io_->drain();
+    }
+    disk_->reset();
+  }
 }
 
 void PrefixCache::set_disk_tier(DiskTier* disk) {
@@ -439,14 +637,25 @@ void PrefixCache::set_disk_tier(DiskTier* disk) {
   disk_ = disk;
 }
 
+void PrefixCache::set_disk_io(DiskIo* io) {
+  PAGODA_CHECK(!io || disk_, "PrefixCache: a disk I/O thread without a disk tier");
+  PAGODA_CHECK(restores_.empty(), "PrefixCache: set_disk_io with restores outstanding");
+  io_ = io;
+}
+
 void PrefixCache::flush_to_disk() {
   if (!disk_) return;
+  if (io_) {  // restores in flight finish (and, abandoned, give their blocks back) first
+    io_->drain();
+    poll_restores();
+  }
   // Least recently used first, so the disk's LRU order continues the RAM's; then the
   // blocks running sequences still hold.
   for (BlockId b : pool_.evictable_list())
     if (index_.contains(b)) spill(idx(b));
   for (int32_t i = 0; i < static_cast<int32_t>(pool_.blocks_budget()); ++i)
     if (index_.contains(BlockId{i}) && pool_.refcount(BlockId{i}) > 0) spill(i);
+  if (io_) io_->drain();
 }
 
 CacheStats PrefixCache::stats() const {
@@ -464,6 +673,7 @@ CacheStats PrefixCache::stats() const {
   s.ttl_ms = config_.ttl_ms;
   s.min_prefix_tokens = config_.min_prefix_tokens;
   if (disk_) s.disk = disk_->stats();
+  if (io_) io_->fill_stats(s.disk);
   return s;
 }
 

@@ -58,6 +58,24 @@
 //   and marked cached as if computed here; the first missing or failing record ends the
 //   chain. Partial tails never go to disk (they have no hash of their own). Refused with
 //   local layer groups (their companions are not written).
+// - Disk I/O off the engine thread (set_disk_io, disk_io.h): spills are copied into the
+//   I/O thread's bounded queue instead of written in place, and lookup() never reads the
+//   disk. Restores are asynchronous, in three calls: begin_restore() walks the prompt's
+//   chain past RAM onto disk (records, or spills still queued), pins the RAM part,
+//   acquires fresh pool blocks for the disk part and hands their reads to the I/O thread
+//   (straight into the blocks' slabs); poll_restores() (each engine step) publishes the
+//   finished ones: the leading blocks read intact are indexed and cached exactly as the
+//   synchronous path does (a block someone computed meanwhile is used instead of the
+//   copy), pinned until end_restore(); the rest go back to the pool. The caller then
+//   lookup()s (which borrows them) and end_restore()s (unpins; counts the disk hit).
+//   end_restore() of a restore still in flight cancels it: the thread skips its
+//   remaining reads and the blocks stay held until it reports, so nothing ever writes
+//   into a block someone else was given; what it read intact is published, unpinned.
+//   A begin_restore() whose first disk block another restore in flight is reading joins
+//   that restore (the same ticket, one more holder) instead of reading the blocks again:
+//   a burst on one document restores it once. It gets what that restore covers (a longer
+//   prompt computes the rest). A restore is unpinned and forgotten when its last holder
+//   ends it (a cancel needs every holder gone).
 // - Threads: the engine thread only (the pool's owner). No locks: stats() is a value
 //   snapshot the engine publishes to other threads.
 // - Lifetime: the pool must outlive the cache; the cache attaches itself as the pool's
@@ -82,6 +100,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cache/block_hash.h"
@@ -92,6 +112,8 @@
 #include "kv/paged_kv_pool.h"
 
 namespace pagoda {
+
+class DiskIo;
 
 // A request's cache identity: its namespace and whether it uses the cache at all
 // (per-request opt-out: no lookup, no insert).
@@ -163,6 +185,31 @@ class PrefixCache final : private BlockCacheListener {
   // continues lookups on it. Requires: no local layer groups (see the contract), `disk`
   // outlives its attachment.
   void set_disk_tier(DiskTier* disk);
+  // The disk tier's I/O thread (see the contract), or nullptr: synchronous disk I/O.
+  // Requires: a disk tier attached, no restore outstanding when detaching.
+  void set_disk_io(DiskIo* io);
+
+  // Asynchronous restore (set_disk_io; see the contract). Starts reading the disk part of
+  // `prompt`'s cached prefix; returns its ticket, or 0 when there is nothing to restore
+  // (no disk block continues the RAM chain, no free pool block, no I/O thread, cache off).
+  uint64_t begin_restore(const CacheKey& key, std::span<const int32_t> prompt);
+  // True while its reads are in flight (poll_restores() has not published it yet).
+  bool restore_pending(uint64_t ticket) const;
+  // Publishes the restores the I/O thread finished (see the contract).
+  void poll_restores();
+  // The caller is done with the restore: cached_tokens is what its lookup() borrowed
+  // (the disk hit is counted from it; 0 when the request went away). Unpins, or cancels
+  // one in flight. Unknown tickets are ignored.
+  void end_restore(uint64_t ticket, int64_t cached_tokens);
+  // Pool blocks restores hold (in flight, or published and pinned).
+  int64_t restore_blocks() const;
+  // Restores whose reads are in flight.
+  int64_t restores_in_flight() const;
+  // Unpins every published restore (its blocks stay cached, evictable): the pool
+  // needs them for a request that cannot be admitted otherwise. True when any was pinned.
+  bool unpin_restores();
+  // Blocks until the restores in flight are read, then publishes them (poll_restores).
+  void wait_restores();
   // Writes every cached full block the disk tier lacks (a clean shutdown: with policy
   // Evict the RAM tier's blocks would be lost otherwise), least recently used first.
   void flush_to_disk();
@@ -208,9 +255,32 @@ class PrefixCache final : private BlockCacheListener {
   void expire_ttl();
   void credit(Reason reason, int64_t entries_removed, int64_t blocks);
   void drop_all();
+  // Drops the partial children of `parent` whose tokens `full` covers (invariant 4).
+  void drop_covered_partials(int32_t parent, std::span<const int32_t> full);
+
+  // An asynchronous restore (see begin_restore).
+  struct Restore {
+    BlockHash ns;
+    std::vector<BlockId> ram;        // the RAM chain before it, pinned
+    std::vector<BlockHash> hashes;   // the disk blocks' chained hashes
+    std::vector<int32_t> tokens;     // their tokens, block_size each
+    std::vector<BlockId> fresh;      // held while the reads are in flight
+    std::vector<BlockId> published;  // indexed and pinned once done
+    int64_t from_tokens = 0;         // position of the first disk block
+    bool done = false;               // published (fresh is empty)
+    bool pinned = true;              // ram and published still pinned
+    bool abandoned = false;          // every holder ended it while in flight: unpin when done
+    int32_t holders = 1;             // requests waiting for it (begin_restore calls that joined)
+  };
+  void publish(uint64_t ticket, Restore& r, int64_t n_ok);
+  void unpin(Restore& r);
 
   PagedKvPool& pool_;
   DiskTier* disk_ = nullptr;  // the second tier, not owned
+  DiskIo* io_ = nullptr;      // its I/O thread, not owned (null: synchronous)
+  std::unordered_map<uint64_t, Restore> restores_;
+  std::unordered_map<BlockHash, uint64_t, BlockHashHasher> reading_;  // disk blocks in flight -> restore
+  std::vector<std::pair<uint64_t, int64_t>> done_scratch_;
   PrefixIndex index_;
   std::string model_id_;
   PrefixCacheConfig config_;

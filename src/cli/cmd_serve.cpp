@@ -272,7 +272,9 @@ Runner add_serve(CLI::App& app) {
     ec.model_id = o->model;
     // Blocks on disk outlive the process: the namespace must tell a rewritten file (or
     // the same file re-encoded by --quantize) from the one that computed them.
-    if (!ec.disk.dir.empty()) ec.model_id += "|quantize=" + o->quantize + "|" + weights_fingerprint(o->model);
+    if (!ec.disk.dir.empty())
+      ec.model_id += "|quantize=" + o->quantize + "|" +
+                     (lm.file ? weights_fingerprint(lm.file->part_paths()) : weights_fingerprint(o->model));
     ec.extra_eog_ids = lm.generation.eos_token_ids;
     server::SamplingDefaults defaults;
     defaults.temperature = lm.generation.temperature;

@@ -30,6 +30,10 @@ std::string weights_fingerprint(const std::string& path) {
   } else {
     files.push_back(path);
   }
+  return weights_fingerprint(files);
+}
+
+std::string weights_fingerprint(const std::vector<std::string>& files) {
   std::string msg;  // what is hashed: at most 2 MiB + a line per file
   std::vector<unsigned char> buf(1 << 20);
   for (const std::string& f : files) {

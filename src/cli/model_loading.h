@@ -62,5 +62,8 @@ double now_seconds();
 // last MiB (the GGUF header and tensor directory, and weights). Reads at most 2 MiB
 // per file. Rejected: hashing every byte (~1 s per GB at start-up).
 std::string weights_fingerprint(const std::string& path);
+// The same over these files, in this order: every part of a split GGUF
+// (GgufFile::part_paths), so a rewritten later part misses too.
+std::string weights_fingerprint(const std::vector<std::string>& files);
 
 }  // namespace pagoda::cli

@@ -135,6 +135,16 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& con
       cache_(pool_, config_.model_id, config_.cache, {}, kv_groups_),
       scheduler_(SchedulerConfig{config_.parallel, config_.max_batch_tokens}, store_, cache_) {
   cache_.set_disk_tier(disk_.get());
+  if (disk_) {
+    disk_io_ = std::make_unique<DiskIo>(*disk_, [this] {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        io_ready_ = true;
+      }
+      cv_.notify_all();
+    });
+    cache_.set_disk_io(disk_io_.get());
+  }
   // LongRoPE models pick their factors by the context size (model.h).
   model_.set_context_size(config_.ctx_size);
   n_text_vocab_ = n_vocab_;
@@ -323,12 +333,14 @@ void Engine::loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lk(mu_);
-      const bool idle = scheduler_.running().empty() && scheduler_.waiting().empty();
+      // Idle, or nothing to compute until a disk restore finishes (its callback wakes us).
+      const bool idle = scheduler_.running().empty() && (scheduler_.waiting().empty() || stalled_);
       if (idle) {
         cv_.wait_for(lk, std::chrono::seconds(1), [&] {
-          return stopping_ || !inbox_.empty() || !cancels_.empty() || !reset_callbacks_.empty();
+          return stopping_ || !inbox_.empty() || !cancels_.empty() || !reset_callbacks_.empty() || io_ready_;
         });
       }
+      io_ready_ = false;
       if (stopping_) break;
     }
     drain_inbox();
@@ -423,6 +435,7 @@ void Engine::step() {
       }
     }
   }
+  stalled_ = batch_.size() == 0 && cache_.restores_in_flight() > 0;
   if (batch_.size() == 0) return;
 
   // Forward, sample, stream.
@@ -683,6 +696,7 @@ void Engine::publish_stats() {
   EngineStats st = counters_;
   st.running = static_cast<int64_t>(scheduler_.running().size());
   st.waiting = static_cast<int64_t>(scheduler_.waiting().size());
+  st.restoring = scheduler_.restoring();
   st.blocks_held = scheduler_.blocks_held();
   st.pool = pool_.stats();
   st.cache = cache_.stats();

@@ -66,13 +66,21 @@
 //  4. One Model::forward over the whole batch; sample each sequence that got logits
 //     with its own Sampler; stream; apply stop conditions; finish.
 // Disk tier (EngineConfig::disk, cache/disk_tier.h): blocks are written and read back on
-// the engine thread, in bulk, inside the lookup that admits a request (the step stalls
-// for the read: measured in the README, 0.22 s for 16k tokens of TinyLlama (369 MB) from
-// the page cache and 0.74 s from the disk, against 21 minutes to recompute them on 2
-// loaded cores; an asynchronous read needs a new waiting state in the scheduler, not done
-// yet); at stop() every cached block the disk lacks
-// is written, so a clean restart finds the RAM tier too. Refused for models whose
-// sliding-window layers are paged apart (their blocks' companions are not written).
+// the disk tier's own I/O thread (cache/disk_io.h), not the engine thread. A request
+// whose cached prefix continues on disk waits for its reads in the waiting list
+// ("restoring": not admitted, computing nothing, holding a running slot; scheduler.h)
+// while every running request keeps stepping; the step after the reads finish it is
+// admitted with the restored blocks borrowed like RAM hits. A failed read (corrupt,
+// torn, missing) ends the restored chain there and the request computes the rest.
+// Cancelled or past its deadline while restoring, it ends at once; the blocks being
+// read stay held until the thread reports, then go back (what was read intact stays
+// cached). Spills are copied into a bounded queue (DiskTierConfig::write_queue_bytes;
+// the engine thread waits for room when evictions outrun the disk: disk_io.h says why
+// rather than drop). The engine thread pays a 704 KiB memcpy per TinyLlama block spilled
+// and none per block restored. At stop() restores in flight finish, then every cached
+// block the disk lacks is queued and the queue drained, so a clean restart finds the RAM
+// tier too. Refused for models whose sliding-window layers are paged apart (their
+// blocks' companions are not written).
 // Prefix cache: a sequence's full prompt blocks are indexed when its prefill completes
 // (so concurrent requests with the same prefix share them), and at each checkpoint a
 // deferred request asked for; everything it computed is
@@ -116,6 +124,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "cache/disk_io.h"
 #include "cache/prefix_cache.h"
 #include "cache/prefix_cache_config.h"
 #include "common/thread_pool.h"
@@ -244,7 +253,8 @@ struct SubmitResult {
 
 struct EngineStats {
   int64_t running = 0;
-  int64_t waiting = 0;          // queued (incl. preempted, not yet re-admitted)
+  int64_t waiting = 0;          // queued (incl. preempted, not yet re-admitted, and restoring)
+  int64_t restoring = 0;        // of those, waiting for a disk restore (scheduler.h)
   int64_t in_flight = 0;        // accepted and not finished
   int64_t steps = 0;            // forwards run
   int64_t preemptions = 0;
@@ -371,6 +381,7 @@ class Engine {
   std::vector<float> cls_scratch_;  // [n_cls_out] a reranker head's outputs
   EngineStats counters_;       // counters the snapshot copies
   std::shared_ptr<const grammar::TokenVocabulary> grammar_vocab_;  // see grammar_vocab()
+  bool stalled_ = false;       // the last step ran no forward while disk restores were in flight
 
   // ---- guarded by mu_ ----
   mutable std::mutex mu_;
@@ -387,10 +398,14 @@ class Engine {
   std::vector<std::function<void(const PrefixCacheReset&)>> reset_callbacks_;  // asked for, not yet run
   bool reset_ram_ = false, reset_disk_ = false;  // the tiers those resets asked for
   bool thread_started_ = false;  // started_, readable by other threads
+  bool io_ready_ = false;        // the disk I/O thread finished a restore since the loop looked
   EngineStats snapshot_;
 
   std::thread thread_;
   bool started_ = false;
+  // The disk tier's I/O thread (null: no disk tier). Last: destroyed (joined) first,
+  // before the pool its reads write into, the tier and mu_ its callback takes.
+  std::unique_ptr<DiskIo> disk_io_;
 };
 
 }  // namespace pagoda

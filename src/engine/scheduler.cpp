@@ -13,6 +13,7 @@ void SchedulerOutput::clear() {
   preempted.clear();
   admitted.clear();
   deferred.clear();
+  restoring.clear();
   ended_length.clear();
   refused.clear();
   n_tokens = 0;
@@ -44,7 +45,15 @@ void Scheduler::release_kv(SchedSeq* s) {
   s->checkpoints.clear();
 }
 
+void Scheduler::end_restore(SchedSeq* s, int64_t cached_tokens) {
+  if (s->restore == 0) return;
+  cache_.end_restore(s->restore, cached_tokens);
+  s->restore = 0;
+  --n_restoring_;
+}
+
 void Scheduler::end(SchedSeq* s) {
+  end_restore(s, 0);
   release_kv(s);
   auto r = std::find(running_.begin(), running_.end(), s);
   if (r != running_.end()) running_.erase(r);
@@ -69,6 +78,17 @@ bool Scheduler::reserve_decode(SchedSeq* s) {
   for (;;) {
     const AllocResult r = store_.reserve(s->seq_id, s->n_computed + 1);
     if (r.ok()) return true;
+    // Blocks disk restores hold come before any running sequence's: finished restores are
+    // unpinned (their blocks stay cached, evictable) and, when s is alone, restores in
+    // flight are waited for (the engine thread blocks on the reads: only when the pool is
+    // exhausted, where the alternative is ending s with Length for blocks it will get).
+    if (r.status != AllocResult::Status::NeverFits) {
+      if (cache_.unpin_restores()) continue;
+      if (running_.size() == 1 && cache_.restore_blocks() > 0) {
+        cache_.wait_restores();
+        continue;
+      }
+    }
     if (r.status == AllocResult::Status::NeverFits || running_.size() == 1) {
       end(s);  // it cannot grow even alone
       out_.ended_length.push_back(s);
@@ -152,6 +172,7 @@ bool Scheduler::defer_behind_prefill(SchedSeq* s) {
 
 const SchedulerOutput& Scheduler::schedule() {
   out_.clear();
+  cache_.poll_restores();  // restores the disk I/O thread finished: indexed, pinned
 
   // 1. Decode. Iterate over a copy: preemption edits running_ (always at or after the
   // sequence asking, so every one already served keeps its slot).
@@ -183,13 +204,42 @@ const SchedulerOutput& Scheduler::schedule() {
       ++w;
       continue;
     }
+    if (s->restore != 0 && cache_.restore_pending(s->restore)) {  // its reads are in flight
+      out_.restoring.push_back(s);
+      ++w;
+      continue;
+    }
+    if (s->restore == 0) {
+      // The slots left are the restoring requests' (running + restoring <= parallel).
+      if (static_cast<int64_t>(running_.size()) + n_restoring_ >= config_.parallel) {
+        ++w;
+        continue;
+      }
+      if (!s->restore_tried) {
+        s->restore_tried = true;
+        if (const uint64_t ticket = cache_.begin_restore(s->key, s->tokens)) {
+          s->restore = ticket;
+          ++n_restoring_;
+          out_.restoring.push_back(s);
+          ++w;
+          continue;
+        }
+      }
+    }
     const SeqId sid = next_seq_id_;
     next_seq_id_ = next_seq_id_ == std::numeric_limits<SeqId>::max() ? 0 : next_seq_id_ + 1;
     CacheHit hit = cache_.lookup(s->key, s->tokens);
+    end_restore(s, hit.cached_tokens);  // the lookup borrowed what it restored
     store_.adopt(sid, std::move(hit.table), std::move(hit.local));
     const AllocResult r = store_.reserve(sid, static_cast<int64_t>(s->tokens.size()));
     if (!r.ok()) {
       store_.remove(sid);  // gives the borrowed prefix back
+      if (r.status != AllocResult::Status::NeverFits && running_.empty() && cache_.restore_blocks() > 0) {
+        // Other restores hold blocks it may need: unpinned now (they stay cached), or in
+        // flight (they report soon); either way it tries again, not refused yet.
+        cache_.unpin_restores();
+        break;
+      }
       if (r.status == AllocResult::Status::NeverFits || running_.empty()) {
         // Only a sequence that grew (a preempted one) can get here with generated
         // tokens: it no longer fits. A fresh prompt passed never_fits at submit.
@@ -213,6 +263,7 @@ const SchedulerOutput& Scheduler::schedule() {
     s->n_checked = hit.cached_tokens;  // whoever indexed them checked them
     s->admit_order = next_admit_++;
     s->admit_cached_tokens = hit.cached_tokens;
+    s->restore_tried = false;  // a preempted one may restore again
     if (s->admissions++ == 0) s->first_cached_tokens = hit.cached_tokens;
     running_.push_back(s);
     out_.admitted.push_back(s);
@@ -261,6 +312,11 @@ void Scheduler::check_invariants() const {
     PAGODA_CHECK(s->n_checked >= 0 && s->n_checked <= s->n_computed, "scheduler: n_checked past n_computed");
     store_.check_tables(s->seq_id);
   }
+  int64_t restoring = 0;
+  for (const SchedSeq* s : waiting_) restoring += s->restore != 0 ? 1 : 0;
+  PAGODA_CHECK(restoring == n_restoring_ && static_cast<int64_t>(running_.size()) + restoring <= config_.parallel,
+               "scheduler: restoring count drifted, or running + restoring above parallel");
+  for (const SchedSeq* s : running_) PAGODA_CHECK(s->restore == 0, "scheduler: a running sequence holds a restore");
   for (const SchedSeq* s : waiting_) {
     PAGODA_CHECK(!s->admitted && s->n_computed == 0 && s->n_checked == 0, "scheduler: waiting sequence holds KV");
     PAGODA_CHECK(std::find(running_.begin(), running_.end(), s) == running_.end(),

@@ -58,6 +58,24 @@
 //       waits for the leader's prompt end (its next index point), except with sliding
 //       windows when that is more than a block past the fork: the window there is gone
 //       by then, so it is admitted and computes the prefix itself.
+//       Restoring from disk (PrefixCache::set_disk_io): a request at the point of admission
+//       whose cached prefix continues on disk first starts a restore
+//       (PrefixCache::begin_restore) and waits for it *in the waiting list*, not admitted,
+//       computing nothing: it is reported in `restoring`, and the requests behind it are
+//       admitted past it, as past a deferred one. It holds a running slot meanwhile
+//       (running + restoring <= parallel), so restores never pin more blocks than that
+//       many admissions would borrow. Each step begins by publishing the restores the
+//       I/O thread finished (poll_restores); such a request is then admitted like any
+//       other: its lookup borrows the restored blocks, and the restore is ended. A
+//       request is restored once per admission (a restore that ended short of its chain
+//       -- a failed read, blocks evicted again before admission -- recomputes the rest).
+//       Removed (cancelled, deadline) while restoring: the restore is cancelled; its
+//       blocks return when the thread reports it. Restores' blocks yield to running
+//       sequences: when a decode cannot reserve its slot, finished restores are unpinned
+//       (left cached, evictable) before anyone is preempted, and a sequence running alone
+//       waits for restores in flight rather than end with Length; when the head of the
+//       queue does not fit with nothing running, restores are unpinned and it tries again
+//       before it is refused.
 // - After the forward the caller reports each chunk with computed(); a chunk whose
 //   logits row was finite is `checked`, which also indexes a just-completed prompt (or a
 //   checkpoint).
@@ -108,6 +126,10 @@ struct SchedSeq {
   // its KV is released.
   std::vector<int64_t> checkpoints;
   int64_t preemptions = 0;
+  // While waiting: the disk restore it waits for (PrefixCache ticket; 0: none), and
+  // whether this admission tried one already.
+  uint64_t restore = 0;
+  bool restore_tried = false;
 
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
   // Everything but the last token is computed and that token is sampled: feed it.
@@ -132,6 +154,7 @@ struct SchedulerOutput {
   std::vector<SchedSeq*> preempted;    // in preemption order (now at the front of waiting)
   std::vector<SchedSeq*> admitted;     // in admission order (each also has a chunk)
   std::vector<SchedSeq*> deferred;     // waiting for a running prefill they share (stay waiting)
+  std::vector<SchedSeq*> restoring;    // waiting for their disk restore (stay waiting)
   std::vector<SchedSeq*> ended_length;  // removed: out of KV for good; end them (Length)
   std::vector<std::pair<SchedSeq*, std::string>> refused;  // removed: a prompt the pool cannot take
   int64_t n_tokens = 0;                // sum of chunks' n_tokens
@@ -160,6 +183,7 @@ class Scheduler {
   const std::vector<SchedSeq*>& running() const { return running_; }
   const std::deque<SchedSeq*>& waiting() const { return waiting_; }
   int64_t blocks_held() const;  // the running tables' blocks (shared ones counted per table)
+  int64_t restoring() const { return n_restoring_; }  // waiting requests with a restore
   // Invariants 1-2 of Engine's header that are the scheduler's, and the pool's tables.
   void check_invariants() const;
 
@@ -167,7 +191,8 @@ class Scheduler {
   bool reserve_decode(SchedSeq* s);
   void preempt(SchedSeq* s);
   void release_kv(SchedSeq* s);
-  void end(SchedSeq* s);  // out of running / waiting, KV released
+  void end(SchedSeq* s);  // out of running / waiting, KV released, restore ended
+  void end_restore(SchedSeq* s, int64_t cached_tokens);
   void add_chunk(SchedSeq* s, int64_t& budget);
   static bool prefilling(const SchedSeq* r) { return r->generated() == 0 && r->n_computed < r->n_prompt; }
   // True when s waits for a running prefill it shares (see defer_behind).
@@ -182,6 +207,7 @@ class Scheduler {
   std::deque<SchedSeq*> waiting_;   // FCFS; preempted ones at the front
   std::vector<SchedSeq*> decode_scratch_;
   SchedulerOutput out_;
+  int64_t n_restoring_ = 0;  // waiting sequences with restore != 0
   SeqId next_seq_id_ = 0;
   uint64_t next_admit_ = 0;
 };

@@ -233,6 +233,12 @@ size_t GgufFile::drop_resident(const TensorInfo& t) const {
   return 0;
 }
 
+std::vector<std::string> GgufFile::part_paths() const {
+  std::vector<std::string> out{path()};
+  for (const GgufFile& p : parts_) out.push_back(p.path());
+  return out;
+}
+
 // gguf-split's layout: every part carries split.no (0-based) and split.count, the first also
 // split.tensors.count and the model's metadata; part k is PREFIX-%05d-of-%05d.gguf.
 void GgufFile::join_split_parts() {

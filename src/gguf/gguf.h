@@ -118,6 +118,8 @@ class GgufFile {
   static GgufFile open(const std::string& path);
   // The parts of a split GGUF after the first (empty for a single file).
   size_t n_split_parts() const { return parts_.size() + 1; }
+  // Every file it maps: path(), then a split GGUF's other parts in order.
+  std::vector<std::string> part_paths() const;
 
   GgufFile(GgufFile&&) noexcept = default;
   GgufFile& operator=(GgufFile&&) noexcept = default;

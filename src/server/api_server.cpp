@@ -72,7 +72,15 @@ json disk_tier_json(const DiskTierStats& d) {
               {"corrupt", d.corrupt},
               {"write_errors", d.write_errors},
               {"read_bytes", d.read_bytes},
-              {"read_bytes_per_s", d.read_bytes_per_s()}};
+              {"read_bytes_per_s", d.read_bytes_per_s()},
+              // The I/O thread (disk_io.h): spills copied and waiting to be written (their
+              // bytes are held in RAM, bounded by write_queue_capacity_bytes), the times the
+              // engine waited for room, and restores whose reads are in flight.
+              {"queued_writes", d.queued_writes},
+              {"queued_write_bytes", d.queued_write_bytes},
+              {"write_queue_capacity_bytes", d.write_queue_capacity_bytes},
+              {"write_queue_waits", d.write_queue_waits},
+              {"restores_in_flight", d.restores_in_flight}};
 }
 
 json cache_stats_json(const CacheStats& c) {
@@ -593,6 +601,7 @@ void ApiServer::handle_cache_stats(const HttpRequest&, std::shared_ptr<HttpExcha
             {"engine",
              {{"running", s.running},
               {"waiting", s.waiting},
+              {"restoring", s.restoring},
               {"in_flight", s.in_flight},
               {"blocks_held", s.blocks_held},
               {"steps", s.steps},

@@ -254,6 +254,14 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
     metric(out, "prefix_cache_disk_read_bytes_per_second", "gauge",
            "Disk-tier restore throughput: payload bytes read back / seconds spent reading them.",
            disk.read_bytes_per_s());
+    metric(out, "prefix_cache_disk_queued_write_bytes", "gauge",
+           "Bytes of spilled blocks copied and waiting for the disk I/O thread (bounded by the write queue).",
+           d(disk.queued_write_bytes));
+    metric(out, "prefix_cache_disk_write_queue_waits_total", "counter",
+           "Times the engine thread waited for room in the disk write queue.", d(disk.write_queue_waits));
+    metric(out, "prefix_cache_disk_restores_in_flight", "gauge",
+           "Requests whose disk restore's reads are in flight (they wait; the others do not).",
+           d(disk.restores_in_flight));
   }
 
   auto histogram = [&](const char* name, const char* help, const Histogram& h) {

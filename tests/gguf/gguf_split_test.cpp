@@ -55,6 +55,8 @@ TEST_F(SplitGguf, TheFirstPartOpensEveryPartsTensors) {
   write_part(3, 3, 4, 1, 5);
   const GgufFile g = GgufFile::open(part_path(1, 3));
   EXPECT_EQ(g.n_split_parts(), 3u);
+  // Every part, in order (the disk tier's weights fingerprint hashes each).
+  EXPECT_EQ(g.part_paths(), (std::vector<std::string>{part_path(1, 3), part_path(2, 3), part_path(3, 3)}));
   EXPECT_EQ(g.get_string("general.architecture"), "llama");
   ASSERT_EQ(g.tensors().size(), 5u);
   for (int i = 0; i < 5; ++i) {
