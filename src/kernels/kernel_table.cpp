@@ -38,7 +38,10 @@ KernelTable build(Isa isa) {
       t.ops = ops_internal::kOpsAvx512;
       register_matmul_kernels_avx512(t);
       register_attention_kernels_avx512(t);
-      if (isa == Isa::Amx) register_matmul_kernels_amx(t);
+      if (isa == Isa::Amx) {
+        register_matmul_kernels_amx(t);
+        register_matmul_kernels_amx_bf16(t);
+      }
       break;
   }
   t.ops.isa = isa;

@@ -44,6 +44,14 @@ using QuantMatmulFn = void (*)(const WeightMatrix& w, const matmul_detail::Quant
 // xbf: the activations as bf16 when the table has bf16_acts and the weights are BF16, else null.
 using FloatMatmulFn = void (*)(const WeightMatrix& w, const float* x, const uint16_t* xbf,
                                const matmul_detail::Tile& tile, float* y);
+// BF16 weights on AMX (matmul_bf16_amx.cpp): FloatMatmulFn's arguments and xvnni, the
+// activations' whole 16-token groups as AMX B tiles (KernelTable::bf16_acts_vnni).
+using FloatPrefillFn = void (*)(const WeightMatrix& w, const float* x, const uint16_t* xbf,
+                                const uint16_t* xvnni, const matmul_detail::Tile& tile, float* y);
+// Row-major bf16 activations [n_tokens][n_cols] -> the B tiles of tokens [16 g, 16 g + 16)
+// for g in [g_begin, g_end): per group and 32-column chunk, 16 rows of 64 bytes (row kk:
+// for each of the 16 tokens, its columns 2 kk and 2 kk + 1). Requires n_cols % 32 == 0.
+using Bf16VnniFn = void (*)(const uint16_t* xbf, int64_t n_cols, int64_t g_begin, int64_t g_end, uint16_t* out);
 // One token row of activations quantized (bit-identical at every level).
 using QuantizeActRowFn = void (*)(matmul_detail::ActKind kind, const float* x, int64_t n_cols,
                                   const matmul_detail::ActRowOut& out);
@@ -63,11 +71,13 @@ using PagedAttendTileFn = void (*)(const KvLayerView& view, const BlockId* block
 
 // The matmul kernels of one weight type at one level: `quant` for quantized types, `flt` for
 // F32 / F16 / BF16; `prefill`, where set, replaces `quant` on tiles of at least
-// KernelTable::prefill_min_tokens tokens (bit-identical to it).
+// KernelTable::prefill_min_tokens tokens (bit-identical to it); `flt_prefill` replaces
+// `flt` on such tiles (AMX-BF16: the same bf16 products, summed in another order).
 struct MatmulKernels {
   QuantMatmulFn quant = nullptr;
   FloatMatmulFn flt = nullptr;
   QuantMatmulFn prefill = nullptr;
+  FloatPrefillFn flt_prefill = nullptr;
 };
 
 // GGUF type ids are below 64 (tensor/types.h: MXFP4 = 39 is the largest weight type).
@@ -90,6 +100,7 @@ struct KernelTable {
   std::array<MatmulKernels, kMaxTypeIds> matmul{};
   QuantizeActRowFn quantize_act_row = nullptr;
   ConvertBf16Fn bf16_acts = nullptr;  // null: BF16 weights take f32 activations
+  Bf16VnniFn bf16_acts_vnni = nullptr;  // set with a flt_prefill (AMX)
   ops_internal::OpsKernels ops{};
   AttentionKernels attention{};
 };
@@ -110,6 +121,7 @@ void register_matmul_kernels_scalar(KernelTable& t);   // matmul.cpp
 void register_matmul_kernels_avx2(KernelTable& t);     // matmul_avx2.cpp
 void register_matmul_kernels_avx512(KernelTable& t);   // matmul_avx512.cpp
 void register_matmul_kernels_amx(KernelTable& t);      // matmul_amx.cpp
+void register_matmul_kernels_amx_bf16(KernelTable& t); // matmul_bf16_amx.cpp
 void register_attention_kernels_scalar(KernelTable& t);   // paged_attention.cpp
 void register_attention_kernels_avx2(KernelTable& t);     // paged_attention_avx2.cpp
 void register_attention_kernels_avx512(KernelTable& t);   // paged_attention_avx512.cpp

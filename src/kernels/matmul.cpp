@@ -178,7 +178,7 @@ struct ActScratch {
   std::vector<int8_t> q;
   std::vector<float> d, dsum32, neg8_dsum32;
   std::vector<int32_t> sum32, sum16, sum16_pairs;
-  std::vector<uint16_t> bf16;
+  std::vector<uint16_t> bf16, bf16_vnni;
 };
 ActScratch& act_scratch() {
   thread_local ActScratch s;
@@ -311,6 +311,21 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
       uint16_t* buf = grow(act_scratch().bf16, static_cast<size_t>(n_tokens * w.n_cols()));
       kt.bf16_acts(x, buf, n_tokens * w.n_cols());
       xbf = buf;
+    }
+    // AMX-BF16: the activations' whole 16-token groups laid out as B tiles once here,
+    // shared by every row tile; tiles of prefill_min_tokens or more take flt_prefill.
+    const FloatPrefillFn prefill = matmul_kernels(kt, w.type()).flt_prefill;
+    const int64_t n_groups = n_tokens / 16;
+    if (prefill && xbf && kt.bf16_acts_vnni && n_groups > 0 && n_tokens >= kt.prefill_min_tokens &&
+        w.n_cols() % 32 == 0) {
+      uint16_t* vnni = grow(act_scratch().bf16_vnni, static_cast<size_t>(n_groups * 16 * w.n_cols()));
+      pool.parallel_for(n_groups, [&](int64_t g, int) { kt.bf16_acts_vnni(xbf, w.n_cols(), g, g + 1, vnni); });
+      pool.parallel_for(grid.n_tasks, [&](int64_t task, int) {
+        const Tile tile = grid.tile(w, n_tokens, task);
+        if (tile.tok_end - tile.tok_begin >= kt.prefill_min_tokens) prefill(w, x, xbf, vnni, tile, y);
+        else fn(w, x, xbf, tile, y);
+      });
+      return;
     }
     pool.parallel_for(grid.n_tasks, [&](int64_t task, int) { fn(w, x, xbf, grid.tile(w, n_tokens, task), y); });
     return;

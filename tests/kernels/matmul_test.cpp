@@ -61,7 +61,9 @@ bool has_avx512bf16() { return matmul_detail::kEmulatedAvx512 || cpu_features().
 std::vector<Isa> levels(GgmlType type) {
   const size_t id = static_cast<size_t>(type);
   return test::levels_with_own(
-      [id](const KernelTable& t) { return std::tuple(t.matmul[id].quant, t.matmul[id].flt, t.matmul[id].prefill); },
+      [id](const KernelTable& t) {
+        return std::tuple(t.matmul[id].quant, t.matmul[id].flt, t.matmul[id].prefill, t.matmul[id].flt_prefill);
+      },
       [](Isa isa) { return isa_runs(isa); });
 }
 
@@ -309,6 +311,34 @@ TEST_P(MatmulTypeTest, GroupedMatchesSeparateCallsBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTypeTest, ::testing::ValuesIn(kTypes),
                          [](const auto& info) { return std::string(type_name(info.param)); });
+
+// The AMX-BF16 prefill (BF16 weights, whole 16-token groups on the tiles, two row groups x
+// two token groups per pass) against the reference, on shapes that take every pass shape
+// (1 or 2 row groups x 1 or 2 token groups), a partial last row group and tokens outside
+// whole groups (both through the AVX-512 kernel), with the bf16-activation bound.
+TEST(Matmul, Bf16AmxPrefillMatchesReference) {
+  if (!isa_runs(Isa::Amx) || !kernel_table(Isa::Amx).matmul[static_cast<size_t>(GgmlType::BF16)].flt_prefill)
+    GTEST_SKIP() << "no AMX-BF16 on this CPU";
+  std::mt19937 rng(77);
+  for (int64_t n_cols : {int64_t{32}, int64_t{96}, int64_t{2048 + 32}})
+    for (int64_t n_rows : {int64_t{16}, int64_t{17}, int64_t{48}, int64_t{67}}) {
+      const std::vector<uint8_t> w = make_weights(GgmlType::BF16, n_rows, n_cols, rng);
+      const int64_t max_tokens = 100;
+      const std::vector<float> x = make_acts(max_tokens, n_cols, rng);
+      std::vector<float> ref(static_cast<size_t>(max_tokens * n_rows));
+      matmul_reference(GgmlType::BF16, n_rows, n_cols, w.data(), x.data(), max_tokens, ref.data());
+      const std::vector<double> bound = error_bounds(GgmlType::BF16, Isa::Amx, n_rows, n_cols, w, x, max_tokens);
+      const WeightMatrix m = WeightMatrix::prepare(GgmlType::BF16, n_rows, n_cols, w.data(), Isa::Amx);
+      for (int64_t n_tokens : {int64_t{16}, int64_t{33}, int64_t{64}, int64_t{100}}) {
+        std::vector<float> y(static_cast<size_t>(n_tokens * n_rows), std::nanf(""));
+        matmul(m, x.data(), n_tokens, y.data(), pool(2));
+        for (int64_t i = 0; i < n_tokens * n_rows; ++i)
+          ASSERT_LE(std::fabs(static_cast<double>(y[i]) - ref[i]), bound[i])
+              << describe(GgmlType::BF16, Isa::Amx, n_rows, n_cols, n_tokens, 2) << " at token " << i / n_rows
+              << " row " << i % n_rows << ": got " << y[i] << " want " << ref[i];
+      }
+    }
+}
 
 // Every code and scale bit of the packed layouts matters: weights of random
 // bytes (only the f16 scales forced finite) reach codes quantize_row never

@@ -1,0 +1,157 @@
+// AMX-BF16 prefill for BF16 weights (built with the AMX flags): the flt_prefill entry of
+// the Amx level's kernel table (register_matmul_kernels_amx_bf16, below).
+//
+// TDPBF16PS multiplies an A tile of 16 rows x 32 bf16 by a B tile of 16 rows of 32 bf16
+// pairs into 16 x 16 f32 sums, accumulating in the C tile across the whole row: unlike
+// the int8 path (matmul_amx.cpp) there is no per-block scale to apply between tile
+// multiplies, so the vector units only convert and lay out the inputs.
+// - A = 16 weight rows, read in place from the GGUF's row-major BF16 (stride: the row's
+//   bytes). No repacking, so the weights stay resident once.
+// - B = 16 tokens' activations, rounded to bf16 (the AVX-512 BF16 path rounds them the
+//   same way) and laid out as tiles once per matmul call (bf16_acts_vnni, shared by every
+//   row tile): for 32 columns, row kk holds each token's columns 2 kk and 2 kk + 1.
+// - C[m][n] = row m x token n, so a finished tile is stored and transposed into y.
+// Two row groups x two token groups per pass (4 C tiles, 2 A and 2 B tiles): each tile
+// load feeds two multiplies. The products are the AVX-512 BF16 kernel's (bf16 x bf16,
+// exact in f32); only the order of the f32 sums differs, so results match it to rounding.
+// Tiles of fewer than 16 tokens, the last partial row group and widths not a multiple
+// of 32 run on the AVX-512 kernel.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/kernel_table.h"
+#include "kernels/matmul_impl.h"
+
+namespace pagoda::matmul_detail {
+
+namespace {
+
+struct alignas(64) TileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// tmm0, tmm1: A (row groups 0, 1); tmm2, tmm3: B (token groups 0, 1); tmm4..7: C
+// (row group i, token group j at 4 + 2 i + j). Every tile is 16 rows of 64 bytes.
+void load_bf16_tile_config() {
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) {
+    c.rows[t] = 16;
+    c.colsb[t] = 64;
+  }
+  _tile_loadconfig(&c);
+}
+
+// C tiles of RG row groups x TG token groups over all n_chunks 32-column chunks, stored
+// to cbuf[(2 i + j) * 256 ..] as [16 rows][16 tokens] f32.
+template <int RG, int TG>
+void bf16_pass(const uint8_t* a0, size_t a_stride, const uint16_t* b0, size_t b_group_elems, int64_t n_chunks,
+               float* cbuf) {
+  _tile_zero(4);
+  if constexpr (TG > 1) _tile_zero(5);
+  if constexpr (RG > 1) _tile_zero(6);
+  if constexpr (RG > 1 && TG > 1) _tile_zero(7);
+  const uint8_t* a1 = a0 + 16 * a_stride;
+  const uint16_t* b1 = b0 + b_group_elems;
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    _tile_loadd(0, a0 + c * 64, a_stride);
+    if constexpr (RG > 1) _tile_loadd(1, a1 + c * 64, a_stride);
+    _tile_loadd(2, b0 + c * 512, 64);
+    if constexpr (TG > 1) _tile_loadd(3, b1 + c * 512, 64);
+    _tile_dpbf16ps(4, 0, 2);
+    if constexpr (TG > 1) _tile_dpbf16ps(5, 0, 3);
+    if constexpr (RG > 1) _tile_dpbf16ps(6, 1, 2);
+    if constexpr (RG > 1 && TG > 1) _tile_dpbf16ps(7, 1, 3);
+  }
+  _tile_stored(4, cbuf, 64);
+  if constexpr (TG > 1) _tile_stored(5, cbuf + 256, 64);
+  if constexpr (RG > 1) _tile_stored(6, cbuf + 512, 64);
+  if constexpr (RG > 1 && TG > 1) _tile_stored(7, cbuf + 768, 64);
+}
+
+// y[t0 + n][r0 + m] = c[m][n] for a 16 x 16 tile.
+void store_transposed(const float* c, float* y, int64_t n_rows, int64_t t0, int64_t r0) {
+  for (int n = 0; n < 16; ++n) {
+    const __m512i idx = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_set1_epi32(16), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)),
+                                         _mm512_set1_epi32(n));
+    _mm512_storeu_ps(y + (t0 + n) * n_rows + r0, _mm512_i32gather_ps(idx, c, 4));
+  }
+}
+
+}  // namespace
+
+void bf16_acts_vnni_amx(const uint16_t* xbf, int64_t n_cols, int64_t g_begin, int64_t g_end, uint16_t* out) {
+  const int64_t n_chunks = n_cols / 32;
+  // Per group and chunk: the 16 tokens' 16 column pairs (32-bit each) transposed, so
+  // out row kk = pair kk of tokens 0..15. A 16 x 16 transpose of 32-bit elements.
+  for (int64_t g = g_begin; g < g_end; ++g)
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      uint32_t* dst = reinterpret_cast<uint32_t*>(out + (g * n_chunks + c) * 512);
+      for (int n = 0; n < 16; ++n) {
+        const uint32_t* src = reinterpret_cast<const uint32_t*>(xbf + (g * 16 + n) * n_cols + c * 32);
+        const __m512i row = _mm512_loadu_si512(src);
+        _mm512_i32scatter_epi32(dst + n, _mm512_mullo_epi32(_mm512_set1_epi32(16), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)), row, 4);
+      }
+    }
+}
+
+void matmul_bf16_amx(const WeightMatrix& w, const float* x, const uint16_t* xbf, const uint16_t* xvnni,
+                     const Tile& tile, float* y) {
+  const int64_t n_cols = w.n_cols(), n_rows = w.n_rows();
+  const int64_t g_begin = (tile.tok_begin + 15) / 16, g_end = tile.tok_end / 16;
+  // Whole row groups only: a tile load of a partial group would read past the matrix.
+  const int64_t r_end = tile.row_begin + (tile.row_end - tile.row_begin) / 16 * 16;
+  if (xvnni == nullptr || n_cols % 32 != 0 || tile.tok_begin % 16 != 0 || g_end <= g_begin || r_end == tile.row_begin) {
+    matmul_float_avx512(w, x, xbf, tile, y);
+    return;
+  }
+  const int64_t n_chunks = n_cols / 32;
+  const size_t b_group_elems = static_cast<size_t>(n_chunks) * 512;
+  alignas(64) float cbuf[4 * 256];
+  load_bf16_tile_config();
+  for (int64_t r0 = tile.row_begin; r0 < r_end; r0 += 32) {
+    const int rg = r_end - r0 >= 32 ? 2 : 1;
+    const uint8_t* a0 = w.data() + r0 * w.row_bytes();
+    for (int64_t g = g_begin; g < g_end; g += 2) {
+      const int tg = g_end - g >= 2 ? 2 : 1;
+      const uint16_t* b0 = xvnni + g * b_group_elems;
+      if (rg == 2 && tg == 2) bf16_pass<2, 2>(a0, w.row_bytes(), b0, b_group_elems, n_chunks, cbuf);
+      else if (rg == 2) bf16_pass<2, 1>(a0, w.row_bytes(), b0, b_group_elems, n_chunks, cbuf);
+      else if (tg == 2) bf16_pass<1, 2>(a0, w.row_bytes(), b0, b_group_elems, n_chunks, cbuf);
+      else bf16_pass<1, 1>(a0, w.row_bytes(), b0, b_group_elems, n_chunks, cbuf);
+      for (int i = 0; i < rg; ++i)
+        for (int j = 0; j < tg; ++j) store_transposed(cbuf + (2 * i + j) * 256, y, n_rows, (g + j) * 16, r0 + 16 * i);
+    }
+  }
+  // Leave the tile state unused between calls (see matmul_amx.cpp).
+  _tile_release();
+  // The rest: the last partial row group for the AMX tokens, and the tokens outside
+  // whole groups for every row.
+  if (r_end < tile.row_end) matmul_float_avx512(w, x, xbf, Tile{r_end, tile.row_end, g_begin * 16, g_end * 16}, y);
+  if (tile.tok_begin < g_begin * 16)
+    matmul_float_avx512(w, x, xbf, Tile{tile.row_begin, tile.row_end, tile.tok_begin, g_begin * 16}, y);
+  if (g_end * 16 < tile.tok_end)
+    matmul_float_avx512(w, x, xbf, Tile{tile.row_begin, tile.row_end, g_end * 16, tile.tok_end}, y);
+}
+
+}  // namespace pagoda::matmul_detail
+
+namespace pagoda {
+
+// BF16 weights' prefill on AMX where the CPU has AMX-BF16 (the activations are then
+// rounded to bf16, as the AVX-512 BF16 path does; bf16_acts is set on every AMX CPU,
+// since AMX-BF16 CPUs have AVX512_BF16).
+void register_matmul_kernels_amx_bf16(KernelTable& t) {
+  using namespace matmul_detail;
+  if (!cpu_features().amx_bf16 || !t.bf16_acts) return;
+  t.matmul[static_cast<size_t>(GgmlType::BF16)].flt_prefill = matmul_bf16_amx;
+  t.bf16_acts_vnni = bf16_acts_vnni_amx;
+}
+
+}  // namespace pagoda
