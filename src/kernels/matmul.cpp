@@ -307,27 +307,31 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
     const FloatMatmulFn fn = matmul_kernels(kt, w.type()).flt;
     PAGODA_CHECK(fn, std::string("matmul: no float ") + isa_name(w.isa()) + " kernel for " + type_name(w.type()));
     const uint16_t* xbf = nullptr;
-    if (w.type() == GgmlType::BF16 && kt.bf16_acts) {
+    const FloatPrefillFn prefill = matmul_kernels(kt, w.type()).flt_prefill;
+    const int64_t n_groups = n_tokens / 16;
+    const bool on_tiles = prefill && kt.bf16_acts && kt.bf16_acts_vnni && n_groups > 0 &&
+                          n_tokens >= kt.prefill_min_tokens && w.n_cols() % 32 == 0;
+    // bf16 activations: BF16 weights' AVX-512 kernel, and the AMX-BF16 tiles (F16 too).
+    if ((w.type() == GgmlType::BF16 || on_tiles) && kt.bf16_acts) {
       uint16_t* buf = grow(act_scratch().bf16, static_cast<size_t>(n_tokens * w.n_cols()));
       kt.bf16_acts(x, buf, n_tokens * w.n_cols());
       xbf = buf;
     }
+    // The float kernels read bf16 activations for BF16 weights only.
+    const uint16_t* fn_xbf = w.type() == GgmlType::BF16 ? xbf : nullptr;
     // AMX-BF16: the activations' whole 16-token groups laid out as B tiles once here,
     // shared by every row tile; tiles of prefill_min_tokens or more take flt_prefill.
-    const FloatPrefillFn prefill = matmul_kernels(kt, w.type()).flt_prefill;
-    const int64_t n_groups = n_tokens / 16;
-    if (prefill && xbf && kt.bf16_acts_vnni && n_groups > 0 && n_tokens >= kt.prefill_min_tokens &&
-        w.n_cols() % 32 == 0) {
+    if (on_tiles) {
       uint16_t* vnni = grow(act_scratch().bf16_vnni, static_cast<size_t>(n_groups * 16 * w.n_cols()));
       pool.parallel_for(n_groups, [&](int64_t g, int) { kt.bf16_acts_vnni(xbf, w.n_cols(), g, g + 1, vnni); });
       pool.parallel_for(grid.n_tasks, [&](int64_t task, int) {
         const Tile tile = grid.tile(w, n_tokens, task);
         if (tile.tok_end - tile.tok_begin >= kt.prefill_min_tokens) prefill(w, x, xbf, vnni, tile, y);
-        else fn(w, x, xbf, tile, y);
+        else fn(w, x, fn_xbf, tile, y);
       });
       return;
     }
-    pool.parallel_for(grid.n_tasks, [&](int64_t task, int) { fn(w, x, xbf, grid.tile(w, n_tokens, task), y); });
+    pool.parallel_for(grid.n_tasks, [&](int64_t task, int) { fn(w, x, fn_xbf, grid.tile(w, n_tokens, task), y); });
     return;
   }
 

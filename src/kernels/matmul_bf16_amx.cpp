@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/kernel_table.h"
 #include "kernels/matmul_impl.h"
@@ -50,9 +51,11 @@ void load_bf16_tile_config() {
 
 // C tiles of RG row groups x TG token groups over all n_chunks 32-column chunks, stored
 // to cbuf[(2 i + j) * 256 ..] as [16 rows][16 tokens] f32.
-template <int RG, int TG>
-void bf16_pass(const uint8_t* a0, size_t a_stride, const uint16_t* b0, size_t b_group_elems, int64_t n_chunks,
-               float* cbuf) {
+// Split (F16 weights): a0 is the rows' high bf16 halves and a0_lo their low halves (w = hi
+// + lo exactly), two multiplies per A and B pair.
+template <int RG, int TG, bool Split = false>
+void bf16_pass(const uint8_t* a0, const uint8_t* a0_lo, size_t a_stride, const uint16_t* b0, size_t b_group_elems,
+               int64_t n_chunks, float* cbuf) {
   _tile_zero(4);
   if constexpr (TG > 1) _tile_zero(5);
   if constexpr (RG > 1) _tile_zero(6);
@@ -68,6 +71,14 @@ void bf16_pass(const uint8_t* a0, size_t a_stride, const uint16_t* b0, size_t b_
     if constexpr (TG > 1) _tile_dpbf16ps(5, 0, 3);
     if constexpr (RG > 1) _tile_dpbf16ps(6, 1, 2);
     if constexpr (RG > 1 && TG > 1) _tile_dpbf16ps(7, 1, 3);
+    if constexpr (Split) {
+      _tile_loadd(0, a0_lo + c * 64, a_stride);
+      if constexpr (RG > 1) _tile_loadd(1, a0_lo + 16 * a_stride + c * 64, a_stride);
+      _tile_dpbf16ps(4, 0, 2);
+      if constexpr (TG > 1) _tile_dpbf16ps(5, 0, 3);
+      if constexpr (RG > 1) _tile_dpbf16ps(6, 1, 2);
+      if constexpr (RG > 1 && TG > 1) _tile_dpbf16ps(7, 1, 3);
+    }
   }
   _tile_stored(4, cbuf, 64);
   if constexpr (TG > 1) _tile_stored(5, cbuf + 256, 64);
@@ -101,6 +112,31 @@ void bf16_acts_vnni_amx(const uint16_t* xbf, int64_t n_cols, int64_t g_begin, in
     }
 }
 
+namespace {
+
+// F16 rows [r0, r1) -> hi, lo bf16 rows (n_cols each) with hi + lo = w exactly: hi is w
+// rounded to bf16 (8 significant bits), and w - hi, exact in f32, has at most the 3 low
+// bits of the f16 significand left, which bf16 holds exactly (f16's range lies inside
+// bf16's, so neither part underflows).
+void split_f16_rows(const WeightMatrix& w, int64_t r0, int64_t r1, uint16_t* hi, uint16_t* lo) {
+  const int64_t n_cols = w.n_cols();
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(w.data() + r * w.row_bytes());
+    uint16_t* h = hi + (r - r0) * n_cols;
+    uint16_t* l = lo + (r - r0) * n_cols;
+    for (int64_t k = 0; k < n_cols; k += 16) {
+      const __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + k)));
+      const __m256bh hv = _mm512_cvtneps_pbh(v);
+      const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(__builtin_bit_cast(__m256i, hv)), 16));
+      const __m256bh lv = _mm512_cvtneps_pbh(_mm512_sub_ps(v, hf));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(h + k), __builtin_bit_cast(__m256i, hv));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(l + k), __builtin_bit_cast(__m256i, lv));
+    }
+  }
+}
+
+}  // namespace
+
 void matmul_bf16_amx(const WeightMatrix& w, const float* x, const uint16_t* xbf, const uint16_t* xvnni,
                      const Tile& tile, float* y) {
   const int64_t n_cols = w.n_cols(), n_rows = w.n_rows();
@@ -111,20 +147,41 @@ void matmul_bf16_amx(const WeightMatrix& w, const float* x, const uint16_t* xbf,
     matmul_float_avx512(w, x, xbf, tile, y);
     return;
   }
+  const bool split = w.type() == GgmlType::F16;
+  // F16: the tile's rows split into bf16 halves once, for all its token groups (per-thread
+  // scratch: 64 rows x 5632 columns x 2 halves = 1.4 MiB at most for TinyLlama's widest).
+  thread_local std::vector<uint16_t> halves;
+  const uint8_t* a_base = w.data() + tile.row_begin * w.row_bytes();
+  const uint8_t* a_lo_base = nullptr;
+  size_t a_stride = w.row_bytes();
+  if (split) {
+    const size_t n = static_cast<size_t>(r_end - tile.row_begin) * n_cols;
+    if (halves.size() < 2 * n) halves.resize(2 * n);
+    split_f16_rows(w, tile.row_begin, r_end, halves.data(), halves.data() + n);
+    a_base = reinterpret_cast<const uint8_t*>(halves.data());
+    a_lo_base = reinterpret_cast<const uint8_t*>(halves.data() + n);
+    a_stride = static_cast<size_t>(n_cols) * 2;
+  }
   const int64_t n_chunks = n_cols / 32;
   const size_t b_group_elems = static_cast<size_t>(n_chunks) * 512;
   alignas(64) float cbuf[4 * 256];
   load_bf16_tile_config();
   for (int64_t r0 = tile.row_begin; r0 < r_end; r0 += 32) {
     const int rg = r_end - r0 >= 32 ? 2 : 1;
-    const uint8_t* a0 = w.data() + r0 * w.row_bytes();
+    const size_t a_off = static_cast<size_t>(r0 - tile.row_begin) * a_stride;
+    const uint8_t* a0 = a_base + a_off;
+    const uint8_t* a0_lo = split ? a_lo_base + a_off : nullptr;
     for (int64_t g = g_begin; g < g_end; g += 2) {
       const int tg = g_end - g >= 2 ? 2 : 1;
       const uint16_t* b0 = xvnni + g * b_group_elems;
-      if (rg == 2 && tg == 2) bf16_pass<2, 2>(a0, w.row_bytes(), b0, b_group_elems, n_chunks, cbuf);
-      else if (rg == 2) bf16_pass<2, 1>(a0, w.row_bytes(), b0, b_group_elems, n_chunks, cbuf);
-      else if (tg == 2) bf16_pass<1, 2>(a0, w.row_bytes(), b0, b_group_elems, n_chunks, cbuf);
-      else bf16_pass<1, 1>(a0, w.row_bytes(), b0, b_group_elems, n_chunks, cbuf);
+      auto pass = [&]<bool Split>() {
+        if (rg == 2 && tg == 2) bf16_pass<2, 2, Split>(a0, a0_lo, a_stride, b0, b_group_elems, n_chunks, cbuf);
+        else if (rg == 2) bf16_pass<2, 1, Split>(a0, a0_lo, a_stride, b0, b_group_elems, n_chunks, cbuf);
+        else if (tg == 2) bf16_pass<1, 2, Split>(a0, a0_lo, a_stride, b0, b_group_elems, n_chunks, cbuf);
+        else bf16_pass<1, 1, Split>(a0, a0_lo, a_stride, b0, b_group_elems, n_chunks, cbuf);
+      };
+      if (split) pass.template operator()<true>();
+      else pass.template operator()<false>();
       for (int i = 0; i < rg; ++i)
         for (int j = 0; j < tg; ++j) store_transposed(cbuf + (2 * i + j) * 256, y, n_rows, (g + j) * 16, r0 + 16 * i);
     }
@@ -151,6 +208,7 @@ void register_matmul_kernels_amx_bf16(KernelTable& t) {
   using namespace matmul_detail;
   if (!cpu_features().amx_bf16 || !t.bf16_acts) return;
   t.matmul[static_cast<size_t>(GgmlType::BF16)].flt_prefill = matmul_bf16_amx;
+  t.matmul[static_cast<size_t>(GgmlType::F16)].flt_prefill = matmul_bf16_amx;
   t.bf16_acts_vnni = bf16_acts_vnni_amx;
 }
 

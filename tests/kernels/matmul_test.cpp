@@ -89,7 +89,9 @@ std::vector<double> error_bounds(GgmlType type, Isa isa, int64_t n_rows, int64_t
   const size_t rb = row_bytes(type, n_cols);
   const bool quant = traits(type).is_quantized;
   const int64_t per = traits(type).block_size == 256 ? 256 : 32;  // the activation blocks
-  const bool bf16_acts = type == GgmlType::BF16 && isa >= Isa::Avx512 && has_avx512bf16();
+  // F16 on AMX: tiles of 16 tokens or more take bf16-rounded activations (AMX-BF16).
+  const bool bf16_acts = (type == GgmlType::BF16 && isa >= Isa::Avx512 && has_avx512bf16()) ||
+                         (type == GgmlType::F16 && isa == Isa::Amx);
   std::vector<double> bound(static_cast<size_t>(n_tokens * n_rows));
   std::vector<float> wrow(static_cast<size_t>(n_cols)), xerr(static_cast<size_t>(n_cols));
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -312,32 +314,38 @@ TEST_P(MatmulTypeTest, GroupedMatchesSeparateCallsBitForBit) {
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTypeTest, ::testing::ValuesIn(kTypes),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
-// The AMX-BF16 prefill (BF16 weights, whole 16-token groups on the tiles, two row groups x
-// two token groups per pass) against the reference, on shapes that take every pass shape
-// (1 or 2 row groups x 1 or 2 token groups), a partial last row group and tokens outside
-// whole groups (both through the AVX-512 kernel), with the bf16-activation bound.
-TEST(Matmul, Bf16AmxPrefillMatchesReference) {
+// The AMX-BF16 prefill (BF16 weights; F16 weights split into two bf16 halves; whole 16-token
+// groups on the tiles, two row groups x two token groups per pass) against the reference,
+// on shapes that take every pass shape (1 or 2 row groups x 1 or 2 token groups), a partial
+// last row group and tokens outside whole groups (both through the AVX-512 kernel), with
+// the bf16-activation bound.
+TEST(Matmul, FloatAmxPrefillMatchesReference) {
   if (!isa_runs(Isa::Amx) || !kernel_table(Isa::Amx).matmul[static_cast<size_t>(GgmlType::BF16)].flt_prefill)
     GTEST_SKIP() << "no AMX-BF16 on this CPU";
   std::mt19937 rng(77);
-  for (int64_t n_cols : {int64_t{32}, int64_t{96}, int64_t{2048 + 32}})
-    for (int64_t n_rows : {int64_t{16}, int64_t{17}, int64_t{48}, int64_t{67}}) {
-      const std::vector<uint8_t> w = make_weights(GgmlType::BF16, n_rows, n_cols, rng);
-      const int64_t max_tokens = 100;
-      const std::vector<float> x = make_acts(max_tokens, n_cols, rng);
-      std::vector<float> ref(static_cast<size_t>(max_tokens * n_rows));
-      matmul_reference(GgmlType::BF16, n_rows, n_cols, w.data(), x.data(), max_tokens, ref.data());
-      const std::vector<double> bound = error_bounds(GgmlType::BF16, Isa::Amx, n_rows, n_cols, w, x, max_tokens);
-      const WeightMatrix m = WeightMatrix::prepare(GgmlType::BF16, n_rows, n_cols, w.data(), Isa::Amx);
-      for (int64_t n_tokens : {int64_t{16}, int64_t{33}, int64_t{64}, int64_t{100}}) {
-        std::vector<float> y(static_cast<size_t>(n_tokens * n_rows), std::nanf(""));
-        matmul(m, x.data(), n_tokens, y.data(), pool(2));
-        for (int64_t i = 0; i < n_tokens * n_rows; ++i)
-          ASSERT_LE(std::fabs(static_cast<double>(y[i]) - ref[i]), bound[i])
-              << describe(GgmlType::BF16, Isa::Amx, n_rows, n_cols, n_tokens, 2) << " at token " << i / n_rows
-              << " row " << i % n_rows << ": got " << y[i] << " want " << ref[i];
+  for (GgmlType type : {GgmlType::BF16, GgmlType::F16})
+    for (int64_t n_cols : {int64_t{32}, int64_t{96}, int64_t{2048 + 32}})
+      for (int64_t n_rows : {int64_t{16}, int64_t{17}, int64_t{48}, int64_t{67}}) {
+        const std::vector<uint8_t> w = make_weights(type, n_rows, n_cols, rng);
+        const int64_t max_tokens = 100;
+        // Activations that bf16 holds exactly, so the tiles' only error is the f32 sums
+        // (the scalar level's bound): a dropped low half of the F16 split (weights rounded
+        // to bf16, 2^-9 relative) would exceed it.
+        std::vector<float> x = make_acts(max_tokens, n_cols, rng);
+        for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));
+        std::vector<float> ref(static_cast<size_t>(max_tokens * n_rows));
+        matmul_reference(type, n_rows, n_cols, w.data(), x.data(), max_tokens, ref.data());
+        const std::vector<double> bound = error_bounds(type, Isa::Scalar, n_rows, n_cols, w, x, max_tokens);
+        const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), Isa::Amx);
+        for (int64_t n_tokens : {int64_t{16}, int64_t{33}, int64_t{64}, int64_t{100}}) {
+          std::vector<float> y(static_cast<size_t>(n_tokens * n_rows), std::nanf(""));
+          matmul(m, x.data(), n_tokens, y.data(), pool(2));
+          for (int64_t i = 0; i < n_tokens * n_rows; ++i)
+            ASSERT_LE(std::fabs(static_cast<double>(y[i]) - ref[i]), bound[i])
+                << describe(type, Isa::Amx, n_rows, n_cols, n_tokens, 2) << " at token " << i / n_rows << " row "
+                << i % n_rows << ": got " << y[i] << " want " << ref[i];
+        }
       }
-    }
 }
 
 // Every code and scale bit of the packed layouts matters: weights of random
