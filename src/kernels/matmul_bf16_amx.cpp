@@ -14,6 +14,10 @@
 // Two row groups x two token groups per pass (4 C tiles, 2 A and 2 B tiles): each tile
 // load feeds two multiplies. The products are the AVX-512 BF16 kernel's (bf16 x bf16,
 // exact in f32); only the order of the f32 sums differs, so results match it to rounding.
+// F16 weights take the same path: each row is split once per tile into two bf16 halves
+// (hi + lo = w; f16 has 11 significant bits, bf16 8, and the rest fits the second) and the
+// activations into two as well (x = xh + xl to 16 significant bits), and the tiles sum
+// hi·xh + lo·xh + hi·xl (three multiplies; lo·xl, below 2^-16 relative, is left out).
 // Tiles of fewer than 16 tokens, the last partial row group and widths not a multiple
 // of 32 run on the AVX-512 kernel.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -51,11 +55,13 @@ void load_bf16_tile_config() {
 
 // C tiles of RG row groups x TG token groups over all n_chunks 32-column chunks, stored
 // to cbuf[(2 i + j) * 256 ..] as [16 rows][16 tokens] f32.
-// Split (F16 weights): a0 is the rows' high bf16 halves and a0_lo their low halves (w = hi
-// + lo exactly), two multiplies per A and B pair.
+// b_group_elems: from one token group's B tiles to the next's. Split (F16 weights): a0 is
+// the rows' high bf16 halves and a0_lo their low halves (w = hi + lo exactly), and each
+// token group's tiles are followed, b_lo_elems on, by those of its activations' low halves
+// (x = xh + xl to 16 significant bits): hi·xh + lo·xh + hi·xl, three multiplies per pair.
 template <int RG, int TG, bool Split = false>
 void bf16_pass(const uint8_t* a0, const uint8_t* a0_lo, size_t a_stride, const uint16_t* b0, size_t b_group_elems,
-               int64_t n_chunks, float* cbuf) {
+               size_t b_lo_elems, int64_t n_chunks, float* cbuf) {
   _tile_zero(4);
   if constexpr (TG > 1) _tile_zero(5);
   if constexpr (RG > 1) _tile_zero(6);
@@ -74,6 +80,14 @@ void bf16_pass(const uint8_t* a0, const uint8_t* a0_lo, size_t a_stride, const u
     if constexpr (Split) {
       _tile_loadd(0, a0_lo + c * 64, a_stride);
       if constexpr (RG > 1) _tile_loadd(1, a0_lo + 16 * a_stride + c * 64, a_stride);
+      _tile_dpbf16ps(4, 0, 2);
+      if constexpr (TG > 1) _tile_dpbf16ps(5, 0, 3);
+      if constexpr (RG > 1) _tile_dpbf16ps(6, 1, 2);
+      if constexpr (RG > 1 && TG > 1) _tile_dpbf16ps(7, 1, 3);
+      _tile_loadd(0, a0 + c * 64, a_stride);
+      if constexpr (RG > 1) _tile_loadd(1, a1 + c * 64, a_stride);
+      _tile_loadd(2, b0 + b_lo_elems + c * 512, 64);
+      if constexpr (TG > 1) _tile_loadd(3, b1 + b_lo_elems + c * 512, 64);
       _tile_dpbf16ps(4, 0, 2);
       if constexpr (TG > 1) _tile_dpbf16ps(5, 0, 3);
       if constexpr (RG > 1) _tile_dpbf16ps(6, 1, 2);
@@ -149,7 +163,7 @@ void matmul_bf16_amx(const WeightMatrix& w, const float* x, const uint16_t* xbf,
   }
   const bool split = w.type() == GgmlType::F16;
   // F16: the tile's rows split into bf16 halves once, for all its token groups (per-thread
-  // scratch: 64 rows x 5632 columns x 2 halves = 1.4 MiB at most for TinyLlama's widest).
+  // scratch: 64 rows x 5632 columns x 2 halves = 1.4 MiB for TinyLlama's widest).
   thread_local std::vector<uint16_t> halves;
   const uint8_t* a_base = w.data() + tile.row_begin * w.row_bytes();
   const uint8_t* a_lo_base = nullptr;
@@ -163,22 +177,27 @@ void matmul_bf16_amx(const WeightMatrix& w, const float* x, const uint16_t* xbf,
     a_stride = static_cast<size_t>(n_cols) * 2;
   }
   const int64_t n_chunks = n_cols / 32;
-  const size_t b_group_elems = static_cast<size_t>(n_chunks) * 512;
+  // F16: each token group's high-half tiles, then its low-half tiles (the layout matmul()
+  // gives F16 weights' activations).
+  const size_t b_lo_elems = static_cast<size_t>(n_chunks) * 512;
+  const size_t b_group_elems = split ? 2 * b_lo_elems : b_lo_elems;
   alignas(64) float cbuf[4 * 256];
   load_bf16_tile_config();
-  for (int64_t r0 = tile.row_begin; r0 < r_end; r0 += 32) {
-    const int rg = r_end - r0 >= 32 ? 2 : 1;
-    const size_t a_off = static_cast<size_t>(r0 - tile.row_begin) * a_stride;
-    const uint8_t* a0 = a_base + a_off;
-    const uint8_t* a0_lo = split ? a_lo_base + a_off : nullptr;
-    for (int64_t g = g_begin; g < g_end; g += 2) {
-      const int tg = g_end - g >= 2 ? 2 : 1;
-      const uint16_t* b0 = xvnni + g * b_group_elems;
+  // Token groups outer: the tile's rows (A, in L2) are read again for each pair of token
+  // groups, the activations' tiles (B) once.
+  for (int64_t g = g_begin; g < g_end; g += 2) {
+    const int tg = g_end - g >= 2 ? 2 : 1;
+    const uint16_t* b0 = xvnni + g * b_group_elems;
+    for (int64_t r0 = tile.row_begin; r0 < r_end; r0 += 32) {
+      const int rg = r_end - r0 >= 32 ? 2 : 1;
+      const size_t a_off = static_cast<size_t>(r0 - tile.row_begin) * a_stride;
+      const uint8_t* a0 = a_base + a_off;
+      const uint8_t* a0_lo = split ? a_lo_base + a_off : nullptr;
       auto pass = [&]<bool Split>() {
-        if (rg == 2 && tg == 2) bf16_pass<2, 2, Split>(a0, a0_lo, a_stride, b0, b_group_elems, n_chunks, cbuf);
-        else if (rg == 2) bf16_pass<2, 1, Split>(a0, a0_lo, a_stride, b0, b_group_elems, n_chunks, cbuf);
-        else if (tg == 2) bf16_pass<1, 2, Split>(a0, a0_lo, a_stride, b0, b_group_elems, n_chunks, cbuf);
-        else bf16_pass<1, 1, Split>(a0, a0_lo, a_stride, b0, b_group_elems, n_chunks, cbuf);
+        if (rg == 2 && tg == 2) bf16_pass<2, 2, Split>(a0, a0_lo, a_stride, b0, b_group_elems, b_lo_elems, n_chunks, cbuf);
+        else if (rg == 2) bf16_pass<2, 1, Split>(a0, a0_lo, a_stride, b0, b_group_elems, b_lo_elems, n_chunks, cbuf);
+        else if (tg == 2) bf16_pass<1, 2, Split>(a0, a0_lo, a_stride, b0, b_group_elems, b_lo_elems, n_chunks, cbuf);
+        else bf16_pass<1, 1, Split>(a0, a0_lo, a_stride, b0, b_group_elems, b_lo_elems, n_chunks, cbuf);
       };
       if (split) pass.template operator()<true>();
       else pass.template operator()<false>();

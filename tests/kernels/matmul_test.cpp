@@ -314,7 +314,8 @@ TEST_P(MatmulTypeTest, GroupedMatchesSeparateCallsBitForBit) {
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTypeTest, ::testing::ValuesIn(kTypes),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
-// The AMX-BF16 prefill (BF16 weights; F16 weights split into two bf16 halves; whole 16-token
+// The AMX-BF16 prefill (BF16 weights; F16 weights and their activations split into two bf16
+// halves each; whole 16-token
 // groups on the tiles, two row groups x two token groups per pass) against the reference,
 // on shapes that take every pass shape (1 or 2 row groups x 1 or 2 token groups), a partial
 // last row group and tokens outside whole groups (both through the AVX-512 kernel), with
@@ -328,11 +329,12 @@ TEST(Matmul, FloatAmxPrefillMatchesReference) {
       for (int64_t n_rows : {int64_t{16}, int64_t{17}, int64_t{48}, int64_t{67}}) {
         const std::vector<uint8_t> w = make_weights(type, n_rows, n_cols, rng);
         const int64_t max_tokens = 100;
-        // Activations that bf16 holds exactly, so the tiles' only error is the f32 sums
-        // (the scalar level's bound): a dropped low half of the F16 split (weights rounded
-        // to bf16, 2^-9 relative) would exceed it.
+        // The scalar level's bound (f32 sums only): BF16 weights get activations that bf16
+        // holds exactly; F16 weights any activations, since both operands are split to 16
+        // significant bits (a dropped low half of either, 2^-9 relative, exceeds it).
         std::vector<float> x = make_acts(max_tokens, n_cols, rng);
-        for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));
+        if (type == GgmlType::BF16)
+          for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));
         std::vector<float> ref(static_cast<size_t>(max_tokens * n_rows));
         matmul_reference(type, n_rows, n_cols, w.data(), x.data(), max_tokens, ref.data());
         const std::vector<double> bound = error_bounds(type, Isa::Scalar, n_rows, n_cols, w, x, max_tokens);
