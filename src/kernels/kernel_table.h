@@ -48,10 +48,10 @@ using FloatMatmulFn = void (*)(const WeightMatrix& w, const float* x, const uint
 // activations' whole 16-token groups as AMX B tiles (KernelTable::bf16_acts_vnni).
 using FloatPrefillFn = void (*)(const WeightMatrix& w, const float* x, const uint16_t* xbf,
                                 const uint16_t* xvnni, const matmul_detail::Tile& tile, float* y);
-// Row-major bf16 activations [n_tokens][n_cols] -> the B tiles of tokens [16 g, 16 g + 16)
-// for g in [g_begin, g_end): per group and 32-column chunk, 16 rows of 64 bytes (row kk:
-// for each of the 16 tokens, its columns 2 kk and 2 kk + 1). Requires n_cols % 32 == 0.
-using Bf16VnniFn = void (*)(const uint16_t* xbf, int64_t n_cols, int64_t g_begin, int64_t g_end, uint16_t* out);
+// 16 row-major bf16 token rows (n_cols each) -> their B tiles at out: per 32-column chunk,
+// 16 rows of 64 bytes (row kk: for each of the 16 tokens, its columns 2 kk and 2 kk + 1),
+// n_cols * 16 values in all. Requires n_cols % 32 == 0.
+using Bf16VnniFn = void (*)(const uint16_t* rows, int64_t n_cols, uint16_t* out);
 // One token row of activations quantized (bit-identical at every level).
 using QuantizeActRowFn = void (*)(matmul_detail::ActKind kind, const float* x, int64_t n_cols,
                                   const matmul_detail::ActRowOut& out);

@@ -262,18 +262,17 @@ namespace {
 
 // The tiles of one matrix's output, in task order.
 struct TileGrid {
-  int64_t trows = 0, n_tok_tiles = 0, n_tasks = 0;
+  int64_t trows = 0, ttoks = kTileTokens, n_tok_tiles = 0, n_tasks = 0;
   TileGrid() = default;
-  TileGrid(const WeightMatrix& w, int64_t n_tokens)
-      : trows(tile_rows(w)), n_tok_tiles((n_tokens + kTileTokens - 1) / kTileTokens) {
+  TileGrid(const WeightMatrix& w, int64_t n_tokens, int64_t tile_tokens = kTileTokens)
+      : trows(tile_rows(w)), ttoks(tile_tokens), n_tok_tiles((n_tokens + tile_tokens - 1) / tile_tokens) {
     n_tasks = (w.n_rows() + trows - 1) / trows * n_tok_tiles;
   }
   Tile tile(const WeightMatrix& w, int64_t n_tokens, int64_t task) const {
     // Token tiles inner: the two threads start on neighbouring tiles of the
     // same weight rows, which then come from memory once into the shared L3.
     const int64_t rt = task / n_tok_tiles, tt = task % n_tok_tiles;
-    return Tile{rt * trows, std::min(w.n_rows(), (rt + 1) * trows), tt * kTileTokens,
-                std::min(n_tokens, (tt + 1) * kTileTokens)};
+    return Tile{rt * trows, std::min(w.n_rows(), (rt + 1) * trows), tt * ttoks, std::min(n_tokens, (tt + 1) * ttoks)};
   }
 };
 
@@ -304,12 +303,12 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
 
   const KernelTable& kt = kernel_table(w.isa());
   if (is_float_type(w.type())) {
-    const FloatMatmulFn fn = matmul_kernels(kt, w.type()).flt;
+    const MatmulKernels& k = matmul_kernels(kt, w.type());
+    const FloatMatmulFn fn = k.flt;
     PAGODA_CHECK(fn, std::string("matmul: no float ") + isa_name(w.isa()) + " kernel for " + type_name(w.type()));
     const uint16_t* xbf = nullptr;
-    const FloatPrefillFn prefill = matmul_kernels(kt, w.type()).flt_prefill;
     const int64_t n_groups = n_tokens / 16;
-    const bool on_tiles = prefill && kt.bf16_acts && kt.bf16_acts_vnni && n_groups > 0 &&
+    const bool on_tiles = k.flt_prefill && kt.bf16_acts && kt.bf16_acts_vnni && n_groups > 0 &&
                           n_tokens >= kt.prefill_min_tokens && w.n_cols() % 32 == 0;
     // bf16 activations: BF16 weights' AVX-512 kernel, and the AMX-BF16 tiles (F16 too).
     if ((w.type() == GgmlType::BF16 || on_tiles) && kt.bf16_acts) {
@@ -326,41 +325,32 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
     // f16-or-better activations; bf16 alone moved the numpy reference's F16 logits by 1.3e-2).
     if (on_tiles) {
       const bool split = w.type() == GgmlType::F16;
-      const int64_t n_cols = w.n_cols(), group_elems = n_cols / 32 * 512;
-      uint16_t* vnni = grow(act_scratch().bf16_vnni, static_cast<size_t>(n_groups * group_elems * (split ? 2 : 1)));
-      uint16_t* xlo = split ? grow(act_scratch().bf16_lo, static_cast<size_t>(n_groups * 16 * n_cols)) : nullptr;
+      const int64_t n_cols = w.n_cols(), group_elems = n_cols * 16, group_stride = split ? 2 * group_elems : group_elems;
+      uint16_t* vnni = grow(act_scratch().bf16_vnni, static_cast<size_t>(n_groups * group_stride));
+      uint16_t* xlo = split ? grow(act_scratch().bf16_lo, static_cast<size_t>(n_groups * group_elems)) : nullptr;
       pool.parallel_for(n_groups, [&](int64_t g, int) {
-        if (!split) {
-          kt.bf16_acts_vnni(xbf, n_cols, g, g + 1, vnni);
-          return;
-        }
-        // bf16_acts_vnni writes group g at out + g * group_elems: offset `out` so group g
-        // lands at 2 g group_elems (high halves) and one group further (low halves).
-        kt.bf16_acts_vnni(xbf, n_cols, g, g + 1, vnni + g * group_elems);
+        const int64_t base = g * group_elems;  // the group's first row-major value
+        kt.bf16_acts_vnni(xbf + base, n_cols, vnni + g * group_stride);
+        if (!split) return;
         thread_local std::vector<float> residual;
-        const int64_t n = 16 * n_cols, base = g * n;
-        if (residual.size() < static_cast<size_t>(n)) residual.resize(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) {
+        if (residual.size() < static_cast<size_t>(group_elems)) residual.resize(static_cast<size_t>(group_elems));
+        for (int64_t i = 0; i < group_elems; ++i) {
           const uint32_t bits = static_cast<uint32_t>(xbf[base + i]) << 16;
           float hi;
           std::memcpy(&hi, &bits, sizeof hi);
           residual[static_cast<size_t>(i)] = x[base + i] - hi;
         }
-        kt.bf16_acts(residual.data(), xlo + base, n);
-        kt.bf16_acts_vnni(xlo, n_cols, g, g + 1, vnni + g * group_elems + group_elems);
+        kt.bf16_acts(residual.data(), xlo + base, group_elems);
+        kt.bf16_acts_vnni(xlo + base, n_cols, vnni + g * group_stride + group_elems);
       });
       // F16: tiles of 256 tokens, since the kernel splits a tile's rows into bf16 halves
       // once for all its tokens (at 64 tokens the splitting was ~20% of the time); BF16
       // keeps 64 (256 measured 0.8x). Each output element is one sequence of tile
       // multiplies whatever the tiling.
-      const int64_t kTilesTokens = split ? 256 : kTileTokens;
-      const int64_t trows = kt.tile_rows_float, n_tok_tiles = (n_tokens + kTilesTokens - 1) / kTilesTokens;
-      const int64_t n_tasks = (w.n_rows() + trows - 1) / trows * n_tok_tiles;
-      pool.parallel_for(n_tasks, [&](int64_t task, int) {
-        const int64_t rt = task / n_tok_tiles, tt = task % n_tok_tiles;
-        const Tile tile{rt * trows, std::min(w.n_rows(), (rt + 1) * trows), tt * kTilesTokens,
-                        std::min(n_tokens, (tt + 1) * kTilesTokens)};
-        if (tile.tok_end - tile.tok_begin >= kt.prefill_min_tokens) prefill(w, x, xbf, vnni, tile, y);
+      const TileGrid tiles(w, n_tokens, split ? 256 : kTileTokens);
+      pool.parallel_for(tiles.n_tasks, [&](int64_t task, int) {
+        const Tile tile = tiles.tile(w, n_tokens, task);
+        if (tile.tok_end - tile.tok_begin >= kt.prefill_min_tokens) k.flt_prefill(w, x, xbf, vnni, tile, y);
         else fn(w, x, fn_xbf, tile, y);
       });
       return;

@@ -28,6 +28,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/amx_tile_config.h"
 #include "kernels/kernel_table.h"
 #include "kernels/matmul_impl.h"
 
@@ -35,19 +36,11 @@ namespace pagoda::matmul_detail {
 
 namespace {
 
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // Two sets, so block u's multiply runs while block u - 1 is stored and block u - 2 is
 // scaled (see amx_group): tmm0 / tmm3 A (16 tokens x 32 activation bytes), tmm1 / tmm4
 // B (8 x 64 code bytes: K = 32, N = 16), tmm2 / tmm5 C (16 x 16 int32).
 void load_tile_config() {
-  TileConfig c;
+  AmxTileConfig c;
   for (int set : {0, 3}) {
     c.rows[set] = 16;
     c.colsb[set] = 32;

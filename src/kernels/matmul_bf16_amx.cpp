@@ -27,6 +27,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/amx_tile_config.h"
 #include "kernels/kernel_table.h"
 #include "kernels/matmul_impl.h"
 
@@ -34,18 +35,10 @@ namespace pagoda::matmul_detail {
 
 namespace {
 
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // tmm0, tmm1: A (row groups 0, 1); tmm2, tmm3: B (token groups 0, 1); tmm4..7: C
 // (row group i, token group j at 4 + 2 i + j). Every tile is 16 rows of 64 bytes.
 void load_bf16_tile_config() {
-  TileConfig c;
+  AmxTileConfig c;
   for (int t = 0; t < 8; ++t) {
     c.rows[t] = 16;
     c.colsb[t] = 64;
@@ -100,30 +93,29 @@ void bf16_pass(const uint8_t* a0, const uint8_t* a0_lo, size_t a_stride, const u
   if constexpr (RG > 1 && TG > 1) _tile_stored(7, cbuf + 768, 64);
 }
 
+// 16 x lane: the element offsets of one column of a 16 x 16 tile of 32-bit values.
+inline __m512i column_offsets() {
+  return _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
+}
+
 // y[t0 + n][r0 + m] = c[m][n] for a 16 x 16 tile.
 void store_transposed(const float* c, float* y, int64_t n_rows, int64_t t0, int64_t r0) {
-  for (int n = 0; n < 16; ++n) {
-    const __m512i idx = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_set1_epi32(16), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)),
-                                         _mm512_set1_epi32(n));
-    _mm512_storeu_ps(y + (t0 + n) * n_rows + r0, _mm512_i32gather_ps(idx, c, 4));
-  }
+  const __m512i col = column_offsets();
+  for (int n = 0; n < 16; ++n)
+    _mm512_storeu_ps(y + (t0 + n) * n_rows + r0, _mm512_i32gather_ps(_mm512_add_epi32(col, _mm512_set1_epi32(n)), c, 4));
 }
 
 }  // namespace
 
-void bf16_acts_vnni_amx(const uint16_t* xbf, int64_t n_cols, int64_t g_begin, int64_t g_end, uint16_t* out) {
-  const int64_t n_chunks = n_cols / 32;
-  // Per group and chunk: the 16 tokens' 16 column pairs (32-bit each) transposed, so
+void bf16_acts_vnni_amx(const uint16_t* rows, int64_t n_cols, uint16_t* out) {
+  // Per 32-column chunk: the 16 tokens' 16 column pairs (32-bit each) transposed, so
   // out row kk = pair kk of tokens 0..15. A 16 x 16 transpose of 32-bit elements.
-  for (int64_t g = g_begin; g < g_end; ++g)
-    for (int64_t c = 0; c < n_chunks; ++c) {
-      uint32_t* dst = reinterpret_cast<uint32_t*>(out + (g * n_chunks + c) * 512);
-      for (int n = 0; n < 16; ++n) {
-        const uint32_t* src = reinterpret_cast<const uint32_t*>(xbf + (g * 16 + n) * n_cols + c * 32);
-        const __m512i row = _mm512_loadu_si512(src);
-        _mm512_i32scatter_epi32(dst + n, _mm512_mullo_epi32(_mm512_set1_epi32(16), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)), row, 4);
-      }
-    }
+  const __m512i col = column_offsets();
+  for (int64_t c = 0; c < n_cols / 32; ++c) {
+    uint32_t* dst = reinterpret_cast<uint32_t*>(out + c * 512);
+    for (int n = 0; n < 16; ++n)
+      _mm512_i32scatter_epi32(dst + n, col, _mm512_loadu_si512(rows + n * n_cols + c * 32), 4);
+  }
 }
 
 namespace {

@@ -195,11 +195,11 @@ void matmul_packed_avx2(const WeightMatrix& w, const QuantizedActs& a, const Til
 // Requires: isa_supported(Isa::Amx), w.isa() == Isa::Amx (or Avx512: the same packing).
 void matmul_packed_amx(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y);
 // AMX-BF16 (matmul_bf16_amx.cpp) for BF16 weights: whole 16-token groups of the tile on the
-// tiles (xvnni: bf16_acts_vnni_amx's layout of the call's activations), the rest through
+// tiles (xvnni: the call's 16-token groups in bf16_acts_vnni_amx's layout, see matmul()), the rest through
 // matmul_float_avx512. Requires: isa_supported(Isa::Amx) and AMX-BF16.
 void matmul_bf16_amx(const WeightMatrix& w, const float* x, const uint16_t* xbf, const uint16_t* xvnni,
                      const Tile& tile, float* y);
-void bf16_acts_vnni_amx(const uint16_t* xbf, int64_t n_cols, int64_t g_begin, int64_t g_end, uint16_t* out);
+void bf16_acts_vnni_amx(const uint16_t* rows, int64_t n_cols, uint16_t* out);
 // Float weights (F32/F16/BF16) in GGUF layout, f32 activations x [n_tokens, n_cols].
 // xbf: the activations rounded to bf16 ([n_tokens, n_cols]) for BF16 weights on
 // CPUs with avx512bf16, else nullptr.
