@@ -11,6 +11,7 @@
 
 #include <filesystem>
 
+#include "temp_dir.h"
 #include "cache/disk_io.h"
 #include "cache/disk_tier.h"
 #include "cache_harness.h"
@@ -25,14 +26,8 @@ using testing::tokens;
 
 constexpr int kBs = 8;
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    static int n = 0;
-    path = "/tmp/pagoda_disk_restore_unit_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
-    std::filesystem::remove_all(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("pagoda_disk_restore_unit") {}
 };
 
 // A cache spilling to `dir` through an I/O thread; reads sleep `read_delay_ms` each.

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <random>
 
+#include "temp_dir.h"
 #include "cache/crc32c.h"
 #include "cache/disk_tier.h"
 #include "cache_harness.h"
@@ -29,15 +30,8 @@ using testing::Harness;
 using testing::Request;
 using testing::tokens;
 
-// A fresh directory under /tmp, removed at the end.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    static int n = 0;
-    path = "/tmp/pagoda_disk_tier_test_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
-    std::filesystem::remove_all(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("pagoda_disk_tier_test") {}
 };
 
 DiskTierConfig config_of(const std::string& dir, uint64_t capacity = 1ull << 30,
