@@ -383,6 +383,33 @@ inline void tile_pv_rows(float* const* orow, int r, const float* s, int64_t ss, 
   if (i < hd) tile_pv_block<V, RB, 1>(orow, r, s, ss, vr, n, hd, i, hd - i);
 }
 
+// Scores s[r][0, n) (rows [r0, r1), row stride kAttnChunk) of the chunk of n <= chunk
+// positions at block b, slot `slot`: Kᵀ once, then the outer-product micro-kernel sized to
+// the chunk (1-4 vectors of positions).
+template <class V>
+inline void chunk_scores(const KvLayerView& view, BlockId b, int64_t kv_head, int64_t slot, int64_t n,
+                         const float* const* qrow, int r0, int r1, float* ktile, float* kt, int64_t ks, float scale,
+                         float* s) {
+  constexpr int64_t W = V::kWidth;
+  const int64_t hd = view.head_dim;
+  const int nr = static_cast<int>((n + W - 1) / W);
+  k_transposed<V>(view, b, kv_head, slot, n, nr * W, ktile, kt, ks);
+  switch (nr) {
+    case 1: tile_scores<V, 1>(qrow, r0, r1, kt, ks, hd, scale, s, kAttnChunk); break;
+    case 2: tile_scores<V, 2>(qrow, r0, r1, kt, ks, hd, scale, s, kAttnChunk); break;
+    case 3: tile_scores<V, 3>(qrow, r0, r1, kt, ks, hd, scale, s, kAttnChunk); break;
+    default: tile_scores<V, 4>(qrow, r0, r1, kt, ks, hd, scale, s, kAttnChunk); break;
+  }
+}
+
+// o_r += Σ_j s[r][j] · V[j] for rows [r0, r1), four rows per V load.
+template <class V>
+inline void chunk_pv(float* const* orow, int r0, int r1, const float* s, const float* vr, int64_t n, int64_t hd) {
+  int r = r0;
+  for (; r + 4 <= r1; r += 4) tile_pv_rows<V, 4>(orow, r, s, kAttnChunk, vr, n, hd);
+  for (; r < r1; ++r) tile_pv_rows<V, 1>(orow, r, s, kAttnChunk, vr, n, hd);
+}
+
 // Partial attention (m, l, unnormalized o) of n_q <= kAttnMaxGroup heads of one token
 // over [p_begin, p_end), head_dim <= 256: the prefill tile's micro-kernels with the
 // token's query heads as the rows. Per chunk, Kᵀ once, then scores as an outer product
@@ -394,7 +421,6 @@ template <class V>
 void attend_group_tiled(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,
                         int64_t kv_head, const float* q, int n_q, float scale, float* o, float* m, float* l,
                         float softcap) {
-  constexpr int64_t W = V::kWidth;
   const int64_t hd = view.head_dim, bs = view.block_size;
   const int64_t chunk = hd <= 128 ? kAttnChunk : kAttnChunk / 2;
   const int64_t ks = chunk;
@@ -416,21 +442,12 @@ void attend_group_tiled(const KvLayerView& view, const BlockId* blocks, int64_t 
     const int64_t slot = p % bs;
     const int64_t n = std::min({chunk, bs - slot, p_end - p});
     prefetch_ahead(view, blocks, p, p_begin, p_end, kv_head);
-    const int nr = static_cast<int>((n + W - 1) / W);
-    k_transposed<V>(view, b, kv_head, slot, n, nr * W, ktile, kt, ks);
-    switch (nr) {
-      case 1: tile_scores<V, 1>(qrow, 0, n_q, kt, ks, hd, scale, s, kAttnChunk); break;
-      case 2: tile_scores<V, 2>(qrow, 0, n_q, kt, ks, hd, scale, s, kAttnChunk); break;
-      case 3: tile_scores<V, 3>(qrow, 0, n_q, kt, ks, hd, scale, s, kAttnChunk); break;
-      default: tile_scores<V, 4>(qrow, 0, n_q, kt, ks, hd, scale, s, kAttnChunk); break;
-    }
+    chunk_scores<V>(view, b, kv_head, slot, n, qrow, 0, n_q, ktile, kt, ks, scale, s);
     if (softcap > 0.0f)
       for (int h = 0; h < n_q; ++h) softcap_inplace(s + h * kAttnChunk, n, softcap);
     for (int h = 0; h < n_q; ++h) online_softmax_step<V>(s + h * kAttnChunk, n, m + h, l + h, orow[h], hd);
     const float* Vr = v_rows_f32<V>(view, b, kv_head, slot, n, vtile);  // [n][hd]
-    int r = 0;
-    for (; r + 4 <= n_q; r += 4) tile_pv_rows<V, 4>(orow, r, s, kAttnChunk, Vr, n, hd);
-    for (; r < n_q; ++r) tile_pv_rows<V, 1>(orow, r, s, kAttnChunk, Vr, n, hd);
+    chunk_pv<V>(orow, 0, n_q, s, Vr, n, hd);
     p += n;
   }
 }
@@ -463,7 +480,6 @@ template <class V>
 void attend_tile_rows(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,
                       const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride,
                       int64_t window, float softcap) {
-  constexpr int64_t W = V::kWidth;
   const int64_t hd = view.head_dim, bs = view.block_size;
   // Kᵀ is [hd][chunk]: 32 positions for head_dim <= 128, 16 up to 256 (16 KiB either way).
   const int64_t chunk = hd <= 128 ? kAttnChunk : kAttnChunk / 2;
@@ -498,14 +514,7 @@ void attend_tile_rows(const KvLayerView& view, const BlockId* blocks, int64_t po
     // Rows of tokens before p see nothing of this chunk (token-major: a prefix of rows).
     const int r_begin = static_cast<int>(std::max<int64_t>(0, p - pos0)) * n_q;
 
-    const int nr = static_cast<int>((n + W - 1) / W);
-    k_transposed<V>(view, b, kv_head, slot, n, nr * W, ktile, kt, ks);
-    switch (nr) {
-      case 1: tile_scores<V, 1>(qrow, r_begin, n_rows, kt, ks, hd, scale, s, kAttnChunk); break;
-      case 2: tile_scores<V, 2>(qrow, r_begin, n_rows, kt, ks, hd, scale, s, kAttnChunk); break;
-      case 3: tile_scores<V, 3>(qrow, r_begin, n_rows, kt, ks, hd, scale, s, kAttnChunk); break;
-      default: tile_scores<V, 4>(qrow, r_begin, n_rows, kt, ks, hd, scale, s, kAttnChunk); break;
-    }
+    chunk_scores<V>(view, b, kv_head, slot, n, qrow, r_begin, n_rows, ktile, kt, ks, scale, s);
     if (softcap > 0.0f)
       for (int r = r_begin; r < n_rows; ++r) softcap_inplace(s + r * kAttnChunk, n, softcap);
     // Online softmax per row over its visible positions [max(p, pos - window + 1),
@@ -520,9 +529,7 @@ void attend_tile_rows(const KvLayerView& view, const BlockId* blocks, int64_t po
       for (int64_t j = n_vis; j < n; ++j) sr[j] = 0.0f;
     }
     const float* Vr = v_rows_f32<V>(view, b, kv_head, slot, n, vtile);  // [n][hd]
-    int r = r_begin;
-    for (; r + 4 <= n_rows; r += 4) tile_pv_rows<V, 4>(orow, r, s, kAttnChunk, Vr, n, hd);
-    for (; r < n_rows; ++r) tile_pv_rows<V, 1>(orow, r, s, kAttnChunk, Vr, n, hd);
+    chunk_pv<V>(orow, r_begin, n_rows, s, Vr, n, hd);
     p += n;
   }
   for (int r = 0; r < n_rows; ++r) scale_row<V>(orow[r], hd, 1.0f / l[r]);
