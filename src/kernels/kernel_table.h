@@ -78,6 +78,8 @@ struct MatmulKernels {
   FloatMatmulFn flt = nullptr;
   QuantMatmulFn prefill = nullptr;
   FloatPrefillFn flt_prefill = nullptr;
+  // `prefill` reads QuantizedActs' Block32 tile layout where the caller gives one.
+  bool prefill_reads_tiles = false;
 };
 
 // GGUF type ids are below 64 (tensor/types.h: MXFP4 = 39 is the largest weight type).

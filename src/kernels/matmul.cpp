@@ -179,6 +179,8 @@ struct ActScratch {
   std::vector<float> d, dsum32, neg8_dsum32;
   std::vector<int32_t> sum32, sum16, sum16_pairs;
   std::vector<uint16_t> bf16, bf16_vnni, bf16_lo;
+  std::vector<int8_t> tile_q;
+  std::vector<float> tile_scalars;  // tile_d, tile_off_q4, tile_off_q8
 };
 ActScratch& act_scratch() {
   thread_local ActScratch s;
@@ -191,8 +193,10 @@ T* grow(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
+// tiles: also lay out the whole 16-token groups as Block32Tiles (Block32 only), for a
+// prefill kernel that reads them.
 QuantizedActs quantize_acts(const KernelTable& kt, ActKind kind, const float* x, int64_t n_tokens, int64_t n_cols,
-                            ThreadPool& pool) {
+                            ThreadPool& pool, bool tiles = false) {
   ActScratch& s = act_scratch();
   QuantizedActs a;
   a.n_tokens = n_tokens;
@@ -213,6 +217,15 @@ QuantizedActs quantize_acts(const KernelTable& kt, ActKind kind, const float* x,
   a.neg8_dsum32 = neg8_dsum32;
   a.sum16 = sum16;
   a.sum16_pairs = sum16_pairs;
+  const int64_t n_groups = tiles && kind == ActKind::Block32 ? n_tokens / 16 : 0;
+  const int64_t group_scalars = 16 * (n_cols / 32);  // per group, each of d / off_q4 / off_q8
+  if (n_groups > 0) {
+    a.tile_q = grow(s.tile_q, static_cast<size_t>(n_groups) * 16 * nc);
+    float* f = grow(s.tile_scalars, static_cast<size_t>(3 * n_groups * group_scalars));
+    a.tile_d = f;
+    a.tile_off_q4 = f + n_groups * group_scalars;
+    a.tile_off_q8 = f + 2 * n_groups * group_scalars;
+  }
   auto row = [&](int64_t t) {
     ActRowOut out{q + t * n_cols, d + t * (n_cols / a.d_per), sum32 + t * (n_cols / 32),
                   dsum32 ? dsum32 + t * (n_cols / 32) : nullptr,
@@ -223,6 +236,13 @@ QuantizedActs quantize_acts(const KernelTable& kt, ActKind kind, const float* x,
       for (int64_t j = 0; j < n_cols / 32; ++j)
         sum16_pairs[t * (n_cols / 32) + j] = static_cast<int32_t>(
             static_cast<uint32_t>(static_cast<uint16_t>(s16[2 * j])) | static_cast<uint32_t>(s16[2 * j + 1]) << 16);
+    }
+    if (t / 16 < n_groups) {
+      const int64_t g = t / 16;
+      Block32Tiles{const_cast<int8_t*>(a.tile_q) + g * 16 * n_cols, const_cast<float*>(a.tile_d) + g * group_scalars,
+                   const_cast<float*>(a.tile_off_q4) + g * group_scalars,
+                   const_cast<float*>(a.tile_off_q8) + g * group_scalars}
+          .write_token(a, t);
     }
   };
   // Quantizing a 2048-wide row takes ~0.5 us with AVX-512; below 16 rows a pool
@@ -289,6 +309,8 @@ struct QuantKernel {
                                type_name(w.type()));
     prefill_min_tokens = kt.prefill_min_tokens;
   }
+  // Whether its prefill kernel reads QuantizedActs' Block32 tile layout.
+  bool wants_tiles() const { return k->prefill != nullptr && k->prefill_reads_tiles; }
   void run(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y) const {
     if (k->prefill && tile.tok_end - tile.tok_begin >= prefill_min_tokens) k->prefill(w, a, tile, y);
     else k->quant(w, a, tile, y);
@@ -360,7 +382,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
   }
 
   const QuantKernel qk(w);
-  const QuantizedActs a = quantize_acts(kt, act_kind(w.type()), x, n_tokens, w.n_cols(), pool);
+  const QuantizedActs a = quantize_acts(kt, act_kind(w.type()), x, n_tokens, w.n_cols(), pool, qk.wants_tiles());
   pool.parallel_for(grid.n_tasks, [&](int64_t task, int) { qk.run(w, a, grid.tile(w, n_tokens, task), y); });
 }
 
@@ -389,8 +411,10 @@ void matmul_multi(std::span<const MatmulTarget> targets, const float* x, int64_t
     kernels[i] = QuantKernel(*targets[i].w);
     first[i + 1] = first[i] + (targets[i].w->n_rows() > 0 ? grids[i].n_tasks : 0);
   }
+  bool tiles = false;
+  for (size_t i = 0; i < targets.size(); ++i) tiles = tiles || kernels[i].wants_tiles();
   const QuantizedActs a =
-      quantize_acts(kernel_table(w0.isa()), act_kind(w0.type()), x, n_tokens, w0.n_cols(), pool);
+      quantize_acts(kernel_table(w0.isa()), act_kind(w0.type()), x, n_tokens, w0.n_cols(), pool, tiles);
   pool.parallel_for(first[targets.size()], [&](int64_t task, int) {
     size_t i = 0;
     while (task >= first[i + 1]) ++i;
@@ -417,7 +441,6 @@ void matmul_grouped(std::span<const GroupedMatmul> jobs, const float* x, int64_t
   }
   // Activations are quantized row by row, so quantizing all of x once gives
   // each job exactly the codes matmul() would compute for its rows alone.
-  const QuantizedActs all = quantize_acts(kernel_table(w0.isa()), act_kind(w0.type()), x, n_x_rows, n_cols, pool);
   // Job i owns tasks [first[i], first[i + 1]); kept per thread, grown once.
   thread_local std::vector<int64_t> first;
   thread_local std::vector<TileGrid> grids;
@@ -431,6 +454,10 @@ void matmul_grouped(std::span<const GroupedMatmul> jobs, const float* x, int64_t
     const bool empty = jobs[i].n_tokens == 0 || jobs[i].w->n_rows() == 0;
     first[i + 1] = first[i] + (empty ? 0 : grids[i].n_tasks);
   }
+  bool tiles = false;
+  for (size_t i = 0; i < jobs.size(); ++i) tiles = tiles || kernels[i].wants_tiles();
+  const QuantizedActs all =
+      quantize_acts(kernel_table(w0.isa()), act_kind(w0.type()), x, n_x_rows, n_cols, pool, tiles);
   auto view = [&](const GroupedMatmul& j) {
     QuantizedActs a = all;
     const int64_t r = j.row0;
@@ -442,6 +469,17 @@ void matmul_grouped(std::span<const GroupedMatmul> jobs, const float* x, int64_t
     if (a.neg8_dsum32) a.neg8_dsum32 += r * (n_cols / 32);
     if (a.sum16) a.sum16 += r * (n_cols / 16);
     if (a.sum16_pairs) a.sum16_pairs += r * (n_cols / 32);  // one int16 pair per 32 columns
+    // The tile layout is per 16-token group of x: a job starting inside a group has none.
+    if (a.tile_q != nullptr && r % 16 == 0) {
+      const int64_t g = r / 16, scalars = g * 16 * (n_cols / 32);
+      a.tile_q += g * 16 * n_cols;
+      a.tile_d += scalars;
+      a.tile_off_q4 += scalars;
+      a.tile_off_q8 += scalars;
+    } else {
+      a.tile_q = nullptr;
+      a.tile_d = a.tile_off_q4 = a.tile_off_q8 = nullptr;
+    }
     return a;
   };
   const int64_t* fp = first.data();

@@ -31,6 +31,7 @@
 #include "kernels/amx_tile_config.h"
 #include "kernels/kernel_table.h"
 #include "kernels/matmul_impl.h"
+#include "kernels/static_for.h"
 
 namespace pagoda::matmul_detail {
 
@@ -69,25 +70,31 @@ uint8_t* aligned_scratch(std::vector<uint8_t>& v, size_t n) {
 }
 
 // One 16-token x 16-row output tile over all blocks. ablk: the 16 tokens' activation
-// bytes repacked block-major ([nb][16 tokens][32]); b_base / b_stride: the group's B
-// tiles; gp: its packed unit (for the scales).
+// bytes repacked block-major ([nb][16 tokens][32]); tscale / toff: their per-block scale
+// and offset term, also block-major ([nb][16]), so each is a broadcast straight from
+// memory inside the FMA; b_base / b_stride: the group's B tiles; gp: its packed unit (for
+// the scales).
 template <GgmlType T>
 void amx_subtile(const uint8_t* gp, const uint8_t* b_base, size_t b_stride, const int8_t* ablk,
-                 const QuantizedActs& a, int64_t tm, int32_t* cbuf, float* y, int64_t n_rows, int64_t row0,
-                 int n_valid) {
+                 const float* tscale, const float* toff, int64_t nb, int64_t tm, int32_t* cbuf, float* y,
+                 int64_t n_rows, int64_t row0, int n_valid) {
   constexpr int L = 16;
   constexpr size_t VB = 4 * L;
   constexpr size_t scale_off = (T == GgmlType::Q8_0 ? 8 : 4) * VB;
   const size_t unit_bytes = packed_unit_bytes(T, L);
-  const int64_t nb = a.n_cols / 32;
   __m512 acc[16];
-  for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();
-  // A block's tile result is stored one block after its multiply and scaled one block
-  // after that: a tile multiply takes tens of cycles to finish and a vector load of a
-  // tile store's bytes waits for the store, so doing the three back to back ran at
-  // ~0.85x the AVX-512 kernel; pipelined, the multiply and the store hide behind the
-  // scaling. No lambdas: accumulators a lambda captures live in memory. The tile numbers
-  // must be literals (the intrinsics paste them into the instruction), hence the macros.
+  static_for<0, 16>([&](auto t) { acc[t] = _mm512_setzero_ps(); });
+  // Two tile sets, so a block is multiplied, stored and scaled in three successive half
+  // steps: a vector load of a tile store's bytes waits for the store, and done back to back
+  // the three ran at ~0.85x the AVX-512 kernel. Each half step scales first, before the
+  // next tile store is issued, so its loads queue behind no store but the one they read.
+  // Measured on a Xeon with AMX: the scaling (per block 16 loads, 16 converts, 32 FMAs)
+  // and the tile work still hardly overlap, whatever the order (a scale reading a buffer
+  // no store writes ran no faster), so a block costs about their sum. The token loop is
+  // a static_for: as a plain loop GCC kept acc[] on the stack and stored an accumulator
+  // per token (with the per-block scalars contiguous: 265 -> 300-360 Gop/s, one core).
+  // The tile numbers must be literals (the intrinsics paste them into the instruction),
+  // hence the macros.
 #define PAGODA_AMX_MULTIPLY(TA, TB, TC, u)                  \
   do {                                                     \
     _tile_loadd(TA, ablk + (u) * 512, 32);                 \
@@ -98,29 +105,27 @@ void amx_subtile(const uint8_t* gp, const uint8_t* b_base, size_t b_stride, cons
 #define PAGODA_AMX_SCALE(u)                                                                              \
   do {                                                                                                   \
     const int32_t* cb = cbuf + ((u) & 1) * 256;                                                          \
+    const float* ts = tscale + (u) * 16;                                                                 \
+    const float* to = toff + (u) * 16;                                                                   \
     const __m512 dw =                                                                                    \
         _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gp + (u) * unit_bytes + scale_off))); \
-    for (int t = 0; t < 16; ++t) {                                                                       \
-      const int64_t i = (tm + t) * nb + (u);                                                             \
-      const float off = T == GgmlType::Q4_0 ? a.neg8_dsum32[i] : -128.0f * a.dsum32[i];                  \
+    static_for<0, 16>([&](auto t) {                                                                      \
       const __m512 c = _mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * t));                               \
-      acc[t] = _mm512_fmadd_ps(_mm512_fmadd_ps(c, _mm512_set1_ps(a.d[i]), _mm512_set1_ps(off)), dw, acc[t]); \
-    }                                                                                                    \
+      acc[t] = _mm512_fmadd_ps(_mm512_fmadd_ps(c, _mm512_set1_ps(ts[t]), _mm512_set1_ps(to[t])), dw, acc[t]); \
+    });                                                                                                  \
   } while (0)
   for (int64_t u = 0; u < nb + 2; u += 2) {
-    // Even u: multiply u into set 0, store u - 1 from set 1, scale u - 2.
+    if (u >= 2 && u - 2 < nb) PAGODA_AMX_SCALE(u - 2);
     if (u < nb) PAGODA_AMX_MULTIPLY(0, 1, 2, u);
     if (u >= 1 && u - 1 < nb) PAGODA_TILE_STORE_1K(5, cbuf + ((u - 1) & 1) * 256);
-    if (u >= 2) PAGODA_AMX_SCALE(u - 2);
-    // Odd u + 1: multiply u + 1 into set 1, store u from set 0, scale u - 1.
+    if (u >= 1 && u - 1 < nb) PAGODA_AMX_SCALE(u - 1);
     if (u + 1 < nb) PAGODA_AMX_MULTIPLY(3, 4, 5, u + 1);
     if (u < nb) PAGODA_TILE_STORE_1K(2, cbuf + (u & 1) * 256);
-    if (u >= 1 && u - 1 < nb) PAGODA_AMX_SCALE(u - 1);
   }
 #undef PAGODA_AMX_MULTIPLY
 #undef PAGODA_AMX_SCALE
   const __mmask16 mask = static_cast<__mmask16>((1u << n_valid) - 1);
-  for (int t = 0; t < 16; ++t) _mm512_mask_storeu_ps(y + (tm + t) * n_rows + row0, mask, acc[t]);
+  static_for<0, 16>([&](auto t) { _mm512_mask_storeu_ps(y + (tm + t) * n_rows + row0, mask, acc[t]); });
 }
 
 template <GgmlType T>
@@ -133,10 +138,16 @@ void amx_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, i
   const int64_t n_groups = (tile.row_end - tile.row_begin + L - 1) / L;
   thread_local std::vector<uint8_t> unpack_v, act_v, cbuf_v;
   int32_t* cbuf = reinterpret_cast<int32_t*>(aligned_scratch(cbuf_v, 2 * 16 * 64));  // two blocks' C tiles
-  // The 16 tokens' activations block-major, so a block's A tile is 512 contiguous bytes:
-  // read in place they sit n_cols apart, and at n_cols = 2048 the 16 rows fall into two
-  // L1 sets (a 4 KiB alias), which held the kernel near the AVX-512 one's speed.
-  int8_t* ablk = reinterpret_cast<int8_t*>(aligned_scratch(act_v, static_cast<size_t>(nb) * 512));
+  // The activations' A tile layout (Block32Tiles): QuantizedActs' own, laid out once per
+  // matmul, or else (a grouped job starting inside a 16-token group) one group at a time
+  // here. Laid out per tile, it was ~30% of the kernel's time (a 64-row tile reuses a
+  // group's layout for 4 row groups only).
+  int8_t* ablk_own = nullptr;
+  float* scalars_own = nullptr;
+  if (a.tile_q == nullptr) {
+    ablk_own = reinterpret_cast<int8_t*>(aligned_scratch(act_v, static_cast<size_t>(nb) * (512 + 3 * 64)));
+    scalars_own = reinterpret_cast<float*>(ablk_own + nb * 512);
+  }
   // B tiles: Q8_0's codes in place (stride 64 within a unit); Q4_0's nibbles unpacked to
   // bytes once per tile for all its token sub-tiles.
   const uint8_t* gp[4];
@@ -167,17 +178,28 @@ void amx_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, i
   }
   for (int64_t m = 0; m < n16; m += 16) {
     const int64_t tm = tile.tok_begin + m;
-    for (int64_t u = 0; u < nb; ++u)
-      for (int r = 0; r < 16; ++r)
-        _mm256_store_si256(reinterpret_cast<__m256i*>(ablk + u * 512 + r * 32),
-                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + (tm + r) * n_cols + u * 32)));
+    const int8_t* ablk;
+    const float* tscale;
+    const float* toff;
+    if (a.tile_q != nullptr) {
+      const int64_t g = tm / 16;
+      ablk = a.tile_q + g * nb * 512;
+      tscale = a.tile_d + g * nb * 16;
+      toff = (T == GgmlType::Q4_0 ? a.tile_off_q4 : a.tile_off_q8) + g * nb * 16;
+    } else {
+      const Block32Tiles own{ablk_own, scalars_own, scalars_own + nb * 16, scalars_own + 2 * nb * 16};
+      for (int r = 0; r < 16; ++r) own.write_token(a, tm + r);
+      ablk = own.q;
+      tscale = own.d;
+      toff = T == GgmlType::Q4_0 ? own.off_q4 : own.off_q8;
+    }
     // tileloadd is an asm statement that does not say what it reads: make the unpacked
     // codes and the repacked activations reach memory before any tile load.
     __asm__ volatile("" ::: "memory");
     for (int64_t g = 0; g < n_groups; ++g) {
       const int64_t row0 = tile.row_begin + g * L;
       const int n_valid = static_cast<int>(std::min<int64_t>(L, tile.row_end - row0));
-      amx_subtile<T>(gp[g], b_base[g], b_stride, ablk, a, tm, cbuf, y, w.n_rows(), row0, n_valid);
+      amx_subtile<T>(gp[g], b_base[g], b_stride, ablk, tscale, toff, nb, tm, cbuf, y, w.n_rows(), row0, n_valid);
     }
   }
 }
@@ -210,8 +232,10 @@ namespace pagoda {
 void register_matmul_kernels_amx(KernelTable& t) {
   using namespace matmul_detail;
   t.prefill_min_tokens = 16;
-  t.matmul[static_cast<size_t>(GgmlType::Q8_0)].prefill = matmul_packed_amx;
-  t.matmul[static_cast<size_t>(GgmlType::Q4_0)].prefill = matmul_packed_amx;
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+    t.matmul[static_cast<size_t>(type)].prefill = matmul_packed_amx;
+    t.matmul[static_cast<size_t>(type)].prefill_reads_tiles = true;
+  }
 }
 
 }  // namespace pagoda

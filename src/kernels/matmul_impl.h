@@ -58,6 +58,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "common/error.h"
@@ -134,7 +135,42 @@ struct QuantizedActs {
   // Q2_K / Q3_K kernels' 16-bit dot products (vpdpwssd / pmaddwd) with per-row pairs.
   const int32_t* sum16_pairs = nullptr;
   int64_t d_per = 32;              // values per scale: 32 (Block32) or 256 (Super256)
+  // Block32, when the caller asks for them (a level whose prefill kernel reads them: AMX):
+  // each whole 16-token group's codes, scales and offset terms block by block, the A tile
+  // layout (see Block32Tiles). Null otherwise: the kernel lays out its tokens itself.
+  const int8_t* tile_q = nullptr;
+  const float* tile_d = nullptr;
+  const float* tile_off_q4 = nullptr;
+  const float* tile_off_q8 = nullptr;
   int64_t n_scales() const { return n_cols / d_per; }
+};
+
+// One 16-token group of Block32 activations laid out block by block: block u holds the
+// 16 tokens' 32 codes each (q + u * 512: an AMX A tile of 16 rows x 32 bytes, contiguous)
+// and per token its d, -8 * dsum32 (Q4_0's offset term) and -128 * dsum32 (Q8_0's: its
+// packed codes are q + 128), each at [u * 16 + token]. Contiguous per block, because read
+// in place the tokens' codes sit n_cols apart (at n_cols = 2048 all in two L1 sets) and
+// the per-token scalars 4 * n_blocks bytes apart. The offsets are the same float products
+// the AVX-512 kernels form, so kernels reading them stay bit-identical to those.
+struct Block32Tiles {
+  int8_t* q;
+  float* d;
+  float* off_q4;
+  float* off_q8;
+  static constexpr size_t kGroupBlockBytes = 512;  // codes of one block of the group
+  // Writes token `t` of a (its row already quantized) into this group as its
+  // (t % 16)-th token.
+  void write_token(const QuantizedActs& a, int64_t t) const {
+    const int64_t nb = a.n_cols / 32, r = t % 16;
+    const int8_t* src = a.q + t * a.n_cols;
+    for (int64_t u = 0; u < nb; ++u) {
+      std::memcpy(q + u * kGroupBlockBytes + r * 32, src + u * 32, 32);
+      const int64_t i = t * nb + u;
+      d[u * 16 + r] = a.d[i];
+      off_q4[u * 16 + r] = a.neg8_dsum32[i];
+      off_q8[u * 16 + r] = -128.0f * a.dsum32[i];
+    }
+  }
 };
 
 // Quantizes one token row x[n_cols] into the rows `token` of the arrays of a

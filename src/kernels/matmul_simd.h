@@ -39,6 +39,7 @@
 #include "common/error.h"
 #include "kernels/kernel_table.h"
 #include "kernels/matmul_impl.h"
+#include "kernels/static_for.h"
 #include "tensor/types.h"
 
 namespace pagoda::matmul_detail {
@@ -75,14 +76,6 @@ struct CodebookBytes {
 template <class V, GgmlType T>
 inline typename V::I codebook_table() {
   return V::bcast16(CodebookBytes<T, V::kQ8Offset>::bytes.data());
-}
-
-template <int Begin, int End, class Fn>
-inline __attribute__((always_inline)) void static_for(Fn&& fn) {
-  if constexpr (Begin < End) {
-    fn(std::integral_constant<int, Begin>{});
-    static_for<Begin + 1, End>(fn);
-  }
 }
 
 // Calls step(s, w) for the 8 steps of the 32-column chunk at cp, w the codes

@@ -79,7 +79,8 @@ TEST_F(MatmulAmx, MultiAndGroupedMatchTheirAvx512Results) {
   std::mt19937 rng(7);
   ThreadPool two(2);
   const int64_t n_cols = 512, n_tokens = 80;
-  const std::vector<uint8_t> wa = make_weights(GgmlType::Q4_0, 64, n_cols, rng), wb = make_weights(GgmlType::Q4_0, 32, n_cols, rng);
+  const std::vector<uint8_t> wa = make_weights(GgmlType::Q4_0, 64, n_cols, rng), wb = make_weights(GgmlType::Q4_0, 32, n_cols, rng),
+                             wc = make_weights(GgmlType::Q8_0, 48, n_cols, rng);
   const std::vector<float> x = random_floats(n_tokens * n_cols, rng, 1.0f);
   auto multi = [&](Isa isa) {
     const WeightMatrix a = WeightMatrix::prepare(GgmlType::Q4_0, 64, n_cols, wa.data(), isa);
@@ -87,12 +88,16 @@ TEST_F(MatmulAmx, MultiAndGroupedMatchTheirAvx512Results) {
     std::vector<float> ya(static_cast<size_t>(n_tokens * 64)), yb(static_cast<size_t>(n_tokens * 32));
     const MatmulTarget t[] = {{&a, ya.data()}, {&b, yb.data()}};
     matmul_multi(t, x.data(), n_tokens, two);
-    std::vector<float> ga(static_cast<size_t>(40 * 64)), gb(static_cast<size_t>(40 * 32));
-    const GroupedMatmul gj[] = {{&a, 0, 40, ga.data()}, {&b, 40, 40, gb.data()}};
+    const WeightMatrix c = WeightMatrix::prepare(GgmlType::Q8_0, 48, n_cols, wc.data(), isa);
+    // Jobs starting on a 16-token group (0, 16: the tile layout quantize_acts laid out
+    // for all of x, offset) and inside one (40: the kernel lays out its own groups).
+    std::vector<float> ga(static_cast<size_t>(40 * 64)), gb(static_cast<size_t>(40 * 32)), gc(static_cast<size_t>(48 * 48));
+    const GroupedMatmul gj[] = {{&a, 0, 40, ga.data()}, {&b, 40, 40, gb.data()}, {&c, 16, 48, gc.data()}};
     matmul_grouped(gj, x.data(), n_tokens, two);
     ya.insert(ya.end(), yb.begin(), yb.end());
     ya.insert(ya.end(), ga.begin(), ga.end());
     ya.insert(ya.end(), gb.begin(), gb.end());
+    ya.insert(ya.end(), gc.begin(), gc.end());
     return ya;
   };
   EXPECT_EQ(multi(Isa::Amx), multi(Isa::Avx512));
