@@ -55,6 +55,10 @@ class WeightMatrix {
   // Bytes this object itself owns (repacked copies), 0 when it only views the file.
   size_t owned_bytes() const { return owned_.size(); }
   const uint8_t* packed() const { return packed_; }
+  // Whether every matmul and read_row reads this matrix's own bytes (a repacked copy, or
+  // float weights copied into huge pages; a row slice's parent's), never the `data`
+  // prepare() was given: the caller may then drop or free those.
+  bool reads_own_copy() const { return own_copy_; }
   // Row r as n_cols floats, bit-identical to dequantize_row() of its GGUF bytes, read
   // from the repacked copy when there is one (matmul_unpack.cpp), so a matrix that is
   // also read row by row (tied token embeddings) needs no GGUF bytes resident: they
@@ -80,6 +84,7 @@ class WeightMatrix {
   HugePageBuffer owned_;
   const uint8_t* packed_ = nullptr;  // owned_.data(), or a parent's (row_slice); null: GGUF layout
   size_t packed_bytes_ = 0;
+  bool own_copy_ = false;
 };
 
 // y[n_tokens, n_rows] = x[n_tokens, n_cols] · Wᵀ. Requires: x and y do not alias.

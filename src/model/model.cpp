@@ -148,7 +148,7 @@ class TensorLoader {
   WeightMatrix matrix(const std::string& name, int64_t n_rows, int64_t n_cols) const {
     const gguf::TensorInfo& t = require(name, {n_cols, n_rows});
     WeightMatrix w = WeightMatrix::prepare(t.type, n_rows, n_cols, t.data);
-    if (w.packed()) copied(t);
+    if (w.reads_own_copy()) copied(t);
     return w;
   }
 
@@ -209,7 +209,7 @@ void load_experts(const TensorLoader& ld, const ArchInfo& row, const ModelConfig
     }
     // Every expert is read through its copy from now on: drop the file's pages (a
     // 32-expert Q4_0 synth kept all 119 MiB of them beside the copies, 2.0x RSS).
-    if (std::all_of(out.begin(), out.end(), [](const WeightMatrix& w) { return w.packed() != nullptr; }))
+    if (std::all_of(out.begin(), out.end(), [](const WeightMatrix& w) { return w.reads_own_copy(); }))
       ld.copied(t);
     tick();
   };
@@ -254,7 +254,7 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
     // Repacked: the embedding rows come from the copy, the file's are gone (a row
     // read from the file faulted its page back in: with every token seen, the
     // table was resident twice; Qwen2.5-0.5B Q8_0: +138 MiB).
-    m->embd_from_output_ = m->output_.packed() != nullptr;
+    m->embd_from_output_ = m->output_.reads_own_copy();
   } else {
     throw Error(m->weights_->path() + ": missing tensor '" + name(Role::Output) + "'");
   }
@@ -309,7 +309,7 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
       L->wq = WeightMatrix::prepare(t.type, c.q_dim(), c.dim, t.data);
       L->wk = WeightMatrix::prepare(t.type, c.kv_dim(), c.dim, t.data + rb * c.q_dim());
       L->wv = WeightMatrix::prepare(t.type, c.kv_dim(), c.dim, t.data + rb * (c.q_dim() + c.kv_dim()));
-      if (L->wq.packed() && L->wk.packed() && L->wv.packed()) ld.copied(t);
+      if (L->wq.reads_own_copy() && L->wk.reads_own_copy() && L->wv.reads_own_copy()) ld.copied(t);
       for (int k = 0; k < 3; ++k) tick();
     } else {
       L->wq = ld.matrix(name(Role::AttnQ, i), c.q_dim(), c.dim);
@@ -329,7 +329,7 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
       const size_t rb = row_bytes(t.type, c.dim);
       L->w_gate = WeightMatrix::prepare(t.type, c.ffn_dim, c.dim, t.data);
       L->w_up = WeightMatrix::prepare(t.type, c.ffn_dim, c.dim, t.data + rb * c.ffn_dim);
-      if (L->w_gate.packed() && L->w_up.packed()) ld.copied(t);
+      if (L->w_gate.reads_own_copy() && L->w_up.reads_own_copy()) ld.copied(t);
       for (int k = 0; k < 2; ++k) tick();
     } else {
       L->w_gate = ld.matrix(name(Role::FfnGate, i), c.ffn_dim, c.dim);

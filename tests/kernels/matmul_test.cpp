@@ -174,9 +174,27 @@ TEST_P(MatmulTypeTest, ReportsOwnedAndStreamedBytes) {
   for (Isa isa : levels(type)) {
     const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), isa);
     const size_t gguf_bytes = row_bytes(type, n_cols) * n_rows;
-    if (isa == Isa::Scalar || !traits(type).is_quantized) {
+    if (isa == Isa::Scalar) {
       EXPECT_EQ(m.owned_bytes(), 0u) << type_name(type) << " " << isa_name(isa);
       EXPECT_EQ(m.stream_bytes(), gguf_bytes);
+      EXPECT_FALSE(m.reads_own_copy());
+      continue;
+    }
+    EXPECT_TRUE(m.reads_own_copy()) << type_name(type) << " " << isa_name(isa);
+    if (!traits(type).is_quantized) {
+      // Float weights: a byte-for-byte copy (in huge pages), and read from it only.
+      EXPECT_EQ(m.owned_bytes(), gguf_bytes) << type_name(type) << " " << isa_name(isa);
+      EXPECT_EQ(m.stream_bytes(), gguf_bytes);
+      ASSERT_NE(m.data(), w.data());
+      EXPECT_EQ(std::memcmp(m.data(), w.data(), gguf_bytes), 0);
+      std::vector<uint8_t> src = w;
+      const WeightMatrix own = WeightMatrix::prepare(type, n_rows, n_cols, src.data(), isa);
+      const std::vector<float> x = random_floats(3 * n_cols, rng, 1.0f);
+      std::vector<float> before(static_cast<size_t>(3 * n_rows)), after(before.size());
+      matmul(own, x.data(), 3, before.data(), pool(1));
+      std::fill(src.begin(), src.end(), uint8_t{0x7F});  // the caller may free or reuse its bytes
+      matmul(own, x.data(), 3, after.data(), pool(1));
+      EXPECT_EQ(after, before) << type_name(type) << " " << isa_name(isa);
       continue;
     }
     const int64_t lanes = isa >= Isa::Avx512 ? 16 : 8;
