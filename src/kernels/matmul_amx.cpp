@@ -5,8 +5,8 @@
 // vectors of 64 bytes, vector s carrying for each row r the codes of columns 4s..4s+3
 // (matmul_impl.h), which is exactly the "VNNI" layout of an AMX B tile of K = 32, N = 16
 // (8 rows of 64 bytes). So per 32-column block one TDPBSUD multiplies 16 tokens' signed
-// activation bytes (an A tile of 16 rows x 32 bytes, read in place from the quantized
-// activations) by 16 rows' unsigned codes (Q8_0: q + 128, read in place; Q4_0: the
+// activation bytes (an A tile of 16 rows x 32 bytes, laid out contiguously once per matmul
+// by the quantizer: Block32Tiles) by 16 rows' unsigned codes (Q8_0: q + 128, read in place; Q4_0: the
 // nibbles, unpacked once per row group into a scratch of 512 bytes a block) into a
 // 16 x 16 int32 tile: the same integer sums vpdpbusd forms. The block scales cannot be
 // applied inside the tile (one per block, row and token), so each block's tile is
