@@ -180,7 +180,7 @@ struct ActScratch {
   std::vector<int32_t> sum32, sum16, sum16_pairs;
   std::vector<uint16_t> bf16, bf16_vnni, bf16_lo;
   std::vector<int8_t> tile_q;
-  std::vector<float> tile_scalars;  // tile_d, tile_off_q4, tile_off_q8
+  std::vector<float> tile_scalars;
 };
 ActScratch& act_scratch() {
   thread_local ActScratch s;
@@ -218,13 +218,9 @@ QuantizedActs quantize_acts(const KernelTable& kt, ActKind kind, const float* x,
   a.sum16 = sum16;
   a.sum16_pairs = sum16_pairs;
   const int64_t n_groups = tiles && kind == ActKind::Block32 ? n_tokens / 16 : 0;
-  const int64_t group_scalars = 16 * (n_cols / 32);  // per group, each of d / off_q4 / off_q8
   if (n_groups > 0) {
     a.tile_q = grow(s.tile_q, static_cast<size_t>(n_groups) * 16 * nc);
-    float* f = grow(s.tile_scalars, static_cast<size_t>(3 * n_groups * group_scalars));
-    a.tile_d = f;
-    a.tile_off_q4 = f + n_groups * group_scalars;
-    a.tile_off_q8 = f + 2 * n_groups * group_scalars;
+    a.tile_scalars = grow(s.tile_scalars, static_cast<size_t>(n_groups) * 48 * (nc / 32));
   }
   auto row = [&](int64_t t) {
     ActRowOut out{q + t * n_cols, d + t * (n_cols / a.d_per), sum32 + t * (n_cols / 32),
@@ -237,13 +233,7 @@ QuantizedActs quantize_acts(const KernelTable& kt, ActKind kind, const float* x,
         sum16_pairs[t * (n_cols / 32) + j] = static_cast<int32_t>(
             static_cast<uint32_t>(static_cast<uint16_t>(s16[2 * j])) | static_cast<uint32_t>(s16[2 * j + 1]) << 16);
     }
-    if (t / 16 < n_groups) {
-      const int64_t g = t / 16;
-      Block32Tiles{const_cast<int8_t*>(a.tile_q) + g * 16 * n_cols, const_cast<float*>(a.tile_d) + g * group_scalars,
-                   const_cast<float*>(a.tile_off_q4) + g * group_scalars,
-                   const_cast<float*>(a.tile_off_q8) + g * group_scalars}
-          .write_token(a, t);
-    }
+    if (t / 16 < n_groups) Block32Tiles::group(a, t / 16).write_token(a, t);
   };
   // Quantizing a 2048-wide row takes ~0.5 us with AVX-512; below 16 rows a pool
   // wake-up costs more than it saves.
@@ -471,14 +461,12 @@ void matmul_grouped(std::span<const GroupedMatmul> jobs, const float* x, int64_t
     if (a.sum16_pairs) a.sum16_pairs += r * (n_cols / 32);  // one int16 pair per 32 columns
     // The tile layout is per 16-token group of x: a job starting inside a group has none.
     if (a.tile_q != nullptr && r % 16 == 0) {
-      const int64_t g = r / 16, scalars = g * 16 * (n_cols / 32);
-      a.tile_q += g * 16 * n_cols;
-      a.tile_d += scalars;
-      a.tile_off_q4 += scalars;
-      a.tile_off_q8 += scalars;
+      const Block32Tiles first = Block32Tiles::group(all, r / 16);
+      a.tile_q = first.q;
+      a.tile_scalars = first.d;
     } else {
       a.tile_q = nullptr;
-      a.tile_d = a.tile_off_q4 = a.tile_off_q8 = nullptr;
+      a.tile_scalars = nullptr;
     }
     return a;
   };

@@ -178,28 +178,18 @@ void amx_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, i
   }
   for (int64_t m = 0; m < n16; m += 16) {
     const int64_t tm = tile.tok_begin + m;
-    const int8_t* ablk;
-    const float* tscale;
-    const float* toff;
-    if (a.tile_q != nullptr) {
-      const int64_t g = tm / 16;
-      ablk = a.tile_q + g * nb * 512;
-      tscale = a.tile_d + g * nb * 16;
-      toff = (T == GgmlType::Q4_0 ? a.tile_off_q4 : a.tile_off_q8) + g * nb * 16;
-    } else {
-      const Block32Tiles own{ablk_own, scalars_own, scalars_own + nb * 16, scalars_own + 2 * nb * 16};
-      for (int r = 0; r < 16; ++r) own.write_token(a, tm + r);
-      ablk = own.q;
-      tscale = own.d;
-      toff = T == GgmlType::Q4_0 ? own.off_q4 : own.off_q8;
-    }
+    const Block32Tiles acts = ablk_own != nullptr ? Block32Tiles::group(ablk_own, scalars_own, n_cols, 0)
+                                                   : Block32Tiles::group(a, tm / 16);
+    if (ablk_own != nullptr)
+      for (int r = 0; r < 16; ++r) acts.write_token(a, tm + r);
+    const float* toff = T == GgmlType::Q4_0 ? acts.off_q4 : acts.off_q8;
     // tileloadd is an asm statement that does not say what it reads: make the unpacked
     // codes and the repacked activations reach memory before any tile load.
     __asm__ volatile("" ::: "memory");
     for (int64_t g = 0; g < n_groups; ++g) {
       const int64_t row0 = tile.row_begin + g * L;
       const int n_valid = static_cast<int>(std::min<int64_t>(L, tile.row_end - row0));
-      amx_subtile<T>(gp[g], b_base[g], b_stride, ablk, tscale, toff, nb, tm, cbuf, y, w.n_rows(), row0, n_valid);
+      amx_subtile<T>(gp[g], b_base[g], b_stride, acts.q, acts.d, toff, nb, tm, cbuf, y, w.n_rows(), row0, n_valid);
     }
   }
 }

@@ -5,8 +5,8 @@
 // pairs into 16 x 16 f32 sums, accumulating in the C tile across the whole row: unlike
 // the int8 path (matmul_amx.cpp) there is no per-block scale to apply between tile
 // multiplies, so the vector units only convert and lay out the inputs.
-// - A = 16 weight rows, read in place from the GGUF's row-major BF16 (stride: the row's
-//   bytes). No repacking, so the weights stay resident once.
+// - A = 16 weight rows, read in place from the matrix's row-major BF16 (its huge-page copy
+//   of the GGUF bytes; stride: the row's bytes). No repacking.
 // - B = 16 tokens' activations, rounded to bf16 (the AVX-512 BF16 path rounds them the
 //   same way) and laid out as tiles once per matmul call (bf16_acts_vnni, shared by every
 //   row tile): for 32 columns, row kk holds each token's columns 2 kk and 2 kk + 1.
@@ -52,6 +52,27 @@ void load_bf16_tile_config() {
 // the rows' high bf16 halves and a0_lo their low halves (w = hi + lo exactly), and each
 // token group's tiles are followed, b_lo_elems on, by those of its activations' low halves
 // (x = xh + xl to 16 significant bits): hi·xh + lo·xh + hi·xl, three multiplies per pair.
+// The RG x TG multiplies of one pass step: C[i][j] += A[i] x B[j] (tile numbers as above).
+template <int RG, int TG>
+inline __attribute__((always_inline)) void multiply_pass_tiles() {
+  _tile_dpbf16ps(4, 0, 2);
+  if constexpr (TG > 1) _tile_dpbf16ps(5, 0, 3);
+  if constexpr (RG > 1) _tile_dpbf16ps(6, 1, 2);
+  if constexpr (RG > 1 && TG > 1) _tile_dpbf16ps(7, 1, 3);
+}
+
+// The A tiles (row groups at a0 and a0 + 16 rows) and the B tiles (token groups at b0, b1).
+template <int RG>
+inline __attribute__((always_inline)) void load_a_tiles(const uint8_t* a0, size_t a_stride) {
+  _tile_loadd(0, a0, a_stride);
+  if constexpr (RG > 1) _tile_loadd(1, a0 + 16 * a_stride, a_stride);
+}
+template <int TG>
+inline __attribute__((always_inline)) void load_b_tiles(const uint16_t* b0, const uint16_t* b1) {
+  _tile_loadd(2, b0, 64);
+  if constexpr (TG > 1) _tile_loadd(3, b1, 64);
+}
+
 template <int RG, int TG, bool Split = false>
 void bf16_pass(const uint8_t* a0, const uint8_t* a0_lo, size_t a_stride, const uint16_t* b0, size_t b_group_elems,
                size_t b_lo_elems, int64_t n_chunks, float* cbuf) {
@@ -59,34 +80,19 @@ void bf16_pass(const uint8_t* a0, const uint8_t* a0_lo, size_t a_stride, const u
   if constexpr (TG > 1) _tile_zero(5);
   if constexpr (RG > 1) _tile_zero(6);
   if constexpr (RG > 1 && TG > 1) _tile_zero(7);
-  const uint8_t* a1 = a0 + 16 * a_stride;
   const uint16_t* b1 = b0 + b_group_elems;
   for (int64_t c = 0; c < n_chunks; ++c) {
-    _tile_loadd(0, a0 + c * 64, a_stride);
-    if constexpr (RG > 1) _tile_loadd(1, a1 + c * 64, a_stride);
-    _tile_loadd(2, b0 + c * 512, 64);
-    if constexpr (TG > 1) _tile_loadd(3, b1 + c * 512, 64);
-    _tile_dpbf16ps(4, 0, 2);
-    if constexpr (TG > 1) _tile_dpbf16ps(5, 0, 3);
-    if constexpr (RG > 1) _tile_dpbf16ps(6, 1, 2);
-    if constexpr (RG > 1 && TG > 1) _tile_dpbf16ps(7, 1, 3);
+    load_a_tiles<RG>(a0 + c * 64, a_stride);
+    load_b_tiles<TG>(b0 + c * 512, b1 + c * 512);
+    multiply_pass_tiles<RG, TG>();
     if constexpr (Split) {
       // hi·xl with the hi tiles still loaded, then lo·xh: 8 tile loads per chunk, where
       // reloading hi for a last hi·xl took 10.
-      _tile_loadd(2, b0 + b_lo_elems + c * 512, 64);
-      if constexpr (TG > 1) _tile_loadd(3, b1 + b_lo_elems + c * 512, 64);
-      _tile_dpbf16ps(4, 0, 2);
-      if constexpr (TG > 1) _tile_dpbf16ps(5, 0, 3);
-      if constexpr (RG > 1) _tile_dpbf16ps(6, 1, 2);
-      if constexpr (RG > 1 && TG > 1) _tile_dpbf16ps(7, 1, 3);
-      _tile_loadd(0, a0_lo + c * 64, a_stride);
-      if constexpr (RG > 1) _tile_loadd(1, a0_lo + 16 * a_stride + c * 64, a_stride);
-      _tile_loadd(2, b0 + c * 512, 64);
-      if constexpr (TG > 1) _tile_loadd(3, b1 + c * 512, 64);
-      _tile_dpbf16ps(4, 0, 2);
-      if constexpr (TG > 1) _tile_dpbf16ps(5, 0, 3);
-      if constexpr (RG > 1) _tile_dpbf16ps(6, 1, 2);
-      if constexpr (RG > 1 && TG > 1) _tile_dpbf16ps(7, 1, 3);
+      load_b_tiles<TG>(b0 + b_lo_elems + c * 512, b1 + b_lo_elems + c * 512);
+      multiply_pass_tiles<RG, TG>();
+      load_a_tiles<RG>(a0_lo + c * 64, a_stride);
+      load_b_tiles<TG>(b0 + c * 512, b1 + c * 512);
+      multiply_pass_tiles<RG, TG>();
     }
   }
   _tile_stored(4, cbuf, 64);

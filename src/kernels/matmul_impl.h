@@ -139,9 +139,7 @@ struct QuantizedActs {
   // each whole 16-token group's codes, scales and offset terms block by block, the A tile
   // layout (see Block32Tiles). Null otherwise: the kernel lays out its tokens itself.
   const int8_t* tile_q = nullptr;
-  const float* tile_d = nullptr;
-  const float* tile_off_q4 = nullptr;
-  const float* tile_off_q8 = nullptr;
+  const float* tile_scalars = nullptr;
   int64_t n_scales() const { return n_cols / d_per; }
 };
 
@@ -158,6 +156,18 @@ struct Block32Tiles {
   float* off_q4;
   float* off_q8;
   static constexpr size_t kGroupBlockBytes = 512;  // codes of one block of the group
+  // Group g of groups laid out back to back: codes at q0 + g * 16 * n_cols, and scalars
+  // (d, off_q4, off_q8: 16 per block each) at s0 + g * 48 * n_blocks.
+  static Block32Tiles group(int8_t* q0, float* s0, int64_t n_cols, int64_t g) {
+    const int64_t nb = n_cols / 32;
+    float* s = s0 + g * 48 * nb;
+    return {q0 + g * 16 * n_cols, s, s + 16 * nb, s + 32 * nb};
+  }
+  // Group g of a's layout (cast away const: the buffers belong to the caller's scratch,
+  // as for the other arrays). Requires: a.tile_q.
+  static Block32Tiles group(const QuantizedActs& a, int64_t g) {
+    return group(const_cast<int8_t*>(a.tile_q), const_cast<float*>(a.tile_scalars), a.n_cols, g);
+  }
   // Writes token `t` of a (its row already quantized) into this group as its
   // (t % 16)-th token.
   void write_token(const QuantizedActs& a, int64_t t) const {

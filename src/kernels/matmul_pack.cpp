@@ -32,6 +32,21 @@ void k4_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* mn) {
   }
 }
 
+// fn(i0, i1) over [0, n) at load: split over the CPUs into disjoint ranges when the
+// output is over 4 MiB (packing runs at 3-6 ms per MiB on one Zen 3 core, per-code
+// shuffling; a float copy faults in a huge page per 2 MiB), else in one call.
+template <class Fn>
+void for_row_ranges(int64_t n, size_t out_bytes, Fn&& fn) {
+  const int n_threads = out_bytes > (size_t{4} << 20) ? ThreadPool::default_num_threads() : 1;
+  if (n_threads <= 1 || n <= 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < n_threads; ++t) threads.emplace_back(fn, n * t / n_threads, n * (t + 1) / n_threads);
+  for (std::thread& th : threads) th.join();
+}
+
 }  // namespace
 
 // ---- scalar decoding of one GGUF block into unsigned codes + scales ----
@@ -386,8 +401,8 @@ WeightMatrix WeightMatrix::row_slice(int64_t row0, int64_t n_rows) const {
 // Q2_K/IQ4_NL/MXFP4 (+3% for Q4_K and Q3_K, +2% for Q5_K, +1.5% for IQ4_XS, whose
 // 6-bit scales are widened to bytes), plus
 // zero rows up to a multiple of 16 (8 for AVX2). The mmap'd GGUF pages are
-// then clean page cache the kernel may drop. Float types (F32 / F16 / BF16) of 2 MiB or
-// more are copied as they are into huge pages (kFloatCopyChunk, below), at the SIMD levels.
+// then clean page cache the kernel may drop. Float types (F32 / F16 / BF16) are copied as
+// they are into huge pages, at the SIMD levels (see below).
 WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols, const uint8_t* data,
                                    Isa isa) {
   const TypeTraits& tt = traits(type);
@@ -414,24 +429,14 @@ WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols
     // stay resident once; the cost is one copy at load (~0.3 s per GiB). Matrices under
     // 2 MiB (heap memory, no huge pages) are copied too: a fused QKV tensor's parts are
     // dropped from the file only when all of them read their own copies.
-    constexpr size_t kFloatCopyChunk = size_t{2} << 20;
     const size_t bytes = m.row_bytes_ * static_cast<size_t>(n_rows);
     if (bytes == 0) return m;
     m.owned_ = HugePageBuffer(bytes);
     uint8_t* out = m.owned_.data();
-    // Split over the CPUs like the repacking below: a page fault per 2 MiB and the copy.
-    const int64_t n_chunks = static_cast<int64_t>((bytes + kFloatCopyChunk - 1) / kFloatCopyChunk);
-    const int n_threads = static_cast<int>(std::min<int64_t>(n_chunks, std::max(1u, std::thread::hardware_concurrency())));
-    std::vector<std::thread> workers;
-    auto copy_chunks = [&](int w) {
-      for (int64_t c = w; c < n_chunks; c += n_threads) {
-        const size_t off = static_cast<size_t>(c) * kFloatCopyChunk;
-        std::memcpy(out + off, data + off, std::min(kFloatCopyChunk, bytes - off));
-      }
-    };
-    for (int w = 1; w < n_threads; ++w) workers.emplace_back(copy_chunks, w);
-    copy_chunks(0);
-    for (std::thread& t : workers) t.join();
+    const size_t rb = m.row_bytes_;
+    for_row_ranges(n_rows, bytes, [&](int64_t r0, int64_t r1) {
+      std::memcpy(out + static_cast<size_t>(r0) * rb, data + static_cast<size_t>(r0) * rb, static_cast<size_t>(r1 - r0) * rb);
+    });
     m.data_ = out;
     m.own_copy_ = true;
     return m;
@@ -465,17 +470,7 @@ WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols
       }
     }
   };
-  // Packing runs at 3-6 ms per MiB on one Zen 3 core (per-code shuffling), so
-  // matrices over 4 MiB are split over the CPUs: groups are disjoint.
-  const int n_threads = m.owned_.size() > (size_t{4} << 20) ? ThreadPool::default_num_threads() : 1;
-  if (n_threads <= 1) {
-    pack_groups(0, n_groups);
-    return m;
-  }
-  std::vector<std::thread> threads;
-  for (int t = 0; t < n_threads; ++t)
-    threads.emplace_back(pack_groups, n_groups * t / n_threads, n_groups * (t + 1) / n_threads);
-  for (std::thread& th : threads) th.join();
+  for_row_ranges(n_groups, m.owned_.size(), pack_groups);
   return m;
 }
 
