@@ -181,6 +181,7 @@ struct ActScratch {
   std::vector<uint16_t> bf16, bf16_vnni, bf16_lo;
   std::vector<int8_t> tile_q;
   std::vector<float> tile_scalars;
+  std::vector<int32_t> tile_sum32_pairs;
 };
 ActScratch& act_scratch() {
   thread_local ActScratch s;
@@ -193,7 +194,7 @@ T* grow(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
-// tiles: also lay out the whole 16-token groups as Block32Tiles (Block32 only), for a
+// tiles: also lay out the whole 16-token groups as Block32Tiles or Super256Tiles, for a
 // prefill kernel that reads them.
 QuantizedActs quantize_acts(const KernelTable& kt, ActKind kind, const float* x, int64_t n_tokens, int64_t n_cols,
                             ThreadPool& pool, bool tiles = false) {
@@ -217,10 +218,16 @@ QuantizedActs quantize_acts(const KernelTable& kt, ActKind kind, const float* x,
   a.neg8_dsum32 = neg8_dsum32;
   a.sum16 = sum16;
   a.sum16_pairs = sum16_pairs;
-  const int64_t n_groups = tiles && kind == ActKind::Block32 ? n_tokens / 16 : 0;
+  const int64_t n_groups = tiles ? n_tokens / 16 : 0;
   if (n_groups > 0) {
-    a.tile_q = grow(s.tile_q, static_cast<size_t>(n_groups) * 16 * nc);
-    a.tile_scalars = grow(s.tile_scalars, static_cast<size_t>(n_groups) * 48 * (nc / 32));
+    const size_t ng = static_cast<size_t>(n_groups);
+    a.tile_q = grow(s.tile_q, ng * 16 * nc);
+    if (kind == ActKind::Block32) {
+      a.tile_scalars = grow(s.tile_scalars, ng * 48 * (nc / 32));
+    } else {
+      a.tile_scalars = grow(s.tile_scalars, ng * 16 * (nc / 256));
+      a.tile_sum32_pairs = grow(s.tile_sum32_pairs, ng * 64 * (nc / 256));
+    }
   }
   auto row = [&](int64_t t) {
     ActRowOut out{q + t * n_cols, d + t * (n_cols / a.d_per), sum32 + t * (n_cols / 32),
@@ -233,7 +240,10 @@ QuantizedActs quantize_acts(const KernelTable& kt, ActKind kind, const float* x,
         sum16_pairs[t * (n_cols / 32) + j] = static_cast<int32_t>(
             static_cast<uint32_t>(static_cast<uint16_t>(s16[2 * j])) | static_cast<uint32_t>(s16[2 * j + 1]) << 16);
     }
-    if (t / 16 < n_groups) Block32Tiles::group(a, t / 16).write_token(a, t);
+    if (t / 16 < n_groups) {
+      if (kind == ActKind::Block32) Block32Tiles::group(a, t / 16).write_token(a, t);
+      else Super256Tiles::group(a, t / 16).write_token(a, t);
+    }
   };
   // Quantizing a 2048-wide row takes ~0.5 us with AVX-512; below 16 rows a pool
   // wake-up costs more than it saves.
@@ -460,13 +470,19 @@ void matmul_grouped(std::span<const GroupedMatmul> jobs, const float* x, int64_t
     if (a.sum16) a.sum16 += r * (n_cols / 16);
     if (a.sum16_pairs) a.sum16_pairs += r * (n_cols / 32);  // one int16 pair per 32 columns
     // The tile layout is per 16-token group of x: a job starting inside a group has none.
-    if (a.tile_q != nullptr && r % 16 == 0) {
+    if (a.tile_q != nullptr && r % 16 == 0 && a.tile_sum32_pairs == nullptr) {
       const Block32Tiles first = Block32Tiles::group(all, r / 16);
       a.tile_q = first.q;
       a.tile_scalars = first.d;
+    } else if (a.tile_q != nullptr && r % 16 == 0) {
+      const Super256Tiles first = Super256Tiles::group(all, r / 16);
+      a.tile_q = first.q;
+      a.tile_scalars = first.d;
+      a.tile_sum32_pairs = first.sum32_pairs;
     } else {
       a.tile_q = nullptr;
       a.tile_scalars = nullptr;
+      a.tile_sum32_pairs = nullptr;
     }
     return a;
   };

@@ -1,4 +1,4 @@
-// AMX-INT8 prefill for Q8_0 and Q4_0 weights (built with -mamx-tile -mamx-int8): the
+// AMX-INT8 prefill for Q8_0, Q4_0 and Q4_K weights (built with -mamx-tile -mamx-int8): the
 // prefill entries of the Amx level's kernel table (register_matmul_kernels_amx, below).
 //
 // The AVX-512 packing already is the tile layout: a 32-column unit of 16 rows holds 8
@@ -128,13 +128,109 @@ void amx_subtile(const uint8_t* gp, const uint8_t* b_base, size_t b_stride, cons
   static_for<0, 16>([&](auto t) { _mm512_mask_storeu_ps(y + (tm + t) * n_rows + row0, mask, acc[t]); });
 }
 
+// Q4_K: one 16-token x 16-row output tile over all super-blocks. Per 32-column sub-block
+// k one tile multiply as Q4_0's (the nibble codes unpacked, at b_base + k * 512), then
+// the AVX-512 kernel's integer sum_j dot_j x sc_j, formed in float: each product is
+// exact (|dot| <= 32 x 15 x 127, sc <= 63: 22 bits) and so is a sum of four (< 2^24), so
+// sub-blocks 0-3 and 4-7 are summed into two floats and their one rounding add gives
+// exactly the convert of the integer sum. A convert and an FMA per token and sub-block
+// where a 32-bit multiply (two uops on one port) and an add took three. The min term,
+// sum_j m_j x sum32_j, is the same integer from 4 vpdpwssd (mins and the tokens' 32-sums
+// as int16 pairs, Super256Tiles), and the super-block's float operations are the AVX-512
+// kernel's in its order: bit-identical to matmul_packed_avx512.
+void amx_subtile_q4k(const uint8_t* gp, const uint8_t* b_base, const Super256Tiles& acts, int64_t nsb,
+                     int64_t tm, int32_t* cbuf, float* y, int64_t n_rows, int64_t row0, int n_valid) {
+  constexpr int L = 16;
+  constexpr size_t VB = 4 * L;
+  constexpr size_t b_stride = 8 * VB;
+  constexpr size_t scales_off = 8 * 4 * VB;  // [d][dmin][sc: 8 x L][m: 8 x L] after the codes
+  const size_t unit_bytes = packed_unit_bytes(GgmlType::Q4_K, L);
+  const int8_t* ablk = acts.q;
+  // The float accumulators and the first half's sums live in memory: the 16 running
+  // sums take 16 of the 32 registers and the super-block step needs 6 more.
+  alignas(64) float acc[256], half[256];
+  __m512 fs[16];
+  static_for<0, 16>([&](auto t) {
+    fs[t] = _mm512_setzero_ps();
+    _mm512_store_ps(acc + 16 * t, fs[t]);
+  });
+#define PAGODA_AMX_MULTIPLY(TA, TB, TC, k)                 \
+  do {                                                     \
+    _tile_loadd(TA, ablk + (k) * 512, 32);                 \
+    _tile_loadd(TB, b_base + (k) * b_stride, VB);          \
+    _tile_zero(TC);                                        \
+    _tile_dpbsud(TC, TA, TB);                              \
+  } while (0)
+#define PAGODA_AMX_FINISH(u)                                                                                    \
+  do {                                                                                                          \
+    const uint8_t* sp = gp + (u) * unit_bytes + scales_off;                                                     \
+    const __m512 dd = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp)));                \
+    const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp + 2 * L)));        \
+    __m512i mn[4];                                                                                              \
+    for (int i = 0; i < 4; ++i) {                                                                               \
+      const __m512i m0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sp + (12 + 2 * i) * L))); \
+      const __m512i m1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sp + (13 + 2 * i) * L))); \
+      mn[i] = _mm512_mask_blend_epi16(0xAAAAAAAA, m0, _mm512_slli_epi32(m1, 16));                               \
+    }                                                                                                           \
+    const float* td = acts.d + (u) * 16;                                                                        \
+    const int32_t* tp = acts.sum32_pairs + (u) * 64;                                                            \
+    static_for<0, 16>([&](auto t) {                                                                             \
+      __m512i imin = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mn[0], _mm512_set1_epi32(tp[t]));              \
+      imin = _mm512_dpwssd_epi32(imin, mn[1], _mm512_set1_epi32(tp[16 + t]));                                   \
+      imin = _mm512_dpwssd_epi32(imin, mn[2], _mm512_set1_epi32(tp[32 + t]));                                   \
+      imin = _mm512_dpwssd_epi32(imin, mn[3], _mm512_set1_epi32(tp[48 + t]));                                   \
+      const __m512 dxt = _mm512_set1_ps(td[t]);                                                                 \
+      const __m512 isum = _mm512_add_ps(_mm512_load_ps(half + 16 * t), fs[t]);                                  \
+      __m512 a = _mm512_fmadd_ps(isum, _mm512_mul_ps(dd, dxt), _mm512_load_ps(acc + 16 * t));                   \
+      a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dm, dxt), a);                                \
+      _mm512_store_ps(acc + 16 * t, a);                                                                         \
+      fs[t] = _mm512_setzero_ps();                                                                              \
+    });                                                                                                         \
+  } while (0)
+#define PAGODA_AMX_SCALE(k)                                                                                     \
+  do {                                                                                                          \
+    const int32_t* cb = cbuf + ((k) & 1) * 256;                                                                 \
+    const uint8_t* sp = gp + ((k) >> 3) * unit_bytes + scales_off + 4 * L + ((k) & 7) * L;                      \
+    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sp)))); \
+    static_for<0, 16>([&](auto t) {                                                                             \
+      fs[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * t)), sc, fs[t]);                   \
+    });                                                                                                         \
+    if (((k) & 7) == 3) {                                                                                       \
+      static_for<0, 16>([&](auto t) {                                                                           \
+        _mm512_store_ps(half + 16 * t, fs[t]);                                                                  \
+        fs[t] = _mm512_setzero_ps();                                                                            \
+      });                                                                                                       \
+    } else if (((k) & 7) == 7) {                                                                                \
+      PAGODA_AMX_FINISH((k) >> 3);                                                                              \
+    }                                                                                                           \
+  } while (0)
+  // The pipeline of amx_subtile, over sub-blocks.
+  const int64_t nk = nsb * 8;
+  for (int64_t k = 0; k < nk + 2; k += 2) {
+    if (k >= 2 && k - 2 < nk) PAGODA_AMX_SCALE(k - 2);
+    if (k < nk) PAGODA_AMX_MULTIPLY(0, 1, 2, k);
+    if (k >= 1 && k - 1 < nk) PAGODA_TILE_STORE_1K(5, cbuf + ((k - 1) & 1) * 256);
+    if (k >= 1 && k - 1 < nk) PAGODA_AMX_SCALE(k - 1);
+    if (k + 1 < nk) PAGODA_AMX_MULTIPLY(3, 4, 5, k + 1);
+    if (k < nk) PAGODA_TILE_STORE_1K(2, cbuf + (k & 1) * 256);
+  }
+#undef PAGODA_AMX_MULTIPLY
+#undef PAGODA_AMX_FINISH
+#undef PAGODA_AMX_SCALE
+  const __mmask16 mask = static_cast<__mmask16>((1u << n_valid) - 1);
+  static_for<0, 16>([&](auto t) {
+    _mm512_mask_storeu_ps(y + (tm + t) * n_rows + row0, mask, _mm512_load_ps(acc + 16 * t));
+  });
+}
+
 template <GgmlType T>
 void amx_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, int64_t n16, float* y) {
   constexpr int L = 16;
   constexpr size_t VB = 4 * L;
+  constexpr bool kSuper = T == GgmlType::Q4_K;
   const size_t unit_bytes = packed_unit_bytes(T, L);
-  const int64_t n_cols = a.n_cols, nb = n_cols / 32;
-  const size_t group_bytes = static_cast<size_t>(nb) * unit_bytes;
+  const int64_t n_cols = a.n_cols, nb = n_cols / 32, nsb = n_cols / 256;
+  const size_t group_bytes = static_cast<size_t>(n_cols / unit_cols(T)) * unit_bytes;
   const int64_t n_groups = (tile.row_end - tile.row_begin + L - 1) / L;
   thread_local std::vector<uint8_t> unpack_v, act_v, cbuf_v;
   int32_t* cbuf = reinterpret_cast<int32_t*>(aligned_scratch(cbuf_v, 2 * 16 * 64));  // two blocks' C tiles
@@ -144,9 +240,13 @@ void amx_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, i
   // group's layout for 4 row groups only).
   int8_t* ablk_own = nullptr;
   float* scalars_own = nullptr;
+  int32_t* pairs_own = nullptr;
   if (a.tile_q == nullptr) {
-    ablk_own = reinterpret_cast<int8_t*>(aligned_scratch(act_v, static_cast<size_t>(nb) * (512 + 3 * 64)));
+    // Block32: 3 floats per token and block; Super256: 1 float and 4 pairs per super-block.
+    const size_t scalar_bytes = kSuper ? static_cast<size_t>(nsb) * 16 * 5 * 4 : static_cast<size_t>(nb) * 3 * 64;
+    ablk_own = reinterpret_cast<int8_t*>(aligned_scratch(act_v, static_cast<size_t>(nb) * 512 + scalar_bytes));
     scalars_own = reinterpret_cast<float*>(ablk_own + nb * 512);
+    pairs_own = reinterpret_cast<int32_t*>(scalars_own + nsb * 16);
   }
   // B tiles: Q8_0's codes in place (stride 64 within a unit); Q4_0's nibbles unpacked to
   // bytes once per tile for all its token sub-tiles.
@@ -154,18 +254,19 @@ void amx_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, i
   const uint8_t* b_base[4];
   size_t b_stride = unit_bytes;
   uint8_t* up = nullptr;
-  if constexpr (T == GgmlType::Q4_0) {
+  if constexpr (T != GgmlType::Q8_0) {
     up = aligned_scratch(unpack_v, static_cast<size_t>(n_groups * nb) * 8 * VB);
     b_stride = 8 * VB;
   }
   for (int64_t g = 0; g < n_groups; ++g) {
     gp[g] = w.packed() + static_cast<size_t>(tile.row_begin / L + g) * group_bytes;
     b_base[g] = gp[g];
-    if constexpr (T == GgmlType::Q4_0) {
+    if constexpr (T != GgmlType::Q8_0) {
       const __m512i m0f = _mm512_set1_epi8(0x0F);
       uint8_t* o0 = up + static_cast<size_t>(g * nb) * 8 * VB;
       for (int64_t u = 0; u < nb; ++u) {
-        const uint8_t* p = gp[g] + u * unit_bytes;
+        // Sub-block u's 4 nibble vectors: Q4_0's unit, or the (u % 8)-th chunk of a Q4_K one.
+        const uint8_t* p = kSuper ? gp[g] + (u / 8) * unit_bytes + (u % 8) * 4 * VB : gp[g] + u * unit_bytes;
         uint8_t* o = o0 + u * 8 * VB;
         for (int s = 0; s < 4; ++s) {
           const __m512i v = _mm512_loadu_si512(p + s * VB);
@@ -178,18 +279,31 @@ void amx_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, i
   }
   for (int64_t m = 0; m < n16; m += 16) {
     const int64_t tm = tile.tok_begin + m;
-    const Block32Tiles acts = ablk_own != nullptr ? Block32Tiles::group(ablk_own, scalars_own, n_cols, 0)
-                                                   : Block32Tiles::group(a, tm / 16);
-    if (ablk_own != nullptr)
-      for (int r = 0; r < 16; ++r) acts.write_token(a, tm + r);
-    const float* toff = T == GgmlType::Q4_0 ? acts.off_q4 : acts.off_q8;
     // tileloadd is an asm statement that does not say what it reads: make the unpacked
     // codes and the repacked activations reach memory before any tile load.
-    __asm__ volatile("" ::: "memory");
-    for (int64_t g = 0; g < n_groups; ++g) {
-      const int64_t row0 = tile.row_begin + g * L;
-      const int n_valid = static_cast<int>(std::min<int64_t>(L, tile.row_end - row0));
-      amx_subtile<T>(gp[g], b_base[g], b_stride, acts.q, acts.d, toff, nb, tm, cbuf, y, w.n_rows(), row0, n_valid);
+    if constexpr (kSuper) {
+      const Super256Tiles acts = ablk_own != nullptr ? Super256Tiles::group(ablk_own, scalars_own, pairs_own, n_cols, 0)
+                                                      : Super256Tiles::group(a, tm / 16);
+      if (ablk_own != nullptr)
+        for (int r = 0; r < 16; ++r) acts.write_token(a, tm + r);
+      __asm__ volatile("" ::: "memory");
+      for (int64_t g = 0; g < n_groups; ++g) {
+        const int64_t row0 = tile.row_begin + g * L;
+        const int n_valid = static_cast<int>(std::min<int64_t>(L, tile.row_end - row0));
+        amx_subtile_q4k(gp[g], b_base[g], acts, nsb, tm, cbuf, y, w.n_rows(), row0, n_valid);
+      }
+    } else {
+      const Block32Tiles acts = ablk_own != nullptr ? Block32Tiles::group(ablk_own, scalars_own, n_cols, 0)
+                                                     : Block32Tiles::group(a, tm / 16);
+      if (ablk_own != nullptr)
+        for (int r = 0; r < 16; ++r) acts.write_token(a, tm + r);
+      const float* toff = T == GgmlType::Q4_0 ? acts.off_q4 : acts.off_q8;
+      __asm__ volatile("" ::: "memory");
+      for (int64_t g = 0; g < n_groups; ++g) {
+        const int64_t row0 = tile.row_begin + g * L;
+        const int n_valid = static_cast<int>(std::min<int64_t>(L, tile.row_end - row0));
+        amx_subtile<T>(gp[g], b_base[g], b_stride, acts.q, acts.d, toff, nb, tm, cbuf, y, w.n_rows(), row0, n_valid);
+      }
     }
   }
 }
@@ -204,6 +318,8 @@ void matmul_packed_amx(const WeightMatrix& w, const QuantizedActs& a, const Tile
     load_tile_config();
     if (w.type() == GgmlType::Q8_0)
       amx_tile<GgmlType::Q8_0>(w, a, tile, n16, y);
+    else if (w.type() == GgmlType::Q4_K)
+      amx_tile<GgmlType::Q4_K>(w, a, tile, n16, y);
     else
       amx_tile<GgmlType::Q4_0>(w, a, tile, n16, y);
     // Leave the tile state unused between calls: while it is in use every context switch
@@ -217,12 +333,12 @@ void matmul_packed_amx(const WeightMatrix& w, const QuantizedActs& a, const Tile
 
 namespace pagoda {
 
-// On top of the AVX-512 table (the same packing): tiles of 16 tokens or more of Q8_0 and
-// Q4_0 run on the AMX tiles; decode and the other types stay on AVX-512.
+// On top of the AVX-512 table (the same packing): tiles of 16 tokens or more of Q8_0,
+// Q4_0 and Q4_K run on the AMX tiles; decode and the other types stay on AVX-512.
 void register_matmul_kernels_amx(KernelTable& t) {
   using namespace matmul_detail;
   t.prefill_min_tokens = 16;
-  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K}) {
     t.matmul[static_cast<size_t>(type)].prefill = matmul_packed_amx;
     t.matmul[static_cast<size_t>(type)].prefill_reads_tiles = true;
   }

@@ -135,11 +135,13 @@ struct QuantizedActs {
   // Q2_K / Q3_K kernels' 16-bit dot products (vpdpwssd / pmaddwd) with per-row pairs.
   const int32_t* sum16_pairs = nullptr;
   int64_t d_per = 32;              // values per scale: 32 (Block32) or 256 (Super256)
-  // Block32, when the caller asks for them (a level whose prefill kernel reads them: AMX):
-  // each whole 16-token group's codes, scales and offset terms block by block, the A tile
-  // layout (see Block32Tiles). Null otherwise: the kernel lays out its tokens itself.
+  // When the caller asks for them (a level whose prefill kernel reads them: AMX): each
+  // whole 16-token group's codes block by block, the A tile layout, and the per-token
+  // scalars its kernels read (Block32Tiles, Super256Tiles). Null otherwise: the kernel
+  // lays out its tokens itself.
   const int8_t* tile_q = nullptr;
   const float* tile_scalars = nullptr;
+  const int32_t* tile_sum32_pairs = nullptr;  // Super256 only
   int64_t n_scales() const { return n_cols / d_per; }
 };
 
@@ -179,6 +181,42 @@ struct Block32Tiles {
       d[u * 16 + r] = a.d[i];
       off_q4[u * 16 + r] = a.neg8_dsum32[i];
       off_q8[u * 16 + r] = -128.0f * a.dsum32[i];
+    }
+  }
+};
+
+// One 16-token group of Super256 activations laid out for the AMX Q4_K kernel: the codes
+// as Block32Tiles' (32-column sub-block k at q + k * 512, token r at + r * 32), and per
+// super-block u the tokens' scales d[u * 16 + token] and the 32-sums of sub-blocks
+// (2i, 2i + 1) as one int16 pair (low half the first; |sum| <= 32 x 127 fits) at
+// sum32_pairs[(u * 4 + i) * 16 + token]: the operand of one vpdpwssd against the rows'
+// mins as pairs, so the min term is 4 instructions per token and super-block.
+struct Super256Tiles {
+  int8_t* q;
+  float* d;
+  int32_t* sum32_pairs;
+  // Group g of groups laid out back to back: codes at q0 + g * 16 * n_cols, scales at
+  // d0 + g * 16 * n_superblocks, pairs at p0 + g * 64 * n_superblocks.
+  static Super256Tiles group(int8_t* q0, float* d0, int32_t* p0, int64_t n_cols, int64_t g) {
+    const int64_t nsb = n_cols / 256;
+    return {q0 + g * 16 * n_cols, d0 + g * 16 * nsb, p0 + g * 64 * nsb};
+  }
+  // Group g of a's layout. Requires: a.tile_q.
+  static Super256Tiles group(const QuantizedActs& a, int64_t g) {
+    return group(const_cast<int8_t*>(a.tile_q), const_cast<float*>(a.tile_scalars),
+                 const_cast<int32_t*>(a.tile_sum32_pairs), a.n_cols, g);
+  }
+  void write_token(const QuantizedActs& a, int64_t t) const {
+    const int64_t nb = a.n_cols / 32, nsb = a.n_cols / 256, r = t % 16;
+    const int8_t* src = a.q + t * a.n_cols;
+    for (int64_t k = 0; k < nb; ++k) std::memcpy(q + k * 512 + r * 32, src + k * 32, 32);
+    for (int64_t u = 0; u < nsb; ++u) {
+      d[u * 16 + r] = a.d[t * nsb + u];
+      for (int64_t i = 0; i < 4; ++i) {
+        const int32_t* s = a.sum32 + t * nb + u * 8 + 2 * i;
+        sum32_pairs[(u * 4 + i) * 16 + r] = static_cast<int32_t>(
+            static_cast<uint32_t>(static_cast<uint16_t>(s[0])) | static_cast<uint32_t>(static_cast<uint16_t>(s[1])) << 16);
+      }
     }
   }
 };

@@ -1,5 +1,5 @@
 // The AMX-INT8 prefill kernels (matmul_amx.cpp) against the AVX-512 kernels they stand
-// in for: bit-identical outputs for Q8_0 and Q4_0 over token counts that fill tiles
+// in for: bit-identical outputs for Q8_0, Q4_0 and Q4_K over token counts that fill tiles
 // exactly, leave a remainder for the AVX-512 kernel, or are below one tile (decode);
 // row counts that end in a partly filled group; rows with zero scales; one and two
 // threads; and through matmul_multi / matmul_grouped. Also against the independent
@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -75,6 +76,74 @@ TEST_F(MatmulAmx, BitIdenticalToAvx512ForQ8_0AndQ4_0) {
       }
 }
 
+// Q4_K: random rows, rows of zeros, and super-blocks built at the top of the range (every
+// scale 63, codes 12..15, activations 0.8..1: per-row sums past 2^24, where a float sum
+// of all eight sub-blocks' products would round where the integer sum does not).
+std::vector<uint8_t> q4k_weights(int64_t n_rows, int64_t n_cols, std::mt19937& rng) {
+  std::vector<uint8_t> w = make_weights(GgmlType::Q4_K, n_rows, n_cols, rng);
+  const size_t rb = row_bytes(GgmlType::Q4_K, n_cols), bb = sizeof(BlockQ4_K);
+  std::uniform_int_distribution<int> nib(12, 15), byte(0, 255);
+  for (int64_t r = 0; r < n_rows; r += 3)
+    for (size_t b = 0; b < rb / bb; ++b) {
+      uint8_t* blk = w.data() + static_cast<size_t>(r) * rb + b * bb;
+      const f16_t d = f32_to_f16(0.01f), dmin = f32_to_f16(0.002f);
+      std::memcpy(blk + offsetof(BlockQ4_K, d), &d, 2);
+      std::memcpy(blk + offsetof(BlockQ4_K, dmin), &dmin, 2);
+      // Scales: 0xFF in bytes 0-3 and low nibbles 0xF in 8-11 make every 6-bit scale
+      // 63; the mins (bytes 4-7, high nibbles of 8-11) random.
+      uint8_t* sc = blk + offsetof(BlockQ4_K, scales);
+      for (int j = 0; j < 4; ++j) {
+        sc[j] = 0xFF;
+        sc[j + 4] = static_cast<uint8_t>(byte(rng));
+        sc[j + 8] = static_cast<uint8_t>(0x0F | (byte(rng) & 0xF0));
+      }
+      uint8_t* qs = blk + offsetof(BlockQ4_K, qs);
+      for (int i = 0; i < 128; ++i) qs[i] = static_cast<uint8_t>(nib(rng) | nib(rng) << 4);
+    }
+  return w;
+}
+
+TEST_F(MatmulAmx, BitIdenticalToAvx512ForQ4_K) {
+  std::mt19937 rng(11);
+  ThreadPool one(1), two(2);
+  for (auto [n_rows, n_cols] : {std::pair<int64_t, int64_t>{16, 256}, {48, 512}, {100, 768}, {64, 2048}})
+    for (int64_t n_tokens : {1, 15, 16, 17, 33, 64, 100, 130}) {
+      const std::vector<uint8_t> w = q4k_weights(n_rows, n_cols, rng);
+      const WeightMatrix m = WeightMatrix::prepare(GgmlType::Q4_K, n_rows, n_cols, w.data(), Isa::Avx512);
+      const WeightMatrix m_amx = WeightMatrix::prepare(GgmlType::Q4_K, n_rows, n_cols, w.data(), Isa::Amx);
+      std::vector<float> x = random_floats(n_tokens * n_cols, rng, 1.0f);
+      std::uniform_real_distribution<float> high(0.8f, 1.0f);
+      for (int64_t t = 0; t < n_tokens; t += 2)  // every other token at the top of the range
+        for (int64_t k = 0; k < n_cols; ++k) x[static_cast<size_t>(t * n_cols + k)] = high(rng);
+      for (int64_t k = 0; k < 256; ++k) x[static_cast<size_t>(n_cols * (n_tokens - 1) + k)] = 0.0f;  // scale 0
+      ThreadPool& pool = n_tokens % 2 ? one : two;
+      const std::vector<float> ref = run(m, x, n_tokens, pool);
+      const std::vector<float> got = run(m_amx, x, n_tokens, pool);
+      ASSERT_EQ(got, ref) << n_rows << "x" << n_cols << ", " << n_tokens << " tokens";
+      // And close to the double-precision reference: activations quantized to 8 bits per
+      // 256 values move each output by at most half a step, amax / 254, times sum |w|.
+      std::vector<float> exact(static_cast<size_t>(n_tokens * n_rows));
+      matmul_reference(GgmlType::Q4_K, n_rows, n_cols, w.data(), x.data(), n_tokens, exact.data());
+      std::vector<float> wrow(static_cast<size_t>(n_cols));
+      for (int64_t r = 0; r < n_rows; ++r) {
+        dequantize_row(GgmlType::Q4_K, w.data() + r * row_bytes(GgmlType::Q4_K, n_cols), wrow.data(), n_cols);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          double bound = 1e-5 + 1e-6 * std::fabs(exact[static_cast<size_t>(t * n_rows + r)]);
+          for (int64_t b0 = 0; b0 < n_cols; b0 += 256) {
+            double amax = 0.0, wsum = 0.0;
+            for (int64_t k = b0; k < b0 + 256; ++k) {
+              amax = std::max(amax, static_cast<double>(std::fabs(x[static_cast<size_t>(t * n_cols + k)])));
+              wsum += std::fabs(wrow[static_cast<size_t>(k)]);
+            }
+            bound += 1.01 * amax / 254.0 * wsum;
+          }
+          const size_t i = static_cast<size_t>(t * n_rows + r);
+          ASSERT_NEAR(got[i], exact[i], bound) << "row " << r << " token " << t;
+        }
+      }
+    }
+}
+
 TEST_F(MatmulAmx, MultiAndGroupedMatchTheirAvx512Results) {
   std::mt19937 rng(7);
   ThreadPool two(2);
@@ -98,6 +167,29 @@ TEST_F(MatmulAmx, MultiAndGroupedMatchTheirAvx512Results) {
     ya.insert(ya.end(), ga.begin(), ga.end());
     ya.insert(ya.end(), gb.begin(), gb.end());
     ya.insert(ya.end(), gc.begin(), gc.end());
+    return ya;
+  };
+  EXPECT_EQ(multi(Isa::Amx), multi(Isa::Avx512));
+}
+
+// Q4_K through matmul_grouped: jobs on a 16-token group (the Super256 tile layout
+// quantize_acts laid out, offset) and inside one (the kernel's own), and matmul_multi.
+TEST_F(MatmulAmx, Q4_KMultiAndGroupedMatchTheirAvx512Results) {
+  std::mt19937 rng(9);
+  ThreadPool two(2);
+  const int64_t n_cols = 512, n_tokens = 80;
+  const std::vector<uint8_t> wa = q4k_weights(64, n_cols, rng), wb = q4k_weights(32, n_cols, rng);
+  const std::vector<float> x = random_floats(n_tokens * n_cols, rng, 1.0f);
+  auto multi = [&](Isa isa) {
+    const WeightMatrix a = WeightMatrix::prepare(GgmlType::Q4_K, 64, n_cols, wa.data(), isa);
+    const WeightMatrix b = WeightMatrix::prepare(GgmlType::Q4_K, 32, n_cols, wb.data(), isa);
+    std::vector<float> ya(static_cast<size_t>(n_tokens * 64)), yb(static_cast<size_t>(n_tokens * 32));
+    const MatmulTarget t[] = {{&a, ya.data()}, {&b, yb.data()}};
+    matmul_multi(t, x.data(), n_tokens, two);
+    std::vector<float> ga(static_cast<size_t>(40 * 64)), gb(static_cast<size_t>(40 * 32)), gc(static_cast<size_t>(48 * 64));
+    const GroupedMatmul gj[] = {{&a, 0, 40, ga.data()}, {&b, 40, 40, gb.data()}, {&a, 16, 48, gc.data()}};
+    matmul_grouped(gj, x.data(), n_tokens, two);
+    for (const auto* v : {&yb, &ga, &gb, &gc}) ya.insert(ya.end(), v->begin(), v->end());
     return ya;
   };
   EXPECT_EQ(multi(Isa::Amx), multi(Isa::Avx512));
