@@ -177,7 +177,7 @@ void matmul_quant_scalar(const WeightMatrix& w, const QuantizedActs& a, const Ti
 struct ActScratch {
   std::vector<int8_t> q;
   std::vector<float> d, dsum32, neg8_dsum32;
-  std::vector<int32_t> sum32, sum16, sum16_pairs;
+  std::vector<int32_t> sum32, sum16, sum16_pairs, sum32_pairs;
   std::vector<uint16_t> bf16, bf16_vnni, bf16_lo;
   std::vector<int8_t> tile_q;
   std::vector<float> tile_scalars;
@@ -211,6 +211,7 @@ QuantizedActs quantize_acts(const KernelTable& kt, ActKind kind, const float* x,
   float* neg8_dsum32 = kind == ActKind::Block32 ? grow(s.neg8_dsum32, nt * nc / 32) : nullptr;
   int32_t* sum16 = kind == ActKind::Super256 ? grow(s.sum16, nt * nc / 16) : nullptr;
   int32_t* sum16_pairs = kind == ActKind::Super256 ? grow(s.sum16_pairs, nt * nc / 32) : nullptr;
+  int32_t* sum32_pairs = kind == ActKind::Super256 ? grow(s.sum32_pairs, nt * nc / 64) : nullptr;
   a.q = q;
   a.d = d;
   a.sum32 = sum32;
@@ -218,6 +219,7 @@ QuantizedActs quantize_acts(const KernelTable& kt, ActKind kind, const float* x,
   a.neg8_dsum32 = neg8_dsum32;
   a.sum16 = sum16;
   a.sum16_pairs = sum16_pairs;
+  a.sum32_pairs = sum32_pairs;
   const int64_t n_groups = tiles ? n_tokens / 16 : 0;
   if (n_groups > 0) {
     const size_t ng = static_cast<size_t>(n_groups);
@@ -235,10 +237,13 @@ QuantizedActs quantize_acts(const KernelTable& kt, ActKind kind, const float* x,
                   sum16 ? sum16 + t * (n_cols / 16) : nullptr, neg8_dsum32 ? neg8_dsum32 + t * (n_cols / 32) : nullptr};
     kt.quantize_act_row(kind, x + t * n_cols, n_cols, out);
     if (sum16_pairs) {
+      auto pair = [](int32_t lo, int32_t hi) {
+        return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(lo)) | static_cast<uint32_t>(hi) << 16);
+      };
       const int32_t* s16 = sum16 + t * (n_cols / 16);
-      for (int64_t j = 0; j < n_cols / 32; ++j)
-        sum16_pairs[t * (n_cols / 32) + j] = static_cast<int32_t>(
-            static_cast<uint32_t>(static_cast<uint16_t>(s16[2 * j])) | static_cast<uint32_t>(s16[2 * j + 1]) << 16);
+      for (int64_t j = 0; j < n_cols / 32; ++j) sum16_pairs[t * (n_cols / 32) + j] = pair(s16[2 * j], s16[2 * j + 1]);
+      const int32_t* s32 = sum32 + t * (n_cols / 32);
+      for (int64_t j = 0; j < n_cols / 64; ++j) sum32_pairs[t * (n_cols / 64) + j] = pair(s32[2 * j], s32[2 * j + 1]);
     }
     if (t / 16 < n_groups) {
       if (kind == ActKind::Block32) Block32Tiles::group(a, t / 16).write_token(a, t);
@@ -469,6 +474,7 @@ void matmul_grouped(std::span<const GroupedMatmul> jobs, const float* x, int64_t
     if (a.neg8_dsum32) a.neg8_dsum32 += r * (n_cols / 32);
     if (a.sum16) a.sum16 += r * (n_cols / 16);
     if (a.sum16_pairs) a.sum16_pairs += r * (n_cols / 32);  // one int16 pair per 32 columns
+    if (a.sum32_pairs) a.sum32_pairs += r * (n_cols / 64);  // one per 64
     // The tile layout is per 16-token group of x: a job starting inside a group has none.
     if (a.tile_q != nullptr && r % 16 == 0 && a.tile_sum32_pairs == nullptr) {
       const Block32Tiles first = Block32Tiles::group(all, r / 16);

@@ -134,6 +134,10 @@ struct QuantizedActs {
   // sum16[2j], high half sum16[2j+1]; |sum| <= 16 x 127 fits), the operand of the
   // Q2_K / Q3_K kernels' 16-bit dot products (vpdpwssd / pmaddwd) with per-row pairs.
   const int32_t* sum16_pairs = nullptr;
+  // Super256: [n_tokens, n_cols / 64] the 32-sums of each two 32-column sub-blocks as
+  // int16 pairs (|sum| <= 32 x 127 fits), the operand of the Q4_K / Q5_K kernels' min
+  // term: one 16-bit dot product against the rows' mins as pairs per 64 columns.
+  const int32_t* sum32_pairs = nullptr;
   int64_t d_per = 32;              // values per scale: 32 (Block32) or 256 (Super256)
   // When the caller asks for them (a level whose prefill kernel reads them: AMX): each
   // whole 16-token group's codes block by block, the A tile layout, and the per-token
@@ -212,11 +216,7 @@ struct Super256Tiles {
     for (int64_t k = 0; k < nb; ++k) std::memcpy(q + k * 512 + r * 32, src + k * 32, 32);
     for (int64_t u = 0; u < nsb; ++u) {
       d[u * 16 + r] = a.d[t * nsb + u];
-      for (int64_t i = 0; i < 4; ++i) {
-        const int32_t* s = a.sum32 + t * nb + u * 8 + 2 * i;
-        sum32_pairs[(u * 4 + i) * 16 + r] = static_cast<int32_t>(
-            static_cast<uint32_t>(static_cast<uint16_t>(s[0])) | static_cast<uint32_t>(static_cast<uint16_t>(s[1])) << 16);
-      }
+      for (int64_t i = 0; i < 4; ++i) sum32_pairs[(u * 4 + i) * 16 + r] = a.sum32_pairs[t * (nb / 2) + u * 4 + i];
     }
   }
 };

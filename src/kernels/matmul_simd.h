@@ -374,27 +374,50 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
       const uint8_t* p = gp + u * unit_bytes;
       if (prefetch) prefetch_ahead<V>(p, unit_bytes);
       const uint8_t* sp = p + 8 * chunk;
-      I isum[N], imin[N];
-      for (int t = 0; t < N; ++t) isum[t] = imin[t] = V::zero();
+      // isum = sum_j sc_j x dot_j and imin = sum_j m_j x sum32_j, exact integers (so every
+      // level gets the same ones). AVX2: the int16 pair sums go through one pmaddwd with
+      // the scale in both halves, instead of a widening pmaddwd and a 32-bit multiply.
+      // The mins: one 16-bit dot per two sub-blocks (m as int16 pairs against the
+      // tokens' sum32_pairs) after the super-block, instead of a multiply per sub-block.
+      // Measured (Xeon, one core, 512 x 2048 x 2048 Q4_K, 4 alternating rounds): AVX2
+      // 70-76 -> 88-104 Gop/s, AVX-512 152-161 -> 170-193; decode unchanged.
+      I isum[N];
+      for (int t = 0; t < N; ++t) isum[t] = V::zero();
       for (int j = 0; j < 8; ++j) {
-        I dot[N], p16[N];
-        for (int t = 0; t < N; ++t) dot[t] = V::zero();
-        chunk_steps<V, T>(p + j * chunk, [&](auto s, I w) {
-          for (int t = 0; t < N; ++t)
-            step_acc<V, T, call_index(T, s)>(dot[t], p16[t], w, V::bcast4(xq[t] + u * 256 + j * 32 + 4 * s));
-        });
         const I sc = V::load_u8_i32(sp + 4 * L + j * L);
-        const I mn = V::load_u8_i32(sp + 12 * L + j * L);
-        for (int t = 0; t < N; ++t) {
-          isum[t] = V::add(isum[t], V::mullo(dot[t], sc));
-          imin[t] = V::add(imin[t], V::mullo(mn, V::set1(a.sum32[(t0 + t) * (n_cols / 32) + u * 8 + j])));
+        if constexpr (V::kPairSums) {
+          const I scp = V::pack16(sc, sc);
+          I p16[N];
+          chunk_steps<V, T>(p + j * chunk, [&](auto s, I w) {
+            constexpr int C = call_index(T, s), K = pair_steps(T);
+            for (int t = 0; t < N; ++t) {
+              const I prod = V::mul16(w, V::bcast4(xq[t] + u * 256 + j * 32 + 4 * s));
+              if constexpr (C % K == 0) p16[t] = prod;
+              else p16[t] = V::add16(p16[t], prod);
+              if constexpr (C % K == K - 1) isum[t] = V::dot16(isum[t], p16[t], scp);
+            }
+          });
+        } else {
+          I dot[N], p16[N];
+          for (int t = 0; t < N; ++t) dot[t] = V::zero();
+          chunk_steps<V, T>(p + j * chunk, [&](auto s, I w) {
+            for (int t = 0; t < N; ++t)
+              step_acc<V, T, call_index(T, s)>(dot[t], p16[t], w, V::bcast4(xq[t] + u * 256 + j * 32 + 4 * s));
+          });
+          for (int t = 0; t < N; ++t) isum[t] = V::add(isum[t], V::mullo(dot[t], sc));
         }
       }
+      I mp[4];
+      for (int i = 0; i < 4; ++i)
+        mp[i] = V::pack16(V::load_u8_i32(sp + 12 * L + 2 * i * L), V::load_u8_i32(sp + 12 * L + (2 * i + 1) * L));
       const F dd = V::load_f16(sp), dm = V::load_f16(sp + 2 * L);
       for (int t = 0; t < N; ++t) {
+        const int32_t* s32p = a.sum32_pairs + (t0 + t) * (n_cols / 64) + u * 4;
+        I imin = V::dot16(V::zero(), mp[0], V::set1(s32p[0]));
+        for (int i = 1; i < 4; ++i) imin = V::dot16(imin, mp[i], V::set1(s32p[i]));
         const F dxt = V::set1f(a.d[(t0 + t) * nsb + u]);
         accf[t] = V::fmadd(V::cvt(isum[t]), V::mul(dd, dxt), accf[t]);
-        accf[t] = V::fnmadd(V::cvt(imin[t]), V::mul(dm, dxt), accf[t]);
+        accf[t] = V::fnmadd(V::cvt(imin), V::mul(dm, dxt), accf[t]);
       }
     }
   } else if constexpr (T == GgmlType::Q2_K || T == GgmlType::Q3_K) {
