@@ -1,4 +1,4 @@
-// AMX-INT8 prefill for Q8_0, Q4_0 and Q4_K weights (built with -mamx-tile -mamx-int8): the
+// AMX-INT8 prefill for Q8_0, Q4_0, Q4_K and Q6_K weights (built with -mamx-tile -mamx-int8): the
 // prefill entries of the Amx level's kernel table (register_matmul_kernels_amx, below).
 //
 // The AVX-512 packing already is the tile layout: a 32-column unit of 16 rows holds 8
@@ -39,13 +39,14 @@ namespace {
 
 // Two sets, so block u's multiply runs while block u - 1 is stored and block u - 2 is
 // scaled (see amx_group): tmm0 / tmm3 A (16 tokens x 32 activation bytes), tmm1 / tmm4
-// B (8 x 64 code bytes: K = 32, N = 16), tmm2 / tmm5 C (16 x 16 int32).
-void load_tile_config() {
+// B (8 x 64 code bytes: K = 32, N = 16), tmm2 / tmm5 C (16 x 16 int32). k: the columns
+// per multiply, 32, or 16 for Q6_K's 16-column sub-blocks (A 16 bytes a row, B 4 rows).
+void load_tile_config(int k) {
   AmxTileConfig c;
   for (int set : {0, 3}) {
     c.rows[set] = 16;
-    c.colsb[set] = 32;
-    c.rows[set + 1] = 8;
+    c.colsb[set] = static_cast<uint16_t>(k);
+    c.rows[set + 1] = static_cast<uint8_t>(k / 4);
     c.colsb[set + 1] = 64;
     c.rows[set + 2] = 16;
     c.colsb[set + 2] = 64;
@@ -223,11 +224,116 @@ void amx_subtile_q4k(const uint8_t* gp, const uint8_t* b_base, const Super256Til
   });
 }
 
+// Q6_K: one 16-token x 16-row output tile over all super-blocks. Its scales are per
+// 16 columns, so each 16-column sub-block k is a multiply of its own (K = 16: the A tile
+// the 16 tokens' bytes 16 (k % 2) .. +15 of their 32-byte rows, the B tile 4 rows of the
+// unpacked 6-bit codes at b_base + k * 256). The AVX-512 kernel's integer sum
+// sum_k sc_k x (dot_k - 32 x sum16_k) is formed as sum_k sc_k x dot_k (a 32-bit multiply
+// per token and sub-block: |dot| x |sc| <= 16 x 63 x 127 x 128 < 2^24, so no float form
+// of the sum of two is exact) minus 32 x sum_k sc_k x sum16_k (8 vpdpwssd per token and
+// super-block, scales and the tokens' 16-sums as int16 pairs, QuantizedActs::sum16_pairs),
+// the same integer; its one float FMA per super-block is the AVX-512 kernel's.
+void amx_subtile_q6k(const uint8_t* gp, const uint8_t* b_base, const Super256Tiles& acts, const int32_t* s16_pairs,
+                     int64_t pairs_per_token, int64_t nsb, int64_t tm, int32_t* cbuf, float* y, int64_t n_rows,
+                     int64_t row0, int n_valid) {
+  constexpr int L = 16;
+  constexpr size_t VB = 4 * L;
+  constexpr size_t scales_off = 8 * 6 * VB;  // [d: L f16][sc: 16 x L s8] after the codes
+  const size_t unit_bytes = packed_unit_bytes(GgmlType::Q6_K, L);
+  const int8_t* ablk = acts.q;
+  alignas(64) float acc[256];
+  __m512i isum[16];
+  static_for<0, 16>([&](auto t) {
+    isum[t] = _mm512_setzero_si512();
+    _mm512_store_ps(acc + 16 * t, _mm512_setzero_ps());
+  });
+#define PAGODA_AMX_MULTIPLY(TA, TB, TC, k)                         \
+  do {                                                             \
+    _tile_loadd(TA, ablk + ((k) >> 1) * 512 + ((k) & 1) * 16, 32); \
+    _tile_loadd(TB, b_base + (k) * 256, VB);                       \
+    _tile_zero(TC);                                                \
+    _tile_dpbsud(TC, TA, TB);                                      \
+  } while (0)
+#define PAGODA_AMX_FINISH(u)                                                                                    \
+  do {                                                                                                          \
+    const uint8_t* sp = gp + (u) * unit_bytes + scales_off;                                                     \
+    const __m512 dd = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp)));                \
+    __m512i scp[8];                                                                                             \
+    for (int j = 0; j < 8; ++j) {                                                                               \
+      const __m512i s0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sp + (2 + 2 * j) * L))); \
+      const __m512i s1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sp + (3 + 2 * j) * L))); \
+      scp[j] = _mm512_mask_blend_epi16(0xAAAAAAAA, s0, _mm512_slli_epi32(s1, 16));                              \
+    }                                                                                                           \
+    const float* td = acts.d + (u) * 16;                                                                        \
+    static_for<0, 16>([&](auto t) {                                                                             \
+      const int32_t* sx = s16_pairs + (tm + t) * pairs_per_token + (u) * 8;                                     \
+      __m512i off = _mm512_dpwssd_epi32(_mm512_setzero_si512(), scp[0], _mm512_set1_epi32(sx[0]));              \
+      for (int j = 1; j < 8; ++j) off = _mm512_dpwssd_epi32(off, scp[j], _mm512_set1_epi32(sx[j]));            \
+      const __m512i total = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off, 5));                               \
+      const __m512 a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(dd, _mm512_set1_ps(td[t])),     \
+                                       _mm512_load_ps(acc + 16 * t));                                           \
+      _mm512_store_ps(acc + 16 * t, a);                                                                         \
+      isum[t] = _mm512_setzero_si512();                                                                         \
+    });                                                                                                         \
+  } while (0)
+#define PAGODA_AMX_SCALE(k)                                                                                     \
+  do {                                                                                                          \
+    const int32_t* cb = cbuf + ((k) & 1) * 256;                                                                 \
+    const uint8_t* sp = gp + ((k) >> 4) * unit_bytes + scales_off + 2 * L + ((k) & 15) * L;                     \
+    const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sp)));             \
+    static_for<0, 16>([&](auto t) {                                                                             \
+      isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(_mm512_load_si512(cb + 16 * t), sc));              \
+    });                                                                                                         \
+    if (((k) & 15) == 15) PAGODA_AMX_FINISH((k) >> 4);                                                          \
+  } while (0)
+  // The pipeline of amx_subtile, over 16-column sub-blocks.
+  const int64_t nk = nsb * 16;
+  for (int64_t k = 0; k < nk + 2; k += 2) {
+    if (k >= 2 && k - 2 < nk) PAGODA_AMX_SCALE(k - 2);
+    if (k < nk) PAGODA_AMX_MULTIPLY(0, 1, 2, k);
+    if (k >= 1 && k - 1 < nk) PAGODA_TILE_STORE_1K(5, cbuf + ((k - 1) & 1) * 256);
+    if (k >= 1 && k - 1 < nk) PAGODA_AMX_SCALE(k - 1);
+    if (k + 1 < nk) PAGODA_AMX_MULTIPLY(3, 4, 5, k + 1);
+    if (k < nk) PAGODA_TILE_STORE_1K(2, cbuf + (k & 1) * 256);
+  }
+#undef PAGODA_AMX_MULTIPLY
+#undef PAGODA_AMX_FINISH
+#undef PAGODA_AMX_SCALE
+  const __mmask16 mask = static_cast<__mmask16>((1u << n_valid) - 1);
+  static_for<0, 16>([&](auto t) {
+    _mm512_mask_storeu_ps(y + (tm + t) * n_rows + row0, mask, _mm512_load_ps(acc + 16 * t));
+  });
+}
+
+// Q6_K's chunk (32 columns of 16 rows: 4 nibble vectors, then 2 vectors of the top two
+// bits) -> the 8 vectors of its codes, step s at out + s * 64, as chunk_steps forms them.
+inline void unpack_q6k_chunk(const uint8_t* cp, uint8_t* out) {
+  constexpr size_t VB = 64;
+  const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const __m512i h0 = _mm512_loadu_si512(cp + 4 * VB), h1 = _mm512_loadu_si512(cp + 5 * VB);
+  // Bits 2p..2p+1 of each byte of h -> bits 4..5.
+  auto high = [](__m512i h, int p) {
+    switch (p) {
+      case 0: return _mm512_slli_epi16(h, 4);
+      case 1: return _mm512_slli_epi16(h, 2);
+      case 2: return h;
+      default: return _mm512_srli_epi16(h, 2);
+    }
+  };
+  for (int s = 0; s < 4; ++s) {
+    const __m512i v = _mm512_loadu_si512(cp + s * VB);
+    // a | (b & c)
+    _mm512_store_si512(out + s * VB, _mm512_ternarylogic_epi32(_mm512_and_si512(v, m0f), high(h0, s), m30, 0xF8));
+    _mm512_store_si512(out + (s + 4) * VB,
+                       _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v, 4), m0f), high(h1, s), m30, 0xF8));
+  }
+}
+
 template <GgmlType T>
 void amx_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, int64_t n16, float* y) {
   constexpr int L = 16;
   constexpr size_t VB = 4 * L;
-  constexpr bool kSuper = T == GgmlType::Q4_K;
+  constexpr bool kSuper = T == GgmlType::Q4_K || T == GgmlType::Q6_K;
   const size_t unit_bytes = packed_unit_bytes(T, L);
   const int64_t n_cols = a.n_cols, nb = n_cols / 32, nsb = n_cols / 256;
   const size_t group_bytes = static_cast<size_t>(n_cols / unit_cols(T)) * unit_bytes;
@@ -265,9 +371,13 @@ void amx_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, i
       const __m512i m0f = _mm512_set1_epi8(0x0F);
       uint8_t* o0 = up + static_cast<size_t>(g * nb) * 8 * VB;
       for (int64_t u = 0; u < nb; ++u) {
+        uint8_t* o = o0 + u * 8 * VB;
+        if constexpr (T == GgmlType::Q6_K) {
+          unpack_q6k_chunk(gp[g] + (u / 8) * unit_bytes + (u % 8) * 6 * VB, o);
+          continue;
+        }
         // Sub-block u's 4 nibble vectors: Q4_0's unit, or the (u % 8)-th chunk of a Q4_K one.
         const uint8_t* p = kSuper ? gp[g] + (u / 8) * unit_bytes + (u % 8) * 4 * VB : gp[g] + u * unit_bytes;
-        uint8_t* o = o0 + u * 8 * VB;
         for (int s = 0; s < 4; ++s) {
           const __m512i v = _mm512_loadu_si512(p + s * VB);
           _mm512_store_si512(o + s * VB, _mm512_and_si512(v, m0f));
@@ -290,7 +400,10 @@ void amx_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, i
       for (int64_t g = 0; g < n_groups; ++g) {
         const int64_t row0 = tile.row_begin + g * L;
         const int n_valid = static_cast<int>(std::min<int64_t>(L, tile.row_end - row0));
-        amx_subtile_q4k(gp[g], b_base[g], acts, nsb, tm, cbuf, y, w.n_rows(), row0, n_valid);
+        if constexpr (T == GgmlType::Q6_K)
+          amx_subtile_q6k(gp[g], b_base[g], acts, a.sum16_pairs, n_cols / 32, nsb, tm, cbuf, y, w.n_rows(), row0, n_valid);
+        else
+          amx_subtile_q4k(gp[g], b_base[g], acts, nsb, tm, cbuf, y, w.n_rows(), row0, n_valid);
       }
     } else {
       const Block32Tiles acts = ablk_own != nullptr ? Block32Tiles::group(ablk_own, scalars_own, n_cols, 0)
@@ -315,13 +428,13 @@ void matmul_packed_amx(const WeightMatrix& w, const QuantizedActs& a, const Tile
   const int64_t n16 = n_tok / 16 * 16;
   PAGODA_CHECK(tile.row_end - tile.row_begin <= 64, "matmul_packed_amx: a tile of more than 4 row groups");
   if (n16 > 0) {
-    load_tile_config();
-    if (w.type() == GgmlType::Q8_0)
-      amx_tile<GgmlType::Q8_0>(w, a, tile, n16, y);
-    else if (w.type() == GgmlType::Q4_K)
-      amx_tile<GgmlType::Q4_K>(w, a, tile, n16, y);
-    else
-      amx_tile<GgmlType::Q4_0>(w, a, tile, n16, y);
+    load_tile_config(w.type() == GgmlType::Q6_K ? 16 : 32);
+    switch (w.type()) {
+      case GgmlType::Q8_0: amx_tile<GgmlType::Q8_0>(w, a, tile, n16, y); break;
+      case GgmlType::Q4_K: amx_tile<GgmlType::Q4_K>(w, a, tile, n16, y); break;
+      case GgmlType::Q6_K: amx_tile<GgmlType::Q6_K>(w, a, tile, n16, y); break;
+      default: amx_tile<GgmlType::Q4_0>(w, a, tile, n16, y); break;
+    }
     // Leave the tile state unused between calls: while it is in use every context switch
     // saves and restores its 8 KiB, and the thread pool's workers also run everything else.
     _tile_release();
@@ -334,11 +447,11 @@ void matmul_packed_amx(const WeightMatrix& w, const QuantizedActs& a, const Tile
 namespace pagoda {
 
 // On top of the AVX-512 table (the same packing): tiles of 16 tokens or more of Q8_0,
-// Q4_0 and Q4_K run on the AMX tiles; decode and the other types stay on AVX-512.
+// Q4_0, Q4_K and Q6_K run on the AMX tiles; decode and the other types stay on AVX-512.
 void register_matmul_kernels_amx(KernelTable& t) {
   using namespace matmul_detail;
   t.prefill_min_tokens = 16;
-  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K}) {
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
     t.matmul[static_cast<size_t>(type)].prefill = matmul_packed_amx;
     t.matmul[static_cast<size_t>(type)].prefill_reads_tiles = true;
   }

@@ -274,7 +274,7 @@ void walk_chunks(int64_t n_cols, const Tile& tile, int64_t micro_tokens, Pass&& 
 void matmul_packed_avx512(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y);
 void matmul_packed_avx2(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y);
 // AMX-INT8 (matmul_amx.cpp) over the AVX-512 packing, bit-identical to
-// matmul_packed_avx512: Q8_0 and Q4_0, whole 16-token sub-tiles on the tiles, the
+// matmul_packed_avx512: Q8_0, Q4_0, Q4_K and Q6_K, whole 16-token sub-tiles on the tiles, the
 // rest of the tile's tokens through the AVX-512 kernel.
 // Requires: isa_supported(Isa::Amx), w.isa() == Isa::Amx (or Avx512: the same packing).
 void matmul_packed_amx(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile, float* y);

@@ -75,6 +75,7 @@ TEST(KernelTable, AmxReadsTheAvx512PackingAndAddsOnlyPrefillKernels) {
   EXPECT_NE(amx.matmul[static_cast<size_t>(GgmlType::Q8_0)].prefill, nullptr);
   EXPECT_NE(amx.matmul[static_cast<size_t>(GgmlType::Q4_0)].prefill, nullptr);
   EXPECT_NE(amx.matmul[static_cast<size_t>(GgmlType::Q4_K)].prefill, nullptr);
+  EXPECT_NE(amx.matmul[static_cast<size_t>(GgmlType::Q6_K)].prefill, nullptr);
   EXPECT_EQ(amx.prefill_min_tokens, 16);  // one AMX tile of tokens
 }
 

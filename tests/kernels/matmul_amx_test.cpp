@@ -1,5 +1,5 @@
 // The AMX-INT8 prefill kernels (matmul_amx.cpp) against the AVX-512 kernels they stand
-// in for: bit-identical outputs for Q8_0, Q4_0 and Q4_K over token counts that fill tiles
+// in for: bit-identical outputs for Q8_0, Q4_0, Q4_K and Q6_K over token counts that fill tiles
 // exactly, leave a remainder for the AVX-512 kernel, or are below one tile (decode);
 // row counts that end in a partly filled group; rows with zero scales; one and two
 // threads; and through matmul_multi / matmul_grouped. Also against the independent
@@ -103,45 +103,67 @@ std::vector<uint8_t> q4k_weights(int64_t n_rows, int64_t n_cols, std::mt19937& r
   return w;
 }
 
-TEST_F(MatmulAmx, BitIdenticalToAvx512ForQ4_K) {
+// Q6_K: random rows, and every third row's super-blocks at the ends of the range: scales
+// of magnitude 100..128 with random signs, codes all 0 or all 63 per 16 columns.
+std::vector<uint8_t> q6k_weights(int64_t n_rows, int64_t n_cols, std::mt19937& rng) {
+  std::vector<uint8_t> w = make_weights(GgmlType::Q6_K, n_rows, n_cols, rng);
+  const size_t rb = row_bytes(GgmlType::Q6_K, n_cols), bb = sizeof(BlockQ6_K);
+  std::uniform_int_distribution<int> mag(100, 128), coin(0, 1);
+  for (int64_t r = 0; r < n_rows; r += 3)
+    for (size_t b = 0; b < rb / bb; ++b) {
+      BlockQ6_K blk;
+      std::memcpy(&blk, w.data() + static_cast<size_t>(r) * rb + b * bb, bb);
+      blk.d = f32_to_f16(0.001f);
+      for (int i = 0; i < 16; ++i) blk.scales[i] = static_cast<int8_t>(coin(rng) ? -mag(rng) : std::min(127, mag(rng)));
+      const uint8_t fill = coin(rng) ? 0xFF : 0x00;  // one super-block's codes: all 63 or all 0
+      std::memset(blk.ql, fill, sizeof blk.ql);
+      std::memset(blk.qh, fill, sizeof blk.qh);
+      std::memcpy(w.data() + static_cast<size_t>(r) * rb + b * bb, &blk, bb);
+    }
+  return w;
+}
+
+TEST_F(MatmulAmx, BitIdenticalToAvx512ForQ4_KAndQ6_K) {
   std::mt19937 rng(11);
   ThreadPool one(1), two(2);
-  for (auto [n_rows, n_cols] : {std::pair<int64_t, int64_t>{16, 256}, {48, 512}, {100, 768}, {64, 2048}})
-    for (int64_t n_tokens : {1, 15, 16, 17, 33, 64, 100, 130}) {
-      const std::vector<uint8_t> w = q4k_weights(n_rows, n_cols, rng);
-      const WeightMatrix m = WeightMatrix::prepare(GgmlType::Q4_K, n_rows, n_cols, w.data(), Isa::Avx512);
-      const WeightMatrix m_amx = WeightMatrix::prepare(GgmlType::Q4_K, n_rows, n_cols, w.data(), Isa::Amx);
-      std::vector<float> x = random_floats(n_tokens * n_cols, rng, 1.0f);
-      std::uniform_real_distribution<float> high(0.8f, 1.0f);
-      for (int64_t t = 0; t < n_tokens; t += 2)  // every other token at the top of the range
-        for (int64_t k = 0; k < n_cols; ++k) x[static_cast<size_t>(t * n_cols + k)] = high(rng);
-      for (int64_t k = 0; k < 256; ++k) x[static_cast<size_t>(n_cols * (n_tokens - 1) + k)] = 0.0f;  // scale 0
-      ThreadPool& pool = n_tokens % 2 ? one : two;
-      const std::vector<float> ref = run(m, x, n_tokens, pool);
-      const std::vector<float> got = run(m_amx, x, n_tokens, pool);
-      ASSERT_EQ(got, ref) << n_rows << "x" << n_cols << ", " << n_tokens << " tokens";
-      // And close to the double-precision reference: activations quantized to 8 bits per
-      // 256 values move each output by at most half a step, amax / 254, times sum |w|.
-      std::vector<float> exact(static_cast<size_t>(n_tokens * n_rows));
-      matmul_reference(GgmlType::Q4_K, n_rows, n_cols, w.data(), x.data(), n_tokens, exact.data());
-      std::vector<float> wrow(static_cast<size_t>(n_cols));
-      for (int64_t r = 0; r < n_rows; ++r) {
-        dequantize_row(GgmlType::Q4_K, w.data() + r * row_bytes(GgmlType::Q4_K, n_cols), wrow.data(), n_cols);
-        for (int64_t t = 0; t < n_tokens; ++t) {
-          double bound = 1e-5 + 1e-6 * std::fabs(exact[static_cast<size_t>(t * n_rows + r)]);
-          for (int64_t b0 = 0; b0 < n_cols; b0 += 256) {
-            double amax = 0.0, wsum = 0.0;
-            for (int64_t k = b0; k < b0 + 256; ++k) {
-              amax = std::max(amax, static_cast<double>(std::fabs(x[static_cast<size_t>(t * n_cols + k)])));
-              wsum += std::fabs(wrow[static_cast<size_t>(k)]);
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K})
+    for (auto [n_rows, n_cols] : {std::pair<int64_t, int64_t>{16, 256}, {48, 512}, {100, 768}, {64, 2048}})
+      for (int64_t n_tokens : {1, 15, 16, 17, 33, 64, 100, 130}) {
+        const std::vector<uint8_t> w =
+            type == GgmlType::Q4_K ? q4k_weights(n_rows, n_cols, rng) : q6k_weights(n_rows, n_cols, rng);
+        const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), Isa::Avx512);
+        const WeightMatrix m_amx = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), Isa::Amx);
+        std::vector<float> x = random_floats(n_tokens * n_cols, rng, 1.0f);
+        std::uniform_real_distribution<float> high(0.8f, 1.0f);
+        for (int64_t t = 0; t < n_tokens; t += 2)  // every other token at the top of the range
+          for (int64_t k = 0; k < n_cols; ++k) x[static_cast<size_t>(t * n_cols + k)] = high(rng);
+        for (int64_t k = 0; k < 256; ++k) x[static_cast<size_t>(n_cols * (n_tokens - 1) + k)] = 0.0f;  // scale 0
+        ThreadPool& pool = n_tokens % 2 ? one : two;
+        const std::vector<float> ref = run(m, x, n_tokens, pool);
+        const std::vector<float> got = run(m_amx, x, n_tokens, pool);
+        ASSERT_EQ(got, ref) << type_name(type) << " " << n_rows << "x" << n_cols << ", " << n_tokens << " tokens";
+        // And close to the double-precision reference: activations quantized to 8 bits per
+        // 256 values move each output by at most half a step, amax / 254, times sum |w|.
+        std::vector<float> exact(static_cast<size_t>(n_tokens * n_rows));
+        matmul_reference(type, n_rows, n_cols, w.data(), x.data(), n_tokens, exact.data());
+        std::vector<float> wrow(static_cast<size_t>(n_cols));
+        for (int64_t r = 0; r < n_rows; ++r) {
+          dequantize_row(type, w.data() + r * row_bytes(type, n_cols), wrow.data(), n_cols);
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            double bound = 1e-5 + 1e-6 * std::fabs(exact[static_cast<size_t>(t * n_rows + r)]);
+            for (int64_t b0 = 0; b0 < n_cols; b0 += 256) {
+              double amax = 0.0, wsum = 0.0;
+              for (int64_t k = b0; k < b0 + 256; ++k) {
+                amax = std::max(amax, static_cast<double>(std::fabs(x[static_cast<size_t>(t * n_cols + k)])));
+                wsum += std::fabs(wrow[static_cast<size_t>(k)]);
+              }
+              bound += 1.01 * amax / 254.0 * wsum;
             }
-            bound += 1.01 * amax / 254.0 * wsum;
+            const size_t i = static_cast<size_t>(t * n_rows + r);
+            ASSERT_NEAR(got[i], exact[i], bound) << type_name(type) << " row " << r << " token " << t;
           }
-          const size_t i = static_cast<size_t>(t * n_rows + r);
-          ASSERT_NEAR(got[i], exact[i], bound) << "row " << r << " token " << t;
         }
       }
-    }
 }
 
 TEST_F(MatmulAmx, MultiAndGroupedMatchTheirAvx512Results) {
@@ -172,13 +194,14 @@ TEST_F(MatmulAmx, MultiAndGroupedMatchTheirAvx512Results) {
   EXPECT_EQ(multi(Isa::Amx), multi(Isa::Avx512));
 }
 
-// Q4_K through matmul_grouped: jobs on a 16-token group (the Super256 tile layout
+// Q4_K and Q6_K through matmul_grouped: jobs on a 16-token group (the Super256 tile layout
 // quantize_acts laid out, offset) and inside one (the kernel's own), and matmul_multi.
-TEST_F(MatmulAmx, Q4_KMultiAndGroupedMatchTheirAvx512Results) {
+TEST_F(MatmulAmx, KQuantMultiAndGroupedMatchTheirAvx512Results) {
   std::mt19937 rng(9);
   ThreadPool two(2);
   const int64_t n_cols = 512, n_tokens = 80;
-  const std::vector<uint8_t> wa = q4k_weights(64, n_cols, rng), wb = q4k_weights(32, n_cols, rng);
+  const std::vector<uint8_t> wa = q4k_weights(64, n_cols, rng), wb = q4k_weights(32, n_cols, rng),
+                             wc = q6k_weights(48, n_cols, rng);
   const std::vector<float> x = random_floats(n_tokens * n_cols, rng, 1.0f);
   auto multi = [&](Isa isa) {
     const WeightMatrix a = WeightMatrix::prepare(GgmlType::Q4_K, 64, n_cols, wa.data(), isa);
@@ -186,10 +209,13 @@ TEST_F(MatmulAmx, Q4_KMultiAndGroupedMatchTheirAvx512Results) {
     std::vector<float> ya(static_cast<size_t>(n_tokens * 64)), yb(static_cast<size_t>(n_tokens * 32));
     const MatmulTarget t[] = {{&a, ya.data()}, {&b, yb.data()}};
     matmul_multi(t, x.data(), n_tokens, two);
-    std::vector<float> ga(static_cast<size_t>(40 * 64)), gb(static_cast<size_t>(40 * 32)), gc(static_cast<size_t>(48 * 64));
-    const GroupedMatmul gj[] = {{&a, 0, 40, ga.data()}, {&b, 40, 40, gb.data()}, {&a, 16, 48, gc.data()}};
+    const WeightMatrix c = WeightMatrix::prepare(GgmlType::Q6_K, 48, n_cols, wc.data(), isa);
+    std::vector<float> ga(static_cast<size_t>(40 * 64)), gb(static_cast<size_t>(40 * 32)), gc(static_cast<size_t>(48 * 64)),
+        gd(static_cast<size_t>(40 * 48)), ge(static_cast<size_t>(48 * 48));
+    const GroupedMatmul gj[] = {{&a, 0, 40, ga.data()}, {&b, 40, 40, gb.data()}, {&a, 16, 48, gc.data()},
+                                {&c, 40, 40, gd.data()}, {&c, 0, 48, ge.data()}};
     matmul_grouped(gj, x.data(), n_tokens, two);
-    for (const auto* v : {&yb, &ga, &gb, &gc}) ya.insert(ya.end(), v->begin(), v->end());
+    for (const auto* v : {&yb, &ga, &gb, &gc, &gd, &ge}) ya.insert(ya.end(), v->begin(), v->end());
     return ya;
   };
   EXPECT_EQ(multi(Isa::Amx), multi(Isa::Avx512));
