@@ -22,7 +22,7 @@ Runner add_synth(CLI::App& app) {
   for (const auto& s : synth_shape_names()) shapes += (shapes.empty() ? "" : "|") + s;
   app.add_option("--arch", o->arch, "Architecture: " + synth_arch_names())->capture_default_str();
   app.add_option("--shape", o->shape, "Named shape: " + shapes + " (other flags override it)");
-  app.add_option("--type", o->type, "Weight type: f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k|iq4_nl|iq4_xs|mxfp4")
+  app.add_option("--type", o->type, "Weight type: f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q4_k_m (Q4_K with Q6_K where llama.cpp's Q4_K_M puts it)|q5_k|q6_k|iq4_nl|iq4_xs|mxfp4")
       ->capture_default_str();
   app.add_option("-o,--output", o->out, "Output GGUF path")->required();
   app.add_option("--dim", o->dim, "Embedding width");
@@ -56,7 +56,9 @@ Runner add_synth(CLI::App& app) {
     }
     if (!o->shape.empty() && o->arch != "llama") s.arch = o->arch;
     if (o->shape.empty()) s.arch = o->arch;
-    auto t = parse_type_name(o->type);
+    // q4_k_m: Q4_K with llama.cpp's Q4_K_M mix (SynthSpec::q4_k_m).
+    s.q4_k_m = o->type == "q4_k_m";
+    auto t = parse_type_name(s.q4_k_m ? std::string("q4_k") : o->type);
     if (!t) throw Error("synth: unknown type '" + o->type + "' (supported: " + supported_weight_types() + ")");
     s.type = *t;
     if (o->dim) s.dim = o->dim;

@@ -250,7 +250,20 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
       (spec.rope_scaling == "yarn" && !row->supports(RopeScalingType::Yarn)) ||
       (spec.rope_scaling == "llama3" && !row->has(Role::RopeFreqs)))
     throw Error("synth: " + spec.arch + " does not take rope scaling '" + spec.rope_scaling + "'");
-  if (auto ft = file_type_of(spec.type)) w.set("general.file_type", Value::u32(static_cast<uint32_t>(*ft)));
+  if (spec.q4_k_m && spec.type != GgmlType::Q4_K) throw Error("synth: the Q4_K_M mix needs type q4_k");
+  if (spec.q4_k_m)
+    w.set("general.file_type", Value::u32(static_cast<uint32_t>(LlamaFileType::MostlyQ4_K_M)));
+  else if (auto ft = file_type_of(spec.type))
+    w.set("general.file_type", Value::u32(static_cast<uint32_t>(*ft)));
+  // The Q4_K_M mix's larger type for tensor t of layer i (see SynthSpec::q4_k_m).
+  auto matrix_type = [&](const TensorSpec& t, int64_t i) {
+    if (!spec.q4_k_m) return spec.type;
+    const int64_t n = spec.n_layers;
+    const bool more_bits = i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+    const bool head = t.role == Role::Output || (t.role == Role::TokenEmbd && spec.tied_embeddings);
+    const bool bumped = t.role == Role::AttnV || t.role == Role::FfnDown || t.role == Role::FfnDownExps;
+    return head || (bumped && more_bits) ? GgmlType::Q6_K : spec.type;
+  };
   if (!spec.pooling.empty()) {
     static const char* const kPoolings[] = {"none", "mean", "cls", "last", "rank"};
     const auto* it = std::find(std::begin(kPoolings), std::end(kPoolings), spec.pooling);
@@ -323,7 +336,7 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
         fill(rng, buf,
              t.role == Role::TokenEmbd ? (row->embed_scale ? 1.0f / std::sqrt(static_cast<float>(spec.dim)) : 1.0f)
                                        : 1.0f / std::sqrt(static_cast<float>(shape.back())));
-        type = spec.type;
+        type = matrix_type(t, layer);
         break;
       case TensorKind::Router:
         // Std 2/sqrt(dim): router logits of std ~2, a softmax as peaked as trained

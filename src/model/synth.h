@@ -33,6 +33,11 @@ struct SynthSpec {
   int64_t n_vocab = 320;
   int64_t ctx_len = 2048;
   GgmlType type = GgmlType::F32;  // the 2-D projection matrices, embeddings and output
+  // With type Q4_K: llama.cpp's Q4_K_M mix instead of all-Q4_K (the file type most GGUFs
+  // ship in): Q6_K for output.weight (token_embd when tied), and for attn_v / ffn_down
+  // (ffn_down_exps) in the first and last eighth of the layers and every third between
+  // (layer i with i < n/8, i >= 7n/8 or (i - n/8) % 3 == 2); the rest Q4_K. File type 15.
+  bool q4_k_m = false;
   bool tied_embeddings = false;
   std::string rope_scaling = "none";  // none | linear | llama3 | yarn | longrope (phi3)
   // Rows with sliding windows (gemma2, gemma3): the local layers' window; -1: the real

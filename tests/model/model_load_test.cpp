@@ -125,6 +125,37 @@ TEST_F(ModelLoad, SyntheticModelLoads) {
   EXPECT_EQ(m->config().n_vocab, 300);
 }
 
+// synth's Q4_K_M mix: Q6_K for output.weight and for attn_v / ffn_down in llama.cpp's
+// "more bits" layers (of 8: 0, 3, 6, 7), Q4_K elsewhere, file type 15; and it loads.
+TEST_F(ModelLoad, SyntheticQ4KMMixPutsQ6KWhereLlamaCppDoes) {
+  SynthSpec s = *synth_shape("tiny");
+  s.dim = 256, s.ffn_dim = 512, s.n_vocab = 300, s.n_layers = 8;
+  s.type = GgmlType::Q4_K;
+  s.q4_k_m = true;
+  const std::string path = (dir_ / "q4km.gguf").string();
+  write_synthetic_model(s, path);
+  auto f = std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(path));
+  auto type_of = [&](const std::string& name) {
+    const gguf::TensorInfo* t = f->find_tensor(name);
+    EXPECT_NE(t, nullptr) << name;
+    return t ? t->type : GgmlType::F32;
+  };
+  EXPECT_EQ(type_of("output.weight"), GgmlType::Q6_K);
+  EXPECT_EQ(type_of("token_embd.weight"), GgmlType::Q4_K);
+  for (int i = 0; i < 8; ++i) {
+    const bool more = i == 0 || i == 3 || i == 6 || i == 7;
+    const std::string b = "blk." + std::to_string(i) + ".";
+    EXPECT_EQ(type_of(b + "attn_v.weight"), more ? GgmlType::Q6_K : GgmlType::Q4_K) << i;
+    EXPECT_EQ(type_of(b + "ffn_down.weight"), more ? GgmlType::Q6_K : GgmlType::Q4_K) << i;
+    EXPECT_EQ(type_of(b + "attn_q.weight"), GgmlType::Q4_K) << i;
+    EXPECT_EQ(type_of(b + "ffn_up.weight"), GgmlType::Q4_K) << i;
+  }
+  EXPECT_EQ(f->find("general.file_type")->as_uint(), std::optional<uint64_t>(15));
+  EXPECT_EQ(Model::load(f)->config().n_layers, 8);
+  s.type = GgmlType::Q8_0;  // the mix is Q4_K's only
+  EXPECT_THROW(write_synthetic_model(s, path), Error);
+}
+
 // --vocab-from sets the vocabulary size, and the embedding shapes follow it (they were
 // once derived from the size given before the copy: [dim, 320] for a 512-token vocabulary).
 TEST_F(ModelLoad, SyntheticModelWithACopiedVocabularyLoads) {
