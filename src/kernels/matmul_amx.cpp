@@ -63,6 +63,44 @@ void load_tile_config(int k) {
                    : "=m"(*reinterpret_cast<int32_t(*)[256]>(base))                           \
                    : "r"(static_cast<void*>(base)), "r"(64L))
 
+// Tiles TA x TB -> TC (literals), A rows a_stride bytes apart, B rows 64 bytes apart.
+#define PAGODA_AMX_TILE_MULTIPLY(TA, TB, TC, a, a_stride, b) \
+  do {                                                     \
+    _tile_loadd(TA, a, a_stride);                          \
+    _tile_loadd(TB, b, 64);                                \
+    _tile_zero(TC);                                        \
+    _tile_dpbsud(TC, TA, TB);                              \
+  } while (0)
+
+// The two-set pipeline over nk blocks: block k's multiply (the caller's
+// PAGODA_AMX_MULTIPLY(TA, TB, TC, k)) runs while block k - 1's C tile is stored to cbuf
+// and block k - 2's is scaled (the caller's PAGODA_AMX_SCALE(k), reading cbuf + (k & 1) *
+// 256). A vector load of a tile store's bytes waits for the store: done back to back the
+// three steps ran at ~0.85x the AVX-512 kernel. Each half step scales first, before the
+// next tile store is issued, so its loads queue behind no store but the one they read.
+#define PAGODA_AMX_PIPELINE(nk, cbuf)                                                      \
+  for (int64_t k_ = 0; k_ < (nk) + 2; k_ += 2) {                                          \
+    if (k_ >= 2 && k_ - 2 < (nk)) PAGODA_AMX_SCALE(k_ - 2);                               \
+    if (k_ < (nk)) PAGODA_AMX_MULTIPLY(0, 1, 2, k_);                                      \
+    if (k_ >= 1 && k_ - 1 < (nk)) PAGODA_TILE_STORE_1K(5, (cbuf) + ((k_ - 1) & 1) * 256); \
+    if (k_ >= 1 && k_ - 1 < (nk)) PAGODA_AMX_SCALE(k_ - 1);                               \
+    if (k_ + 1 < (nk)) PAGODA_AMX_MULTIPLY(3, 4, 5, k_ + 1);                              \
+    if (k_ < (nk)) PAGODA_TILE_STORE_1K(2, (cbuf) + (k_ & 1) * 256);                      \
+  }
+
+// 16 bytes as 16 int32 lanes (unsigned / signed), 16 f16 as floats, and int16 pairs
+// (lo's low half, hi's in the high half of each lane), for the K-quants' scale bytes.
+inline __m512i u8x16(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m512i s8x16(const uint8_t* p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m512 f16x16(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline __m512i pack16(__m512i lo, __m512i hi) { return _mm512_mask_blend_epi16(0xAAAAAAAA, lo, _mm512_slli_epi32(hi, 16)); }
+
+// Rows [row0, row0 + n_valid) of tokens tm .. tm + 15 of y from a 16 x 16 float tile.
+inline void store_tile_rows(const float* acc, float* y, int64_t tm, int64_t n_rows, int64_t row0, int n_valid) {
+  const __mmask16 mask = static_cast<__mmask16>((1u << n_valid) - 1);
+  static_for<0, 16>([&](auto t) { _mm512_mask_storeu_ps(y + (tm + t) * n_rows + row0, mask, _mm512_load_ps(acc + 16 * t)); });
+}
+
 // 64-byte aligned per-thread scratch of at least n bytes.
 uint8_t* aligned_scratch(std::vector<uint8_t>& v, size_t n) {
   if (v.size() < n + 64) v.resize(n + 64);
@@ -85,44 +123,27 @@ void amx_subtile(const uint8_t* gp, const uint8_t* b_base, size_t b_stride, cons
   const size_t unit_bytes = packed_unit_bytes(T, L);
   __m512 acc[16];
   static_for<0, 16>([&](auto t) { acc[t] = _mm512_setzero_ps(); });
-  // Two tile sets, so a block is multiplied, stored and scaled in three successive half
-  // steps: a vector load of a tile store's bytes waits for the store, and done back to back
-  // the three ran at ~0.85x the AVX-512 kernel. Each half step scales first, before the
-  // next tile store is issued, so its loads queue behind no store but the one they read.
-  // Measured on a Xeon with AMX: the scaling (per block 16 loads, 16 converts, 32 FMAs)
-  // and the tile work still hardly overlap, whatever the order (a scale reading a buffer
+  // Two tile sets (PAGODA_AMX_PIPELINE). Measured on a Xeon with AMX: the scaling (per
+  // block 16 loads, 16 converts, 32 FMAs) and the tile work still hardly overlap, whatever the order (a scale reading a buffer
   // no store writes ran no faster), so a block costs about their sum. The token loop is
   // a static_for: as a plain loop GCC kept acc[] on the stack and stored an accumulator
   // per token (with the per-block scalars contiguous: 265 -> 300-360 Gop/s, one core).
   // The tile numbers must be literals (the intrinsics paste them into the instruction),
   // hence the macros.
-#define PAGODA_AMX_MULTIPLY(TA, TB, TC, u)                  \
-  do {                                                     \
-    _tile_loadd(TA, ablk + (u) * 512, 32);                 \
-    _tile_loadd(TB, b_base + (u) * b_stride, VB);          \
-    _tile_zero(TC);                                        \
-    _tile_dpbsud(TC, TA, TB);                              \
-  } while (0)
+#define PAGODA_AMX_MULTIPLY(TA, TB, TC, u) PAGODA_AMX_TILE_MULTIPLY(TA, TB, TC, ablk + (u) * 512, 32, b_base + (u) * b_stride)
 #define PAGODA_AMX_SCALE(u)                                                                              \
   do {                                                                                                   \
     const int32_t* cb = cbuf + ((u) & 1) * 256;                                                          \
     const float* ts = tscale + (u) * 16;                                                                 \
     const float* to = toff + (u) * 16;                                                                   \
     const __m512 dw =                                                                                    \
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gp + (u) * unit_bytes + scale_off))); \
+        f16x16(gp + (u) * unit_bytes + scale_off);                                                      \
     static_for<0, 16>([&](auto t) {                                                                      \
       const __m512 c = _mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * t));                               \
       acc[t] = _mm512_fmadd_ps(_mm512_fmadd_ps(c, _mm512_set1_ps(ts[t]), _mm512_set1_ps(to[t])), dw, acc[t]); \
     });                                                                                                  \
   } while (0)
-  for (int64_t u = 0; u < nb + 2; u += 2) {
-    if (u >= 2 && u - 2 < nb) PAGODA_AMX_SCALE(u - 2);
-    if (u < nb) PAGODA_AMX_MULTIPLY(0, 1, 2, u);
-    if (u >= 1 && u - 1 < nb) PAGODA_TILE_STORE_1K(5, cbuf + ((u - 1) & 1) * 256);
-    if (u >= 1 && u - 1 < nb) PAGODA_AMX_SCALE(u - 1);
-    if (u + 1 < nb) PAGODA_AMX_MULTIPLY(3, 4, 5, u + 1);
-    if (u < nb) PAGODA_TILE_STORE_1K(2, cbuf + (u & 1) * 256);
-  }
+  PAGODA_AMX_PIPELINE(nb, cbuf)
 #undef PAGODA_AMX_MULTIPLY
 #undef PAGODA_AMX_SCALE
   const __mmask16 mask = static_cast<__mmask16>((1u << n_valid) - 1);
@@ -155,24 +176,13 @@ void amx_subtile_q4k(const uint8_t* gp, const uint8_t* b_base, const Super256Til
     fs[t] = _mm512_setzero_ps();
     _mm512_store_ps(acc + 16 * t, fs[t]);
   });
-#define PAGODA_AMX_MULTIPLY(TA, TB, TC, k)                 \
-  do {                                                     \
-    _tile_loadd(TA, ablk + (k) * 512, 32);                 \
-    _tile_loadd(TB, b_base + (k) * b_stride, VB);          \
-    _tile_zero(TC);                                        \
-    _tile_dpbsud(TC, TA, TB);                              \
-  } while (0)
+#define PAGODA_AMX_MULTIPLY(TA, TB, TC, k) PAGODA_AMX_TILE_MULTIPLY(TA, TB, TC, ablk + (k) * 512, 32, b_base + (k) * b_stride)
 #define PAGODA_AMX_FINISH(u)                                                                                    \
   do {                                                                                                          \
     const uint8_t* sp = gp + (u) * unit_bytes + scales_off;                                                     \
-    const __m512 dd = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp)));                \
-    const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp + 2 * L)));        \
+    const __m512 dd = f16x16(sp), dm = f16x16(sp + 2 * L);                                                      \
     __m512i mn[4];                                                                                              \
-    for (int i = 0; i < 4; ++i) {                                                                               \
-      const __m512i m0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sp + (12 + 2 * i) * L))); \
-      const __m512i m1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sp + (13 + 2 * i) * L))); \
-      mn[i] = _mm512_mask_blend_epi16(0xAAAAAAAA, m0, _mm512_slli_epi32(m1, 16));                               \
-    }                                                                                                           \
+    for (int i = 0; i < 4; ++i) mn[i] = pack16(u8x16(sp + (12 + 2 * i) * L), u8x16(sp + (13 + 2 * i) * L));    \
     const float* td = acts.d + (u) * 16;                                                                        \
     const int32_t* tp = acts.sum32_pairs + (u) * 64;                                                            \
     static_for<0, 16>([&](auto t) {                                                                             \
@@ -192,7 +202,7 @@ void amx_subtile_q4k(const uint8_t* gp, const uint8_t* b_base, const Super256Til
   do {                                                                                                          \
     const int32_t* cb = cbuf + ((k) & 1) * 256;                                                                 \
     const uint8_t* sp = gp + ((k) >> 3) * unit_bytes + scales_off + 4 * L + ((k) & 7) * L;                      \
-    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sp)))); \
+    const __m512 sc = _mm512_cvtepi32_ps(u8x16(sp));                                                            \
     static_for<0, 16>([&](auto t) {                                                                             \
       fs[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * t)), sc, fs[t]);                   \
     });                                                                                                         \
@@ -205,23 +215,11 @@ void amx_subtile_q4k(const uint8_t* gp, const uint8_t* b_base, const Super256Til
       PAGODA_AMX_FINISH((k) >> 3);                                                                              \
     }                                                                                                           \
   } while (0)
-  // The pipeline of amx_subtile, over sub-blocks.
-  const int64_t nk = nsb * 8;
-  for (int64_t k = 0; k < nk + 2; k += 2) {
-    if (k >= 2 && k - 2 < nk) PAGODA_AMX_SCALE(k - 2);
-    if (k < nk) PAGODA_AMX_MULTIPLY(0, 1, 2, k);
-    if (k >= 1 && k - 1 < nk) PAGODA_TILE_STORE_1K(5, cbuf + ((k - 1) & 1) * 256);
-    if (k >= 1 && k - 1 < nk) PAGODA_AMX_SCALE(k - 1);
-    if (k + 1 < nk) PAGODA_AMX_MULTIPLY(3, 4, 5, k + 1);
-    if (k < nk) PAGODA_TILE_STORE_1K(2, cbuf + (k & 1) * 256);
-  }
+  PAGODA_AMX_PIPELINE(nsb * 8, cbuf)  // over 32-column sub-blocks
 #undef PAGODA_AMX_MULTIPLY
 #undef PAGODA_AMX_FINISH
 #undef PAGODA_AMX_SCALE
-  const __mmask16 mask = static_cast<__mmask16>((1u << n_valid) - 1);
-  static_for<0, 16>([&](auto t) {
-    _mm512_mask_storeu_ps(y + (tm + t) * n_rows + row0, mask, _mm512_load_ps(acc + 16 * t));
-  });
+  store_tile_rows(acc, y, tm, n_rows, row0, n_valid);
 }
 
 // Q6_K: one 16-token x 16-row output tile over all super-blocks. Its scales are per
@@ -247,23 +245,14 @@ void amx_subtile_q6k(const uint8_t* gp, const uint8_t* b_base, const Super256Til
     isum[t] = _mm512_setzero_si512();
     _mm512_store_ps(acc + 16 * t, _mm512_setzero_ps());
   });
-#define PAGODA_AMX_MULTIPLY(TA, TB, TC, k)                         \
-  do {                                                             \
-    _tile_loadd(TA, ablk + ((k) >> 1) * 512 + ((k) & 1) * 16, 32); \
-    _tile_loadd(TB, b_base + (k) * 256, VB);                       \
-    _tile_zero(TC);                                                \
-    _tile_dpbsud(TC, TA, TB);                                      \
-  } while (0)
+#define PAGODA_AMX_MULTIPLY(TA, TB, TC, k) \
+  PAGODA_AMX_TILE_MULTIPLY(TA, TB, TC, ablk + ((k) >> 1) * 512 + ((k) & 1) * 16, 32, b_base + (k) * 256)
 #define PAGODA_AMX_FINISH(u)                                                                                    \
   do {                                                                                                          \
     const uint8_t* sp = gp + (u) * unit_bytes + scales_off;                                                     \
-    const __m512 dd = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp)));                \
+    const __m512 dd = f16x16(sp);                                                                               \
     __m512i scp[8];                                                                                             \
-    for (int j = 0; j < 8; ++j) {                                                                               \
-      const __m512i s0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sp + (2 + 2 * j) * L))); \
-      const __m512i s1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sp + (3 + 2 * j) * L))); \
-      scp[j] = _mm512_mask_blend_epi16(0xAAAAAAAA, s0, _mm512_slli_epi32(s1, 16));                              \
-    }                                                                                                           \
+    for (int j = 0; j < 8; ++j) scp[j] = pack16(s8x16(sp + (2 + 2 * j) * L), s8x16(sp + (3 + 2 * j) * L));      \
     const float* td = acts.d + (u) * 16;                                                                        \
     static_for<0, 16>([&](auto t) {                                                                             \
       const int32_t* sx = s16_pairs + (tm + t) * pairs_per_token + (u) * 8;                                     \
@@ -280,29 +269,17 @@ void amx_subtile_q6k(const uint8_t* gp, const uint8_t* b_base, const Super256Til
   do {                                                                                                          \
     const int32_t* cb = cbuf + ((k) & 1) * 256;                                                                 \
     const uint8_t* sp = gp + ((k) >> 4) * unit_bytes + scales_off + 2 * L + ((k) & 15) * L;                     \
-    const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sp)));             \
+    const __m512i sc = s8x16(sp);                                                                               \
     static_for<0, 16>([&](auto t) {                                                                             \
       isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(_mm512_load_si512(cb + 16 * t), sc));              \
     });                                                                                                         \
     if (((k) & 15) == 15) PAGODA_AMX_FINISH((k) >> 4);                                                          \
   } while (0)
-  // The pipeline of amx_subtile, over 16-column sub-blocks.
-  const int64_t nk = nsb * 16;
-  for (int64_t k = 0; k < nk + 2; k += 2) {
-    if (k >= 2 && k - 2 < nk) PAGODA_AMX_SCALE(k - 2);
-    if (k < nk) PAGODA_AMX_MULTIPLY(0, 1, 2, k);
-    if (k >= 1 && k - 1 < nk) PAGODA_TILE_STORE_1K(5, cbuf + ((k - 1) & 1) * 256);
-    if (k >= 1 && k - 1 < nk) PAGODA_AMX_SCALE(k - 1);
-    if (k + 1 < nk) PAGODA_AMX_MULTIPLY(3, 4, 5, k + 1);
-    if (k < nk) PAGODA_TILE_STORE_1K(2, cbuf + (k & 1) * 256);
-  }
+  PAGODA_AMX_PIPELINE(nsb * 16, cbuf)  // over 16-column sub-blocks
 #undef PAGODA_AMX_MULTIPLY
 #undef PAGODA_AMX_FINISH
 #undef PAGODA_AMX_SCALE
-  const __mmask16 mask = static_cast<__mmask16>((1u << n_valid) - 1);
-  static_for<0, 16>([&](auto t) {
-    _mm512_mask_storeu_ps(y + (tm + t) * n_rows + row0, mask, _mm512_load_ps(acc + 16 * t));
-  });
+  store_tile_rows(acc, y, tm, n_rows, row0, n_valid);
 }
 
 // Q6_K's chunk (32 columns of 16 rows: 4 nibble vectors, then 2 vectors of the top two
