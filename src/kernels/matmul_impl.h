@@ -189,7 +189,8 @@ struct Block32Tiles {
   }
 };
 
-// One 16-token group of Super256 activations laid out for the AMX Q4_K kernel: the codes
+// One 16-token group of Super256 activations laid out for the AMX Q4_K / Q6_K kernels
+// (Q6_K reads the codes and scales; its 16-sums come from QuantizedActs): the codes
 // as Block32Tiles' (32-column sub-block k at q + k * 512, token r at + r * 32), and per
 // super-block u the tokens' scales d[u * 16 + token] and the 32-sums of sub-blocks
 // (2i, 2i + 1) as one int16 pair (low half the first; |sum| <= 32 x 127 fits) at
