@@ -116,11 +116,11 @@ inline void prefetch_row_ahead(const uint8_t* row, int64_t off, int64_t row_byte
 // those under mask m.
 template <GgmlType T, bool Full>
 inline __m512 load_w16(const uint8_t* row, int64_t k, __mmask16 m) {
-  const uint16_t* h = reinterpret_cast<const uint16_t*>(row) + k;
   if constexpr (T == GgmlType::F32) {
     const float* f = reinterpret_cast<const float*>(row) + k;
     return Full ? _mm512_loadu_ps(f) : _mm512_maskz_loadu_ps(m, f);
   } else {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(row) + k;
     const __m256i v = Full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)) : _mm256_maskz_loadu_epi16(m, h);
     if constexpr (T == GgmlType::F16) return _mm512_cvtph_ps(v);
     else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));  // BF16 without avx512bf16
