@@ -153,6 +153,14 @@ void float_micro(const WeightMatrix& w, const float* x, int64_t r0, int64_t t0, 
   for (int64_t k = k0; k < k_main; k += 8) {
     __m256 xv[RN];
     for (int j = 0; j < RN; ++j) xv[j] = _mm256_loadu_ps(x + (t0 + j) * n_cols + k);
+    // Decode (RN = 1: one token, or the odd one of a pair): a line every 16 (F32) or 32
+    // columns, see prefetch_row_ahead. This level had none: Xeon held to AVX2, 2 threads, tg32,
+    // 3 alternating rounds: F16 73-79% -> 83-94% of the probe, BF16 73-82% -> 84-96%.
+    if constexpr (RN == 1) {
+      constexpr int64_t elem = T == GgmlType::F32 ? 4 : 2;
+      if ((k & (64 / elem - 1)) == 0)
+        for (int i = 0; i < RM; ++i) prefetch_row_ahead<RM>(rows[i], k * elem, w.row_bytes());
+    }
     for (int i = 0; i < RM; ++i) {
       const __m256 wv = load_w8<T>(rows[i], k);
       for (int j = 0; j < RN; ++j) acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);

@@ -95,23 +95,6 @@ struct V512 {
 
 // ---- float weights, row-major: RM rows x RN tokens per micro-tile ----
 
-// Decode's prefetch (one or two tokens: the rows stream from DRAM; see prefetch_ahead in
-// matmul_simd.h) for byte `off` of row i of an RM-row micro-tile: kPrefetchAhead bytes
-// ahead, and once that passes the row's end, on into row i + RM (the next micro-tile's
-// row i), the next bytes this row's stream of reads reaches. Row i + 1 starts right after
-// row i but is read at the same time: prefetching into it (as before) left the first 2 KiB
-// of three rows in four (3/8 of a 2048-column F16 row) to the hardware prefetcher.
-// Measured (Xeon, 2 threads, tg32, alternating binaries, 6 rounds): F16 decode 77-88% ->
-// 85-97% of the probed roofline, BF16 (3 rounds) 85-94% -> 93-107%; 4 KiB ahead instead of
-// 2 gained nothing. The packed kernels' G = 2 row groups lose 2 KiB of an 18 KiB Q4_0
-// group the same way; skipping there measured no gain, so they are as they were.
-template <int RM>
-inline void prefetch_row_ahead(const uint8_t* row, int64_t off, int64_t row_bytes) {
-  int64_t ahead = off + static_cast<int64_t>(V512::kPrefetchAhead);
-  if (ahead >= row_bytes) ahead += (RM - 1) * row_bytes;
-  __builtin_prefetch(row + ahead, 0, 3);
-}
-
 // Loads 16 weights at column k as f32: all 16 (Full; the load folds into the convert) or
 // those under mask m.
 template <GgmlType T, bool Full>
