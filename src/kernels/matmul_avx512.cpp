@@ -39,7 +39,6 @@ struct V512 {
   // 78-82, Q8_0 41-42 -> 44-54; pp512 Q4_0 146-184 -> 250-281 tok/s; decode within noise.
   static constexpr int kGroups = 2;
   static constexpr int kBlock32N = 4;
-  static constexpr size_t kPrefetchAhead = 2048;  // see prefetch_ahead (matmul_simd.h)
   // Q8_0 codes are q + 128 (u8 for vpdpbusd); subtract 128 x sum(x) per block.
   static constexpr int kQ8Offset = 128;
   using I = __m512i;

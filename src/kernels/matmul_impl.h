@@ -253,20 +253,23 @@ struct Tile {
 // same for every tiling.
 constexpr int64_t kFloatKc = 512;
 
-constexpr int64_t kFloatPrefetchAhead = 2048;  // as the packed kernels' (prefetch_ahead, matmul_simd.h)
-// Decode's prefetch (one or two tokens: the rows stream from DRAM; see prefetch_ahead in
-// matmul_simd.h) for byte `off` of row i of an RM-row micro-tile: kPrefetchAhead bytes
-// ahead, and once that passes the row's end, on into row i + RM (the next micro-tile's
-// row i), the next bytes this row's stream of reads reaches. Row i + 1 starts right after
-// row i but is read at the same time: prefetching into it (as before) left the first 2 KiB
-// of three rows in four (3/8 of a 2048-column F16 row) to the hardware prefetcher.
+// How far ahead of the line being read the decode kernels ask for weights, on every
+// level: prefetch_ahead (matmul_simd.h, where the 2 KiB was measured) and prefetch_row_ahead.
+constexpr int64_t kDecodePrefetchAhead = 2048;
+
+// The float kernels' decode prefetch (one or two tokens: the rows stream from DRAM) for
+// byte `off` of row i of an RM-row micro-tile: kDecodePrefetchAhead bytes ahead, and once
+// that passes the row's end, on into row i + RM (the next micro-tile's row i), the next
+// bytes this row's stream of reads reaches. Row i + 1 starts right after row i but is
+// read at the same time: prefetching into it left the first 2 KiB of three rows in four
+// (3/8 of a 2048-column F16 row) to the hardware prefetcher.
 // Measured (Xeon, 2 threads, tg32, alternating binaries, 6 rounds, AVX-512): F16 decode
-// 77-88% -> 85-97% of the probed roofline, BF16 (3 rounds) 85-94% -> 93-107%; 4 KiB ahead instead of
-// 2 gained nothing. The packed kernels' G = 2 row groups lose 2 KiB of an 18 KiB Q4_0
-// group the same way; skipping there measured no gain, so they are as they were.
+// 77-88% -> 85-97% of the probed roofline, BF16 (3 rounds) 85-94% -> 93-107%; 4 KiB ahead
+// instead of 2 gained nothing. The packed kernels' G = 2 row groups lose 2 KiB of an 18 KiB
+// Q4_0 group the same way; skipping there measured no gain, so they are as they were.
 template <int RM>
 inline void prefetch_row_ahead(const uint8_t* row, int64_t off, int64_t row_bytes) {
-  int64_t ahead = off + kFloatPrefetchAhead;
+  int64_t ahead = off + kDecodePrefetchAhead;
   if (ahead >= row_bytes) ahead += (RM - 1) * row_bytes;
   __builtin_prefetch(row + ahead, 0, 3);
 }

@@ -48,12 +48,12 @@ namespace pagoda::matmul_detail {
 // faster than the hardware prefetchers fetch it: on the Intel Xeon of 2026-12-01 (one
 // thread, 5632 x 2048 matvec, weights cold) Q4_0 read 8-9 GB/s and Q4_K 7-8 GB/s where
 // the same kernels ran at 20-25 GB/s from cache and a plain read at 16 GB/s. Asking for
-// the lines V::kPrefetchAhead bytes ahead of the one being unpacked raised them to
+// the lines kDecodePrefetchAhead bytes ahead of the one being unpacked raised them to
 // 10-12 / 11-12 GB/s (1,024 ahead: +10-20%; 2,048: +20-50%; 4,096: no better). Only the
 // first token micro-tile of a tile prefetches: later ones find the tile's weights in L1/L2.
 template <class V>
 inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t* p, size_t bytes) {
-  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + V::kPrefetchAhead + off, 0, 3);
+  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + kDecodePrefetchAhead + off, 0, 3);
 }
 
 // Whether the codes fed to the dot instructions are Q8_0-style bytes (q + 128 for
