@@ -7,37 +7,43 @@
 //   submitted after a write of the same block finds its record: a block evicted a moment
 //   ago and asked for again is restored, not recomputed (PrefixCache asks write_queued()).
 // - Reads: read(blocks) reads each block's record (DiskTier::get: size, hash, tokens,
-//   checksum checked) straight into the caller's memory (the fresh pool blocks the
-//   caller holds), in order, stopping at the first that fails; take_done() then reports
-//   how many leading blocks were read intact. The caller must keep the destination
-//   memory untouched and allocated until its job is reported (the pool blocks stay held
-//   by the restore: a cancelled one is not handed out while the thread may write it).
-//   cancel() makes the thread skip the job's remaining blocks; it is still reported.
+//   checksum checked) into the thread's own buffer and copies it into the caller's
+//   memory (the fresh pool blocks the caller holds), in order, stopping at the first that
+//   fails; take_done() then reports how many leading blocks were copied in intact. The
+//   copy is made under the lock cancel() takes, so once cancel() returns the job's
+//   destination memory is never written again, even by a read stuck in the kernel that
+//   returns an hour later: the caller can hand those blocks out at once. The price is one
+//   memcpy per block (~50 us for a 704 KiB TinyLlama block against ~0.5 ms to read it);
+//   rejected: reading straight into the pool block, which made a hung read (a FIFO, a
+//   hung NFS or FUSE mount) pin its blocks, and its request, for as long as it hung.
+// - Deadline: an operation (one block's read or write) running longer than
+//   DiskTierConfig::io_deadline_ms marks the thread stalled (stalled(); stats' `stalled`)
+//   until it returns. The caller treats a stalled tier as a miss: PrefixCache cancels the
+//   restores in flight (their requests compute instead) and starts none while it lasts.
 // - Writes: write() copies the block (payload and tokens) into the queue at once, so the
 //   pool block can be reused as soon as it returns. The queue is bounded by
 //   DiskTierConfig::write_queue_bytes (payload + token bytes; 64 MiB by default, about
 //   90 TinyLlama blocks of 704 KiB: 50 ms of the measured 1.3 GB/s write speed). When it
-//   is full, write() waits for room: a dropped spill would be lost work (recomputing a
-//   32-token TinyLlama block costs ~0.1-0.3 s on 2 cores, writing it ~0.5 ms), so the
-//   engine thread waits only while evictions outrun the disk by the whole queue, and
-//   then for about one block's write. Counted (write_queue_waits, seconds).
+//   is full a spill is dropped (counted in write_queue_drops; the block is recomputed if
+//   asked for again) — the engine thread never waits on the disk. Rejected: waiting for
+//   room, which froze every request, a 4-token chat included, once 64 MiB of spills
+//   queued behind one stuck write. write(..., WhenFull::Wait) (a clean shutdown's flush,
+//   where nothing is being served) waits instead, unless the thread is stalled.
 // - Threads: write(), read(), cancel(), take_done(), drain(), discard_writes(), stats()
 //   from one owner thread (the engine's); the I/O thread calls only DiskTier (which is
 //   thread-safe) and the `on_done` callback, after each read job, with no DiskIo lock
 //   held (the engine uses it to wake its loop).
-// - Lifetime: the destructor finishes every queued job (reads too) and joins.
+// - Lifetime: stop() (and the destructor) finishes the queued jobs and joins while the
+//   thread makes progress. A thread stalled past the deadline is left behind (detached,
+//   its callback cleared, the queue dropped): stop() returns false, and the DiskTier must
+//   then outlive the process (the owner leaks it), since the stuck call may still return
+//   into it. Everything else the thread touches it owns.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <span>
-#include <thread>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -61,58 +67,39 @@ class DiskIo {
   };
   // Queues a read job; returns its ticket (never 0).
   uint64_t read(std::vector<ReadBlock> blocks, size_t payload_bytes);
-  // The job's blocks not started yet are skipped.
-  void cancel(uint64_t ticket);
+  // Ends the job: afterwards its destination memory is never written and take_done()
+  // never reports it. Returns how many leading blocks were copied in intact before.
+  int64_t cancel(uint64_t ticket);
   // Appends (ticket, leading blocks read intact) for the read jobs finished since the
   // last call.
   void take_done(std::vector<std::pair<uint64_t, int64_t>>& out);
 
-  // Copies the block into the queue (waits while the queue is full; see the contract).
-  void write(const BlockHash& h, std::span<const int32_t> tokens, std::span<const uint8_t> payload);
+  enum class WhenFull { Drop, Wait };
+  // Copies the block into the queue; a full queue drops it (or, with Wait, waits for room
+  // while the thread is not stalled). See the contract.
+  void write(const BlockHash& h, std::span<const int32_t> tokens, std::span<const uint8_t> payload,
+             WhenFull when_full = WhenFull::Drop);
   // Queued or being written.
   bool write_queued(const BlockHash& h) const;
   // Drops the writes not started yet (a disk reset).
   void discard_writes();
-  // Waits until the queue is empty and the thread idle.
-  void drain();
+  // Waits until the queue is empty and the thread idle; gives up (false) when the thread
+  // is stalled.
+  bool drain();
+  // An operation has run past the deadline and not returned yet.
+  bool stalled() const;
+  // Finishes the queued jobs and joins; false when the thread stalled and was left
+  // behind (see Lifetime). Idempotent.
+  bool stop();
 
   // The queue fields of DiskTierStats.
   void fill_stats(DiskTierStats& s) const;
 
  private:
-  struct ReadJob {
-    uint64_t ticket = 0;
-    std::vector<ReadBlock> blocks;
-    size_t payload_bytes = 0;
-    std::atomic<bool> cancelled{false};
-  };
-  struct Job {
-    std::shared_ptr<ReadJob> read;  // null: a write
-    BlockHash hash;
-    std::vector<int32_t> tokens;
-    std::vector<uint8_t> payload;
-    uint64_t bytes() const { return payload.size() + tokens.size() * sizeof(int32_t); }
-  };
-  void loop();
-  void unqueue_write(const Job& j);  // with mu_ held
-
-  DiskTier& disk_;
-  std::function<void()> on_done_;
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;  // the thread: a job or stop
-  std::condition_variable idle_cv_;  // the owner: room in the queue, or idle
-  std::deque<Job> queue_;
-  bool busy_ = false;  // the thread is running a job taken off the queue (a write stays booked)
-  std::unordered_map<BlockHash, int, BlockHashHasher> queued_;  // writes queued or running
-  std::unordered_map<uint64_t, std::shared_ptr<ReadJob>> reads_;  // queued or running
-  std::vector<std::pair<uint64_t, int64_t>> done_;
-  uint64_t next_ticket_ = 1;
-  uint64_t queued_bytes_ = 0;
-  int64_t queued_writes_ = 0;
-  int64_t waits_ = 0;
-  double wait_seconds_ = 0;
-  bool stop_ = false;
-  std::thread thread_;
+  struct State;  // shared with the thread (which may outlive this object: Lifetime)
+  std::shared_ptr<State> s_;
+  bool stopped_ = false;
+  bool left_behind_ = false;
 };
 
 }  // namespace pagoda

@@ -120,8 +120,13 @@ DiskTier::DiskTier(const DiskTierConfig& config) : config_(config) {
     throw Error(what + "exists and is not a directory");
   }
   const std::string lock_path = dir + "/lock";
-  lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
   if (lock_fd_ < 0) throw Error(what + "not writable: " + std::strerror(errno));
+  if (struct stat ls {}; ::fstat(lock_fd_, &ls) != 0 || !S_ISREG(ls.st_mode)) {
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    throw Error(what + lock_path + " is not a regular file");
+  }
   if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
     const int e = errno;
     ::close(lock_fd_);
@@ -149,7 +154,7 @@ DiskTier::DiskTier(const DiskTierConfig& config) : config_(config) {
     BlockHash h;
     if (!name.ends_with(kSuffix) || !parse_hex_hash(name.substr(0, name.size() - kSuffix.size()), h)) continue;
     struct stat fs {};
-    if (::stat(path.c_str(), &fs) != 0 || !S_ISREG(fs.st_mode)) continue;
+    if (::lstat(path.c_str(), &fs) != 0 || !S_ISREG(fs.st_mode)) continue;  // not a symlink, FIFO, device
     found.push_back({static_cast<int64_t>(fs.st_mtim.tv_sec) * 1'000'000'000 + fs.st_mtim.tv_nsec, std::string(name), h,
                      disk_bytes_of(fs)});
   }
@@ -211,7 +216,7 @@ void DiskTier::touch(const BlockHash& h, int fd) {
   if (fd >= 0) {
     ::futimens(fd, times.data());
   } else {
-    ::utimensat(AT_FDCWD, path_of(h).c_str(), times.data(), 0);
+    ::utimensat(AT_FDCWD, path_of(h).c_str(), times.data(), AT_SYMLINK_NOFOLLOW);
   }
 }
 
@@ -247,8 +252,11 @@ bool DiskTier::put(const BlockHash& h, std::span<const int32_t> tokens, std::spa
   put_u32(trailer, crc32c(payload.data(), payload.size(), crc32c(header.data(), header.size())));
   put_u32(trailer + 4, kTrailerMagic);
 
+  if (config_.test_io_hook) config_.test_io_hook(/*write=*/true);
   const std::string path = path_of(h), tmp = path.substr(0, path.size() - kSuffix.size()) + std::string(kTmpSuffix);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // A fresh file, never one found in its place (a FIFO there would block the open).
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   bool ok = fd >= 0;
   if (ok) {
     struct iovec iov[3] = {{header.data(), header.size()},
@@ -291,11 +299,14 @@ bool DiskTier::put(const BlockHash& h, std::span<const int32_t> tokens, std::spa
 bool DiskTier::get(const BlockHash& h, std::span<const int32_t> tokens, std::span<uint8_t> payload) {
   if (!contains(h)) return false;
   if (config_.read_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(config_.read_delay_ms));
+  if (config_.test_io_hook) config_.test_io_hook(/*write=*/false);
   const auto t0 = std::chrono::steady_clock::now();
   // Opened and read without the lock: a record evicted meanwhile is read from the open
-  // file (unlink keeps its inode) or missed at open; either way checked below.
+  // file (unlink keeps its inode) or missed at open; either way checked below. O_NONBLOCK:
+  // a FIFO in the record's place opens at once (and fails the S_ISREG check) instead of
+  // waiting for a writer; regular files ignore it.
   const std::string path = path_of(h);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {  // deleted behind our back: forget it
     std::lock_guard<std::mutex> lk(mu_);
     erase(h);
@@ -304,7 +315,7 @@ bool DiskTier::get(const BlockHash& h, std::span<const int32_t> tokens, std::spa
   const size_t head_bytes = kHeaderBytes + tokens.size_bytes();
   const size_t file_bytes = head_bytes + payload.size() + 8;
   struct stat st {};
-  bool ok = ::fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == file_bytes;
+  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<size_t>(st.st_size) == file_bytes;
   uint8_t trailer[8];
   std::vector<uint8_t> header(head_bytes);
   if (ok) {

@@ -32,6 +32,10 @@
 // - Failures: a bad DIR (not creatable, not a directory, not writable, locked) throws
 //   pagoda::Error with one line naming it. I/O errors after that (disk full) are not
 //   fatal: the block is simply not kept (counted in write_errors).
+// - Only regular files are opened: records with O_NOFOLLOW | O_NONBLOCK and checked with
+//   fstat (a FIFO or device put in a record's place would block a read forever; it is a
+//   corrupt record, deleted), temporary files created with O_EXCL. Symlinks are not
+//   booked at startup.
 //
 // Invariants (check_invariants()):
 //  1. The records map and the LRU list hold the same hashes; every record's file exists.
@@ -42,6 +46,7 @@
 #include <array>
 #include <cstdint>
 #include <ctime>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <span>
@@ -60,10 +65,18 @@ struct DiskTierConfig {
   uint64_t capacity_bytes = 4ull << 30;     // --prompt-cache-disk-bytes
   Policy policy = Policy::Evict;            // --prompt-cache-disk-policy evict|all
   // Spills waiting for the disk I/O thread (disk_io.h) at most, in payload + token bytes;
-  // when it is full the engine thread waits for room (DiskIo::write says why).
+  // when it is full a spill is dropped, the engine thread never waits (DiskIo::write).
   uint64_t write_queue_bytes = 64ull << 20;
-  // Tests only (no flag): every get() sleeps this long first, a slow disk to restore from.
+  // One block's read or write running longer than this marks the tier stalled: restores
+  // in flight become misses and none start until it returns (disk_io.h). A block takes
+  // ~0.5 ms here (704 KiB at 1.3 GB/s) and an 8 MiB block of a 27B model ~80 ms on a
+  // 100 MB/s disk, so 2 s is 25x the slowest healthy case. --prompt-cache-disk-deadline-ms.
+  int io_deadline_ms = 2000;
+  // Tests only (no flag): every get() sleeps this long first, a slow disk to restore from,
+  // and test_io_hook (when set) runs at the start of every get() and put() (write: true),
+  // where a test can block to stand in for a hung mount.
   int read_delay_ms = 0;
+  std::function<void(bool write)> test_io_hook;
 };
 
 // "evict" | "all"; throws pagoda::Error naming the flag otherwise.
@@ -96,6 +109,12 @@ struct DiskTierStats {
   int64_t write_queue_waits = 0;
   double write_queue_wait_seconds = 0;
   int64_t restores_in_flight = 0;
+  int64_t write_queue_drops = 0;  // spills dropped because the queue was full (the engine never waits)
+  // The I/O thread is stuck in one operation past DiskTierConfig::io_deadline_ms (a hung
+  // mount, a FIFO in place of a file): restores are misses while it lasts; for how long.
+  bool stalled = false;
+  double stalled_seconds = 0;
+  int64_t restore_timeouts = 0;   // restores given up because the tier stalled (PrefixCache counts)
   // Restore throughput: read_bytes / read_seconds (0 before any read).
   double read_bytes_per_s() const { return read_seconds > 0 ? static_cast<double>(read_bytes) / read_seconds : 0.0; }
 };

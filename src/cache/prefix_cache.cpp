@@ -162,6 +162,7 @@ CacheHit PrefixCache::lookup(const CacheKey& key, std::span<const int32_t> promp
 
 uint64_t PrefixCache::begin_restore(const CacheKey& key, std::span<const int32_t> prompt) {
   if (!config_.enabled || !key.use_cache || !disk_ || !io_ || prompt.size() < 2) return 0;
+  if (io_->stalled()) return 0;  // a stuck disk is a miss: the request computes instead
   enforce_limits();
   const size_t bs = static_cast<size_t>(pool_.block_size());
   // The RAM chain, as lookup() walks it...
@@ -181,7 +182,7 @@ uint64_t PrefixCache::begin_restore(const CacheKey& key, std::span<const int32_t
   // ... and its continuation on disk, or in the write queue (read after the write: FIFO).
   if (pos + bs <= prompt.size()) {  // another restore in flight reads this block: join it
     const auto it = reading_.find(block_hash(h, prompt.subspan(pos, bs)));
-    if (it != reading_.end() && !restores_.at(it->second).abandoned) {  // a cancelled one skips reads
+    if (it != reading_.end()) {
       ++restores_.at(it->second).holders;
       return it->second;
     }
@@ -239,9 +240,15 @@ void PrefixCache::poll_restores() {
     const auto it = restores_.find(ticket);
     if (it == restores_.end()) continue;
     publish(ticket, it->second, n_ok);
-    if (it->second.abandoned) {
-      unpin(it->second);
-      restores_.erase(it);
+  }
+  // A stalled tier (one read or write past the deadline: a hung mount) is a miss: the
+  // restores still waiting keep what was read so far and their requests compute the rest.
+  // cancel() fences the thread, so their other blocks go back to the pool at once.
+  if (io_->stalled()) {
+    for (auto& [ticket, r] : restores_) {
+      if (r.done) continue;
+      publish(ticket, r, io_->cancel(ticket));
+      ++restore_timeouts_;
     }
   }
 }
@@ -296,11 +303,13 @@ void PrefixCache::end_restore(uint64_t ticket, int64_t cached_tokens) {
   if (it == restores_.end()) return;
   Restore& r = it->second;
   --r.holders;
-  if (!r.done) {  // in flight: its blocks stay held until the thread reports it
-    if (r.holders == 0) {
-      r.abandoned = true;
-      io_->cancel(ticket);
-    }
+  if (!r.done) {
+    if (r.holders > 0) return;  // in flight for the others
+    // Every holder left: what was read is kept (published, then unpinned below), the
+    // rest goes back to the pool at once (cancel() fences the thread).
+    publish(ticket, r, io_->cancel(ticket));
+    unpin(r);
+    restores_.erase(it);
     return;
   }
   const int64_t to = r.from_tokens + static_cast<int64_t>(r.published.size()) * pool_.block_size();
@@ -453,11 +462,13 @@ void PrefixCache::insert(const CacheKey& key, std::span<const int32_t> tokens, B
 
 // ---- eviction -----------------------------------------------------------------------------
 
-void PrefixCache::spill(int32_t node) {
+void PrefixCache::spill(int32_t node, bool wait_for_room) {
   if (!disk_ || index_.kind(node) != PrefixIndex::Kind::Full) return;
   const std::span<const uint8_t> payload(pool_.block_bytes(BlockId{node}), pool_.bytes_per_block());
   if (io_) {
-    io_->write(index_.hash(node), index_.tokens(node), payload);  // copied: the block may be reused at once
+    // Copied: the block may be reused at once.
+    io_->write(index_.hash(node), index_.tokens(node), payload,
+               wait_for_room ? DiskIo::WhenFull::Wait : DiskIo::WhenFull::Drop);
   } else {
     disk_->put(index_.hash(node), index_.tokens(node), payload);
   }
@@ -645,16 +656,17 @@ void PrefixCache::set_disk_io(DiskIo* io) {
 
 void PrefixCache::flush_to_disk() {
   if (!disk_) return;
-  if (io_) {  // restores in flight finish (and, abandoned, give their blocks back) first
+  if (io_) {  // restores in flight finish first
     io_->drain();
     poll_restores();
   }
   // Least recently used first, so the disk's LRU order continues the RAM's; then the
-  // blocks running sequences still hold.
+  // blocks running sequences still hold. Nothing is served meanwhile (shutdown), so a
+  // full queue is waited for rather than dropped, unless the tier is stalled.
   for (BlockId b : pool_.evictable_list())
-    if (index_.contains(b)) spill(idx(b));
+    if (index_.contains(b)) spill(idx(b), /*wait_for_room=*/true);
   for (int32_t i = 0; i < static_cast<int32_t>(pool_.blocks_budget()); ++i)
-    if (index_.contains(BlockId{i}) && pool_.refcount(BlockId{i}) > 0) spill(i);
+    if (index_.contains(BlockId{i}) && pool_.refcount(BlockId{i}) > 0) spill(i, /*wait_for_room=*/true);
   if (io_) io_->drain();
 }
 
@@ -674,6 +686,7 @@ CacheStats PrefixCache::stats() const {
   s.min_prefix_tokens = config_.min_prefix_tokens;
   if (disk_) s.disk = disk_->stats();
   if (io_) io_->fill_stats(s.disk);
+  s.disk.restore_timeouts = restore_timeouts_;
   return s;
 }
 

@@ -68,9 +68,12 @@
 //   synchronous path does (a block someone computed meanwhile is used instead of the
 //   copy), pinned until end_restore(); the rest go back to the pool. The caller then
 //   lookup()s (which borrows them) and end_restore()s (unpins; counts the disk hit).
-//   end_restore() of a restore still in flight cancels it: the thread skips its
-//   remaining reads and the blocks stay held until it reports, so nothing ever writes
-//   into a block someone else was given; what it read intact is published, unpinned.
+//   end_restore() of a restore still in flight cancels it: DiskIo::cancel() fences the
+//   thread (it never writes those blocks afterwards), what it read intact is published,
+//   unpinned, and the other blocks go back to the pool at once. A stalled tier (one
+//   read or write past DiskTierConfig::io_deadline_ms) is a miss: poll_restores() cuts
+//   the restores in flight short the same way (their requests compute the rest; counted
+//   in restore_timeouts) and begin_restore() starts none while it lasts.
 //   A begin_restore() whose first disk block another restore in flight is reading joins
 //   that restore (the same ticket, one more holder) instead of reading the blocks again:
 //   a burst on one document restores it once. It gets what that restore covers (a longer
@@ -233,7 +236,9 @@ class PrefixCache final : private BlockCacheListener {
   // index and the pool's cache (evictable: freed). Returns the blocks dropped.
   int64_t drop(BlockId b);
   // Writes full index node `node` to the disk tier (no-op without one, or for a partial).
-  void spill(int32_t node);
+  // Hands a full block to the disk tier; wait_for_room: a full write queue is waited for
+  // (flush_to_disk) instead of dropping the block.
+  void spill(int32_t node, bool wait_for_room = false);
   bool is_companion(BlockId b) const { return companion_of_[static_cast<size_t>(idx(b))] >= 0; }
   int32_t& companion(int32_t owner, int32_t group) {
     return companions_[static_cast<size_t>(owner) * static_cast<size_t>(n_local_) + static_cast<size_t>(group - 1)];
@@ -269,7 +274,6 @@ class PrefixCache final : private BlockCacheListener {
     int64_t from_tokens = 0;         // position of the first disk block
     bool done = false;               // published (fresh is empty)
     bool pinned = true;              // ram and published still pinned
-    bool abandoned = false;          // every holder ended it while in flight: unpin when done
     int32_t holders = 1;             // requests waiting for it (begin_restore calls that joined)
   };
   void publish(uint64_t ticket, Restore& r, int64_t n_ok);
@@ -281,6 +285,7 @@ class PrefixCache final : private BlockCacheListener {
   std::unordered_map<uint64_t, Restore> restores_;
   std::unordered_map<BlockHash, uint64_t, BlockHashHasher> reading_;  // disk blocks in flight -> restore
   std::vector<std::pair<uint64_t, int64_t>> done_scratch_;
+  int64_t restore_timeouts_ = 0;  // restores cut short because the tier stalled
   PrefixIndex index_;
   std::string model_id_;
   PrefixCacheConfig config_;

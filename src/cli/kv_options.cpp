@@ -51,6 +51,10 @@ void PromptCacheOptions::add_to(CLI::App& app) {
                  "evict: write blocks as RAM evicts them (and the rest at shutdown); all: write every full block "
                  "once computed (write-through: survives kill -9)")
       ->capture_default_str();
+  app.add_option("--prompt-cache-disk-deadline-ms", disk_deadline_ms,
+                 "A disk-tier block read or write taking longer than this marks the tier stalled (a hung mount): "
+                 "restores become misses until it returns, and /health says so")
+      ->capture_default_str();
 }
 
 DiskTierConfig PromptCacheOptions::resolve_disk() const {
@@ -58,6 +62,9 @@ DiskTierConfig PromptCacheOptions::resolve_disk() const {
   d.dir = dir;
   d.capacity_bytes = parse_byte_size(disk_bytes, "--prompt-cache-disk-bytes");
   d.policy = parse_disk_policy(disk_policy);
+  if (disk_deadline_ms < 1 || disk_deadline_ms > 3'600'000)
+    throw Error("--prompt-cache-disk-deadline-ms must be in [1, 3600000] (got " + std::to_string(disk_deadline_ms) + ")");
+  d.io_deadline_ms = static_cast<int>(disk_deadline_ms);
   return d;
 }
 

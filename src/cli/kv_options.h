@@ -36,10 +36,11 @@ struct PromptCacheOptions {
   std::string ttl = "none";
   std::string min_prefix = "1";
   // The disk tier (cache/disk_tier.h): --prompt-cache-dir, --prompt-cache-disk-bytes,
-  // --prompt-cache-disk-policy.
+  // --prompt-cache-disk-policy, --prompt-cache-disk-deadline-ms.
   std::string dir;
   std::string disk_bytes = "4GiB";
   std::string disk_policy = "evict";
+  int64_t disk_deadline_ms = DiskTierConfig{}.io_deadline_ms;
 
   void add_to(CLI::App& app);
   // Validates the flags (pagoda::Error naming the flag).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <future>
 #include <limits>
 #include <span>
@@ -166,7 +167,17 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& con
   publish_stats();
 }
 
-Engine::~Engine() { stop(); }
+Engine::~Engine() {
+  stop();
+  // A disk I/O thread stuck in the kernel (a hung mount) is left behind rather than
+  // joined forever; the call it is stuck in may still return into the tier, so the tier
+  // is leaked with it (disk_io.h, Lifetime). Its lock file stays held until exit.
+  if (disk_io_ && !disk_io_->stop()) {
+    std::fprintf(stderr, "pagoda: the prompt-cache disk tier (%s) is stuck; leaving its I/O thread behind\n",
+                 config_.disk.dir.c_str());
+    (void)disk_.release();
+  }
+}
 
 void Engine::start() {
   PAGODA_CHECK(!started_, "Engine::start called twice");

@@ -74,13 +74,19 @@ json disk_tier_json(const DiskTierStats& d) {
               {"read_bytes", d.read_bytes},
               {"read_bytes_per_s", d.read_bytes_per_s()},
               // The I/O thread (disk_io.h): spills copied and waiting to be written (their
-              // bytes are held in RAM, bounded by write_queue_capacity_bytes), the times the
-              // engine waited for room, and restores whose reads are in flight.
+              // bytes are held in RAM, bounded by write_queue_capacity_bytes), spills dropped
+              // because it was full, the times a shutdown flush waited for room, restores
+              // whose reads are in flight, and whether one read or write is stuck past the
+              // deadline (restores are misses meanwhile; restore_timeouts counts those cut).
               {"queued_writes", d.queued_writes},
               {"queued_write_bytes", d.queued_write_bytes},
               {"write_queue_capacity_bytes", d.write_queue_capacity_bytes},
+              {"write_queue_drops", d.write_queue_drops},
               {"write_queue_waits", d.write_queue_waits},
-              {"restores_in_flight", d.restores_in_flight}};
+              {"restores_in_flight", d.restores_in_flight},
+              {"stalled", d.stalled},
+              {"stalled_seconds", d.stalled_seconds},
+              {"restore_timeouts", d.restore_timeouts}};
 }
 
 json cache_stats_json(const CacheStats& c) {
@@ -212,7 +218,23 @@ void ApiServer::handle_health(const HttpRequest&, std::shared_ptr<HttpExchange> 
     r.body = error_json(503, "Draining: the server is shutting down", "unavailable_error");
     return void(ex->respond(std::move(r)));
   }
-  ex->respond(json_response(200, json{{"status", "ok"}}));
+  // A stuck disk tier (one read or write past its deadline: a hung mount) is reported, but
+  // the server still answers everything (restores are misses meanwhile), so the check
+  // stays 200 with status "degraded": a balancer that takes it out loses a working
+  // replica; monitoring reads the status. Rejected: 503, which would.
+  json body{{"status", "ok"}};
+  if (Engine* e = engine_.load(std::memory_order_acquire)) {
+    const DiskTierStats d = e->stats().cache.disk;
+    if (d.enabled && d.stalled) {
+      char what[160];
+      std::snprintf(what, sizeof what,
+                    "prompt-cache disk tier stalled: one read or write has not returned for %.1f s (a hung mount?); "
+                    "restores are misses meanwhile",
+                    d.stalled_seconds);
+      body = json{{"status", "degraded"}, {"problems", json::array({what})}};
+    }
+  }
+  ex->respond(json_response(200, body));
 }
 
 void ApiServer::handle_models(const HttpRequest&, std::shared_ptr<HttpExchange> ex) {

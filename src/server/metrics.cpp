@@ -257,8 +257,17 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
     metric(out, "prefix_cache_disk_queued_write_bytes", "gauge",
            "Bytes of spilled blocks copied and waiting for the disk I/O thread (bounded by the write queue).",
            d(disk.queued_write_bytes));
+    metric(out, "prefix_cache_disk_write_queue_drops_total", "counter",
+           "Spilled blocks dropped because the disk write queue was full (the engine never waits for it).",
+           d(disk.write_queue_drops));
     metric(out, "prefix_cache_disk_write_queue_waits_total", "counter",
-           "Times the engine thread waited for room in the disk write queue.", d(disk.write_queue_waits));
+           "Times a shutdown flush waited for room in the disk write queue.", d(disk.write_queue_waits));
+    metric(out, "prefix_cache_disk_stalled", "gauge",
+           "1 while one disk-tier read or write has run past its deadline (restores are misses meanwhile).",
+           disk.stalled ? 1.0 : 0.0);
+    metric(out, "prefix_cache_disk_restore_timeouts_total", "counter",
+           "Disk restores cut short because the disk tier stalled (their requests computed instead).",
+           d(disk.restore_timeouts));
     metric(out, "prefix_cache_disk_restores_in_flight", "gauge",
            "Requests whose disk restore's reads are in flight (they wait; the others do not).",
            d(disk.restores_in_flight));

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -98,6 +99,57 @@ TEST(DiskTier, RecordRoundTripsWithPrivatePermissions) {
   EXPECT_EQ(s.reads, 1);
   EXPECT_EQ(s.read_bytes, p.size());
   d.check_invariants();
+}
+
+// A FIFO (or a symlink) put in a record's place — what a hung NFS / FUSE mount does to a
+// read, on a local disk — is refused at open, at once, as a corrupt record: never waited on.
+TEST(DiskTier, AFifoOrSymlinkInARecordsPlaceIsAMissAtOnceNotAHang) {
+  TempDir dir;
+  DiskTier d(config_of(dir.path));
+  ASSERT_TRUE(d.put(hash_of(1), kToks, payload_of(1)));
+  ASSERT_TRUE(d.put(hash_of(2), kToks, payload_of(2)));
+  const std::string fifo = file_of(d, hash_of(1)), link = file_of(d, hash_of(2));
+  ASSERT_EQ(::unlink(fifo.c_str()), 0);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string target = dir.path + "/elsewhere";
+  { std::ofstream(target) << "x"; }
+  ASSERT_EQ(::unlink(link.c_str()), 0);
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  std::vector<uint8_t> back(10000);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(d.get(hash_of(1), kToks, back));
+  EXPECT_FALSE(d.get(hash_of(2), kToks, back));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  EXPECT_EQ(d.stats().blocks, 0);
+  struct stat st {};
+  EXPECT_NE(::lstat(fifo.c_str(), &st), 0) << "the FIFO was left in the directory";
+  EXPECT_EQ(::stat(target.c_str(), &st), 0) << "the symlink's target was deleted";
+  d.check_invariants();
+}
+
+TEST(DiskTier, AFifoOrSymlinkFoundAtStartupIsNotBookedAndAFifoAtTheTmpNameDoesNotBlockAWrite) {
+  TempDir dir;
+  const BlockHash h1 = hash_of(1), h2 = hash_of(2);
+  {
+    DiskTier d(config_of(dir.path));
+    ASSERT_TRUE(d.put(h1, kToks, payload_of(1)));
+  }
+  const std::string fifo = dir.path + "/" + h2.hex() + ".kvb";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string link = dir.path + "/" + hash_of(3).hex() + ".kvb";
+  ASSERT_EQ(::symlink((dir.path + "/" + h1.hex() + ".kvb").c_str(), link.c_str()), 0);
+  DiskTier d(config_of(dir.path));
+  EXPECT_EQ(d.stats().blocks, 1);
+  EXPECT_FALSE(d.contains(h2));
+  EXPECT_FALSE(d.contains(hash_of(3)));
+  // A FIFO at the name a write goes through first: replaced, not opened for writing
+  // (which would wait for a reader forever).
+  const std::string tmp = dir.path + "/" + hash_of(4).hex() + ".kvb.tmp";
+  ASSERT_EQ(::mkfifo(tmp.c_str(), 0600), 0);
+  EXPECT_TRUE(d.put(hash_of(4), kToks, payload_of(4)));
+  std::vector<uint8_t> back(10000);
+  EXPECT_TRUE(d.get(hash_of(4), kToks, back));
+  EXPECT_EQ(back, payload_of(4));
 }
 
 TEST(DiskTier, WrongSizeOrTokensIsAMiss) {

@@ -6,7 +6,9 @@
 // bit-identical to a cache-off run; a request cancelled mid-restore ends at once, leaks
 // no block and leaves the engine serving correct output; a corrupt record in the middle
 // of the chain restores the blocks before it and recomputes the rest, with the same
-// output; spills through a one-block write queue all land; and a mixed load (shared
+// output; spills beyond a one-block write queue are dropped and counted, never waited
+// for; a stalled disk (every read and write blocked: a hung mount) is a miss that costs
+// a request the deadline, not forever, while every other request is served; and a mixed load (shared
 // documents, a small pool and RAM tier so restores, spills and pool pressure meet, some
 // requests cancelled mid-way) gives every finished request the cache-off tokens and
 // leaks nothing.
@@ -15,6 +17,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -229,23 +233,105 @@ TEST(DiskRestore, ACorruptRecordMidChainRestoresTheBlocksBeforeItAndRecomputesTh
   expect_no_leak(st);
 }
 
-TEST(DiskRestore, SpillsThroughAOneBlockWriteQueueAllLand) {
+TEST(DiskRestore, SpillsBeyondAOneBlockWriteQueueAreDroppedNeverWaitedFor) {
   const Loaded l = load(kStories, false);
   const int32_t V = static_cast<int32_t>(l.model->config().n_vocab);
   TempDir dir;
   EngineConfig c = disk_config(*l.model, dir.path, 0);
   c.cache.capacity_bytes = 0;   // every released block is evicted, so spilled, at once
-  c.disk.write_queue_bytes = 1;  // one write waits at a time: the engine thread waits for room
+  c.disk.write_queue_bytes = 1;  // one spill queued at a time; the others are dropped
   std::vector<Request> rs;
   for (uint32_t i = 0; i < 4; ++i) rs.push_back(greedy(random_tokens(5 * kBlock, V, 200 + i), 4));
   const RunResult run = run_all(*l.model, nullptr, c, rs);
-  // 4 prompts of 5 blocks, 84 tokens each: 5 full blocks each, all spilled and written.
-  EXPECT_EQ(run.stats.cache.disk.blocks, 20);
-  EXPECT_EQ(run.stats.cache.disk.writes, 20);
-  EXPECT_EQ(run.stats.cache.disk.write_queue_capacity_bytes, 1u);
-  EXPECT_EQ(run.stats.cache.disk.queued_writes, 0);
-  EXPECT_EQ(run.stats.cache.disk.queued_write_bytes, 0u);
+  // 4 prompts of 5 blocks, 84 tokens each: 5 full blocks each, each spilled once: written
+  // or dropped, never waited for.
+  const DiskTierStats& d = run.stats.cache.disk;
+  EXPECT_EQ(d.writes + d.write_queue_drops, 20);
+  EXPECT_GE(d.writes, 1);
+  EXPECT_EQ(d.blocks, d.writes);
+  EXPECT_EQ(d.write_queue_waits, 0);
+  EXPECT_EQ(d.write_queue_capacity_bytes, 1u);
+  EXPECT_EQ(d.queued_writes, 0);
+  EXPECT_EQ(d.queued_write_bytes, 0u);
   expect_no_leak(run.stats);
+}
+
+// Every disk operation blocks while closed: a hung NFS / FUSE mount, in a test.
+struct IoGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = true;
+  void close() {
+    std::lock_guard<std::mutex> lk(mu);
+    open = false;
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      open = true;
+    }
+    cv.notify_all();
+  }
+  void pass() {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [&] { return open; });
+  }
+};
+
+TEST(DiskRestore, AStalledDiskIsAMissAndEveryRequestIsServedMeanwhile) {
+  const Loaded l = load(kStories, false);
+  const int32_t V = static_cast<int32_t>(l.model->config().n_vocab);
+  const Request a = greedy(random_tokens(kPromptLen, V, 31), 8);
+  const Request small = greedy(random_tokens(4, V, 32), 4);
+  const Reference ref = cache_off(l, a);
+  TempDir dir;
+  fill_disk(l, dir.path, a);
+
+  auto gate = std::make_shared<IoGate>();
+  EngineConfig c = disk_config(*l.model, dir.path, 0);
+  c.disk.io_deadline_ms = 200;
+  c.disk.write_queue_bytes = 1;
+  c.cache.capacity_bytes = 0;  // every finished block spills behind the stuck read
+  c.disk.test_io_hook = [gate](bool) { gate->pass(); };
+  gate->close();
+  {
+    Engine e(*l.model, nullptr, c);
+    e.start();
+    const auto t0 = Clock::now();
+    auto sa = std::make_shared<RecordingSink>();
+    ASSERT_TRUE(e.submit(a, sa).ok());
+    auto sb = std::make_shared<RecordingSink>();
+    ASSERT_TRUE(e.submit(small, sb).ok());
+    ASSERT_TRUE(sa->wait_done());
+    ASSERT_TRUE(sb->wait_done());
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    // The restore is cut at the deadline (0.2 s) plus the engine's idle poll (1 s).
+    EXPECT_LT(seconds, 10.0);
+    EXPECT_EQ(sa->tokens(), ref.tokens) << "the request computed what the disk could not give";
+    EXPECT_EQ(sa->logprobs(), ref.logprobs);
+    EXPECT_EQ(sa->result().cached_tokens, 0);
+    EXPECT_EQ(sb->error(), "");
+    EXPECT_EQ(sb->tokens().size(), 4u);
+    // A request after it, while the disk is still stuck: no restore is even tried.
+    auto sc = std::make_shared<RecordingSink>();
+    ASSERT_TRUE(e.submit(a, sc).ok());
+    ASSERT_TRUE(sc->wait_done());
+    EXPECT_EQ(sc->tokens(), ref.tokens);
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (!e.stats().cache.disk.stalled && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const EngineStats during = e.stats();
+    EXPECT_TRUE(during.cache.disk.stalled);
+    EXPECT_GT(during.cache.disk.stalled_seconds, 0.2);
+    EXPECT_EQ(during.cache.disk.restore_timeouts, 1);
+    EXPECT_GE(during.cache.disk.write_queue_drops, 1);
+    EXPECT_EQ(during.cache.disk.write_queue_waits, 0);
+    gate->release();
+    e.stop();
+    const EngineStats st = e.stats();
+    EXPECT_FALSE(st.cache.disk.stalled);
+    expect_no_leak(st);
+  }
 }
 
 TEST(DiskRestore, AMixedLoadWithCancelsMatchesCacheOffAndLeaksNothing) {

@@ -2,8 +2,14 @@
 // the engine alone (generation_config's extra EOS ids are neither reported in logprobs
 // nor streamed as an empty chunk), request validation answered by the engine's
 // messages as 400s naming the field, and /v1/cache/reset answered by the engine thread
-// (no thread outlives the Engine).
+// (no thread outlives the Engine); a stalled disk tier is reported by /health
+// ("degraded"), /metrics and /v1/cache/stats while every request is still answered.
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
+#include <functional>
+#include <mutex>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
@@ -25,7 +31,7 @@ const std::string kStories = std::string(PAGODA_SHARED_DIR) + "/models/stories26
 // HttpServer on a free port; torn down in the order serve does it.
 class Stack {
  public:
-  explicit Stack(std::vector<int32_t> extra_eog_ids = {}) {
+  explicit Stack(std::vector<int32_t> extra_eog_ids = {}, const std::function<void(EngineConfig&)>& tweak = {}) {
     file_ = std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(kStories));
     model_ = Model::load(file_);
     tokenizer_ = Tokenizer::from_gguf(*file_);
@@ -35,6 +41,7 @@ class Stack {
     ec.threads = 1;
     ec.extra_eog_ids = std::move(extra_eog_ids);
     ec.check_invariants = true;
+    if (tweak) tweak(ec);
     engine_ = std::make_unique<Engine>(*model_, tokenizer_.get(), ec);
     engine_->start();
     ApiServerOptions ao;
@@ -181,6 +188,67 @@ TEST(ApiServerEngine, CacheResetsAreAnsweredByTheEngineThreadAndNoneOutlivesIt) 
       clients.back()->send(post("/v1/cache/reset", "{}"));
     }
   }
+}
+
+// Every disk operation blocks while closed: a hung NFS / FUSE mount, in a test.
+struct IoGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = true;
+  void set(bool o) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      open = o;
+    }
+    cv.notify_all();
+  }
+  void pass() {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [&] { return open; });
+  }
+};
+
+TEST(ApiServerEngine, AStalledDiskTierIsReportedByHealthAndRequestsAreStillAnswered) {
+  if (!std::filesystem::exists(kStories)) GTEST_SKIP() << "no " << kStories;
+  const std::string dir = "/tmp/pagoda_api_stall_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  auto gate = std::make_shared<IoGate>();
+  {
+    Stack s({}, [&](EngineConfig& ec) {
+      ec.disk.dir = dir;
+      ec.disk.io_deadline_ms = 100;
+      ec.disk.test_io_hook = [gate](bool) { gate->pass(); };
+      ec.cache.capacity_bytes = 0;  // every finished block spills to disk
+    });
+    std::string prompt;
+    for (int i = 0; i < 6; ++i) prompt += "Once upon a time there was a little girl. ";  // ~70 tokens: two full blocks
+    const json req = {{"prompt", prompt}, {"max_tokens", 2}, {"temperature", 0}};
+    ASSERT_EQ(s.call(post("/v1/completions", req.dump())).status, 200);
+    auto wait_for = [](const std::function<bool()>& done) {
+      for (int i = 0; i < 500 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      return done();
+    };
+    ASSERT_TRUE(wait_for([&] { return s.engine().stats().cache.disk.blocks > 0; }));
+    EXPECT_EQ(json::parse(s.call(get("/health")).body)["status"], "ok");
+
+    gate->set(false);  // the mount hangs
+    const Response again = s.call(post("/v1/completions", req.dump()));
+    EXPECT_EQ(again.status, 200) << "the request waited on the stuck disk instead of computing";
+    ASSERT_TRUE(wait_for([&] { return s.engine().stats().cache.disk.stalled; }));
+    const Response health = s.call(get("/health"));
+    EXPECT_EQ(health.status, 200);
+    const json h = json::parse(health.body);
+    EXPECT_EQ(h["status"], "degraded") << health.body;
+    EXPECT_NE(h["problems"][0].get<std::string>().find("disk tier stalled"), std::string::npos) << health.body;
+    EXPECT_NE(s.call(get("/metrics")).body.find("pagoda_prefix_cache_disk_stalled 1"), std::string::npos);
+    const json stats = json::parse(s.call(get("/v1/cache/stats")).body);
+    EXPECT_EQ(stats["prefix_cache"]["disk"]["stalled"], true) << stats.dump();
+    EXPECT_EQ(stats["prefix_cache"]["disk"]["restore_timeouts"], 1) << stats.dump();
+
+    gate->set(true);  // the mount comes back
+    EXPECT_TRUE(wait_for([&] { return json::parse(s.call(get("/health")).body)["status"] == "ok"; }));
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
