@@ -10,6 +10,7 @@
 
 #include "chat/chat_parse_internal.h"
 #include "chat/json_scan.h"
+#include "common/json_parse.h"
 
 namespace pagoda::chat::detail {
 namespace {
@@ -60,9 +61,9 @@ bool arguments_text(std::string_view text, size_t b, size_t e, std::string& out)
     return true;
   }
   if (text[b] == '"') {
-    json s = json::parse(text.substr(b, e - b), nullptr, false);
+    json s = parse_json_or_discarded(text.substr(b, e - b));
     if (!s.is_string()) return false;
-    json obj = json::parse(s.get<std::string>(), nullptr, false);
+    json obj = parse_json_or_discarded(s.get<std::string>());
     if (!obj.is_object()) return false;
     out = obj.dump();
     return true;
@@ -85,7 +86,7 @@ bool call_from_object(std::string_view text, size_t b, size_t e, bool require_ar
   if (!name && function && depth == 0 && text[function->value_begin] == '{')
     return call_from_object(text, function->value_begin, function->value_end, require_arguments, call, 1);
   if (!name || text[name->value_begin] != '"') return false;
-  json n = json::parse(text.substr(name->value_begin, name->value_end - name->value_begin), nullptr, false);
+  json n = parse_json_or_discarded(text.substr(name->value_begin, name->value_end - name->value_begin));
   if (!n.is_string() || n.get<std::string>().empty()) return false;
   call.name = n.get<std::string>();
   if (!args) {
@@ -156,12 +157,12 @@ ordered_json parameter_value(std::string_view value, const json* schema) {
     // A JSON string literal (what tool_call_grammar() makes the model write) decodes.
     std::string_view v = ltrim_view(value);
     if (v.starts_with('"')) {
-      ordered_json s = ordered_json::parse(v, nullptr, false);
+      ordered_json s = parse_ordered_json_or_discarded(v);
       if (s.is_string()) return s;
     }
     return std::string(value);
   }
-  ordered_json j = ordered_json::parse(value, nullptr, false);
+  ordered_json j = parse_ordered_json_or_discarded(value);
   if (!j.is_discarded()) return j;
   if (schema && schema->is_object() && (*schema).value("type", json()) == "boolean") {
     // Templates render Python booleans with `| string`: "True" / "False".
@@ -414,7 +415,7 @@ Region dsml(std::string_view text, size_t i, const ParseOptions& opts, bool part
       if (is_string) {
         args[pname] = std::string(value);
       } else {
-        ordered_json v = ordered_json::parse(value, nullptr, false);
+        ordered_json v = parse_ordered_json_or_discarded(value);
         args[pname] = v.is_discarded() ? parameter_value(value, tool_property_schema(opts, call.name, pname)) : v;
       }
       k = vend + kDsmlParamEnd.size();
@@ -485,7 +486,7 @@ Region python_tag(std::string_view text, size_t i, bool partial) {
         if (vend == std::string_view::npos) vend = inner.size();
       }
       std::string raw = rtrim_copy(inner.substr(v, vend - v));
-      ordered_json val = ordered_json::parse(raw, nullptr, false);
+      ordered_json val = parse_ordered_json_or_discarded(raw);
       if (val.is_discarded()) val = raw == "True" ? ordered_json(true) : raw == "False" ? ordered_json(false) : ordered_json(raw);
       if (key.empty()) { ok = false; break; }
       args[key] = val;

@@ -8,6 +8,7 @@
 
 #include "common/ascii.h"
 #include "common/error.h"
+#include "common/json_parse.h"
 
 namespace pagoda::hub {
 
@@ -211,7 +212,7 @@ FileSelection select_files(const std::string& repo_id, const std::vector<std::st
 }
 
 std::vector<std::string> shards_from_index(const std::string& index_text, const std::string& index_path) {
-  nlohmann::json index = nlohmann::json::parse(index_text, nullptr, false);
+  nlohmann::json index = parse_json_or_discarded(index_text);
   if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
     throw Error(index_path + ": not a safetensors index (no weight_map object)");
   const size_t slash = index_path.rfind('/');

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/json_parse.h"
 #include "hub/blob_download.h"
 #include "hub/cache_layout.h"
 #include "hub/file_select.h"
@@ -100,7 +101,7 @@ Listing fetch_listing(const HubConfig& config, const ModelRef& ref) {
   if (response.status == 404 && ref.revision != "main")
     throw Error(ref.repo_id + ": no repo with revision '" + ref.revision + "' on " + config.endpoint + " (HTTP 404)");
   if (response.status != 200) throw_http_error(config, response, ref.repo_id);
-  nlohmann::json info = nlohmann::json::parse(response.body, nullptr, false);
+  nlohmann::json info = parse_json_or_discarded(response.body);
   if (info.is_discarded() || !info.is_object())
     throw Error(ref.repo_id + ": the Hub's repo info is not a JSON object (" + config.endpoint + ")");
   Listing listing;

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_parse.h"
+
 namespace pagoda::loadgen {
 
 void SseParser::feed(std::string_view bytes, std::vector<std::string>& out_events) {
@@ -55,7 +57,7 @@ StreamAccumulator::Status StreamAccumulator::on_event(std::string_view data, boo
     done_ = true;
     return Status::kDone;
   }
-  nlohmann::json j = nlohmann::json::parse(data, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json j = parse_json_or_discarded(data);
   if (j.is_discarded() || !j.is_object()) {
     detail_ = "event data is not a JSON object: " + std::string(data.substr(0, 80));
     return Status::kMalformed;

@@ -2,6 +2,8 @@
 // shape. The contract is anthropic_protocol.h's.
 #include "server/anthropic_protocol.h"
 
+#include "common/json_parse.h"
+
 namespace pagoda::server {
 
 namespace {
@@ -35,7 +37,7 @@ std::string event(const char* name, const ordered_json& data) {
 // Tool-call arguments as the block's input object; {} when they are not one (a call the
 // model cut short keeps its text in content instead, so this is rare).
 ordered_json input_object(const std::string& arguments) {
-  ordered_json v = ordered_json::parse(arguments, nullptr, false);
+  ordered_json v = parse_ordered_json_or_discarded(arguments);
   return v.is_object() ? v : ordered_json::object();
 }
 

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/json_parse.h"
 #include "common/json_text.h"
 #include "common/process_memory.h"
 #include "server/anthropic_protocol.h"
@@ -269,7 +270,7 @@ json with_parsed_tool_arguments(const json& messages) {
       if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
       json& fn = call["function"];
       if (!fn.contains("arguments") || !fn["arguments"].is_string()) continue;
-      json parsed = json::parse(fn["arguments"].get<std::string>(), nullptr, false);
+      json parsed = parse_json_or_discarded(fn["arguments"].get<std::string>());
       if (parsed.is_object()) fn["arguments"] = std::move(parsed);
     }
   }
@@ -645,7 +646,7 @@ void ApiServer::handle_cache_reset(const HttpRequest& req, std::shared_ptr<HttpE
   // Body: {"tier": "ram" | "disk" | "all"} (default all); an empty body resets all.
   CacheTier tier = CacheTier::All;
   if (req.body.find_first_not_of(" \t\r\n") != std::string::npos) {
-    const json body = json::parse(req.body, nullptr, false);
+    const json body = parse_json_or_discarded(req.body);
     if (body.is_discarded() || !body.is_object())
       return void(ex->respond(error_response(400, "the body must be a JSON object like {\"tier\": \"all\"}")));
     if (body.contains("tier")) {

@@ -84,27 +84,31 @@ ChatTemplate ChatTemplate::chatml() { return ChatTemplate(kChatML, "chatml"); }
 
 std::string ChatTemplate::apply(const Inputs& in) const {
   using jinja::Value;
-  std::vector<std::pair<std::string, Value>> vars;
-  vars.emplace_back("messages", Value::from_json(in.messages));
-  if (!in.tools.is_null()) vars.emplace_back("tools", Value::from_json(in.tools));
-  vars.emplace_back("add_generation_prompt", Value(in.add_generation_prompt));
-  vars.emplace_back("bos_token", Value(in.bos_token));
-  vars.emplace_back("eos_token", Value(in.eos_token));
-  if (in.extra.is_object())
-    for (auto it = in.extra.begin(); it != in.extra.end(); ++it) vars.emplace_back(it.key(), Value::from_json(it.value()));
-  vars.emplace_back("raise_exception", Value::callable("raise_exception", [](jinja::RenderState&, jinja::CallArgs& a) -> Value {
-                      throw jinja::RaisedError(a.pos.empty() ? "" : a.pos[0].to_str());
-                    }));
-  vars.emplace_back("strftime_now", Value::callable("strftime_now", [](jinja::RenderState&, jinja::CallArgs& a) -> Value {
-                      if (a.pos.empty() || !a.pos[0].is_string()) throw jinja::RuntimeError("strftime_now(format) needs a string");
-                      return Value(strftime_now(a.pos[0].str()));
-                    }));
+  // The values are converted inside the try: a message nested past the value-depth budget
+  // (a tool call's arguments 600 levels deep) is a client's error (400), not a server one.
   try {
+    std::vector<std::pair<std::string, Value>> vars;
+    vars.emplace_back("messages", Value::from_json(in.messages));
+    if (!in.tools.is_null()) vars.emplace_back("tools", Value::from_json(in.tools));
+    vars.emplace_back("add_generation_prompt", Value(in.add_generation_prompt));
+    vars.emplace_back("bos_token", Value(in.bos_token));
+    vars.emplace_back("eos_token", Value(in.eos_token));
+    if (in.extra.is_object())
+      for (auto it = in.extra.begin(); it != in.extra.end(); ++it) vars.emplace_back(it.key(), Value::from_json(it.value()));
+    vars.emplace_back("raise_exception", Value::callable("raise_exception", [](jinja::RenderState&, jinja::CallArgs& a) -> Value {
+                        throw jinja::RaisedError(a.pos.empty() ? "" : a.pos[0].to_str());
+                      }));
+    vars.emplace_back("strftime_now", Value::callable("strftime_now", [](jinja::RenderState&, jinja::CallArgs& a) -> Value {
+                        if (a.pos.empty() || !a.pos[0].is_string()) throw jinja::RuntimeError("strftime_now(format) needs a string");
+                        return Value(strftime_now(a.pos[0].str()));
+                      }));
     return tmpl_->render(vars);
   } catch (const jinja::RaisedError& e) {
     throw Error(e.what());
   } catch (const jinja::BudgetError& e) {
-    throw ChatTemplateLimitError(label(name_) + ": line " + std::to_string(e.line) + ": " + e.what());
+    // line 0: the budget ran out converting the inputs, before the template ran.
+    throw ChatTemplateLimitError(label(name_) + (e.line > 0 ? ": line " + std::to_string(e.line) : std::string()) +
+                                 ": " + e.what());
   } catch (const jinja::RuntimeError& e) {
     throw Error(label(name_) + ": line " + std::to_string(e.line) + ": " + e.what());
   } catch (const std::bad_alloc&) {  // a safety net: the budgets should stop a render long before

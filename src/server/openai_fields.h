@@ -33,6 +33,10 @@ std::optional<std::string> opt_string(const ordered_json& obj, const std::string
 void check_range(const std::string& key, double v, double lo, double hi, bool lo_open = false,
                  bool hi_open = false);
 void check_min(const std::string& key, int64_t v, int64_t min);
+// `metadata` (chat completions, responses) as OpenAI bounds it: an object of at most 16
+// string values, keys at most 64 characters, values at most 512; a 400 naming the field
+// otherwise. Absent or null is fine.
+void check_metadata(const ordered_json& body);
 
 // Response pieces: {"id","object","created","model"} and one streaming choice
 // {"index":0,"delta","logprobs","finish_reason"}.

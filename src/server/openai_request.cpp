@@ -4,11 +4,13 @@
 // openai_tools.cpp.
 #include "server/openai_protocol.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
 #include <utility>
 
+#include "common/json_parse.h"
 #include "server/openai_fields.h"
 
 namespace pagoda::server {
@@ -111,24 +113,42 @@ void check_min(const std::string& key, int64_t v, int64_t min) {
     bad(key, quoted(key) + " must be >= " + std::to_string(min) + " (got " + std::to_string(v) + ")");
 }
 
+// Characters as OpenAI counts them: code points (the body parsed as JSON is valid UTF-8,
+// so each is one lead byte).
+size_t utf8_length(std::string_view s) {
+  return static_cast<size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
+// OpenAI's bounds (the API reference for `metadata`): 16 pairs, 64-character keys,
+// 512-character values. Beyond validation they bound what the Responses store keeps.
+void check_metadata(const ordered_json& body) {
+  constexpr size_t kMaxPairs = 16, kMaxKeyChars = 64, kMaxValueChars = 512;
+  const ordered_json* m = find_field(body, "metadata");
+  if (!m) return;
+  if (!m->is_object()) bad("metadata", "'metadata' must be an object");
+  if (m->size() > kMaxPairs)
+    bad("metadata", "'metadata' may hold at most 16 key-value pairs (got " + std::to_string(m->size()) + ")");
+  for (auto it = m->begin(); it != m->end(); ++it) {
+    if (utf8_length(it.key()) > kMaxKeyChars)
+      bad("metadata", "'metadata' keys must be at most 64 characters (got " + echo(it.key()) + ")");
+    if (!it.value().is_string())
+      bad("metadata." + it.key(), "'metadata' values must be strings (" + echo(it.key()) + " is not)");
+    if (utf8_length(it.value().get_ref<const std::string&>()) > kMaxValueChars)
+      bad("metadata." + it.key(), "'metadata' values must be at most 512 characters (" + echo(it.key()) + " is longer)");
+  }
+}
+
 // ---- the body -----------------------------------------------------------------
 
-// Deeper JSON is refused before anything walks it recursively (templates, dump()):
-// nlohmann's parser is iterative, but every consumer after it is not. 64 levels leave
-// room for nested tool schemas (rarely past 10) and keep a recursive walk's stack
-// use trivial. Rejected: no limit — an 8 MiB body of '[' is 8M levels.
-constexpr int kMaxJsonDepth = 64;
-
+// Deeper JSON is refused before anything walks it recursively (templates, dump()); the
+// check is the shared linear one (common/json_parse.h), not nlohmann's parser callback,
+// which made a body of many small objects quadratic.
 ordered_json parse_body(std::string_view body) {
+  if (!json_depth_within(body, kMaxJsonDepth))
+    bad("", "invalid JSON: nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   ordered_json j;
   try {
-    j = ordered_json::parse(body.begin(), body.end(),
-                            [](int depth, ordered_json::parse_event_t, ordered_json&) {
-                              if (depth > kMaxJsonDepth)
-                                bad("", "invalid JSON: nested deeper than " +
-                                            std::to_string(kMaxJsonDepth) + " levels");
-                              return true;
-                            });
+    j = ordered_json::parse(body.begin(), body.end());
   } catch (const ordered_json::exception& e) {
     // parse_error, and out_of_range 406 for a number too large for a double (1e999).
     // what(): "[json.exception.parse_error.101] parse error at line 1, column 2: ...";
@@ -438,6 +458,7 @@ CompletionRequest parse_chat_request_body(const ordered_json& body, int32_t n_vo
   r.kind = ApiKind::Chat;
   r.messages = parse_messages(body);
   r.tools = parse_tools(body);
+  check_metadata(body);
   if (const ordered_json* k = find_field(body, "chat_template_kwargs")) {
     if (!k->is_object()) bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     r.chat_template_kwargs = *k;

@@ -15,6 +15,7 @@
 //   constraint then).
 #include <set>
 
+#include "common/json_parse.h"
 #include "server/openai_fields.h"
 
 namespace pagoda::server {
@@ -36,7 +37,7 @@ void set_constraint(CompletionRequest& r, OutputConstraint c) {
 ordered_json schema_object(const ordered_json& v, const std::string& name) {
   if (v.is_object() || v.is_boolean()) return v;
   if (v.is_string()) {
-    ordered_json parsed = ordered_json::parse(v.get<std::string>(), nullptr, false);
+    ordered_json parsed = parse_ordered_json_or_discarded(v.get<std::string>());
     if (parsed.is_object() || parsed.is_boolean()) return parsed;
     bad(name, fields::quoted(name) + " must be a JSON schema (an object, or its JSON text)");
   }

@@ -195,8 +195,7 @@ ResponsesRequest parse_responses_request(std::string_view body_text, int32_t n_v
   auto instructions = opt_string(body, "instructions");
   const ordered_json* input = find_field(body, "input");
   if (!input) bad("input", "'input' is required");
-  if (const ordered_json* m = find_field(body, "metadata"); m && !m->is_object())
-    bad("metadata", "'metadata' must be an object");
+  check_metadata(body);
 
   // The chat request this one is.
   ordered_json chat = ordered_json::object();

@@ -36,23 +36,34 @@ void ResponsesStore::drop(std::unordered_map<std::string, Slot>::iterator m) {
   map_.erase(m);
 }
 
+uint64_t ResponsesStore::booked_bytes(const std::string& id, const std::string& response_text,
+                                      const std::string& messages_text) {
+  // The id twice (map key and list node), each buffer at its capacity.
+  return 2 * id.capacity() + response_text.capacity() + messages_text.capacity() + kSlotOverheadBytes;
+}
+
 void ResponsesStore::put(const std::string& id, Entry entry) {
   const int64_t now = clock_();
-  // Sized outside the lock: dumping a conversation is the slow part.
-  const uint64_t size = id.size() + dump_json(entry.response).size() + dump_json(entry.messages).size();
+  // Serialized outside the lock: dumping a conversation is the slow part. shrink_to_fit:
+  // dump() grows its buffer by doubling, and the spare half would be held unbooked.
+  std::string response_text = dump_json(entry.response), messages_text = dump_json(entry.messages);
+  response_text.shrink_to_fit();
+  messages_text.shrink_to_fit();
+  entry = Entry{};  // the parsed copy is not kept
+  const uint64_t size = booked_bytes(id, response_text, messages_text);
   std::lock_guard<std::mutex> lk(mu_);
   drop_expired(now);
   if (auto m = map_.find(id); m != map_.end()) drop(m);
   if (max_entries_ == 0 || size > max_bytes_) return;
   while (map_.size() >= max_entries_ || bytes_ + size > max_bytes_) drop(map_.find(lru_.back()));
   lru_.push_front(id);
-  map_.emplace(id, Slot{std::move(entry), now, size, lru_.begin()});
+  map_.emplace(id, Slot{std::move(response_text), std::move(messages_text), now, size, lru_.begin()});
   bytes_ += size;
 }
 
 std::optional<ResponsesStore::Entry> ResponsesStore::get(const std::string& id) {
   const int64_t now = clock_();
-  std::lock_guard<std::mutex> lk(mu_);
+  std::unique_lock<std::mutex> lk(mu_);
   auto m = map_.find(id);
   if (m == map_.end()) return std::nullopt;
   if (expired(m->second, now)) {
@@ -60,7 +71,11 @@ std::optional<ResponsesStore::Entry> ResponsesStore::get(const std::string& id) 
     return std::nullopt;
   }
   lru_.splice(lru_.begin(), lru_, m->second.pos);
-  return m->second.entry;
+  // Parsed outside the lock (a long conversation takes milliseconds).
+  const std::string response_text = m->second.response_text, messages_text = m->second.messages_text;
+  lk.unlock();
+  // Our own dump of JSON that was parsed with the depth limit: it parses.
+  return Entry{nlohmann::ordered_json::parse(response_text), nlohmann::ordered_json::parse(messages_text)};
 }
 
 bool ResponsesStore::erase(const std::string& id) {

@@ -6,13 +6,20 @@
 //   conversation it ended (the chat messages of every turn so far, its own output
 //   last, without `instructions`, which OpenAI does not carry over), so a request with
 //   previous_response_id renders a prompt that extends the previous one.
-// - Bounds: at most `max_entries` responses and `max_bytes` of them (an entry's size is
-//   its response and messages as JSON text), the least recently used one going first
+// - Bounds: at most `max_entries` responses and `max_bytes` of them, the least recently
+//   used one going first
 //   (put and a successful get count as use); an entry over max_bytes alone is not
 //   stored. Each expires `ttl_ms` after it was stored (expired entries are dropped when
 //   met and on every put). max_entries 0 stores nothing; ttl_ms <= 0 means no expiry.
 //   Why bytes too: an entry holds a whole conversation (up to a context of text), so
 //   1024 entries of a 128k-token model could hold ~1 GiB; the byte bound caps that.
+// - Memory: an entry is held as its compact JSON text (parsed again by get()), and its
+//   size is what it really holds: the text buffers' capacity, the id, and a fixed
+//   kSlotOverheadBytes for its map node, list node and Slot. Rejected: holding the parsed
+//   JSON and counting its text, which under-booked by ~15x (nlohmann keeps a 16-byte
+//   value plus an allocation per string, object and array; 40 responses with 1 MiB of
+//   small metadata values under a 16 MiB cap took ~230 MiB). A get() costs one parse of
+//   the entry (~100 MB/s), once per previous_response_id turn.
 // - Thread-safe: one mutex guards everything (handlers on I/O threads get / erase,
 //   the engine thread puts when a response finishes); every call is O(1) amortised.
 // - The clock is injectable so tests can step time.
@@ -54,12 +61,20 @@ class ResponsesStore {
   size_t size() const;
   uint64_t bytes() const;
   size_t max_entries() const { return max_entries_; }
+  // What one entry costs beyond its text: an unordered_map node (the id string, Slot, the
+  // bucket pointer), a list node with its copy of the id, and allocator headers; measured
+  // ~300 bytes on glibc x86-64, booked as 512 for margin.
+  static constexpr uint64_t kSlotOverheadBytes = 512;
+  // The bytes an entry with this id and these texts is booked at.
+  static uint64_t booked_bytes(const std::string& id, const std::string& response_text,
+                               const std::string& messages_text);
   int64_t ttl_ms() const { return ttl_ms_; }
   void check_invariants() const;  // aborts via PAGODA_CHECK on a broken invariant
 
  private:
   struct Slot {
-    Entry entry;
+    std::string response_text;  // compact JSON
+    std::string messages_text;
     int64_t stored_ms = 0;
     uint64_t bytes = 0;
     std::list<std::string>::iterator pos;
