@@ -105,6 +105,7 @@ Runner add_serve(CLI::App& app) {
     int64_t responses_store_entries = 1024;
     double responses_store_ttl = 3600;
     std::string responses_store_bytes = "256MiB";
+    std::string grammar_cache_bytes = "64MiB";
     bool no_log = false;
     bool no_webui = false;
     std::string reasoning_format = "auto";
@@ -151,7 +152,11 @@ Runner add_serve(CLI::App& app) {
                  "Responses API: seconds a stored response is kept (0: until evicted)")
       ->capture_default_str()->check(CLI::Range(0.0, 1e9));
   app.add_option("--responses-store-bytes", o->responses_store_bytes,
-                 "Responses API: most bytes of stored responses and their conversations (as JSON text)")
+                 "Responses API: most bytes of memory stored responses and their conversations hold")
+      ->capture_default_str();
+  app.add_option("--grammar-cache-bytes", o->grammar_cache_bytes,
+                 "Most bytes of memory compiled grammars (JSON schemas, GBNF, regexes) kept for reuse hold, "
+                 "their token-mask caches included")
       ->capture_default_str();
   app.add_flag("--embeddings", o->embeddings, "Serve /v1/embeddings and /v1/rerank (reranker models)");
   app.add_option("--pooling", o->pooling,
@@ -227,6 +232,7 @@ Runner add_serve(CLI::App& app) {
     ao.responses_store_entries = static_cast<size_t>(o->responses_store_entries);
     ao.responses_store_ttl_ms = static_cast<int64_t>(o->responses_store_ttl * 1000);
     ao.responses_store_bytes = parse_byte_size(o->responses_store_bytes, "--responses-store-bytes");
+    ao.grammar_cache_bytes = parse_byte_size(o->grammar_cache_bytes, "--grammar-cache-bytes");
     ao.embeddings = o->embeddings;
     ao.busy_status = o->busy_status;
     server::ApiServer api(ao);

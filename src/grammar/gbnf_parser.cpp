@@ -509,6 +509,51 @@ void check_left_recursion(const Parser& p, const std::vector<RuleDraft>& rules, 
   }
 }
 
+// Productive rules, in linear time: a rule is productive once one of its alternatives
+// has only productive elements (a non-empty character set, or a productive rule).
+// The grammar's language is empty exactly when the root is not productive: e.g.
+// `root ::= [^\x00-\U0010FFFF]` (a set with no member), or a rule that can only recurse.
+std::vector<bool> productive_rules(const GrammarImpl& g) {
+  const size_t n = g.rules.size();
+  std::vector<bool> productive(n, false);
+  std::vector<std::vector<int32_t>> occurrences(n);  // rule -> alternatives referencing it (per occurrence)
+  std::vector<int32_t> remaining(g.alt_starts.size(), 0);
+  std::vector<int32_t> alt_rule(g.alt_starts.size(), 0);
+  std::vector<int32_t> queue;
+  for (size_t r = 0; r < n; ++r) {
+    for (int32_t a = g.rules[r].alt_begin; a < g.rules[r].alt_end; ++a) {
+      alt_rule[a] = static_cast<int32_t>(r);
+      bool dead = false;
+      for (int32_t e = g.alt_starts[a]; g.elems[e].kind != ElemKind::kEnd; ++e) {
+        const Elem& el = g.elems[e];
+        if (el.kind == ElemKind::kChars) {
+          dead = dead || g.charsets[el.arg].empty();
+        } else {
+          ++remaining[a];
+          occurrences[el.arg].push_back(a);
+        }
+      }
+      if (dead) {
+        remaining[a] = -1;  // never productive
+      } else if (remaining[a] == 0 && !productive[r]) {
+        productive[r] = true;
+        queue.push_back(static_cast<int32_t>(r));
+      }
+    }
+  }
+  while (!queue.empty()) {
+    const int32_t x = queue.back();
+    queue.pop_back();
+    for (int32_t a : occurrences[x]) {
+      if (remaining[a] > 0 && --remaining[a] == 0 && !productive[alt_rule[a]]) {
+        productive[alt_rule[a]] = true;
+        queue.push_back(alt_rule[a]);
+      }
+    }
+  }
+  return productive;
+}
+
 }  // namespace
 
 void parse_gbnf(std::string_view text, std::string_view root, GrammarImpl& g) {
@@ -546,6 +591,13 @@ void parse_gbnf(std::string_view text, std::string_view root, GrammarImpl& g) {
     info.alt_end = static_cast<int32_t>(g.alt_starts.size());
     Alternatives().swap(d.alts);
   }
+  // A grammar no text satisfies would leave the sampler nothing to allow but the end,
+  // and an empty answer that the grammar does not accept would be reported as a stop.
+  if (!productive_rules(g)[g.root_rule])
+    p.fail_at(p.rules[g.root_rule].def_offset,
+              "the grammar accepts no text: rule '" + std::string(root) +
+                  "' can never be completed (a character class with no member, such as [^\\x00-\\U0010FFFF], "
+                  "or rules that only refer to each other)");
 }
 
 Charset Charset::from_ranges(std::vector<std::pair<uint32_t, uint32_t>> ranges, bool negate) {

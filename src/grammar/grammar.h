@@ -66,6 +66,9 @@ class Grammar {
   ~Grammar();
   const GrammarImpl& impl() const { return *impl_; }
   const GrammarLimits& limits() const;
+  // The memory it holds now: the compiled rules, elements and character sets, the start
+  // state, and its mask cache (which grows with use, up to limits().mask_cache_bytes).
+  size_t memory_bytes() const;
 
  private:
   Grammar();

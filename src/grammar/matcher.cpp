@@ -74,6 +74,17 @@ Grammar::Grammar() = default;
 Grammar::~Grammar() = default;
 const GrammarLimits& Grammar::limits() const { return impl_->limits; }
 
+size_t Grammar::memory_bytes() const {
+  const GrammarImpl& g = *impl_;
+  size_t n = sizeof(Grammar) + sizeof(GrammarImpl) + g.elems.capacity() * sizeof(Elem) +
+             g.alt_starts.capacity() * sizeof(int32_t) + g.rules.capacity() * sizeof(RuleInfo) +
+             g.charsets.capacity() * sizeof(Charset) + g.start_nodes.capacity() * sizeof(StackNode) +
+             g.start_heads.capacity() * sizeof(StackHead) + g.mask_cache.bytes();
+  for (const RuleInfo& r : g.rules) n += r.name.capacity() > 15 ? r.name.capacity() + 1 : 0;  // past SSO
+  for (const Charset& c : g.charsets) n += c.wide.capacity() * sizeof(c.wide[0]);
+  return n;
+}
+
 std::shared_ptr<const Grammar> Grammar::from_gbnf(std::string_view gbnf, std::string_view root,
                                                   const GrammarLimits& limits) {
   std::shared_ptr<Grammar> g(new Grammar());

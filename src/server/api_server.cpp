@@ -138,6 +138,7 @@ HttpResponse anthropic_route_error(int status, std::string_view message) {
 
 ApiServer::ApiServer(ApiServerOptions options)
     : options_(std::move(options)),
+      grammars_(64, options_.grammar_cache_bytes),
       responses_store_(options_.responses_store_entries, options_.responses_store_ttl_ms,
                        options_.responses_store_bytes) {}
 ApiServer::~ApiServer() = default;
@@ -679,7 +680,7 @@ void ApiServer::handle_metrics(const HttpRequest&, std::shared_ptr<HttpExchange>
   if (!e) return void(ex->respond(loading_response()));
   HttpResponse r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-  r.body = metrics_.render(e->stats());
+  r.body = metrics_.render(e->stats(), grammars_.stats());
   ex->respond(std::move(r));
 }
 

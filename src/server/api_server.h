@@ -76,6 +76,8 @@ struct ApiServerOptions {
   size_t responses_store_entries = 1024;
   int64_t responses_store_ttl_ms = 3600 * 1000;
   uint64_t responses_store_bytes = 256ull << 20;  // --responses-store-bytes
+  // Compiled grammars kept for reuse, booked at what they hold (structured_output.h).
+  uint64_t grammar_cache_bytes = GrammarCache::kDefaultMaxBytes;  // --grammar-cache-bytes
   // Which replica this is (--replica-id): every log line starts with "[id] " and
   // /v1/cache/stats reports it, so the replicas behind a load balancer can be told apart.
   std::string replica_id = "pagoda";

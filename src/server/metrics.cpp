@@ -157,7 +157,7 @@ void ServerMetrics::record_error() {
   ++finished_by_reason_["error"];
 }
 
-std::string ServerMetrics::render(const EngineStats& stats) const {
+std::string ServerMetrics::render(const EngineStats& stats, const GrammarCacheStats& grammars) const {
   std::string out;
   out.reserve(8192);
   const PoolStats& pool = stats.pool;
@@ -272,6 +272,17 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
            "Requests whose disk restore's reads are in flight (they wait; the others do not).",
            d(disk.restores_in_flight));
   }
+
+  metric(out, "grammar_cache_entries", "gauge", "Compiled grammars kept for reuse.", d(grammars.entries));
+  metric(out, "grammar_cache_bytes", "gauge",
+         "Memory the kept grammars hold: their text keys, compiled rules and token-mask caches.",
+         d(grammars.bytes));
+  metric(out, "grammar_cache_capacity_bytes", "gauge", "The grammar cache's cap (--grammar-cache-bytes).",
+         d(grammars.capacity_bytes));
+  metric(out, "grammar_cache_hits_total", "counter", "Requests whose grammar was already compiled.",
+         d(grammars.hits));
+  metric(out, "grammar_cache_evictions_total", "counter", "Grammars dropped to stay under the cache's bounds.",
+         d(grammars.evictions));
 
   auto histogram = [&](const char* name, const char* help, const Histogram& h) {
     const std::string full = std::string("pagoda_") + name;

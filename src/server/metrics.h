@@ -21,6 +21,9 @@
 //             prefix_cache_disk_bytes, prefix_cache_disk_capacity_bytes,
 //             prefix_cache_disk_read_bytes_per_second; counters prefix_cache_disk_hits_total,
 //             _hit_tokens_total, _writes_total, _reads_total, _evictions_total, _corrupt_total
+//   grammar cache: gauges grammar_cache_entries, grammar_cache_bytes,
+//             grammar_cache_capacity_bytes; counters grammar_cache_hits_total,
+//             grammar_cache_evictions_total
 //   histograms (seconds) time_to_first_token_seconds, inter_token_latency_seconds,
 //             e2e_request_latency_seconds, request_queue_time_seconds, each with
 //             fixed buckets, _bucket{le}, _sum and _count.
@@ -34,6 +37,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "server/structured_output.h"
 
 namespace pagoda::server {
 
@@ -63,7 +67,7 @@ class ServerMetrics {
   // (inter-token latency observes every interval; TTFT only when a token came).
   void record_finished(const RequestResult& result);
   void record_error();  // a request that ended with on_error
-  std::string render(const EngineStats& stats) const;
+  std::string render(const EngineStats& stats, const GrammarCacheStats& grammars = {}) const;
 
  private:
   mutable std::mutex mu_;

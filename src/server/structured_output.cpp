@@ -61,7 +61,9 @@ std::shared_ptr<const grammar::Grammar> GrammarCache::get(const std::string& gbn
     if (it != map_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second.pos);
       ++hits_;
-      return it->second.grammar;
+      std::shared_ptr<const grammar::Grammar> g = it->second.grammar;
+      trim(&lru_.front());  // mask caches grew since the last look
+      return g;
     }
   }
   // Compiled outside the lock: a large schema must not stall other requests' lookups.
@@ -77,11 +79,43 @@ std::shared_ptr<const grammar::Grammar> GrammarCache::get(const std::string& gbn
   if (it != map_.end()) return it->second.grammar;
   lru_.push_front(key);
   map_.emplace(key, Entry{g, lru_.begin()});
-  while (map_.size() > max_entries_) {
-    map_.erase(lru_.back());
-    lru_.pop_back();
-  }
+  trim(&lru_.front());
   return g;
+}
+
+uint64_t GrammarCache::booked_bytes(const std::string& key, const grammar::Grammar& g) const {
+  // The key twice (map and list) and ~128 bytes of nodes around them.
+  return 2 * key.capacity() + 128 + g.memory_bytes();
+}
+
+void GrammarCache::trim(const std::string* keep) {
+  uint64_t total = 0;
+  for (const auto& [key, e] : map_) total += booked_bytes(key, *e.grammar);
+  while (!lru_.empty() && (map_.size() > max_entries_ || total > max_bytes_) && &lru_.back() != keep) {
+    auto victim = map_.find(lru_.back());
+    total -= booked_bytes(victim->first, *victim->second.grammar);
+    map_.erase(victim);
+    lru_.pop_back();
+    ++evictions_;
+  }
+  // The newest alone over the bound: not kept either (it still serves this request).
+  if (total > max_bytes_ && !lru_.empty() && &lru_.back() == keep) {
+    total -= booked_bytes(*keep, *map_.at(*keep).grammar);
+    map_.erase(*keep);
+    lru_.pop_back();
+    ++evictions_;
+  }
+}
+
+GrammarCacheStats GrammarCache::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  GrammarCacheStats s;
+  s.entries = static_cast<int64_t>(map_.size());
+  for (const auto& [key, e] : map_) s.bytes += booked_bytes(key, *e.grammar);
+  s.capacity_bytes = max_bytes_;
+  s.hits = hits_;
+  s.evictions = evictions_;
+  return s;
 }
 
 size_t GrammarCache::size() const {

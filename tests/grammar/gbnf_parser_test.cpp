@@ -65,7 +65,9 @@ TEST(GbnfParser, CharClasses) {
   EXPECT_FALSE(matches(g, "a9]a."));
   EXPECT_FALSE(matches(g, "aZya."));
   EXPECT_TRUE(matches(R"(root ::= [\u0391-\u03A9]+)", "\xCE\x91\xCE\xA9"));
-  EXPECT_FALSE(matches(R"(root ::= [^\x00-\U0010FFFF])", "a"));  // an empty class matches nothing
+  // An empty class matches nothing (beside a live alternative: a grammar of nothing at all
+  // is refused, see AGrammarThatAcceptsNoTextIsRejected).
+  EXPECT_FALSE(matches(R"(root ::= [^\x00-\U0010FFFF] | "b")", "a"));
 }
 
 TEST(GbnfParser, RepetitionOperators) {
@@ -143,6 +145,24 @@ TEST(GbnfParser, LeftRecursionIsRejected) {
   // Right recursion and recursion after a terminal are fine.
   EXPECT_EQ(error_of("root ::= \"a\" root | \"b\""), "");
   EXPECT_EQ(error_of("root ::= \"(\" root \")\" root | \"\""), "");
+}
+
+// A grammar no text satisfies (an empty language) is an error, not a grammar that lets
+// only the end through (which answered "" with finish "stop"). Checked against the
+// matcher: each accepted grammar below has a sentence, each refused one has none.
+TEST(GbnfParser, AGrammarThatAcceptsNoTextIsRejected) {
+  EXPECT_ERROR("root ::= [^\\x00-\\U0010FFFF]", "accepts no text", "'root'");
+  EXPECT_ERROR("root ::= \"a\" [^\\x00-\\U0010FFFF]*  [^\\x00-\\U0010FFFF]", "accepts no text");
+  EXPECT_ERROR("root ::= x\nx ::= \"a\" y\ny ::= \"b\" x\n", "accepts no text");  // only recursion
+  EXPECT_ERROR("root ::= x | y\nx ::= \"(\" x \")\"\ny ::= [^\\x00-\\U0010FFFF] \"z\"\n", "accepts no text");
+  // A dead alternative or rule beside a live one is fine, and so is the empty string.
+  EXPECT_EQ(error_of("root ::= [^\\x00-\\U0010FFFF] | \"b\""), "");
+  EXPECT_TRUE(matches("root ::= [^\\x00-\\U0010FFFF] | \"b\"", "b"));
+  EXPECT_EQ(error_of("root ::= \"a\" dead?\ndead ::= [^\\x00-\\U0010FFFF]"), "");
+  EXPECT_TRUE(matches("root ::= \"a\" dead?\ndead ::= [^\\x00-\\U0010FFFF]", "a"));
+  EXPECT_EQ(error_of("root ::= \"\""), "");
+  EXPECT_EQ(error_of("root ::= x\nx ::= \"(\" x \")\" | \"\""), "");
+  EXPECT_TRUE(matches("root ::= x\nx ::= \"(\" x \")\" | \"\"", "(())"));
 }
 
 TEST(GbnfParser, LimitsGiveErrors) {

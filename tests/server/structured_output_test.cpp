@@ -64,6 +64,35 @@ TEST(GrammarCache, SameTextSameGrammarBoundedLru) {
   EXPECT_EQ(a.use_count(), 1);  // a request holding the old one keeps it alive
 }
 
+// Bounded in bytes, booked at what the entries hold (their text twice, the compiled
+// grammar, its mask cache): a 1 MB grammar is several MiB, and the count bound alone let
+// 64 of them hold 300-430 MiB.
+TEST(GrammarCache, BoundedInBytesBookedAtWhatEntriesHold) {
+  auto big = [](int seed) {  // ~200 KiB of GBNF: 10k alternatives
+    std::string g = "root ::= \"" + std::to_string(seed) + "\" (";
+    for (int i = 0; i < 10000; ++i) g += (i ? " | \"" : "\"") + std::to_string(i * 7919 % 100003) + "\"";
+    return g + ")";
+  };
+  const std::string g0 = big(0);
+  GrammarCache probe;
+  const auto compiled = probe.get(g0, "grammar");
+  const uint64_t one = probe.stats().bytes;
+  EXPECT_GE(one, 2 * g0.size() + compiled->memory_bytes());
+  EXPECT_GT(compiled->memory_bytes(), g0.size()) << "the compiled form is booked below its text";
+
+  GrammarCache cache(64, 3 * one + one / 2);  // room for three
+  for (int i = 0; i < 8; ++i) cache.get(big(i), "grammar");
+  const GrammarCacheStats s = cache.stats();
+  EXPECT_EQ(s.entries, 3);
+  EXPECT_LE(s.bytes, s.capacity_bytes);
+  EXPECT_EQ(s.evictions, 5u);
+  // One alone over the cap is served, not kept.
+  GrammarCache tiny(64, 1000);
+  EXPECT_NE(tiny.get(g0, "grammar"), nullptr);
+  EXPECT_EQ(tiny.stats().entries, 0);
+  EXPECT_EQ(tiny.stats().bytes, 0u);
+}
+
 TEST(GrammarCache, BadGrammarIs400WithTheParam) {
   GrammarCache cache;
   try {
