@@ -25,18 +25,18 @@ PrefixCache::PrefixCache(PagedKvPool& pool, std::string model_id, const PrefixCa
       model_id_(std::move(model_id)),
       config_(config),
       clock_(clock ? std::move(clock) : CacheClock(steady_ms)),
-      last_used_(static_cast<size_t>(pool.blocks_budget()), 0) {
+      last_used_(static_cast<size_t>(pool.blocks_budget()), 0),
+      companions_(0, -1),
+      companion_of_(static_cast<size_t>(pool.blocks_budget()), -1) {
   PAGODA_CHECK(pool_.stats().blocks_cached == 0, "PrefixCache: the pool already has cached blocks");
   pool_.set_cache_listener(this);
-  scratch_.reserve(static_cast<size_t>(pool.blocks_budget()));
   last_ttl_check_ms_ = now();
   if (groups.n_groups() > 1) {
     PAGODA_CHECK(groups.n_groups() == pool.geometry().n_groups, "PrefixCache: layer groups do not match the pool");
     n_local_ = groups.n_groups() - 1;
     window_ = groups.window[1];
-    companions_.assign(static_cast<size_t>(pool.blocks_budget()) * static_cast<size_t>(n_local_), -1);
+    companions_ = GrowingArray<int32_t>(static_cast<size_t>(pool.blocks_budget()) * static_cast<size_t>(n_local_), -1);
   }
-  companion_of_.assign(static_cast<size_t>(pool.blocks_budget()), -1);
 }
 
 PrefixCache::~PrefixCache() {
@@ -105,7 +105,7 @@ CacheHit PrefixCache::lookup(const CacheKey& key, std::span<const int32_t> promp
       drop_covered_partials(node, blk);
       index_.add_block(node, *b, next, blk);
       pool_.mark_cached(*b);
-      last_used_[static_cast<size_t>(idx(*b))] = now();
+      last_used_.at(static_cast<size_t>(idx(*b))) = now();
       scratch_.push_back(*b);
       ++n_pinned;
       h = next;
@@ -282,7 +282,7 @@ void PrefixCache::publish(uint64_t ticket, Restore& r, int64_t n_ok) {
     drop_covered_partials(node, blk);
     index_.add_block(node, b, r.hashes[j], blk);
     pool_.mark_cached(b);
-    last_used_[static_cast<size_t>(idx(b))] = t;
+    last_used_.at(static_cast<size_t>(idx(b))) = t;
     r.published.push_back(b);
     node = idx(b);
   }
@@ -403,7 +403,7 @@ void PrefixCache::insert(const CacheKey& key, std::span<const int32_t> tokens, B
                                           " is cached with other tokens than the ones given for it");
     index_.add_block(parent, b, h, blk);
     pool_.mark_cached(b);
-    last_used_[static_cast<size_t>(idx(b))] = t_now;
+    last_used_.at(static_cast<size_t>(idx(b))) = t_now;
     ++added;
     if (disk_ && disk_->config().policy == DiskTierConfig::Policy::All) spill(idx(b));  // write-through
     drop_covered_partials(parent, blk);  // redundant now
@@ -418,7 +418,7 @@ void PrefixCache::insert(const CacheKey& key, std::span<const int32_t> tokens, B
                                             " is cached with other tokens than the ones given for it");
       index_.add_block(parent, b, BlockHash{}, tail);
       pool_.mark_cached(b);
-      last_used_[static_cast<size_t>(idx(b))] = t_now;
+      last_used_.at(static_cast<size_t>(idx(b))) = t_now;
       ++added;
       for (int32_t c = index_.first_child(parent), next; c != PrefixIndex::kNone; c = next) {
         next = index_.next_sibling(c);
@@ -445,8 +445,8 @@ void PrefixCache::insert(const CacheKey& key, std::span<const int32_t> tokens, B
         if (!index_.contains(owner) || companion(idx(owner), g) >= 0 || pool_.is_cached(lb)) continue;
         pool_.mark_cached(lb);
         companion(idx(owner), g) = idx(lb);
-        companion_of_[static_cast<size_t>(idx(lb))] = idx(owner);
-        last_used_[static_cast<size_t>(idx(lb))] = t_now;
+        companion_of_.at(static_cast<size_t>(idx(lb))) = idx(owner);
+        last_used_.at(static_cast<size_t>(idx(lb))) = t_now;
         ++n_companions_;
         ++added;
       }
@@ -503,7 +503,7 @@ int64_t PrefixCache::drop(BlockId b) {
 void PrefixCache::unlink_companion(BlockId b) {
   const int32_t owner = companion_of_[static_cast<size_t>(idx(b))];
   companion(owner, pool_.group_of(b)) = -1;
-  companion_of_[static_cast<size_t>(idx(b))] = -1;
+  companion_of_.at(static_cast<size_t>(idx(b))) = -1;
   --n_companions_;
 }
 
@@ -592,7 +592,7 @@ void PrefixCache::enforce_limits() {
 }
 
 void PrefixCache::on_evictable(BlockId b) {
-  last_used_[static_cast<size_t>(idx(b))] = now();
+  last_used_.at(static_cast<size_t>(idx(b))) = now();
   enforce_limits();
 }
 
@@ -624,8 +624,8 @@ void PrefixCache::drop_all() {
   for (int32_t i = 0; i < static_cast<int32_t>(pool_.blocks_budget()); ++i)
     if (index_.contains(BlockId{i}) || is_companion(BlockId{i})) pool_.uncache(BlockId{i});
   index_.clear();
-  std::fill(companions_.begin(), companions_.end(), -1);
-  std::fill(companion_of_.begin(), companion_of_.end(), -1);
+  companions_.reset();
+  companion_of_.reset();
   n_companions_ = 0;
 }
 

@@ -108,6 +108,7 @@
 #include <vector>
 
 #include "cache/block_hash.h"
+#include "common/growing_array.h"
 #include "cache/disk_tier.h"
 #include "cache/prefix_cache_config.h"
 #include "cache/prefix_index.h"
@@ -241,7 +242,7 @@ class PrefixCache final : private BlockCacheListener {
   void spill(int32_t node, bool wait_for_room = false);
   bool is_companion(BlockId b) const { return companion_of_[static_cast<size_t>(idx(b))] >= 0; }
   int32_t& companion(int32_t owner, int32_t group) {
-    return companions_[static_cast<size_t>(owner) * static_cast<size_t>(n_local_) + static_cast<size_t>(group - 1)];
+    return companions_.at(static_cast<size_t>(owner) * static_cast<size_t>(n_local_) + static_cast<size_t>(group - 1));
   }
   int32_t companion(int32_t owner, int32_t group) const {
     return companions_[static_cast<size_t>(owner) * static_cast<size_t>(n_local_) + static_cast<size_t>(group - 1)];
@@ -290,13 +291,14 @@ class PrefixCache final : private BlockCacheListener {
   std::string model_id_;
   PrefixCacheConfig config_;
   CacheClock clock_;
-  std::vector<int64_t> last_used_;  // [blocks_budget] ms, meaningful for cached blocks
-  std::vector<BlockId> scratch_;    // lookup's matched blocks (grown once)
+  // Per-block tables indexed by block id, grown with the ids used (growing_array.h).
+  GrowingArray<int64_t> last_used_;  // ms, meaningful for cached blocks
+  std::vector<BlockId> scratch_;    // lookup's matched blocks (grown as needed)
   CacheStats counters_;             // the counter fields; the rest is filled by stats()
   int32_t n_local_ = 0;             // local layer groups (0: no windows)
   int64_t window_ = 0;              // their window in tokens
-  std::vector<int32_t> companions_;   // [blocks_budget × n_local] companion of (owner, group), -1: none
-  std::vector<int32_t> companion_of_; // [blocks_budget] owner of a companion block, -1: not one
+  GrowingArray<int32_t> companions_;   // [owner × n_local + group - 1] companion of (owner, group), -1: none
+  GrowingArray<int32_t> companion_of_; // owner of a companion block, -1: not one
   int64_t n_companions_ = 0;
   std::vector<int32_t> covered_prefix_;  // lookup scratch: prefix counts of fully covered blocks
   int64_t last_ttl_check_ms_ = 0;

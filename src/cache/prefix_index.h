@@ -81,14 +81,14 @@ class PrefixIndex {
   void clear();
 
   // ---- reading -------------------------------------------------------------------------------
-  bool contains(BlockId b) const { return nodes_[static_cast<size_t>(idx(b))].kind != Kind::None; }
-  Kind kind(int32_t node) const { return nodes_[static_cast<size_t>(node)].kind; }
+  bool contains(BlockId b) const { return at(idx(b)).kind != Kind::None; }
+  Kind kind(int32_t node) const { return at(node).kind; }
   bool is_block(int32_t node) const { return node >= 0 && node < num_block_nodes_; }
-  int32_t parent(int32_t node) const { return nodes_[static_cast<size_t>(node)].parent; }
-  int32_t num_children(int32_t node) const { return nodes_[static_cast<size_t>(node)].num_children; }
-  int32_t first_child(int32_t node) const { return nodes_[static_cast<size_t>(node)].first_child; }
-  int32_t next_sibling(int32_t node) const { return nodes_[static_cast<size_t>(node)].next_sibling; }
-  const BlockHash& hash(int32_t node) const { return nodes_[static_cast<size_t>(node)].hash; }
+  int32_t parent(int32_t node) const { return at(node).parent; }
+  int32_t num_children(int32_t node) const { return at(node).num_children; }
+  int32_t first_child(int32_t node) const { return at(node).first_child; }
+  int32_t next_sibling(int32_t node) const { return at(node).next_sibling; }
+  const BlockHash& hash(int32_t node) const { return at(node).hash; }
   // The node's cached tokens (empty for a root).
   std::span<const int32_t> tokens(int32_t node) const;
   int64_t num_blocks() const { return num_blocks_; }  // block nodes
@@ -112,14 +112,21 @@ class PrefixIndex {
     int32_t n_tokens = 0;
     Kind kind = Kind::None;
   };
+  // Node i (a block id or a root id). Block nodes never written read as unused; writing
+  // one grows the block storage to cover it.
+  Node& at(int32_t i);
+  const Node& at(int32_t i) const;
   void link_child(int32_t parent, int32_t child);
   void unlink_child(int32_t child);
 
   int64_t block_size_;
-  int32_t num_block_nodes_;            // == num_blocks at construction
-  std::vector<Node> nodes_;            // [2 × num_blocks]: blocks, then roots
-  std::vector<int32_t> tokens_;        // [num_blocks × block_size] token ids by block
-  std::vector<int32_t> free_roots_;    // unused root node ids (a stack)
+  int32_t num_block_nodes_;            // == num_blocks at construction; root ids start here
+  // Grown with use, not allocated for the whole budget (a 1 MB model's default budget is
+  // 600k blocks: ~150 MiB of nodes and tokens no request would touch).
+  std::vector<Node> block_nodes_;      // [highest block id used + 1, doubling]
+  std::vector<int32_t> tokens_;        // [block_nodes_.size() × block_size] token ids by block
+  std::vector<Node> root_nodes_;       // root id num_blocks + k is root_nodes_[k]
+  std::vector<int32_t> free_roots_;    // released root ids (a stack)
   std::unordered_map<BlockHash, int32_t, BlockHashHasher> full_by_hash_, root_by_ns_;
   int64_t num_blocks_ = 0, num_leaves_ = 0, num_roots_ = 0;
 };

@@ -76,8 +76,9 @@ Runner add_bench_engine(CLI::App& app) {
   add_quantize_option(app, o->quantize);
   o->kv.add_to(app);
   return [o] {
-    KvConfig kc = o->kv.resolve();
+    o->kv.resolve();  // bad KV flags fail before the model loads
     LoadedModel lm = load_model(o->model, LoadOptions{false, parse_quantize(o->quantize)});
+    const KvConfig kc = o->kv.resolve_for(*lm.model);
     const ModelConfig& c = lm.model->config();
     const int threads = o->threads > 0 ? o->threads : ThreadPool::default_num_threads();
     // With a schema both modes run with the tokenizer (streamed text is decoded in

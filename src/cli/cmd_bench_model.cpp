@@ -51,7 +51,7 @@ Runner add_bench_model(CLI::App& app) {
     ThreadPool pool(threads);
     const int64_t d = o->depth;
     const int64_t ctx = std::max<int64_t>(d + std::max(o->n_prompt, o->n_gen), 1);
-    KvCache kv = make_kv_cache(c, o->kv);
+    KvCache kv = make_kv_cache(*lm.model, o->kv);
     reserve_or_throw(kv, 0, 1);
     std::vector<float> logits;
     Batch batch;

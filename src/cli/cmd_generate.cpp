@@ -70,8 +70,9 @@ Runner add_generate(CLI::App& app) {
   return [o] {
     if (auto err = o->sp.validate()) throw Error(*err);
     EngineConfig ec;
-    ec.kv = o->kv.resolve();  // bad KV flags fail before the model loads
+    o->kv.resolve();  // bad KV flags fail before the model loads
     LoadedModel lm = load_model(o->model, LoadOptions{true, parse_quantize(o->quantize)});
+    ec.kv = o->kv.resolve_for(*lm.model);
     const ModelConfig& c = lm.model->config();
     const Tokenizer& tok = *lm.tokenizer;
     ec.threads = o->threads > 0 ? o->threads : ThreadPool::default_num_threads();

@@ -37,7 +37,7 @@ Runner add_logits(CLI::App& app) {
     ThreadPool pool(o->threads > 0 ? o->threads : ThreadPool::default_num_threads());
     if (static_cast<int64_t>(ids.size()) > c.ctx_len)
       throw Error(std::to_string(ids.size()) + " tokens exceed the model's context of " + std::to_string(c.ctx_len));
-    KvCache kv = make_kv_cache(c, o->kv);
+    KvCache kv = make_kv_cache(*lm.model, o->kv);
     reserve_or_throw(kv, 0, static_cast<int64_t>(ids.size()));
     std::vector<float> all, logits;
     Batch b;

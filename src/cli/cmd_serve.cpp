@@ -52,6 +52,31 @@ std::string trim(std::string s) {
   return s.substr(i);
 }
 
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
+// What a server would be wrong to start silently with (llama-server warns on the first):
+// a context past the one the model was trained on, a KV budget that cannot hold one full
+// context (the first long prompt would be a 400), and a keyless server on a public address.
+std::vector<std::string> startup_warnings(const ModelConfig& mc, int64_t ctx, const PoolStats& pool,
+                                          const std::string& host, bool has_api_key) {
+  std::vector<std::string> w;
+  if (mc.ctx_len > 0 && ctx > mc.ctx_len)
+    w.push_back("-c " + std::to_string(ctx) + " is more than the " + std::to_string(mc.ctx_len) +
+                " tokens the model was trained on" +
+                (mc.rope_scaling == RopeScalingType::None ? std::string(" and it has no RoPE scaling")
+                                                          : std::string(" (even with its RoPE scaling)")) +
+                ": expect poor output past " + std::to_string(mc.ctx_len) + " tokens");
+  if (pool.tokens_capacity < ctx)
+    w.push_back("the KV budget (" + format_bytes(pool.bytes_budget) + ") holds " + std::to_string(pool.tokens_capacity) +
+                " tokens, less than one full context of " + std::to_string(ctx) + ": longer prompts are refused; " +
+                "raise --kv-cache-bytes or lower -c");
+  if (!has_api_key && !is_loopback_host(host))
+    w.push_back("--host " + host + " without --api-key: anyone who can reach this address can use the server");
+  return w;
+}
+
 // The model's name in the API: --alias, else the file (or directory) name.
 std::string default_model_id(const std::string& path) {
   std::string p = path;
@@ -188,7 +213,7 @@ Runner add_serve(CLI::App& app) {
   return [o] {
     // Everything the user can get wrong is checked before anything starts.
     EngineConfig ec;
-    ec.kv = o->kv.resolve();
+    o->kv.resolve();  // bad KV flags fail before the model loads; the budget is chosen after
     ec.cache = o->cache.resolve();
     ec.disk = o->cache.resolve_disk();
     ec.parallel = o->parallel;
@@ -275,6 +300,7 @@ Runner add_serve(CLI::App& app) {
       tmpl = &*model_template;
       template_source = "ChatML fallback (the model has no chat template)";
     }
+    ec.kv = o->kv.resolve_for(*lm.model);
     ec.model_id = o->model;
     // Blocks on disk outlive the process: the namespace must tell a rewritten file (or
     // the same file re-encoded by --quantize) from the one that computed them.
@@ -327,13 +353,15 @@ Runner add_serve(CLI::App& app) {
     engine.start();
     api.attach(&engine, lm.tokenizer.get(), tmpl, defaults, lm.model->config().arch_name);
     const EngineStats st = engine.stats();
+    for (const std::string& w : startup_warnings(mc, engine.config().ctx_size, st.pool, o->host, !api_key.empty()))
+      std::fprintf(stderr, "pagoda serve: warning: %s\n", w.c_str());
     std::fprintf(stderr,
                  "pagoda serve: ready: model %s (%s), loaded in %.2f s\n"
-                 "  KV budget %llu bytes = %lld tokens (block size %lld, K %s, V %s), ctx %lld, parallel %d, "
+                 "  KV budget %s = %lld tokens (block size %lld, K %s, V %s), ctx %lld, parallel %d, "
                  "threads %d, io threads %d\n"
                  "  prefix cache %s, chat template: %s (tool calls: %s, reasoning: %s), api key %s, replica %s%s\n",
                  ao.model_id.c_str(), lm.model->config().summary().c_str(), lm.load_seconds,
-                 static_cast<unsigned long long>(st.pool.bytes_budget), static_cast<long long>(st.pool.tokens_capacity),
+                 format_bytes(st.pool.bytes_budget).c_str(), static_cast<long long>(st.pool.tokens_capacity),
                  static_cast<long long>(st.pool.block_size), kv_type_name(ec.kv.k_type), kv_type_name(ec.kv.v_type),
                  static_cast<long long>(engine.config().ctx_size), ec.parallel, ec.threads, o->io_threads,
                  ec.cache.enabled ? "on" : "off", template_source.c_str(),

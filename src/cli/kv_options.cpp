@@ -1,6 +1,10 @@
 #include "cli/kv_options.h"
 
+#include <cstdio>
+
 #include "common/error.h"
+#include "common/process_memory.h"
+#include "common/system_memory.h"
 
 namespace pagoda::cli {
 
@@ -26,7 +30,18 @@ KvConfig KvOptions::resolve() const {
     kc.budget_bytes = parse_byte_size(cache_bytes, "--kv-cache-bytes");
     if (kc.budget_bytes == 0) throw Error("--kv-cache-bytes must be greater than 0");
   }
-  kc.budget_bytes = resolve_kv_budget(kc);
+  return kc;
+}
+
+KvConfig KvOptions::resolve_for(const Model& model) const {
+  KvConfig kc = resolve();
+  // The weights' file pages read in place are still "available" to the kernel (page
+  // cache); their repacked copies are anonymous memory, already taken out of it.
+  const uint64_t resident = model.resident_weight_bytes();
+  const uint64_t anon = read_process_memory().anon_bytes;
+  const KvBudgetChoice choice = choose_kv_budget(kc.budget_bytes, read_system_memory(), resident > anon ? resident - anon : 0);
+  if (choice.capped) std::fprintf(stderr, "pagoda: warning: %s\n", choice.warning.c_str());
+  kc.budget_bytes = choice.bytes;
   return kc;
 }
 
@@ -78,9 +93,10 @@ PrefixCacheConfig PromptCacheOptions::resolve() const {
   return c;
 }
 
-KvCache make_kv_cache(const ModelConfig& c, const KvOptions& options) {
+KvCache make_kv_cache(const Model& model, const KvOptions& options) {
   KvCache kv;
-  const KvConfig kc = options.resolve();
+  const ModelConfig& c = model.config();
+  const KvConfig kc = options.resolve_for(model);
   KvLayerGroups groups = KvLayerGroups::for_windows(c.layer_windows(), kc.swa_full);
   kv.pool = std::make_unique<PagedKvPool>(KvGeometry{groups.page_layers, c.n_kv_heads, c.head_dim, groups.n_groups()}, kc);
   kv.store = std::make_unique<PagedKvStore>(*kv.pool, std::move(groups));

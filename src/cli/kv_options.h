@@ -12,6 +12,7 @@
 #include "kv/paged_kv_pool.h"
 #include "kv/paged_kv_store.h"
 #include "model/config.h"
+#include "model/model.h"
 
 namespace pagoda::cli {
 
@@ -23,8 +24,13 @@ struct KvOptions {
   bool swa_full = false;
 
   void add_to(CLI::App& app);
-  // Validates the flags (pagoda::Error naming the flag) and resolves the budget.
+  // Validates the flags (pagoda::Error naming the flag); budget_bytes is the request
+  // (0: the default), not yet checked against memory. Call before loading the model.
   KvConfig resolve() const;
+  // resolve() with the budget chosen for `model`, loaded (kv/kv_config.h,
+  // choose_kv_budget): the default from what memory has left beside its weights, or the
+  // request capped to it with the warning line printed to stderr.
+  KvConfig resolve_for(const Model& model) const;
 };
 
 // The prefix-cache flags (serve): --prompt-cache, --prompt-cache-bytes,
@@ -53,7 +59,7 @@ struct KvCache {
   std::unique_ptr<PagedKvPool> pool;
   std::unique_ptr<PagedKvStore> store;
 };
-KvCache make_kv_cache(const ModelConfig& config, const KvOptions& options);
+KvCache make_kv_cache(const Model& model, const KvOptions& options);
 
 // Reserves positions [0, n_tokens) for `seq`; throws pagoda::Error with the
 // pool's one-line message (both numbers) when the budget cannot hold them.

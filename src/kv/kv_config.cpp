@@ -1,5 +1,6 @@
 #include "kv/kv_config.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -8,6 +9,7 @@
 
 #include "common/ascii.h"
 #include "common/error.h"
+#include "common/system_memory.h"
 
 namespace pagoda {
 
@@ -78,25 +80,38 @@ void validate_kv_block_size(int64_t block_size, std::string_view flag) {
                 " is not a power of two between 8 and 256");
 }
 
-uint64_t mem_available_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("MemAvailable:", 0) != 0) continue;
-    std::istringstream ss(line.substr(13));
-    uint64_t kib = 0;
-    ss >> kib;
-    return kib * 1024;
+KvBudgetChoice choose_kv_budget(uint64_t requested, const SystemMemory& memory, uint64_t weights_unaccounted) {
+  KvBudgetChoice c;
+  const uint64_t avail = memory.available();
+  const uint64_t headroom = std::max<uint64_t>(kKvMinHeadroomBytes, static_cast<uint64_t>(static_cast<double>(memory.limit()) * kKvHeadroomFraction));
+  c.usable = avail > weights_unaccounted + headroom ? avail - weights_unaccounted - headroom : 0;
+  auto how = [&] {
+    return memory.describe() + ", less " + format_bytes(weights_unaccounted) + " of weights and " +
+           format_bytes(headroom) + " of headroom";
+  };
+  if (requested == 0) {
+    if (avail == 0)
+      throw Error("--kv-cache-bytes: cannot tell how much memory is available (/proc/meminfo); give the KV budget explicitly");
+    if (c.usable == 0)
+      throw Error("not enough memory left for a KV cache: " + how() + "; free some, or give --kv-cache-bytes");
+    c.bytes = c.usable;
+    return c;
   }
-  return 0;
+  c.bytes = requested;
+  if (avail > 0 && requested > c.usable) {
+    if (c.usable == 0)
+      throw Error("--kv-cache-bytes " + format_bytes(requested) + ": no memory is left for it (" + how() + ")");
+    c.bytes = c.usable;
+    c.capped = true;
+    c.warning = "--kv-cache-bytes " + format_bytes(requested) + " is more than memory allows; using " +
+                format_bytes(c.usable) + " (" + how() + ")";
+  }
+  return c;
 }
 
 uint64_t resolve_kv_budget(const KvConfig& config) {
   if (config.budget_bytes != 0) return config.budget_bytes;
-  const uint64_t avail = mem_available_bytes();
-  if (avail == 0)
-    throw Error("--kv-cache-bytes: cannot read MemAvailable from /proc/meminfo; give the KV budget explicitly");
-  return static_cast<uint64_t>(static_cast<double>(avail) * kDefaultKvMemoryFraction);
+  return choose_kv_budget(0, read_system_memory(), 0).bytes;
 }
 
 }  // namespace pagoda

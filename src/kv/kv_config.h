@@ -29,11 +29,16 @@ namespace pagoda {
 // prefix-sharing granularity. 8 is 2.3x slower.
 constexpr int kDefaultKvBlockSize = 32;
 
-// Default budget when --kv-cache-bytes is not given: this fraction of MemAvailable at
-// start-up (after the model is mapped). Half leaves room for the page cache that holds
-// mmap'd weights, activations and the rest of the system; memory is committed only as
-// blocks are used, so an idle server does not hold it.
-constexpr double kDefaultKvMemoryFraction = 0.5;
+// The KV budget when --kv-cache-bytes is not given (choose_kv_budget): what this process
+// may still take once the model is loaded — the smaller of MemAvailable and the cgroup's
+// room (common/system_memory.h) — minus the weights' file pages MemAvailable still counts
+// as free, minus a headroom of 10% of the memory limit (MemTotal or the cgroup limit),
+// at least 512 MiB, for activations, scratch, the page cache of the rest and the system.
+// The prefix cache keeps blocks until the pool is full, so a server grows to weights +
+// budget: the budget must fit beside the weights, not in half of what was free before
+// they loaded (the old default, which let a model over half the RAM get OOM-killed).
+constexpr double kKvHeadroomFraction = 0.10;
+constexpr uint64_t kKvMinHeadroomBytes = 512ull << 20;
 
 struct KvConfig {
   int block_size = kDefaultKvBlockSize;  // tokens per block: power of two in [8, 256]
@@ -61,10 +66,22 @@ KvType parse_kv_type_flag(std::string_view text, std::string_view flag);
 // Throws pagoda::Error unless block_size is a power of two in [8, 256].
 void validate_kv_block_size(int64_t block_size, std::string_view flag = "--kv-block-size");
 
-// MemAvailable from /proc/meminfo (bytes), or 0 if it cannot be read.
-uint64_t mem_available_bytes();
-// config.budget_bytes if set, else kDefaultKvMemoryFraction × mem_available_bytes().
-// Throws pagoda::Error if neither is known.
+struct SystemMemory;
+
+struct KvBudgetChoice {
+  uint64_t bytes = 0;       // the budget to use
+  uint64_t usable = 0;      // what memory allows (see kKvHeadroomFraction); 0: unknown
+  bool capped = false;      // the request was larger than `usable` and was cut to it
+  std::string warning;      // one line when capped, else empty
+};
+// requested: --kv-cache-bytes (0: the default). weights_unaccounted: bytes the loaded
+// weights keep resident that MemAvailable still counts as free (file pages read in place).
+// A request larger than what memory allows is capped to it, with a warning naming both;
+// with nothing known about memory a request is used as given. Throws pagoda::Error when
+// the default is asked for and no memory is left (or none is known), naming the numbers.
+KvBudgetChoice choose_kv_budget(uint64_t requested, const SystemMemory& memory, uint64_t weights_unaccounted);
+// config.budget_bytes if set, else the default from read_system_memory() (no weights
+// counted): for callers that size a pool before any model is loaded (tests, benches).
 uint64_t resolve_kv_budget(const KvConfig& config);
 
 }  // namespace pagoda

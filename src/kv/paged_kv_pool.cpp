@@ -40,7 +40,7 @@ PagedKvPool::PagedKvPool(const KvGeometry& geometry, const KvConfig& config)
   if (blocks < 1)
     throw Error("--kv-cache-bytes: " + format_bytes(config.budget_bytes) + " is less than one KV block (" +
                 format_bytes(bytes_per_block_) + " = " + std::to_string(block_size_) + " tokens)");
-  if (blocks > static_cast<uint64_t>(std::numeric_limits<int32_t>::max() - 1))
+  if (blocks > static_cast<uint64_t>(kEvictableSentinel - 1))
     throw Error("--kv-cache-bytes: " + format_bytes(config.budget_bytes) + " makes more than 2^31 blocks");
   blocks_budget_ = static_cast<int64_t>(blocks);
 
@@ -54,9 +54,8 @@ PagedKvPool::PagedKvPool(const KvGeometry& geometry, const KvConfig& config)
   // Page-exact accounting: a transparent huge page would commit 2 MiB on one touch.
   madvise(base_, map_bytes_, MADV_NOHUGEPAGE);
 
-  meta_.resize(static_cast<size_t>(blocks_budget_) + 2);
   for (auto* v : {&live_by_group_, &cached_by_group_, &evictable_by_group_}) v->assign(static_cast<size_t>(geo_.n_groups), 0);
-  for (int32_t s : {free_sentinel(), evictable_sentinel()}) meta_[s].prev = meta_[s].next = s;
+  for (int32_t s : {free_sentinel(), evictable_sentinel()}) meta(s).prev = meta(s).next = s;
 }
 
 PagedKvPool::~PagedKvPool() {
@@ -71,23 +70,23 @@ size_t PagedKvPool::real_block_bytes(int layer) const {
 // ---- free and evictable lists ----------------------------------------------------------
 
 void PagedKvPool::list_push_back(int32_t s, int32_t i) {
-  const int32_t last = meta_[s].prev;
-  meta_[i].prev = last;
-  meta_[i].next = s;
-  meta_[last].next = i;
-  meta_[s].prev = i;
+  const int32_t last = meta(s).prev;
+  meta(i).prev = last;
+  meta(i).next = s;
+  meta(last).next = i;
+  meta(s).prev = i;
 }
 
 void PagedKvPool::list_unlink(int32_t i) {
-  BlockMeta& m = meta_[i];
-  meta_[m.prev].next = m.next;
-  meta_[m.next].prev = m.prev;
+  BlockMeta& m = meta(i);
+  meta(m.prev).next = m.next;
+  meta(m.next).prev = m.prev;
   m.prev = m.next = -1;
 }
 
 std::vector<BlockId> PagedKvPool::list_of(int32_t s) const {
   std::vector<BlockId> out;
-  for (int32_t i = meta_[s].next; i != s; i = meta_[i].next) out.push_back(BlockId{i});
+  for (int32_t i = meta(s).next; i != s; i = meta(i).next) out.push_back(BlockId{i});
   return out;
 }
 
@@ -95,9 +94,9 @@ std::vector<BlockId> PagedKvPool::free_list() const { return list_of(free_sentin
 std::vector<BlockId> PagedKvPool::evictable_list() const { return list_of(evictable_sentinel()); }
 
 void PagedKvPool::to_free_list(int32_t i) {
-  assert(meta_[i].refcount == 0 && !meta_[i].cached);
-  tokens_in_use_ -= meta_[i].num_tokens;
-  meta_[i].num_tokens = 0;
+  assert(meta(i).refcount == 0 && !meta(i).cached);
+  tokens_in_use_ -= meta(i).num_tokens;
+  meta(i).num_tokens = 0;
   list_push_back(free_sentinel(), i);
 }
 
@@ -120,14 +119,22 @@ void PagedKvPool::commit_blocks(int64_t n_blocks) {
     bytes_reserved_ = want;
   }
   blocks_committed_ = n_blocks;
+  // The metadata grows with the committed prefix, not with the budget (a 1 MB model's
+  // default budget is 600k blocks: 14 MiB of metadata nobody uses). Amortised doubling.
+  if (static_cast<size_t>(n_blocks) > meta_.size()) {
+    if (static_cast<size_t>(n_blocks) > meta_.capacity())
+      meta_.reserve(std::min<size_t>(static_cast<size_t>(blocks_budget_), std::max<size_t>(64, 2 * meta_.capacity())));
+    meta_.resize(static_cast<size_t>(n_blocks));
+  }
 }
 
 uint64_t PagedKvPool::trim() {
-  while (blocks_committed_ > 0 && meta_[static_cast<size_t>(blocks_committed_ - 1)].refcount == 0 &&
-         !meta_[static_cast<size_t>(blocks_committed_ - 1)].cached) {
+  while (blocks_committed_ > 0 && meta(static_cast<int32_t>(blocks_committed_ - 1)).refcount == 0 &&
+         !meta(static_cast<int32_t>(blocks_committed_ - 1)).cached) {
     list_unlink(static_cast<int32_t>(blocks_committed_ - 1));
     --blocks_committed_;
   }
+  meta_.resize(static_cast<size_t>(blocks_committed_));  // its capacity stays
   const uint64_t keep = committed_bytes_for(blocks_committed_);
   if (keep >= bytes_reserved_) return 0;
   const uint64_t released = bytes_reserved_ - keep;
@@ -152,7 +159,7 @@ void PagedKvPool::check_id(BlockId b, const char* what) const {
 
 uint8_t* PagedKvPool::fill_block(BlockId b, int n_tokens) {
   check_id(b, "fill_block");
-  const BlockMeta& m = meta_[idx(b)];
+  const BlockMeta& m = meta(idx(b));
   PAGODA_CHECK(m.refcount == 1 && !m.cached && n_tokens >= 0 && n_tokens <= block_size_,
                "fill_block: block " + std::to_string(idx(b)) + " is shared, cached or free, or " +
                    std::to_string(n_tokens) + " tokens do not fit");
@@ -161,39 +168,39 @@ uint8_t* PagedKvPool::fill_block(BlockId b, int n_tokens) {
 }
 
 void PagedKvPool::set_num_tokens(int32_t i, int32_t n) {
-  assert(n >= 0 && n <= block_size_ && meta_[i].refcount > 0);
-  tokens_in_use_ += n - meta_[i].num_tokens;
-  meta_[i].num_tokens = n;
+  assert(n >= 0 && n <= block_size_ && meta(i).refcount > 0);
+  tokens_in_use_ += n - meta(i).num_tokens;
+  meta(i).num_tokens = n;
 }
 
 std::optional<BlockId> PagedKvPool::acquire(int32_t group) {
   PAGODA_CHECK(group >= 0 && group < geo_.n_groups, "acquire: layer group " + std::to_string(group) + " out of range");
   const int32_t fs = free_sentinel(), es = evictable_sentinel();
   int32_t i;
-  if (meta_[fs].next != fs) {
-    i = meta_[fs].next;
+  if (meta(fs).next != fs) {
+    i = meta(fs).next;
     list_unlink(i);
   } else if (blocks_committed_ < blocks_budget_) {
     i = static_cast<int32_t>(blocks_committed_);
     commit_blocks(blocks_committed_ + 1);
-  } else if (meta_[es].next != es) {
+  } else if (meta(es).next != es) {
     // Pool pressure: the least recently released cached block gives way.
-    i = meta_[es].next;
+    i = meta(es).next;
     list_unlink(i);
-    meta_[i].cached = false;
+    meta(i).cached = false;
     --blocks_cached_;
     --blocks_evictable_;
-    --cached_by_group_[static_cast<size_t>(meta_[i].group)];
-    --evictable_by_group_[static_cast<size_t>(meta_[i].group)];
-    tokens_in_use_ -= meta_[i].num_tokens;
-    meta_[i].num_tokens = 0;
+    --cached_by_group_[static_cast<size_t>(meta(i).group)];
+    --evictable_by_group_[static_cast<size_t>(meta(i).group)];
+    tokens_in_use_ -= meta(i).num_tokens;
+    meta(i).num_tokens = 0;
     if (listener_) listener_->on_evicted(BlockId{i});
   } else {
     return std::nullopt;
   }
-  assert(meta_[i].refcount == 0 && meta_[i].num_tokens == 0 && !meta_[i].cached);
-  meta_[i].refcount = 1;
-  meta_[i].group = group;
+  assert(meta(i).refcount == 0 && meta(i).num_tokens == 0 && !meta(i).cached);
+  meta(i).refcount = 1;
+  meta(i).group = group;
   ++blocks_live_;
   ++live_by_group_[static_cast<size_t>(group)];
   return BlockId{i};
@@ -201,8 +208,8 @@ std::optional<BlockId> PagedKvPool::acquire(int32_t group) {
 
 void PagedKvPool::share(BlockId b) {
   check_id(b, "share");
-  BlockMeta& m = meta_[idx(b)];
-  PAGODA_CHECK(m.refcount > 0 || m.cached, "share of free block " + std::to_string(idx(b)));
+  PAGODA_CHECK(refcount(b) > 0 || is_cached(b), "share of free block " + std::to_string(idx(b)));
+  BlockMeta& m = meta(idx(b));
   if (m.refcount == 0) {  // an evictable block comes back into use
     list_unlink(idx(b));
     --blocks_evictable_;
@@ -215,8 +222,8 @@ void PagedKvPool::share(BlockId b) {
 
 void PagedKvPool::release(BlockId b) {
   check_id(b, "release");
-  BlockMeta& m = meta_[idx(b)];
-  PAGODA_CHECK(m.refcount > 0, "release of free block " + std::to_string(idx(b)) + " (double release?)");
+  PAGODA_CHECK(refcount(b) > 0, "release of free block " + std::to_string(idx(b)) + " (double release?)");
+  BlockMeta& m = meta(idx(b));
   if (--m.refcount > 0) return;
   --blocks_live_;
   --live_by_group_[static_cast<size_t>(m.group)];
@@ -232,17 +239,17 @@ void PagedKvPool::release(BlockId b) {
 
 int PagedKvPool::refcount(BlockId b) const {
   check_id(b, "refcount");
-  return meta_[idx(b)].refcount;
+  return meta(idx(b)).refcount;
 }
 
 int PagedKvPool::num_tokens(BlockId b) const {
   check_id(b, "num_tokens");
-  return meta_[idx(b)].num_tokens;
+  return meta(idx(b)).num_tokens;
 }
 
 int32_t PagedKvPool::group_of(BlockId b) const {
   check_id(b, "group_of");
-  return meta_[idx(b)].group;
+  return meta(idx(b)).group;
 }
 
 // ---- prefix-cache support -------------------------------------------------------------------
@@ -255,7 +262,7 @@ void PagedKvPool::set_cache_listener(BlockCacheListener* listener) {
 
 void PagedKvPool::mark_cached(BlockId b) {
   check_id(b, "mark_cached");
-  BlockMeta& m = meta_[idx(b)];
+  BlockMeta& m = meta(idx(b));
   PAGODA_CHECK(m.refcount > 0 && !m.cached,
                "mark_cached: block " + std::to_string(idx(b)) + (m.cached ? " is already cached" : " is free"));
   m.cached = true;
@@ -265,7 +272,7 @@ void PagedKvPool::mark_cached(BlockId b) {
 
 void PagedKvPool::uncache(BlockId b) {
   check_id(b, "uncache");
-  BlockMeta& m = meta_[idx(b)];
+  BlockMeta& m = meta(idx(b));
   PAGODA_CHECK(m.cached, "uncache: block " + std::to_string(idx(b)) + " is not cached");
   m.cached = false;
   --blocks_cached_;
@@ -279,13 +286,13 @@ void PagedKvPool::uncache(BlockId b) {
 
 bool PagedKvPool::is_cached(BlockId b) const {
   check_id(b, "is_cached");
-  return meta_[idx(b)].cached;
+  return meta(idx(b)).cached;
 }
 
 std::optional<BlockId> PagedKvPool::oldest_evictable() const {
   const int32_t es = evictable_sentinel();
-  if (meta_[es].next == es) return std::nullopt;
-  return BlockId{meta_[es].next};
+  if (meta(es).next == es) return std::nullopt;
+  return BlockId{meta(es).next};
 }
 
 BlockTable PagedKvPool::borrow_table(std::span<const BlockId> blocks, int64_t n_tokens, int32_t group) {
@@ -298,9 +305,9 @@ BlockTable PagedKvPool::borrow_table(std::span<const BlockId> blocks, int64_t n_
                "borrow_table: every entry is released (kNoBlock)");
   for (size_t j = static_cast<size_t>(first); j < blocks.size(); ++j) {
     check_id(blocks[j], "borrow_table");
-    PAGODA_CHECK(meta_[idx(blocks[j])].group == group,
+    PAGODA_CHECK(meta(idx(blocks[j])).group == group,
                  "borrow_table: block " + std::to_string(idx(blocks[j])) + " belongs to layer group " +
-                     std::to_string(meta_[idx(blocks[j])].group) + ", not " + std::to_string(group));
+                     std::to_string(meta(idx(blocks[j])).group) + ", not " + std::to_string(group));
   }
   BlockTable out(group);
   out.blocks_.assign(blocks.begin(), blocks.end());
@@ -314,7 +321,7 @@ void PagedKvPool::replace_block(BlockTable& table, int64_t block_idx, BlockId wi
   PAGODA_CHECK(block_idx >= table.first_held_ && (block_idx + 1) * block_size_ <= table.num_tokens_,
                "replace_block: block " + std::to_string(block_idx) + " is not a full, held block of the table");
   check_id(with, "replace_block");
-  PAGODA_CHECK(meta_[idx(with)].group == table.group_, "replace_block: the block belongs to another layer group");
+  PAGODA_CHECK(meta(idx(with)).group == table.group_, "replace_block: the block belongs to another layer group");
   BlockId& slot = table.blocks_[static_cast<size_t>(block_idx)];
   if (slot == with) return;
   share(with);
@@ -340,7 +347,7 @@ int64_t PagedKvPool::blocks_needed(const BlockTable& table, int64_t n_new) const
   const int64_t old = table.num_tokens_;
   int64_t need = blocks_for_tokens(old + n_new) - table.num_blocks();
   if (n_new > 0 && old % block_size_ != 0) {
-    const BlockMeta& tail = meta_[idx(table.blocks_.back())];
+    const BlockMeta& tail = meta(idx(table.blocks_.back()));
     if (tail.refcount > 1 || tail.cached) ++need;
   }
   return need;
@@ -373,7 +380,7 @@ AllocResult PagedKvPool::append_tokens(BlockTable& table, int64_t n_new) {
   // table's tokens of that block; the original keeps its other holders and its contents.
   if (old % block_size_ != 0) {
     const BlockId tail = table.blocks_.back();
-    if (meta_[idx(tail)].refcount > 1 || meta_[idx(tail)].cached) {
+    if (meta(idx(tail)).refcount > 1 || meta(idx(tail)).cached) {
       const BlockId copy = *acquire(table.group_);
       std::memcpy(slab(copy), slab(tail), bytes_per_block_);
       release(tail);
@@ -413,7 +420,7 @@ void PagedKvPool::truncate(BlockTable& table, int64_t n_tokens) {
   table.num_tokens_ = n_tokens;
   if (keep > 0) {
     const int32_t tail = idx(table.blocks_.back());
-    if (meta_[tail].refcount == 1 && !meta_[tail].cached)
+    if (meta(tail).refcount == 1 && !meta(tail).cached)
       set_num_tokens(tail, static_cast<int32_t>(n_tokens - (keep - 1) * block_size_));
   }
 }
@@ -461,9 +468,9 @@ void PagedKvPool::write_token(const BlockTable& table, int layer, int64_t pos, c
   PAGODA_CHECK(table.holds(pos / block_size_),
                "write_token: position " + std::to_string(pos) + " lies in a block the sliding window released");
   const BlockId b = table.blocks_[static_cast<size_t>(pos / block_size_)];
-  PAGODA_CHECK(meta_[idx(b)].refcount == 1 && !meta_[idx(b)].cached,
+  PAGODA_CHECK(meta(idx(b)).refcount == 1 && !meta(idx(b)).cached,
                "write_token: block " + std::to_string(idx(b)) + " is shared (refcount " +
-                   std::to_string(meta_[idx(b)].refcount) + ") or cached; append_tokens makes it private first");
+                   std::to_string(meta(idx(b)).refcount) + ") or cached; append_tokens makes it private first");
   const KvLayerView lv = layer_view(layer);
   uint8_t* lb = const_cast<uint8_t*>(lv.layer(b));
   const int64_t slot = pos % block_size_;
@@ -518,25 +525,26 @@ PoolStats PagedKvPool::stats() const {
 
 void PagedKvPool::check_invariants() const {
   // listed[i]: 0 none, 1 free list, 2 evictable list.
+  PAGODA_CHECK(meta_.size() == static_cast<size_t>(blocks_committed_), "metadata does not cover exactly the committed blocks");
   std::vector<uint8_t> listed(static_cast<size_t>(blocks_budget_), 0);
   int64_t list_len[3] = {0, 0, 0};
   for (int kind : {1, 2}) {
     const int32_t s = kind == 1 ? free_sentinel() : evictable_sentinel();
     int32_t prev = s;
-    for (int32_t i = meta_[s].next; i != s; prev = i, i = meta_[i].next) {
+    for (int32_t i = meta(s).next; i != s; prev = i, i = meta(i).next) {
       PAGODA_CHECK(i >= 0 && i < static_cast<int32_t>(blocks_budget_), "list holds an invalid index " + std::to_string(i));
-      PAGODA_CHECK(meta_[i].prev == prev, "list back link broken at " + std::to_string(i));
+      PAGODA_CHECK(meta(i).prev == prev, "list back link broken at " + std::to_string(i));
       PAGODA_CHECK(!listed[i], "block " + std::to_string(i) + " is listed twice (cycle or on both lists)");
       listed[i] = static_cast<uint8_t>(kind);
       PAGODA_CHECK(++list_len[kind] <= blocks_budget_, "list longer than the pool");
     }
-    PAGODA_CHECK(meta_[s].prev == prev, "list tail link broken");
+    PAGODA_CHECK(meta(s).prev == prev, "list tail link broken");
   }
   int64_t live = 0, cached = 0, tokens = 0;
   const size_t n_groups = static_cast<size_t>(geo_.n_groups);
   std::vector<int64_t> live_g(n_groups, 0), cached_g(n_groups, 0), evictable_g(n_groups, 0);
   for (int32_t i = 0; i < static_cast<int32_t>(blocks_budget_); ++i) {
-    const BlockMeta& m = meta_[i];
+    const BlockMeta& m = meta(i);
     PAGODA_CHECK(m.refcount >= 0 && m.num_tokens >= 0 && m.num_tokens <= block_size_,
                  "block " + std::to_string(i) + " has refcount/num_tokens out of range");
     if (i >= blocks_committed_) {
@@ -583,10 +591,10 @@ void PagedKvPool::check_table(const BlockTable& table) const {
       continue;
     }
     check_id(b, "check_table");
-    PAGODA_CHECK(meta_[idx(b)].refcount > 0, "table lists free block " + std::to_string(idx(b)));
-    PAGODA_CHECK(meta_[idx(b)].group == table.group_,
+    PAGODA_CHECK(meta(idx(b)).refcount > 0, "table lists free block " + std::to_string(idx(b)));
+    PAGODA_CHECK(meta(idx(b)).group == table.group_,
                  "table of group " + std::to_string(table.group_) + " lists block " + std::to_string(idx(b)) +
-                     " of group " + std::to_string(meta_[idx(b)].group));
+                     " of group " + std::to_string(meta(idx(b)).group));
   }
 }
 

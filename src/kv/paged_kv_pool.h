@@ -58,13 +58,17 @@
 // first, so within one chain the end of a cached sequence is evicted before its head.
 #pragma once
 
+#include <array>
+#include <cassert>
 #include <cstddef>
+#include <limits>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "kv/block_table.h"
 #include "kernels/paged_attention.h"
 #include "kv/kv_config.h"
@@ -265,8 +269,26 @@ class PagedKvPool {
   };
 
   void check_id(BlockId b, const char* what) const;
-  int32_t free_sentinel() const { return static_cast<int32_t>(blocks_budget_); }
-  int32_t evictable_sentinel() const { return static_cast<int32_t>(blocks_budget_) + 1; }
+  // The two lists' sentinel nodes live apart from the blocks' metadata (which grows with
+  // the committed prefix), under ids no block can have.
+  static constexpr int32_t kFreeSentinel = std::numeric_limits<int32_t>::max();
+  static constexpr int32_t kEvictableSentinel = kFreeSentinel - 1;
+  int32_t free_sentinel() const { return kFreeSentinel; }
+  int32_t evictable_sentinel() const { return kEvictableSentinel; }
+  // Block i's metadata, or a sentinel's. Writes need a committed block or a sentinel;
+  // reads of a never-committed block see an unused block (refcount 0, no tokens).
+  BlockMeta& meta(int32_t i) {
+    if (i >= kEvictableSentinel) return sentinels_[static_cast<size_t>(i - kEvictableSentinel)];
+    PAGODA_CHECK(i >= 0 && static_cast<size_t>(i) < meta_.size(),
+                 "KV pool: block " + std::to_string(i) + " was never used (" + std::to_string(meta_.size()) +
+                     " committed)");
+    return meta_[static_cast<size_t>(i)];
+  }
+  const BlockMeta& meta(int32_t i) const {
+    if (i >= kEvictableSentinel) return sentinels_[static_cast<size_t>(i - kEvictableSentinel)];
+    static const BlockMeta kUnused{};
+    return static_cast<size_t>(i) < meta_.size() ? meta_[static_cast<size_t>(i)] : kUnused;
+  }
   void list_push_back(int32_t sentinel, int32_t i);
   void list_unlink(int32_t i);
   std::vector<BlockId> list_of(int32_t sentinel) const;
@@ -295,8 +317,10 @@ class PagedKvPool {
   int64_t tokens_in_use_ = 0;
   std::vector<int64_t> live_by_group_, cached_by_group_, evictable_by_group_;  // [n_groups]
   BlockCacheListener* listener_ = nullptr;
-  // [blocks_budget + 2]: the blocks, then the free-list and evictable-list sentinels.
+  // [blocks_committed]: grown as blocks are first used, so an idle or lightly used pool
+  // holds metadata for what it used, not for its whole budget.
   std::vector<BlockMeta> meta_;
+  std::array<BlockMeta, 2> sentinels_;  // [0] evictable list, [1] free list
 };
 
 }  // namespace pagoda

@@ -1,11 +1,15 @@
 // KV element types: names, byte sizes, round-trip error bounds, edge values.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <vector>
 
 #include "common/error.h"
+#include "common/system_memory.h"
 #include "kv/kv_config.h"
 #include "tensor/kv_types.h"
 
@@ -170,14 +174,115 @@ TEST(KvConfig, BlockSizeMustBeAPowerOfTwoFrom8To256) {
   for (int bad : {0, 4, 12, 24, 512, -16}) EXPECT_THROW(validate_kv_block_size(bad), Error) << bad;
 }
 
-TEST(KvConfig, DefaultBudgetIsAFractionOfAvailableMemory) {
-  KvConfig c;
-  const uint64_t avail = mem_available_bytes();
-  ASSERT_GT(avail, 0u);
-  const uint64_t b = resolve_kv_budget(c);
-  EXPECT_NEAR(static_cast<double>(b), avail * kDefaultKvMemoryFraction, avail * 0.05);
-  c.budget_bytes = 12345;
-  EXPECT_EQ(resolve_kv_budget(c), 12345u);
+// A fake /proc and cgroup file system under a temporary directory.
+struct FakeSystem {
+  std::string dir = "/tmp/pagoda_fake_sys_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++);
+  FakeSystem() { std::filesystem::create_directories(dir); }
+  ~FakeSystem() { std::filesystem::remove_all(dir); }
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+  void write(const std::string& rel, const std::string& text) {
+    const std::string path = dir + "/" + rel;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    std::ofstream(path) << text;
+  }
+  SystemMemory read() { return read_system_memory(dir + "/meminfo", dir + "/self_cgroup", dir + "/cg"); }
+};
+
+constexpr uint64_t GiB = 1ull << 30;
+
+TEST(SystemMemory, MemAvailableAloneWithoutACgroupLimit) {
+  FakeSystem f;
+  f.write("meminfo", "MemTotal:       24000000 kB\nMemFree:  1 kB\nMemAvailable:   20000000 kB\n");
+  f.write("self_cgroup", "0::/\n");
+  f.write("cg/memory.max", "max\n");
+  const SystemMemory m = f.read();
+  EXPECT_EQ(m.mem_total, 24000000ull * 1024);
+  EXPECT_EQ(m.available(), 20000000ull * 1024);
+  EXPECT_FALSE(m.cgroup_limited);
+  EXPECT_EQ(m.limit(), m.mem_total);
+}
+
+TEST(SystemMemory, CgroupV2LimitAndAParentsTighterOne) {
+  FakeSystem f;
+  f.write("meminfo", "MemTotal: 64000000 kB\nMemAvailable: 60000000 kB\n");
+  f.write("self_cgroup", "0::/kubepods/pod1/c1\n");
+  f.write("cg/kubepods/pod1/c1/memory.max", "max\n");
+  f.write("cg/kubepods/pod1/memory.max", std::to_string(8 * GiB) + "\n");
+  f.write("cg/kubepods/pod1/memory.current", std::to_string(3 * GiB) + "\n");
+  f.write("cg/kubepods/memory.max", std::to_string(32 * GiB) + "\n");
+  f.write("cg/kubepods/memory.current", std::to_string(4 * GiB) + "\n");
+  const SystemMemory m = f.read();
+  ASSERT_TRUE(m.cgroup_limited);
+  EXPECT_EQ(m.cgroup_limit, 8 * GiB);
+  EXPECT_EQ(m.available(), 5 * GiB);  // the pod's room, not the host's 57 GiB
+  EXPECT_EQ(m.limit(), 8 * GiB);
+  EXPECT_NE(m.describe().find("kubepods/pod1"), std::string::npos) << m.describe();
+}
+
+TEST(SystemMemory, CgroupV1LimitAndItsUnlimitedValue) {
+  FakeSystem f;
+  f.write("meminfo", "MemTotal: 64000000 kB\nMemAvailable: 60000000 kB\n");
+  f.write("self_cgroup", "9:pids:/x\n4:cpu,memory:/docker/abc\n0::/\n");
+  f.write("cg/memory/docker/abc/memory.limit_in_bytes", std::to_string(2 * GiB) + "\n");
+  f.write("cg/memory/docker/abc/memory.usage_in_bytes", std::to_string(GiB / 2) + "\n");
+  f.write("cg/memory/memory.limit_in_bytes", "9223372036854771712\n");  // v1 "unlimited"
+  SystemMemory m = f.read();
+  ASSERT_TRUE(m.cgroup_limited);
+  EXPECT_EQ(m.available(), GiB + GiB / 2);
+  // The directory form (PAGODA_CGROUP_ROOT) reads one group's files.
+  SystemMemory d;
+  d.mem_available = 60 * GiB;
+  read_cgroup_dir(f.dir + "/cg/memory/docker/abc", d);
+  EXPECT_EQ(d.available(), GiB + GiB / 2);
+}
+
+TEST(KvConfig, DefaultBudgetIsWhatIsLeftBesideTheWeightsLessHeadroom) {
+  SystemMemory m;
+  m.mem_total = 24 * GiB;
+  m.mem_available = 20 * GiB;
+  // headroom = max(512 MiB, 10% of 24 GiB) = 2.4 GiB
+  const uint64_t headroom = static_cast<uint64_t>(24.0 * GiB * kKvHeadroomFraction);
+  KvBudgetChoice c = choose_kv_budget(0, m, 4 * GiB);
+  EXPECT_EQ(c.bytes, 20 * GiB - 4 * GiB - headroom);
+  EXPECT_FALSE(c.capped);
+  // In a container: the cgroup's room decides.
+  m.cgroup_limited = true;
+  m.cgroup_limit = 6 * GiB;
+  m.cgroup_usage = 1 * GiB;
+  c = choose_kv_budget(0, m, 1 * GiB);
+  EXPECT_EQ(c.bytes, 5 * GiB - 1 * GiB - std::max<uint64_t>(kKvMinHeadroomBytes, static_cast<uint64_t>(6.0 * GiB * kKvHeadroomFraction)));
+  // Nothing left: a one-line error that says why.
+  try {
+    choose_kv_budget(0, m, 5 * GiB);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not enough memory"), std::string::npos) << e.what();
+  }
+}
+
+TEST(KvConfig, ARequestLargerThanMemoryAllowsIsCappedWithAWarning) {
+  SystemMemory m;
+  m.mem_total = 24 * GiB;
+  m.mem_available = 22 * GiB;
+  KvBudgetChoice c = choose_kv_budget(100 * GiB, m, 0);
+  EXPECT_TRUE(c.capped);
+  EXPECT_EQ(c.bytes, c.usable);
+  EXPECT_LT(c.bytes, 22 * GiB);
+  EXPECT_NE(c.warning.find("100.00 GiB is more than memory allows; using"), std::string::npos) << c.warning;
+  c = choose_kv_budget(512ull << 20, m, 0);  // within: as asked
+  EXPECT_FALSE(c.capped);
+  EXPECT_EQ(c.bytes, 512ull << 20);
+  EXPECT_TRUE(c.warning.empty());
+  // Nothing known about memory: a request is used as given, the default is an error.
+  const SystemMemory unknown;
+  EXPECT_EQ(choose_kv_budget(12345, unknown, 0).bytes, 12345u);
+  EXPECT_THROW(choose_kv_budget(0, unknown, 0), Error);
+  KvConfig k;
+  k.budget_bytes = 12345;
+  EXPECT_EQ(resolve_kv_budget(k), 12345u);
   EXPECT_EQ(format_bytes(3ull << 29), "1.50 GiB");
   EXPECT_EQ(format_bytes(100), "100 B");
 }
