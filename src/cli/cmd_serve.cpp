@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -107,6 +108,45 @@ int wait_signal_for(const sigset_t& sigs, double seconds) {
   }
 }
 
+// The value an option got, named as the user gave it: the PAGODA_* variable when that is
+// where it came from (CLI11 reads the variable only when the flag is absent), else the flag.
+std::string option_source(const CLI::Option& opt, const std::string& value) {
+  const char* env = opt.get_envname().empty() ? nullptr : std::getenv(opt.get_envname().c_str());
+  return env && value == env ? opt.get_envname() : "--" + opt.get_lnames().front();
+}
+
+// The key --api-key / --api-key-file (or PAGODA_API_KEY / PAGODA_API_KEY_FILE) give; "" when
+// neither is given, which turns auth off. HttpServer reads "" as "no auth", so a key that is
+// given but empty or blank must never reach it: `--api-key "$KEY"` with KEY unset, or
+// `PAGODA_API_KEY=` in a compose file, would serve /v1/cache/reset and every other route open
+// with "api key off" in the start-up line as the only sign. Such a key stops start-up
+// instead. (Rejected: reading it as "no key", which is exactly the silent opening.) CLI11
+// skips a variable set to "" as if unset, so that case is looked up here. Surrounding
+// whitespace is trimmed, as the file's is: the server trims the header value before comparing,
+// so a key ending in a space could never be sent.
+std::string resolve_api_key(const std::string& key, const CLI::Option& key_opt, const std::string& key_file,
+                            const CLI::Option& file_opt) {
+  const std::string unset = ", or leave it unset to serve without auth";
+  for (const CLI::Option* opt : {&key_opt, &file_opt})
+    if (opt->count() == 0 && !opt->get_envname().empty() && std::getenv(opt->get_envname().c_str()))
+      throw Error(opt->get_envname() + " is set but empty: give " +
+                  (opt == &key_opt ? "the key" : "the key file's path") + unset);
+  if (file_opt.count() > 0) {
+    if (trim(key_file).empty())
+      throw Error(option_source(file_opt, key_file) + " names no file: give the key file's path" + unset);
+    const std::string from_file = trim(read_flag_file(key_file, "--api-key-file"));
+    if (from_file.empty())
+      throw Error("--api-key-file " + key_file + ": the file is empty or only whitespace: write the key in it" + unset);
+    return from_file;
+  }
+  if (key_opt.count() == 0) return "";
+  const std::string trimmed = trim(key);
+  if (trimmed.empty())
+    throw Error(option_source(key_opt, key) + (key.empty() ? " is empty" : " is only whitespace") + ": give the key" +
+                unset);
+  return trimmed;
+}
+
 // Every long option of `app` is also read from PAGODA_<NAME> (dashes as underscores).
 void add_env_names(CLI::App& app) {
   for (CLI::Option* opt : app.get_options([](CLI::Option* o) {
@@ -146,8 +186,10 @@ Runner add_serve(CLI::App& app) {
   app.add_option("-m,--model", o->model, "GGUF model file, Hugging Face model directory or hf://OWNER/REPO[:QUANT]")->required();
   app.add_option("--host", o->host, "Address to bind (loopback unless told otherwise)")->capture_default_str();
   app.add_option("--port", o->port, "TCP port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
-  auto* key = app.add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (not on /health)");
-  app.add_option("--api-key-file", o->api_key_file, "Read the API key from a file (first line)")->excludes(key);
+  auto* key = app.add_option("--api-key", o->api_key,
+                             "Require 'Authorization: Bearer KEY' (not on /health); an empty key is refused");
+  auto* key_file =
+      app.add_option("--api-key-file", o->api_key_file, "Read the API key from a file (first line)")->excludes(key);
   app.add_option("--alias", o->alias, "Model name in the API (default: the file name)");
   app.add_option("-t,--threads", o->threads, "Kernel worker threads (default: all cores)");
   app.add_option("--parallel", o->parallel, "Requests generating at once")->capture_default_str()->check(CLI::Range(1, 1024));
@@ -210,7 +252,7 @@ Runner add_serve(CLI::App& app) {
   o->cache.add_to(app);
   add_env_names(app);
 
-  return [o] {
+  return [o, key, key_file] {
     // Everything the user can get wrong is checked before anything starts.
     EngineConfig ec;
     o->kv.resolve();  // bad KV flags fail before the model loads; the budget is chosen after
@@ -221,11 +263,7 @@ Runner add_serve(CLI::App& app) {
     ec.ctx_size = o->ctx_size;
     ec.max_batch_tokens = o->max_batch_tokens;
     ec.threads = o->threads > 0 ? o->threads : ThreadPool::default_num_threads();
-    std::string api_key = o->api_key;
-    if (!o->api_key_file.empty()) {
-      api_key = trim(read_flag_file(o->api_key_file, "--api-key-file"));
-      if (api_key.empty()) throw Error("--api-key-file " + o->api_key_file + ": the file is empty");
-    }
+    const std::string api_key = resolve_api_key(o->api_key, *key, o->api_key_file, *key_file);
     const uint64_t max_body = parse_byte_size(o->max_body_bytes, "--max-body-bytes");
     if (max_body == 0) throw Error("--max-body-bytes must be greater than 0");
     const std::string requested_model = o->model;

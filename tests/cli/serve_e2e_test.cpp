@@ -2,6 +2,7 @@
 // plain-socket HTTP client, with stories260K (a trained model with its tokenizer).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -375,6 +376,48 @@ TEST(ServeOptions, ApiKeyFileIsReadAndAnEmptyOneIsRefused) {
   EXPECT_EQ(empty.wait_exit(20), 1);
   EXPECT_NE(empty.log().find("empty"), std::string::npos) << empty.log();
   ::unlink(path.c_str());
+}
+
+// "" means "no auth" to the HTTP server, so an API key that is given but empty or blank
+// (`--api-key "$UNSET"`, `PAGODA_API_KEY=` in a compose file) must stop start-up with one
+// line naming where it came from, not serve every route open.
+TEST(ServeOptions, AnEmptyOrBlankApiKeyStopsStartUpInOneLine) {
+  const std::string blank_file = "/tmp/pagoda_blank_api_key_" + std::to_string(::getpid());
+  {
+    std::ofstream f(blank_file);
+    f << "  \n\t\n";
+  }
+  struct Case {
+    std::vector<std::string> args, env;
+    std::string names;  // the flag or variable the error must name
+  };
+  const std::vector<Case> cases = {
+      {{"--api-key", ""}, {}, "--api-key is empty"},
+      {{"--api-key", " \t "}, {}, "--api-key is only whitespace"},
+      {{}, {"PAGODA_API_KEY="}, "PAGODA_API_KEY is set but empty"},
+      {{}, {"PAGODA_API_KEY=   "}, "PAGODA_API_KEY is only whitespace"},
+      {{"--api-key-file", ""}, {}, "--api-key-file names no file"},
+      {{}, {"PAGODA_API_KEY_FILE="}, "PAGODA_API_KEY_FILE is set but empty"},
+      {{"--api-key-file", blank_file}, {}, "--api-key-file " + blank_file + ": the file is empty or only whitespace"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"-m", kStories, "-t", "1", "--kv-cache-bytes", "8MiB"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    ServerProcess s(args, c.env);
+    EXPECT_EQ(s.wait_exit(20), 1) << c.names << "\n" << s.log();
+    const std::string log = s.log();
+    EXPECT_EQ(log.rfind("pagoda: error: ", 0), 0u) << log;
+    EXPECT_NE(log.find(c.names), std::string::npos) << log;
+    EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;  // nothing listened, nothing loaded
+  }
+  ::unlink(blank_file.c_str());
+  // A key with blanks around it is the key without them (as from a file): a header value's
+  // surrounding spaces never reach the comparison, so " sekrit " could not be sent anyway.
+  ServerProcess s({"-m", kStories, "-t", "1", "--kv-cache-bytes", "8MiB", "--api-key", " sekrit "});
+  const uint16_t port = s.start();
+  ASSERT_NE(port, 0) << s.log();
+  expect_error(http(port, "GET", "/v1/models"), 401);
+  EXPECT_EQ(http(port, "GET", "/v1/models", {}, {"Authorization: Bearer sekrit"}).status, 200);
 }
 
 TEST(ServeOptions, FullQueueAnswers429) {
