@@ -41,16 +41,16 @@ class Fd {
   int fd_;
 };
 
-// SHA-256 for LFS etags, git's blob SHA-1 ("blob <size>\0" + bytes) for 40-hex etags, none
-// otherwise (an opaque etag from a mirror: only the size is checked).
+// SHA-256 for LFS etags, git's blob SHA-1 ("blob <size>\0" + bytes) for 40-hex etags of a
+// known size, none otherwise (an opaque etag from a mirror: only the size is checked).
 class ContentHasher {
  public:
-  ContentHasher(const std::string& etag, uint64_t size) : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
+  ContentHasher(const std::string& etag, std::optional<uint64_t> size) : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
     if (is_hex(etag, 64)) {
       md_ = EVP_sha256();
-    } else if (is_hex(etag, 40) && size > 0) {
+    } else if (is_hex(etag, 40) && size) {
       md_ = EVP_sha1();
-      git_header_ = "blob " + std::to_string(size) + std::string(1, '\0');
+      git_header_ = "blob " + std::to_string(*size) + std::string(1, '\0');
     }
     reset();
   }
@@ -118,8 +118,9 @@ HttpResponse hub_request(const HubConfig& config, const std::string& method, std
     const std::string location = response.header("location");
     if (!redirect || location.empty()) return response;
     // huggingface_hub's follow_relative_redirects: a Location without a host (a renamed repo)
-    // is followed; one with a host (the CDN) is where the bytes are, left for the GET.
-    const bool relative = location.find("://") == std::string::npos && location.rfind("//", 0) != 0;
+    // is followed; one with a host (the CDN) is where the bytes are, left for the GET. Any
+    // scheme counts as a host here, so "file:..." reaches resolve_location's refusal either way.
+    const bool relative = uri_scheme(location).empty() && location.rfind("//", 0) != 0;
     if (!follow_absolute && !relative) return response;
     const std::string next = resolve_location(parsed, location);
     if (hop >= 10) throw Error(url + ": more than 10 redirects");
@@ -169,20 +170,20 @@ uint64_t download_blob(const HubConfig& config, const RepoCache& cache, const Bl
     if (errno != EINTR) throw Error("cannot lock " + lock_path.string() + ": " + std::strerror(errno));
 
   std::error_code ec;
-  if (fs::is_regular_file(final_path, ec) && (blob.size == 0 || fs::file_size(final_path, ec) == blob.size)) return 0;
+  if (fs::is_regular_file(final_path, ec) && (!blob.size || fs::file_size(final_path, ec) == *blob.size)) return 0;
 
   Fd out(::open(partial_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
   if (out.get() < 0) throw Error("cannot write " + partial_path.string() + ": " + std::strerror(errno));
   uint64_t have = static_cast<uint64_t>(::lseek(out.get(), 0, SEEK_END));
-  if (blob.size > 0 && have > blob.size) {  // longer than the file: not a prefix of it
+  if (blob.size && have > *blob.size) {  // longer than the file: not a prefix of it
     if (::ftruncate(out.get(), 0) != 0) throw Error("cannot truncate " + partial_path.string());
     have = 0;
   }
 
   struct statvfs vfs {};
-  if (blob.size > have && ::statvfs(final_path.parent_path().c_str(), &vfs) == 0) {
+  if (blob.size && *blob.size > have && ::statvfs(final_path.parent_path().c_str(), &vfs) == 0) {
     const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-    const uint64_t need = blob.size - have;
+    const uint64_t need = *blob.size - have;
     if (free_bytes < need)
       throw Error("not enough free space for " + blob.file + ": it needs " + std::to_string(need) + " bytes, " +
                   final_path.parent_path().string() + " has " + std::to_string(free_bytes));
@@ -191,7 +192,7 @@ uint64_t download_blob(const HubConfig& config, const RepoCache& cache, const Bl
   ContentHasher hasher(blob.etag, blob.size);
   hash_existing(hasher, out.get(), have, partial_path.string());
   const auto t0 = std::chrono::steady_clock::now();
-  progress.file_started(blob.file, blob.size, have);
+  progress.file_started(blob.file, blob.size.value_or(0), have);
   uint64_t transferred = 0;
 
   auto restart_from_zero = [&] {
@@ -214,13 +215,15 @@ uint64_t download_blob(const HubConfig& config, const RepoCache& cache, const Bl
                        std::to_string(delay.count() / 1000.0).substr(0, 4) + " s");
       std::this_thread::sleep_for(delay);
     }
-    if (blob.size > 0 && have == blob.size) break;  // a previous run left it whole, unverified
+    if (blob.size && have == *blob.size) break;  // a previous run left it whole, unverified
     std::vector<std::pair<std::string, std::string>> headers;
     if (have > 0) headers.emplace_back("Range", "bytes=" + std::to_string(have) + "-");
     bool write_failed = false;
     bool range_refused = false;
+    bool too_long = false;
     // Judged from the head, before a body byte is written: a 200 to a ranged request is the
-    // whole file (the server ignored Range), so start over; a 206 must start where we are.
+    // whole file (the server ignored Range), so start over; a 206 must start where we are; a
+    // Content-Length past the size the Hub announced is refused here.
     HeadCheck on_head = [&](const HttpResponse& head) {
       if (have > 0 && head.status == 200) {
         restart_from_zero();
@@ -231,9 +234,20 @@ uint64_t download_blob(const HubConfig& config, const RepoCache& cache, const Bl
           return false;
         }
       }
+      const std::optional<uint64_t> length = parse_byte_count(head.header("content-length"));
+      if (blob.size && length && *length > *blob.size - have) {
+        too_long = true;
+        return false;
+      }
       return true;
     };
+    // Bytes past the announced size are never written, whatever the framing says (a chunked
+    // or close-delimited body has no Content-Length to judge from the head).
     BodySink sink = [&](std::string_view piece) {
+      if (blob.size && piece.size() > *blob.size - have) {
+        too_long = true;
+        return false;
+      }
       const char* p = piece.data();
       size_t left = piece.size();
       while (left > 0) {
@@ -265,7 +279,14 @@ uint64_t download_blob(const HubConfig& config, const RepoCache& cache, const Bl
       continue;
     }
     if (write_failed) throw Error("cannot write " + partial_path.string() + ": " + std::strerror(errno));
-    if (response.status == 416 && blob.size > 0 && have == blob.size) break;
+    if (too_long) {
+      // Not retried: a server that sends more than the Hub announced is wrong, not flaky, and
+      // a second try would write the same bytes again.
+      fs::remove(partial_path, ec);
+      throw Error(blob.file + ": the server sent more than the " + std::to_string(*blob.size) +
+                  " bytes the Hub announced; the partial download was deleted");
+    }
+    if (response.status == 416 && blob.size && have == *blob.size) break;
     if (response.status < 200 || response.status >= 300) {
       if (retryable_status(response.status)) {
         last_failure = "HTTP " + std::to_string(response.status);
@@ -281,9 +302,9 @@ uint64_t download_blob(const HubConfig& config, const RepoCache& cache, const Bl
   }
 
   if (::fsync(out.get()) != 0) throw Error("cannot sync " + partial_path.string() + ": " + std::strerror(errno));
-  if (blob.size > 0 && have != blob.size) {
+  if (blob.size && have != *blob.size) {
     fs::remove(partial_path, ec);
-    throw Error(blob.file + ": downloaded " + std::to_string(have) + " bytes, the Hub said " + std::to_string(blob.size));
+    throw Error(blob.file + ": downloaded " + std::to_string(have) + " bytes, the Hub said " + std::to_string(*blob.size));
   }
   if (hasher.active()) {
     const std::string digest = hasher.hex_digest();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "hub/cache_layout.h"
@@ -28,7 +29,10 @@ HttpResponse hub_request(const HubConfig& config, const std::string& method, std
 struct BlobRequest {
   std::string file;        // repo path, for messages and progress
   std::string etag;        // sha256 (64 hex) of an LFS file, else git blob sha1 (40 hex) or opaque
-  uint64_t size = 0;       // X-Linked-Size / Content-Length; 0 = unknown
+  // X-Linked-Size / Content-Length; nullopt when the Hub said nothing. The download never
+  // writes more: a body longer than this is refused and its partial file deleted. (Not
+  // "0 = unknown": an "X-Linked-Size: 0" would then lift the bound instead of setting it.)
+  std::optional<uint64_t> size;
   std::string url;         // where the bytes are (the resolve URL or its CDN Location)
 };
 

@@ -40,6 +40,11 @@ RepoCache::RepoCache(fs::path cache_dir, const std::string& repo_id)
 fs::path RepoCache::lock_path(const std::string& etag) const { return cache_dir_ / ".locks" / folder_ / (etag + ".lock"); }
 
 std::optional<std::string> RepoCache::resolve_revision(const std::string& revision) const {
+  try {
+    check_revision(revision);  // a path outside refs/ is no revision of this repo
+  } catch (const Error&) {
+    return std::nullopt;
+  }
   std::ifstream in(dir_ / "refs" / revision);
   if (in) {
     std::stringstream ss;
@@ -54,6 +59,7 @@ std::optional<std::string> RepoCache::resolve_revision(const std::string& revisi
 }
 
 void RepoCache::write_ref(const std::string& revision, const std::string& commit) const {
+  check_revision(revision);  // pull() checked it already; this is where it becomes a path
   const fs::path ref = dir_ / "refs" / revision;
   fs::create_directories(ref.parent_path());
   const fs::path tmp = ref.string() + temp_suffix();

@@ -26,9 +26,11 @@ class RepoCache {
   fs::path lock_path(const std::string& etag) const;
 
   // The commit refs/<revision> holds; a 40-hex revision is its own commit when a snapshot
-  // of it exists. nullopt when unknown.
+  // of it exists. nullopt when unknown, or not a revision check_revision() (hub.h) accepts.
   std::optional<std::string> resolve_revision(const std::string& revision) const;
-  // Writes refs/<revision> = commit (no newline, as huggingface_hub writes it), atomically.
+  // Writes refs/<revision> = commit (no newline, as huggingface_hub writes it), atomically;
+  // a revision with '/' is a nested file (refs/pr/1 -> refs/refs/pr/1). Throws Error for a
+  // revision check_revision() refuses.
   void write_ref(const std::string& revision, const std::string& commit) const;
 
   // Makes snapshots/<commit>/<file> a relative symlink to the blob (../../blobs/<etag>, one

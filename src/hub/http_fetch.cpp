@@ -71,13 +71,46 @@ ParsedUrl parse_url(std::string_view url) {
   return u;
 }
 
+std::string uri_scheme(std::string_view reference) {
+  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  if (reference.empty() || !alpha(reference[0])) return "";
+  for (size_t i = 1; i < reference.size(); ++i) {
+    const char c = reference[i];
+    if (c == ':') return ascii_lower(reference.substr(0, i));
+    if (!alpha(c) && !(c >= '0' && c <= '9') && c != '+' && c != '-' && c != '.') return "";
+  }
+  return "";
+}
+
 std::string resolve_location(const ParsedUrl& base, std::string_view location) {
-  if (location.substr(0, 7) == "http://" || location.substr(0, 8) == "https://") return std::string(location);
+  const std::string scheme = uri_scheme(location);
+  if (!scheme.empty()) {
+    if (scheme != "http" && scheme != "https") {
+      std::string shown(location.substr(0, 200));
+      for (char& c : shown)
+        if (static_cast<unsigned char>(c) < ' ' || c == 0x7f) c = '?';
+      throw Error(base.origin() + " redirected to '" + shown +
+                  "': refused, only http:// and https:// redirects are followed");
+    }
+    return scheme + std::string(location.substr(scheme.size()));  // "HTTPS://x" as parse_url reads it
+  }
   if (location.substr(0, 2) == "//") return (base.https ? "https:" : "http:") + std::string(location);
   if (!location.empty() && location[0] == '/') return base.origin() + std::string(location);
   std::string dir = base.target.substr(0, base.target.find('?'));
   dir = dir.substr(0, dir.rfind('/') + 1);
   return base.origin() + dir + std::string(location);
+}
+
+std::optional<uint64_t> parse_byte_count(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  uint64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    const uint64_t digit = static_cast<uint64_t>(c - '0');
+    if (value > (std::numeric_limits<uint64_t>::max() - digit) / 10) return std::nullopt;  // past 2^64 - 1
+    value = value * 10 + digit;
+  }
+  return value;
 }
 
 std::string HttpResponse::header(const std::string& name) const {

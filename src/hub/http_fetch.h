@@ -50,8 +50,21 @@ struct ParsedUrl {
 // Parses "http(s)://host[:port][/path][?query]". Throws Error for anything else.
 ParsedUrl parse_url(std::string_view url);
 
-// Resolves `location` (absolute URL, "/absolute-path" or a relative path) against `base`.
+// The scheme of a URI reference, lower-cased ("https" of "HTTPS://x", "file" of
+// "file:///etc/passwd"); "" when it has none (RFC 3986 4.2: a relative reference's first
+// segment holds no ':' before a '/', '?' or '#').
+std::string uri_scheme(std::string_view reference);
+
+// Resolves `location` (absolute URL, "//host/path", "/absolute-path" or a relative path)
+// against `base`. Throws Error for a location with another scheme than http or https
+// (file:, ftp:, data:, ...): a redirect is never a way off HTTP, and read as a relative path
+// "file:///etc/passwd" would be requested from the same server again and again.
 std::string resolve_location(const ParsedUrl& base, std::string_view location);
+
+// A byte count from a header (X-Linked-Size, Content-Length): one or more ASCII digits and
+// nothing else (no sign, space or suffix), at most 2^64 - 1; nullopt otherwise. std::stoull
+// is not used: it reads "12abc" as 12, skips leading spaces and wraps "-1" to 2^64 - 1.
+std::optional<uint64_t> parse_byte_count(std::string_view text);
 
 struct HttpRequest {
   std::string method = "GET";  // "GET" or "HEAD"

@@ -182,14 +182,19 @@ uint64_t fetch_file(const HubConfig& config, const RepoCache& cache, const std::
   if (blob.etag.empty()) blob.etag = normalize_etag(head.header("etag"));
   if (!safe_etag(blob.etag))
     throw Error(repo_id + "/" + file + ": the Hub sent no usable ETag (got '" + blob.etag.substr(0, 80) + "')");
-  std::string size = head.header("x-linked-size");
-  if (size.empty()) size = head.header("content-length");
-  if (!size.empty()) {
-    try {
-      blob.size = std::stoull(size);
-    } catch (const std::exception&) {
-      throw Error(repo_id + "/" + file + ": bad size header '" + size + "'");
-    }
+  // The size bounds what the download writes (blob_download.h), so a value that is not a
+  // plain byte count is refused rather than read as its leading digits ("12abc" as 12). The
+  // Content-Length of a redirect is the length of the redirect's own body, not the file's:
+  // it counts only on a 200.
+  const char* size_header = head.headers.count("x-linked-size") ? "x-linked-size"
+                            : head.status == 200 && head.headers.count("content-length") ? "content-length"
+                                                                                          : nullptr;
+  if (size_header) {
+    const std::string text = head.header(size_header);
+    blob.size = parse_byte_count(text);
+    if (!blob.size)
+      throw Error(repo_id + "/" + file + ": the Hub's " + (size_header[0] == 'x' ? "X-Linked-Size" : "Content-Length") +
+                  " '" + text.substr(0, 80) + "' is not a byte count (digits only, at most 2^64 - 1)");
   }
   blob.url = redirect ? resolve_location(parse_url(url), head.header("location")) : url;
   const uint64_t n = download_blob(config, cache, blob, progress);
@@ -263,6 +268,7 @@ PullResult pull_online(const HubConfig& config, const RepoCache& cache, const Mo
 
 PullResult pull(const HubConfig& config, const ModelRef& ref) {
   PAGODA_CHECK(!config.cache_dir.empty(), "pull: HubConfig::cache_dir is empty");
+  check_revision(ref.revision);  // it names refs/<revision> in the cache: before any path or request
   RepoCache cache(config.cache_dir, ref.repo_id);
   ProgressMeter progress(config.progress, config.progress_is_terminal);
   try {

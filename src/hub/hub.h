@@ -75,12 +75,22 @@ struct ModelRef {
   std::string repo_id;   // "OWNER/REPO"
   std::string quant;     // "" or e.g. "Q4_K_M" (matched case-insensitively)
   std::string file;      // "" or a path inside the repo
-  std::string revision = "main";
+  std::string revision = "main";  // pull() checks it (check_revision)
 
   // Throws Error naming the text for anything else (no owner, empty parts, "..", spaces).
   static ModelRef parse(std::string_view text);
   std::string to_string() const;
 };
+
+// Throws Error naming `revision` unless it is a 40-hex commit or a branch / tag name git's
+// check-ref-format accepts: not empty; no control character, space, '~', '^', ':', '?', '*',
+// '[' or backslash; no "..", "//" or "@{"; not "@"; not starting with '/' or '-'; not ending
+// with '/' or '.'; no '/'-separated part that starts with '.', ends with ".lock" or is longer
+// than 255 bytes (a file name). The revision becomes refs/<revision> in the cache, so these
+// are what keep it there: "refs/pr/1" (the Hub's pull-request refs) is stored as the nested
+// file refs/refs/pr/1, as huggingface_hub stores it, and "../../x" is refused before any
+// request.
+void check_revision(std::string_view revision);
 
 // True for "hf://..." (what load_model() resolves through the Hub).
 bool is_hub_uri(std::string_view text);

@@ -89,6 +89,45 @@ HubConfig HubConfig::from_env() {
   return c;
 }
 
+namespace {
+
+// Why `revision` is not a ref name git would accept (see check_revision), or "" when it is.
+std::string revision_problem(std::string_view rev) {
+  if (rev.empty()) return "it is empty";
+  if (rev.front() == '/' || rev.back() == '/') return "it starts or ends with '/'";
+  if (rev.front() == '-') return "it starts with '-'";
+  if (rev.back() == '.') return "it ends with '.'";
+  if (rev == "@") return "it is '@'";
+  for (const char* bad : {"..", "//", "@{"})
+    if (rev.find(bad) != std::string_view::npos) return std::string("it contains '") + bad + "'";
+  for (char c : rev) {
+    if (static_cast<unsigned char>(c) < ' ' || c == 0x7f) return "it contains a control character";
+    if (std::string_view(" ~^:?*[\\").find(c) != std::string_view::npos)
+      return std::string("it contains '") + c + "'";
+  }
+  for (size_t start = 0; start < rev.size();) {
+    size_t end = rev.find('/', start);
+    if (end == std::string_view::npos) end = rev.size();
+    const std::string_view part = rev.substr(start, end - start);
+    if (part.front() == '.') return "a part starts with '.'";
+    if (part.ends_with(".lock")) return "a part ends with '.lock'";
+    if (part.size() > 255) return "a part is longer than 255 bytes";
+    start = end + 1;
+  }
+  return "";
+}
+
+}  // namespace
+
+void check_revision(std::string_view revision) {
+  const std::string why = revision_problem(revision);
+  if (why.empty()) return;
+  std::string shown(revision.substr(0, 100));
+  for (char& c : shown)
+    if (static_cast<unsigned char>(c) < ' ' || c == 0x7f) c = '?';
+  throw Error("bad revision '" + shown + "': " + why + " (expected a branch or tag name, or a 40-hex commit)");
+}
+
 bool is_hub_uri(std::string_view text) { return text.substr(0, 5) == "hf://"; }
 
 ModelRef ModelRef::parse(std::string_view text) {

@@ -12,14 +12,17 @@
 // without the token 401, with a wrong one 403 (X-Error-Code GatedRepo); a missing file 404
 // EntryNotFound; unknown revision 404 RevisionNotFound. Faults for tests: cut a CDN body after
 // N bytes (the connection closes mid-body), corrupt a body (one byte flipped, length kept),
-// answer 503, send slowly, stall mid-body. Every request is logged (method, target, Range, whether an
-// Authorization header came) for tests to assert on; one thread per connection.
+// answer 503, send slowly, stall mid-body, send CDN bodies without Content-Length (ended by
+// the close), point LFS redirects at another Location. Every request is logged (method, target,
+// Range, whether an Authorization header came) for tests to assert on; one thread per
+// connection.
 #pragma once
 
 #include <openssl/evp.h>
 
 #include <atomic>
 #include <boost/asio.hpp>
+#include <cctype>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -27,6 +30,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -57,14 +61,30 @@ inline std::string git_blob_sha1(const std::string& data) {
 struct FakeFile {
   std::string content;
   bool lfs = true;  // LFS: served through the CDN redirect, etag = sha256
-  uint64_t claimed_size = 0;  // non-zero: the X-Linked-Size announced instead of the real size
+  const char* linked_size = nullptr;  // non-null: the X-Linked-Size sent instead of the real size ("1000", "12abc")
 };
 
 struct FakeRepo {
   std::string commit = "0123456789abcdef0123456789abcdef01234567";
   std::map<std::string, FakeFile> files;
   bool gated = false;
+  std::set<std::string> revisions;  // besides "main" and the commit: names the listing answers ("refs/pr/1")
 };
+
+// "%2F" -> "/" (the client percent-encodes a revision in the listing's path).
+inline std::string percent_decode(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      out += static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
 
 struct LoggedRequest {
   std::string method, target, range;
@@ -84,6 +104,7 @@ class FakeHub {
     uint64_t stall_after_bytes = 0;  // with stall_times > 0: send this many body bytes, then
     int stall_times = 0;             // go silent for stall_ms (the connection stays open)
     int stall_ms = 0;
+    bool close_delimited = false;  // CDN bodies without Content-Length: the close ends them
   };
 
   // tls_cert_pem / tls_key_pem non-empty: HTTPS.
@@ -136,6 +157,11 @@ class FakeHub {
     std::lock_guard lock(mu_);
     faults_ = f;
   }
+  // Non-empty: an LFS file's 302 points here instead of at the CDN (a hostile Location).
+  void set_lfs_location(std::string location) {
+    std::lock_guard lock(mu_);
+    lfs_location_ = std::move(location);
+  }
   std::vector<LoggedRequest> log() const {
     std::lock_guard lock(mu_);
     return log_;
@@ -161,6 +187,7 @@ class FakeHub {
     int slow_ms = 0;
     uint64_t stall_after = 0;
     int stall_ms = 0;
+    bool close_delimited = false;
   };
 
   void accept_loop() {
@@ -206,7 +233,8 @@ class FakeHub {
     const bool head = entry.method == "HEAD";
     std::string text = "HTTP/1.1 " + std::to_string(reply.status) + " X\r\n";
     for (const auto& [k, v] : reply.headers) text += k + ": " + v + "\r\n";
-    text += "Content-Length: " + std::to_string(reply.body.size()) + "\r\nConnection: close\r\n\r\n";
+    if (!reply.close_delimited) text += "Content-Length: " + std::to_string(reply.body.size()) + "\r\n";
+    text += "Connection: close\r\n\r\n";
     boost::asio::write(stream, boost::asio::buffer(text), ec);
     if (head || ec) return;
     const size_t limit = reply.cut_after ? std::min<size_t>(reply.cut_after, reply.body.size()) : reply.body.size();
@@ -256,7 +284,9 @@ class FakeHub {
       }
       auto it = repos_.find(rest);
       if (it == repos_.end()) return error(401, "RepoNotFound", "Repository not found");
-      if (revision != "main" && revision != it->second.commit) return error(404, "RevisionNotFound", "Invalid rev id");
+      revision = percent_decode(revision);
+      if (revision != "main" && revision != it->second.commit && !it->second.revisions.count(revision))
+        return error(404, "RevisionNotFound", "Invalid rev id");
       std::string siblings;
       for (const auto& [name, f] : it->second.files)
         siblings += (siblings.empty() ? "" : ",") + std::string("{\"rfilename\":\"") + name + "\"}";
@@ -304,6 +334,7 @@ class FakeHub {
         r.stall_ms = faults_.stall_ms;
       }
       r.slow_ms = faults_.slow_ms_per_64k;
+      r.close_delimited = faults_.close_delimited;
       return r;
     }
     // /OWNER/REPO/resolve/REV/FILE
@@ -328,10 +359,11 @@ class FakeHub {
     if (f->second.lfs) {
       const std::string sha = sha256_hex(f->second.content);
       r.status = 302;
-      r.headers.emplace_back("Location", cdn_origin() + "/cdn/" + sha + "?X-Amz-Expires=3600");
+      r.headers.emplace_back("Location", !lfs_location_.empty() ? lfs_location_
+                                                                 : cdn_origin() + "/cdn/" + sha + "?X-Amz-Expires=3600");
       r.headers.emplace_back("X-Linked-Etag", "\"" + sha + "\"");
-      r.headers.emplace_back("X-Linked-Size", std::to_string(f->second.claimed_size ? f->second.claimed_size
-                                                                                      : f->second.content.size()));
+      r.headers.emplace_back("X-Linked-Size", f->second.linked_size ? std::string(f->second.linked_size)
+                                                                     : std::to_string(f->second.content.size()));
       r.headers.emplace_back("ETag", "\"" + git_blob_sha1("pointer " + sha) + "\"");  // the pointer file's
       r.body = "Found. Redirecting to " + cdn_origin() + "/cdn/" + sha;
     } else {
@@ -354,6 +386,7 @@ class FakeHub {
   std::map<std::string, FakeRepo> repos_;
   std::map<std::string, std::string> renames_;
   Faults faults_;
+  std::string lfs_location_;
   std::vector<LoggedRequest> log_;
 };
 

@@ -36,6 +36,37 @@ TEST(ResolveLocation, AbsoluteRootRelativeAndPathRelative) {
   EXPECT_EQ(resolve_location(base, "g.gguf"), "https://hub.local:8443/o/r/resolve/main/dir/g.gguf");
 }
 
+TEST(ResolveLocation, OnlyHttpAndHttpsSchemesAreFollowed) {
+  const ParsedUrl base = parse_url("https://hub.local/o/r/resolve/main/f.gguf");
+  EXPECT_EQ(resolve_location(base, "HTTPS://cdn.example/x"), "https://cdn.example/x");
+  EXPECT_EQ(resolve_location(base, "Http://cdn.example/x"), "http://cdn.example/x");
+  EXPECT_EQ(resolve_location(base, "x/y:z"), "https://hub.local/o/r/resolve/main/x/y:z");  // a path, not a scheme
+  for (const char* bad : {"file:///etc/passwd", "FILE:/etc/passwd", "ftp://x/y", "javascript:alert(1)", "data:,x",
+                          "g:h", "s3+x://b/k"}) {
+    try {
+      resolve_location(base, bad);
+      ADD_FAILURE() << bad << ": no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), "https://hub.local redirected to '" + std::string(bad) +
+                                           "': refused, only http:// and https:// redirects are followed");
+    }
+  }
+  EXPECT_EQ(uri_scheme("/x:y"), "");
+  EXPECT_EQ(uri_scheme("1a:b"), "");
+  EXPECT_EQ(uri_scheme("a/b:c"), "");
+  EXPECT_EQ(uri_scheme("S3+X.y-z:q"), "s3+x.y-z");
+}
+
+TEST(ParseByteCount, DigitsOnlyAndWithin64Bits) {
+  EXPECT_EQ(parse_byte_count("0"), 0u);
+  EXPECT_EQ(parse_byte_count("1000"), 1000u);
+  EXPECT_EQ(parse_byte_count("007"), 7u);
+  EXPECT_EQ(parse_byte_count("18446744073709551615"), UINT64_MAX);
+  for (const char* bad : {"", "12abc", "-1", "+1", " 1", "1 ", "0x10", "1e3", "1.0", "18446744073709551616",
+                          "99999999999999999999999"})
+    EXPECT_EQ(parse_byte_count(bad), std::nullopt) << bad;
+}
+
 TEST(HttpFetch, RefusedConnectionIsATransportError) {
   HttpRequest req;
   req.url = "http://127.0.0.1:1/";

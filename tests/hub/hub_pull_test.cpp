@@ -267,12 +267,143 @@ TEST_F(HubPullTest, AHostileListingCannotPlaceFilesOutsideTheCache) {
 TEST_F(HubPullTest, TooLittleFreeSpaceStopsBeforeTheDownload) {
   FakeHub hub;
   FakeRepo repo = gguf_repo();
-  repo.files["stories260K-Q8_0.gguf"].claimed_size = uint64_t{1} << 60;  // 1 EiB
+  repo.files["stories260K-Q8_0.gguf"].linked_size = "1152921504606846976";  // 1 EiB
   hub.add_repo("o/r", repo);
   const std::string e = error_of([&] { pull(config_for(hub), ModelRef::parse("o/r:Q8_0")); });
   EXPECT_NE(e.find("not enough free space for stories260K-Q8_0.gguf: it needs 1152921504606846976 bytes, "),
             std::string::npos) << e;
   EXPECT_EQ(hub.count("/cdn/"), 0);
+}
+
+// The size the Hub announces bounds what is written: a body past it stops the download at
+// that size, is not retried, and leaves neither the blob nor its partial file. Judged from
+// the Content-Length before a byte is written, and byte by byte when there is none (a body
+// ended by the close).
+TEST_F(HubPullTest, ABodyLongerThanTheHubAnnouncedIsRefusedAndNotKept) {
+  const std::string sha = sha256_hex(gguf_like(300000, 1));
+  int run = 0;
+  for (const bool close_delimited : {false, true}) {
+    FakeHub hub;
+    FakeRepo repo = gguf_repo();
+    repo.files["stories260K-Q4_K_M.gguf"].linked_size = "1000";  // its 300000 bytes are sent
+    hub.add_repo("o/r", repo);
+    hub.set_faults({.close_delimited = close_delimited});
+    HubConfig config = config_for(hub);
+    config.cache_dir = root_ / ("run" + std::to_string(run++));
+    const std::string e = error_of([&] { pull(config, ModelRef::parse("o/r:Q4_K_M")); });
+    EXPECT_EQ(e, "stories260K-Q4_K_M.gguf: the server sent more than the 1000 bytes the Hub announced; the "
+                 "partial download was deleted")
+        << "close-delimited: " << close_delimited;
+    const fs::path dir = config.cache_dir / "models--o--r";
+    EXPECT_FALSE(fs::exists(dir / "blobs" / sha));
+    EXPECT_FALSE(fs::exists(dir / "blobs" / (sha + ".incomplete")));
+    EXPECT_FALSE(fs::exists(dir / "snapshots" / kCommit / "stories260K-Q4_K_M.gguf"));
+    EXPECT_EQ(hub.count("/cdn/", "GET"), 1);  // not retried
+  }
+  // "X-Linked-Size: 0" is an empty file, not "size unknown" (which would lift the bound):
+  // nothing is fetched, and the empty content fails the checksum.
+  FakeHub hub;
+  FakeRepo repo = gguf_repo();
+  repo.files["stories260K-Q4_K_M.gguf"].linked_size = "0";
+  hub.add_repo("o/r", repo);
+  HubConfig config = config_for(hub);
+  config.cache_dir = root_ / "zero";
+  const std::string e = error_of([&] { pull(config, ModelRef::parse("o/r:Q4_K_M")); });
+  EXPECT_NE(e.find("stories260K-Q4_K_M.gguf: checksum mismatch"), std::string::npos) << e;
+  EXPECT_EQ(hub.count("/cdn/"), 0);
+  EXPECT_FALSE(fs::exists(config.cache_dir / "models--o--r" / "blobs" / sha));
+}
+
+// A size header is a plain decimal byte count or the pull stops before any download.
+TEST_F(HubPullTest, ASizeHeaderThatIsNotAByteCountIsRefused) {
+  int run = 0;
+  for (const char* bad : {"12abc", "-1", "+300000", "0x10", "18446744073709551616", "3e5"}) {
+    FakeHub hub;
+    FakeRepo repo = gguf_repo();
+    repo.files["stories260K-Q4_K_M.gguf"].linked_size = bad;
+    hub.add_repo("o/r", repo);
+    HubConfig config = config_for(hub);
+    config.cache_dir = root_ / ("run" + std::to_string(run++));
+    EXPECT_EQ(error_of([&] { pull(config, ModelRef::parse("o/r:Q4_K_M")); }),
+              "o/r/stories260K-Q4_K_M.gguf: the Hub's X-Linked-Size '" + std::string(bad) +
+                  "' is not a byte count (digits only, at most 2^64 - 1)");
+    EXPECT_EQ(hub.count("/cdn/"), 0) << bad;
+  }
+}
+
+// A redirect leaves HTTP never: "file:///etc/passwd" is neither read as a relative path on the
+// same server (and followed ten times) nor opened; the error names the server and the Location.
+TEST_F(HubPullTest, ARedirectToAnotherSchemeThanHttpIsRefused) {
+  int run = 0;
+  for (const char* location : {"file:///etc/passwd", "FILE:///etc/passwd", "ftp://127.0.0.1/x", "data:,GGUF"}) {
+    FakeHub hub;
+    hub.add_repo("o/r", gguf_repo());
+    hub.set_lfs_location(location);
+    HubConfig config = config_for(hub);
+    config.cache_dir = root_ / ("run" + std::to_string(run++));
+    EXPECT_EQ(error_of([&] { pull(config, ModelRef::parse("o/r:Q8_0")); }),
+              hub.endpoint() + " redirected to '" + std::string(location) +
+                  "': refused, only http:// and https:// redirects are followed");
+    // The listing and the HEAD that answered with the Location; nothing after.
+    ASSERT_EQ(hub.log().size(), 2u) << location;
+    EXPECT_EQ(hub.log()[1].method, "HEAD");
+  }
+}
+
+// A revision names refs/<revision> in the cache: a branch, tag or commit name git accepts
+// (with '/' as the Hub's refs/pr/N have), nothing that walks out of refs/.
+TEST_F(HubPullTest, ARevisionIsABranchTagOrCommitNameAndStaysInsideTheCache) {
+  FakeHub hub;
+  FakeRepo repo = gguf_repo();
+  repo.revisions = {"refs/pr/1", "v1.0", "../../../escaped"};  // a Hub that answers anything
+  hub.add_repo("o/r", repo);
+  const HubConfig config = config_for(hub);
+  ModelRef ref = ModelRef::parse("o/r:Q8_0");
+
+  ref.revision = "../../../escaped";
+  EXPECT_EQ(error_of([&] { pull(config, ref); }),
+            "bad revision '../../../escaped': it contains '..' (expected a branch or tag name, or a 40-hex commit)");
+  EXPECT_TRUE(hub.log().empty());  // refused before any request
+  EXPECT_FALSE(fs::exists(root_ / "escaped"));
+  EXPECT_FALSE(fs::exists(root_ / "hub"));
+  ref.revision = "x\x01y";
+  EXPECT_EQ(error_of([&] { pull(config, ref); }),
+            "bad revision 'x?y': it contains a control character (expected a branch or tag name, or a 40-hex commit)");
+
+  // The Hub's pull-request refs are stored nested, as huggingface_hub stores them, and found
+  // again by list and by an offline pull.
+  ref.revision = "refs/pr/1";
+  const PullResult r = pull(config, ref);
+  EXPECT_SAME_BYTES(read_file(r.model_path), stories());
+  const fs::path refs = repo_dir("models--o--r") / "refs";
+  EXPECT_EQ(read_file(refs / "refs" / "pr" / "1"), kCommit);
+  ref.revision = "v1.0";
+  pull(config, ref);
+  EXPECT_EQ(read_file(refs / "v1.0"), kCommit);
+  const auto cached = list_cached(config);
+  ASSERT_EQ(cached.size(), 1u);
+  EXPECT_EQ(cached[0].refs, (std::map<std::string, std::string>{{"refs/pr/1", kCommit}, {"v1.0", kCommit}}));
+  HubConfig offline = config;
+  offline.offline = true;
+  ref.revision = "refs/pr/1";
+  EXPECT_EQ(pull(offline, ref).commit, kCommit);
+  ref.revision = kCommit;  // a commit is its own revision: no ref file
+  EXPECT_EQ(pull(config, ref).commit, kCommit);
+  EXPECT_FALSE(fs::exists(refs / kCommit));
+}
+
+TEST(CheckRevision, GitRefNameRules) {
+  for (const char* good : {"main", "v1.0", "refs/pr/1", "refs/convert/parquet", "release-2024_01", "a.b/c-d",
+                           "0123456789abcdef0123456789abcdef01234567", "fix@home", "\xC3\xA9t\xC3\xA9"}) {
+    EXPECT_NO_THROW(check_revision(good)) << good;
+  }
+  for (const char* bad : {"", "..", "../x", "a/../b", "a..b", "/abs", "a/", "a//b", "-rf", "a.", "@", "a@{1}",
+                          ".hidden", "a/.b", "x.lock", "a/b.lock/c", "a b", "a~1", "a^", "a:b", "a?", "a*", "a[",
+                          "a\\b", "a\tb", "a\x7f"}) {
+    EXPECT_THROW(check_revision(bad), Error) << bad;
+  }
+  EXPECT_THROW(check_revision(std::string(256, 'a')), Error);
+  EXPECT_NO_THROW(check_revision(std::string(255, 'a') + "/" + std::string(255, 'b')));
 }
 
 TEST_F(HubPullTest, ARenamedRepoIsFollowedAndCachedUnderTheNameAskedFor) {
