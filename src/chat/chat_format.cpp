@@ -181,6 +181,17 @@ MessageParts parse_message_parts(const ChatFormat& f, std::string_view text, con
   return out;
 }
 
+bool tool_offered(const ParseOptions& opts, std::string_view name) {
+  if (!opts.tools.is_array()) return true;
+  for (const nlohmann::json& t : opts.tools) {
+    const nlohmann::json* fn = t.is_object() && t.contains("function") ? &t["function"] : &t;
+    if (!fn->is_object()) continue;
+    const auto n = fn->find("name");
+    if (n != fn->end() && n->is_string() && n->get_ref<const std::string&>() == name) return true;
+  }
+  return false;
+}
+
 ParsedMessage to_parsed_message(MessageParts parts, const ParseOptions& opts) {
   ParsedMessage m;
   m.reasoning_content = std::move(parts.reasoning);

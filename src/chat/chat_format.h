@@ -9,8 +9,9 @@
 //   not recognise gets ToolCallFormat::Generic (a JSON {"tool_calls":[...]} /
 //   {"name","arguments"} object) and ReasoningFormat::None.
 // - parse_chat_output() never throws and never loses text: whatever does not parse as
-//   a call (malformed JSON, an unknown shape, a call cut off by max_tokens) stays in
-//   `content`. Tool calls are looked for only when ParseOptions::parse_tool_calls.
+//   a call (malformed JSON, an unknown shape, a call cut off by max_tokens, a call of a
+//   function the request did not offer) stays in `content`. Tool calls are looked for
+//   only when ParseOptions::parse_tool_calls.
 //   Arguments are a JSON object serialized as text; for formats that write JSON the
 //   model's own bytes are kept (so streamed fragments concatenate to the same string).
 // - StreamingChatParser gives the same message as parse_chat_output() on the whole
@@ -84,9 +85,13 @@ struct ParseOptions {
   bool thinking_open_at_start = false;
   // ids given to calls: prefix + running index (the server passes a unique prefix).
   std::string call_id_prefix = "call_";
-  // Optional: the request's `tools` (OpenAI shape). Formats that write parameter values
+  // The request's `tools` (OpenAI shape). A call naming a function not among them is not
+  // a call: its text stays in `content` (for gpt-oss, the message's body), the whole region
+  // it sits in with it (tool_call_parsers.cpp says why). Formats that write parameter values
   // as text (Qwen3Coder, DeepSeek DSML) use a property's declared "type" to keep a
-  // string-typed value as a string (e.g. "42") instead of reading it as JSON.
+  // string-typed value as a string (e.g. "42") instead of reading it as JSON. Not an array
+  // (the default null): names are not checked, which only callers without a request (tests,
+  // tools) should rely on; the server always passes the request's list.
   nlohmann::json tools;
 };
 

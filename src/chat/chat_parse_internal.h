@@ -40,6 +40,11 @@ MessageParts parse_message_parts(const ChatFormat& f, std::string_view text, con
 
 ParsedMessage to_parsed_message(MessageParts parts, const ParseOptions& opts);
 
+// True when the request offered a function named `name` (opts.tools, in the OpenAI shape
+// {"type":"function","function":{"name"}} or a bare {"name"}), or when opts.tools is not an
+// array (no list to check against). A call naming anything else is not a call.
+bool tool_offered(const ParseOptions& opts, std::string_view name);
+
 // DeepSeek's full-width markers (U+FF5C '｜', U+2581 '▁'), read by the parsers and
 // written by the tool-call grammars.
 inline const std::string kDsCallsBegin = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>";

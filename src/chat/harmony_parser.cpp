@@ -85,11 +85,12 @@ MessageParts parse_harmony(std::string_view text, const ParseOptions& opts, bool
       std::string_view args = ltrim_view(body);
       args = args.substr(0, rtrim_copy(args).size());
       ScanResult r = scan_json_value(args, 0);
+      std::string name(recipient);
+      if (name.starts_with("functions.")) name = name.substr(10);
+      // An unoffered name is not a call (tool_call_parsers.cpp says why): its body is content.
       const bool is_call = r.status == ScanStatus::Complete && r.end == args.size() && !args.empty() &&
-                           args.front() == '{' && opts.parse_tool_calls;
+                           args.front() == '{' && opts.parse_tool_calls && tool_offered(opts, name);
       if (is_call) {
-        std::string name(recipient);
-        if (name.starts_with("functions.")) name = name.substr(10);
         out.calls.push_back({name, std::string(args)});
       } else {
         out.content += std::string(body);

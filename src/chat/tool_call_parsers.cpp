@@ -552,6 +552,20 @@ Region generic(std::string_view text, size_t i, bool partial) {
 
 // ---- the content-region scan -------------------------------------------------------
 
+// A call naming a function the request did not offer (a model inventing `rm_rf`) is not a
+// call: a client dispatching tool_calls by name must never be handed a name it did not
+// give, so the region it sits in is read as text and stays in `content`, as any other text
+// that does not parse as a call. llama-server does the same (its parsers are built from the
+// offered names, so another name does not parse); vLLM's Hermes parser passes any name on,
+// which is the hole. Rejected: dropping the call (loses text the client may want to show)
+// and flagging it (a client that dispatches without reading the flag still runs it). The
+// whole region goes: in a batch with a made-up name, the calls beside it are not trusted
+// either. Grammar-forced calls (tool_choice required / named) never get here: the grammar
+// spells only the offered names.
+bool region_calls_offered(const Region& r, const ParseOptions& opts) {
+  return std::all_of(r.calls.begin(), r.calls.end(), [&](const RawCall& c) { return tool_offered(opts, c.name); });
+}
+
 struct Marker {
   std::string text;
   enum Kind { ToolCallTag, ToolCallsTag, FunctionTag, MistralCalls, DsCalls, DsCall, DsmlCalls, PythonTag, FuncTools } kind;
@@ -640,7 +654,7 @@ void parse_content_region(const ChatFormat& f, std::string_view text, const Pars
     if (s < text.size() && (text[s] == '{' || fence)) {
       Region r = f.tools == ToolCallFormat::Generic ? generic(text, s, partial) : llama3_json(text, s, partial);
       if (r.status == Status::Incomplete && partial) return finish("");
-      if (r.status == Status::Ok) {
+      if (r.status == Status::Ok && region_calls_offered(r, opts)) {
         for (RawCall& c : r.calls) out.calls.push_back(std::move(c));
         after_call = true;
         pos = r.end;
@@ -668,6 +682,7 @@ void parse_content_region(const ChatFormat& f, std::string_view text, const Pars
       return finish(tail);
     }
     Region r = parse_marker(*which, text, best + which->text.size(), opts, partial);
+    if (r.status == Status::Ok && !region_calls_offered(r, opts)) r = fail();
     if (r.status == Status::Incomplete && partial) return finish(text.substr(pos, best - pos));
     if (r.status == Status::Ok) {
       add_piece(text.substr(pos, best - pos), true);

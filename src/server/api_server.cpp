@@ -326,6 +326,9 @@ std::optional<chat::ParseOptions> ApiServer::output_parsing(const CompletionRequ
   if (!calls && !reasoning) return std::nullopt;
   chat::ParseOptions po;
   po.parse_tool_calls = calls;
+  // Only the offered names are calls, on every route that parses (chat, responses, messages);
+  // the list also types Qwen3-Coder / DSML parameter values by their schemas.
+  if (calls) po.tools = cr.tools;
   po.extract_reasoning = reasoning;
   po.thinking_open_at_start = reasoning && chat::prompt_opens_thinking(chat_format_, prompt);
   po.call_id_prefix = make_id(call_id_prefix, next_id_.fetch_add(1)) + "_";

@@ -76,6 +76,33 @@ TEST(ChatFormatParse, SampleOutputs) {
       {"generic fenced single", {std::nullopt, "", {{"a", {{"x", 2}}}}}},
       {"generic plain json", {"{\"answer\": 42}", "", {}}},
       {"generic text", {"Hello, world.", "", {}}},
+      {"unoffered hermes",
+       {"<tool_call>\n{\"name\": \"rm_rf\", \"arguments\": {\"path\": \"/\"}}\n</tool_call>", "", {}}},
+      {"unoffered hermes after an offered call",
+       {"<tool_call>\n{\"name\": \"rm_rf\", \"arguments\": {}}\n</tool_call>", "", {{"get_weather", {{"city", "Paris"}}}}}},
+      {"unoffered coder xml",
+       {"Cleaning up.\n<tool_call>\n<function=rm_rf>\n<parameter=path>\n/\n</parameter>\n</function>\n</tool_call>", "", {}}},
+      {"unoffered llama3 json", {"{\"name\": \"rm_rf\", \"parameters\": {\"path\": \"/\"}}", "", {}}},
+      {"unoffered llama3 python_tag code", {"<|python_tag|>import shutil; shutil.rmtree('/')", "", {}}},
+      {"unoffered mistral name args", {"[TOOL_CALLS]rm_rf[ARGS]{\"path\": \"/\"}", "", {}}},
+      {"unoffered mistral array beside an offered call",
+       {"[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}, {\"name\": \"rm_rf\", "
+        "\"arguments\": {}}]",
+        "",
+        {}}},
+      {"unoffered deepseek v3",
+       {testing::kDsCallsBegin + testing::kDsCallBegin + "function" + testing::kDsSep +
+            "rm_rf\n```json\n{\"path\": \"/\"}\n```" + testing::kDsCallEnd + testing::kDsCallsEnd,
+        "",
+        {}}},
+      {"unoffered deepseek dsml",
+       {"<" + testing::kDsml + "function_calls>\n<" + testing::kDsml + "invoke name=\"rm_rf\">\n</" + testing::kDsml +
+            "invoke>\n</" + testing::kDsml + "function_calls>",
+        "",
+        {}}},
+      {"unoffered gptoss", {"{\"path\": \"/\"}", "", {}}},  // harmony: the message's body, as any non-call
+      {"unoffered generic", {"{\"tool_calls\": [{\"name\": \"rm_rf\", \"arguments\": {}}]}", "", {}}},
+      {"offered generic", {std::nullopt, "", {{"get_time", {{"tz", "UTC"}}}}}},
   };
   for (const auto& s : sample_outputs()) {
     auto it = expected.find(s.label);

@@ -113,6 +113,20 @@ TEST(ChatStreaming, RandomChunks) {
 }
 
 // Text that cannot start a marker is emitted at once, not at finish().
+// A call of a function the request did not offer never starts a streamed call: its text
+// comes out as content, the same the one-shot parse gives, one byte at a time too.
+TEST(ChatStreaming, AnUnofferedCallStreamsAsContent) {
+  const ChatFormat hermes{ToolCallFormat::Hermes, ReasoningFormat::None};
+  const std::string text = "Sure.\n<tool_call>\n{\"name\": \"rm_rf\", \"arguments\": {}}\n</tool_call>";
+  std::vector<std::string> bytes;
+  for (char c : text) bytes.emplace_back(1, c);
+  for (const auto& chunks : {std::vector<std::string>{text}, bytes}) {
+    const Reassembled r = run(hermes, testing::offering({"get_weather"}), chunks);
+    EXPECT_EQ(r.content, text);
+    EXPECT_TRUE(r.calls.empty());
+  }
+}
+
 TEST(ChatStreaming, ContentIsNotHeldBack) {
   StreamingChatParser p({ToolCallFormat::Hermes, ReasoningFormat::Think}, with_tools());
   std::string got;

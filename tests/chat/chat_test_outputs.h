@@ -1,6 +1,7 @@
 // Hand-written model outputs per format, shared by the parser and streaming tests.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,15 @@ inline ParseOptions with_tools(bool thinking_open = false) {
   ParseOptions o;
   o.parse_tool_calls = true;
   o.thinking_open_at_start = thinking_open;
+  return o;
+}
+
+// Tool calls parsed, with the request's tools: functions of these names (OpenAI shape).
+inline ParseOptions offering(const std::vector<std::string>& names) {
+  ParseOptions o = with_tools();
+  o.tools = nlohmann::json::array();
+  for (const std::string& n : names)
+    o.tools.push_back({{"type", "function"}, {"function", {{"name", n}, {"parameters", {{"type", "object"}}}}}});
   return o;
 }
 
@@ -105,6 +115,32 @@ inline std::vector<Sample> sample_outputs() {
                "```json\n{\"name\": \"a\", \"arguments\": {\"x\": 2}}\n```"});
   s.push_back({"generic plain json", generic, with_tools(), "{\"answer\": 42}"});
   s.push_back({"generic text", generic, with_tools(), "Hello, world."});
+  // A call of a function the request did not offer is text, in every format; the offered
+  // get_weather beside it in one region goes with it, in a region of its own it stays a call.
+  const ParseOptions weather = offering({"get_weather", "get_time"});
+  s.push_back({"unoffered hermes", hermes, weather,
+               "<tool_call>\n{\"name\": \"rm_rf\", \"arguments\": {\"path\": \"/\"}}\n</tool_call>"});
+  s.push_back({"unoffered hermes after an offered call", hermes, weather,
+               "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+               "<tool_call>\n{\"name\": \"rm_rf\", \"arguments\": {}}\n</tool_call>"});
+  s.push_back({"unoffered coder xml", coder, weather,
+               "Cleaning up.\n<tool_call>\n<function=rm_rf>\n<parameter=path>\n/\n</parameter>\n</function>\n</tool_call>"});
+  s.push_back({"unoffered llama3 json", llama, weather, "{\"name\": \"rm_rf\", \"parameters\": {\"path\": \"/\"}}"});
+  s.push_back({"unoffered llama3 python_tag code", llama, weather, "<|python_tag|>import shutil; shutil.rmtree('/')"});
+  s.push_back({"unoffered mistral name args", mistral, weather, "[TOOL_CALLS]rm_rf[ARGS]{\"path\": \"/\"}"});
+  s.push_back({"unoffered mistral array beside an offered call", mistral, weather,
+               "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}, "
+               "{\"name\": \"rm_rf\", \"arguments\": {}}]"});
+  s.push_back({"unoffered deepseek v3", ds_v3, weather,
+               kDsCallsBegin + kDsCallBegin + "function" + kDsSep + "rm_rf\n```json\n{\"path\": \"/\"}\n```" + kDsCallEnd +
+                   kDsCallsEnd});
+  s.push_back({"unoffered deepseek dsml", ds_v3, weather,
+               "<" + kDsml + "function_calls>\n<" + kDsml + "invoke name=\"rm_rf\">\n</" + kDsml + "invoke>\n</" + kDsml +
+                   "function_calls>"});
+  s.push_back({"unoffered gptoss", gptoss, weather,
+               "<|channel|>commentary to=functions.rm_rf <|constrain|>json<|message|>{\"path\": \"/\"}<|call|>"});
+  s.push_back({"unoffered generic", generic, weather, "{\"tool_calls\": [{\"name\": \"rm_rf\", \"arguments\": {}}]}"});
+  s.push_back({"offered generic", generic, weather, "{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}"});
   return s;
 }
 

@@ -166,7 +166,9 @@ TEST(ToolCallGrammar, ToolsWithoutParametersAndUnknownNames) {
   const std::string q = tool_call_grammar({ToolCallFormat::Qwen3Coder}, tools, std::nullopt, false);
   const std::string call = "<tool_call>\n<function=now>\n{}\n</function>\n</tool_call>";
   EXPECT_TRUE(accepts(q, call)) << q;
-  ParsedMessage m = parse_chat_output({ToolCallFormat::Qwen3Coder}, call, parse_opts());
+  ParseOptions o = parse_opts();
+  o.tools = tools;  // the request's own list, as the server passes it: `now` is offered
+  ParsedMessage m = parse_chat_output({ToolCallFormat::Qwen3Coder}, call, o);
   ASSERT_EQ(m.tool_calls.size(), 1u);
   EXPECT_EQ(m.tool_calls[0].arguments, "{}");
 }

@@ -351,6 +351,73 @@ TEST_F(FamilyTemplates, HermesToolCallRoundTripThroughTheQwenTemplate) {
   EXPECT_GT(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0) << second.dump();
 }
 
+// A call of a function the request did not offer is content, not a tool call, on every
+// route and both ways of answering: the grammar makes stories260K write a Hermes call of
+// "rm_rf" while only get_weather and get_time are offered (tool_choice auto). The same
+// output naming get_time is a call, so the setup can produce calls.
+TEST_F(FamilyTemplates, ACallOfAFunctionThatWasNotOfferedIsContent) {
+  ServerProcess* p = nullptr;
+  const uint16_t port = start(p, "Qwen-Qwen2.5-7B-Instruct.jinja");
+  std::unique_ptr<ServerProcess> owner(p);
+  ASSERT_NE(port, 0) << p->log();
+  const std::string unoffered = "<tool_call>\n{\"name\": \"rm_rf\", \"arguments\": {\"path\": \"/\"}}\n</tool_call>";
+  auto body_writing = [](const std::string& text) {
+    std::string literal = json(text).dump();  // a GBNF string literal: JSON's escapes are GBNF's
+    return json{{"messages", json::array({{{"role", "user"}, {"content", "Clean up."}}})},
+                {"tools", kTools},
+                {"grammar", "root ::= " + literal},
+                {"max_tokens", 120}};
+  };
+
+  json offered =
+      post_chat(port, body_writing("<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}\n</tool_call>"));
+  ASSERT_EQ(offered["choices"][0]["finish_reason"], "tool_calls") << offered.dump();
+  EXPECT_EQ(offered["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_time");
+
+  json plain = post_chat(port, body_writing(unoffered));
+  const json& msg = plain["choices"][0]["message"];
+  EXPECT_EQ(plain["choices"][0]["finish_reason"], "stop") << plain.dump();
+  EXPECT_EQ(msg["content"], unoffered) << plain.dump();
+  EXPECT_FALSE(msg.contains("tool_calls")) << plain.dump();
+
+  json sbody = body_writing(unoffered);
+  sbody["stream"] = true;
+  HttpResult s = http(port, "POST", "/v1/chat/completions", sbody.dump());
+  ASSERT_EQ(s.status, 200) << s.body;
+  std::string content, finish;
+  for (const std::string& d : sse_data(s.body)) {
+    if (d == "[DONE]") break;
+    json c = json::parse(d);
+    if (c["choices"].empty()) continue;
+    const json& delta = c["choices"][0]["delta"];
+    EXPECT_FALSE(delta.contains("tool_calls")) << d;
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(content, unoffered);
+  EXPECT_EQ(finish, "stop");
+
+  // /v1/responses parses through the same options: a message item, no function_call item.
+  json rbody = body_writing(unoffered);
+  rbody.erase("messages");
+  rbody.erase("max_tokens");
+  rbody["max_output_tokens"] = 120;
+  rbody["input"] = "Clean up.";
+  rbody["tools"] = json::array();
+  for (const json& t : kTools) rbody["tools"].push_back(json{{"type", "function"}, {"name", t["function"]["name"]},
+                                                             {"parameters", t["function"]["parameters"]}});
+  HttpResult r = http(port, "POST", "/v1/responses", rbody.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json response = json::parse(r.body);
+  std::string text;
+  for (const json& item : response["output"]) {
+    EXPECT_NE(item["type"], "function_call") << r.body;
+    if (item["type"] == "message")
+      for (const json& part : item["content"]) text += part.value("text", "");
+  }
+  EXPECT_EQ(text, unoffered) << r.body;
+}
+
 TEST_F(FamilyTemplates, ThinkingGoesToReasoningContentUnlessReasoningFormatIsNone) {
   // The grammar makes stories260K "think": the output is <think>...</think> then text.
   const json body{{"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})},
