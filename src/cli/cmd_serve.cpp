@@ -162,7 +162,8 @@ void add_env_names(CLI::App& app) {
 
 Runner add_serve(CLI::App& app) {
   struct Opts {
-    std::string model, host = "127.0.0.1", api_key, api_key_file, chat_template_file, alias;
+    std::string model, host = "127.0.0.1", api_key, api_key_file, chat_template_file, chat_template, alias, hf_repo;
+    int64_t n_predict = -1;
     int port = 8080, threads = 0, parallel = 4, max_queue = 64, io_threads = 2;
     int64_t ctx_size = 0, max_batch_tokens = 512;
     std::string max_body_bytes = "8MiB", quantize;
@@ -175,6 +176,7 @@ Runner add_serve(CLI::App& app) {
     bool no_webui = false;
     std::string reasoning_format = "auto";
     bool embeddings = false;
+    bool strict_model_names = false;
     std::string pooling;  // "" : the model's
     std::string replica_id;
     double drain_seconds = 0;
@@ -183,14 +185,20 @@ Runner add_serve(CLI::App& app) {
     PromptCacheOptions cache;
   };
   auto o = std::make_shared<Opts>();
-  app.add_option("-m,--model", o->model, "GGUF model file, Hugging Face model directory or hf://OWNER/REPO[:QUANT]")->required();
+  auto* model_opt =
+      app.add_option("-m,--model", o->model, "GGUF model file, Hugging Face model directory or hf://OWNER/REPO[:QUANT]");
+  app.add_option("--hf-repo", o->hf_repo, "OWNER/REPO[:QUANT] on the Hugging Face Hub (llama-server's -hf): -m hf://...")
+      ->excludes(model_opt);
   app.add_option("--host", o->host, "Address to bind (loopback unless told otherwise)")->capture_default_str();
   app.add_option("--port", o->port, "TCP port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   auto* key = app.add_option("--api-key", o->api_key,
                              "Require 'Authorization: Bearer KEY' (not on /health); an empty key is refused");
   auto* key_file =
       app.add_option("--api-key-file", o->api_key_file, "Read the API key from a file (first line)")->excludes(key);
-  app.add_option("--alias", o->alias, "Model name in the API (default: the file name)");
+  app.add_option("-a,--alias", o->alias, "Model name in the API (default: the file name)");
+  app.add_option("-n,--n-predict", o->n_predict,
+                 "Tokens to generate when a request does not say (-1: until the end of the context)")
+      ->capture_default_str()->check(CLI::Range(int64_t{-1}, int64_t{1} << 30));
   app.add_option("-t,--threads", o->threads, "Kernel worker threads (default: all cores)");
   app.add_option("--parallel", o->parallel, "Requests generating at once")->capture_default_str()->check(CLI::Range(1, 1024));
   app.add_option("--max-queue", o->max_queue, "Requests waiting beyond --parallel before 429")->capture_default_str()
@@ -199,7 +207,12 @@ Runner add_serve(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   app.add_option("--max-batch-tokens", o->max_batch_tokens, "Tokens per forward step (decode + chunked prefill)")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
-  app.add_option("--chat-template-file", o->chat_template_file, "Jinja chat template to use instead of the model's");
+  auto* template_file_opt =
+      app.add_option("--chat-template-file", o->chat_template_file, "Jinja chat template to use instead of the model's");
+  app.add_option("--chat-template", o->chat_template,
+                 "A built-in chat template (" + server::ChatTemplate::builtin_names() +
+                     ") or a Jinja template file, instead of the model's")
+      ->excludes(template_file_opt);
   app.add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (413 beyond)")->capture_default_str();
   app.add_option("--shutdown-timeout", o->shutdown_timeout, "Seconds running requests get to finish on SIGINT/SIGTERM")
       ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
@@ -226,6 +239,8 @@ Runner add_serve(CLI::App& app) {
                  "their token-mask caches included")
       ->capture_default_str();
   app.add_flag("--embeddings", o->embeddings, "Serve /v1/embeddings and /v1/rerank (reranker models)");
+  app.add_flag("--strict-model-names", o->strict_model_names,
+               "Answer 404 to a request naming another model (default: serve it with the loaded model and log the name)");
   app.add_option("--pooling", o->pooling,
                  "How /v1/embeddings pools the final hidden states (default: the model's pooling_type "
                  "metadata, else last)")
@@ -266,6 +281,8 @@ Runner add_serve(CLI::App& app) {
     const std::string api_key = resolve_api_key(o->api_key, *key, o->api_key_file, *key_file);
     const uint64_t max_body = parse_byte_size(o->max_body_bytes, "--max-body-bytes");
     if (max_body == 0) throw Error("--max-body-bytes must be greater than 0");
+    if (!o->hf_repo.empty()) o->model = "hf://" + o->hf_repo;
+    if (o->model.empty()) throw Error("--model is required (a GGUF file, a model directory or hf://OWNER/REPO), or -hf OWNER/REPO");
     const std::string requested_model = o->model;
     o->model = resolve_model_path(o->model);  // hf://... -> the cached file or directory
     LoadOptions load_options;
@@ -275,6 +292,17 @@ Runner add_serve(CLI::App& app) {
     std::optional<server::ChatTemplate> file_template;
     if (!o->chat_template_file.empty())
       file_template.emplace(read_flag_file(o->chat_template_file, "--chat-template-file"), o->chat_template_file);
+    if (!o->chat_template.empty()) {  // llama-server's --chat-template: a name; a file works too
+      if (std::optional<server::ChatTemplate> t = server::ChatTemplate::builtin(o->chat_template)) {
+        file_template.emplace(std::move(*t));
+      } else if (std::filesystem::is_regular_file(o->chat_template)) {
+        file_template.emplace(read_flag_file(o->chat_template, "--chat-template"), o->chat_template);
+      } else {
+        throw Error("--chat-template " + o->chat_template + ": neither a file nor a built-in template (" +
+                    server::ChatTemplate::builtin_names() + ")");
+      }
+      o->chat_template_file = o->chat_template;
+    }
 
     // Signals are taken by sigwait() on this thread: block them before any thread starts
     // so every thread inherits the mask.
@@ -298,6 +326,8 @@ Runner add_serve(CLI::App& app) {
     ao.grammar_cache_bytes = parse_byte_size(o->grammar_cache_bytes, "--grammar-cache-bytes");
     ao.embeddings = o->embeddings;
     ao.busy_status = o->busy_status;
+    ao.strict_model_names = o->strict_model_names;
+    ao.default_max_tokens = o->n_predict;
     server::ApiServer api(ao);
     server::HttpServerOptions ho;
     ho.host = o->host;

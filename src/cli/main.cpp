@@ -1,12 +1,38 @@
 // pagoda — command-line entry point: dispatches to the subcommands in commands.h.
 #include <cstdio>
+#include <cstring>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "common/error.h"
 
+namespace {
+
+// llama-server's multi-letter single-dash flags, which CLI11 cannot declare (a short name
+// is one letter): rewritten to pagoda's long names before parsing. Only exact words, so a
+// value such as a prompt is untouched unless it is exactly one of these.
+constexpr std::pair<const char*, const char*> kLlamaServerFlags[] = {
+    {"-np", "--parallel"}, {"-ctk", "--kv-type-k"}, {"-ctv", "--kv-type-v"}, {"-hf", "--hf-repo"},
+    {"-hfr", "--hf-repo"}};
+
+std::vector<std::string> with_long_names(int argc, char** argv) {
+  std::vector<std::string> out;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    for (const auto& [from, to] : kLlamaServerFlags)
+      if (a == from) a = to;
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"pagoda: a paged-KV LLM inference server for GGUF Llama-family models"};
+  app.set_version_flag("--version", std::string("pagoda ") + PAGODA_VERSION);
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for all subcommands");
   std::map<CLI::App*, pagoda::cli::Runner> runners;
@@ -34,17 +60,26 @@ int main(int argc, char** argv) {
   add("rm", "Delete a model (OWNER/REPO) from the Hugging Face cache", pagoda::cli::add_rm);
   add("logits", "Write the raw logits of a token sequence (for reference checks)", pagoda::cli::add_logits);
 
+  // `pagoda serve --version` as well as `pagoda --version`.
+  for (CLI::App* sub : app.get_subcommands({}))
+    sub->set_version_flag("--version", std::string("pagoda ") + PAGODA_VERSION);
+  std::vector<std::string> args = with_long_names(argc, argv);
+  std::vector<char*> argp;
+  for (std::string& a : args) argp.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(argp.size()), argp.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "pagoda: %s\n", e.what());
+    // One line and where to look, not the whole help (90 lines for serve) after it.
     CLI::App* failing = &app;
     for (CLI::App* sub : app.get_subcommands()) failing = sub;
-    std::fprintf(stderr, "%s", failing->help().c_str());
+    const std::string cmd = failing == &app ? "pagoda" : "pagoda " + failing->get_name();
+    std::fprintf(stderr, "%s: %s (see '%s --help')\n", cmd.c_str(), e.what(), cmd.c_str());
     return 2;
   }
   try {

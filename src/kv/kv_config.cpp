@@ -70,6 +70,11 @@ std::string format_bytes(uint64_t bytes) {
 
 KvType parse_kv_type_flag(std::string_view text, std::string_view flag) {
   if (auto t = parse_kv_type(text)) return *t;
+  // llama.cpp's names (-ctk q8_0): 8-bit and 4-bit rows with their scales, as pagoda's q8
+  // and q4 are (their scale groups differ: q4's is 32, 16 or 8 values by head_dim).
+  const std::string lower = ascii_lower(text);
+  if (lower == "q8_0") return KvType::Q8;
+  if (lower == "q4_0") return KvType::Q4;
   throw Error(std::string(flag) + ": unknown KV type '" + std::string(text) + "' (expected one of " +
               kv_type_names() + ")");
 }

@@ -382,9 +382,7 @@ void ApiServer::handle_count_tokens(const HttpRequest& req, std::shared_ptr<Http
   if (!ready()) return void(ex->respond(anthropic_loading_response()));
   try {
     AnthropicRequest ar = parse_anthropic_request(req.body, n_vocab(), sampling_defaults_, /*count_tokens=*/true);
-    if (!ar.chat.model.empty() && ar.chat.model != options_.model_id)
-      throw ApiError(404, "the model '" + ar.chat.model + "' does not exist; this server serves '" +
-                              options_.model_id + "'");
+    check_model_name(ar.chat.model, "model");
     const std::vector<int32_t> ids = tokenize_prompt(*tokenizer_, render_anthropic(ar));
     ex->respond(json_response(200, json{{"input_tokens", ids.size()}}));
   } catch (const ApiError& err) {
@@ -433,11 +431,27 @@ std::shared_ptr<const grammar::Grammar> ApiServer::output_grammar(const Completi
   return grammars_.get(gbnf, param);
 }
 
+void ApiServer::check_model_name(const std::string& requested, const char* param) const {
+  if (requested.empty() || requested == options_.model_id) return;
+  if (options_.strict_model_names)
+    throw ApiError(404, "the model '" + requested + "' does not exist; this server serves '" + options_.model_id + "'",
+                   param);
+  constexpr size_t kMaxNamesRemembered = 64;
+  {
+    std::lock_guard<std::mutex> lk(other_names_mu_);
+    if (other_names_seen_.size() >= kMaxNamesRemembered ||
+        std::find(other_names_seen_.begin(), other_names_seen_.end(), requested) != other_names_seen_.end())
+      return;
+    other_names_seen_.push_back(requested);
+  }
+  if (options_.log_requests)
+    log_line("[" + options_.replica_id + "] a request names the model " + dump_json(json(requested)) + ": serving it with '" +
+             options_.model_id + "' (--strict-model-names refuses other names)");
+}
+
 Request ApiServer::engine_request(const CompletionRequest& cr, std::vector<int32_t> prompt,
                                   const std::optional<chat::ParseOptions>& parse) {
-  if (!cr.model.empty() && cr.model != options_.model_id)
-    throw ApiError(404, "the model '" + cr.model + "' does not exist; this server serves '" + options_.model_id + "'",
-                   "model");
+  check_model_name(cr.model, "model");
   if (shutting_down_.load()) throw ApiError(503, "the server is shutting down");
   // The prompt (empty, longer than the context, too big for the KV budget) and the
   // sampling limits are the engine's to check: submit() answers Invalid -> 400 below.
@@ -445,7 +459,7 @@ Request ApiServer::engine_request(const CompletionRequest& cr, std::vector<int32
   Request r;
   r.prompt = std::move(prompt);
   r.sampling = cr.sampling;
-  r.max_tokens = cr.max_tokens;
+  r.max_tokens = cr.max_tokens >= 0 ? cr.max_tokens : options_.default_max_tokens;
   r.min_tokens = cr.min_tokens;
   r.ignore_eos = cr.ignore_eos;
   r.logprobs = cr.logprobs;

@@ -86,6 +86,12 @@ struct ApiServerOptions {
   int busy_status = 429;
   // --embeddings: serve /v1/embeddings and /v1/rerank (404 otherwise).
   bool embeddings = false;
+  // --strict-model-names: a request naming another model is a 404. Off: it is served by
+  // the loaded model (llama-server does; many clients send a preset name such as gpt-4o),
+  // with one log line the first time each name is seen.
+  bool strict_model_names = false;
+  // -n / --n-predict: max_tokens of a request that gives none (-1: until the context ends).
+  int64_t default_max_tokens = -1;
 };
 
 // How the pooling routes pool (set_pooling, before attach()).
@@ -190,6 +196,9 @@ class ApiServer {
   std::optional<chat::ParseOptions> output_parsing(const CompletionRequest& cr, const std::string& prompt,
                                                    const char* call_id_prefix);
   int32_t n_vocab() const;  // -1 before attach()
+  // A request's `model` against the served one (ApiServerOptions::strict_model_names):
+  // throws ApiError 404 naming `param` when strict, else logs a name the first time.
+  void check_model_name(const std::string& requested, const char* param) const;
   // The chat template applied to a conversation, with the model's BOS / EOS text and
   // string tool-call arguments parsed. Requires: a tokenizer and a template. Throws
   // ApiError 400 when the template raises.
@@ -209,6 +218,10 @@ class ApiServer {
   ServerMetrics metrics_;
   ResponsesStore responses_store_;
   PoolingSetup pooling_;  // written before attach(), read-only after
+  // Model names already logged as served by the loaded model (at most 64 remembered, so a
+  // client cycling names cannot grow it; past that they are served without a line).
+  mutable std::mutex other_names_mu_;
+  mutable std::vector<std::string> other_names_seen_;
 };
 
 }  // namespace pagoda::server

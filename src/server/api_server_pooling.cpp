@@ -91,9 +91,7 @@ void ApiServer::check_pooling_enabled(const char* route) const {
 
 void ApiServer::check_pooling_request(const std::string& model, const char* route) const {
   check_pooling_enabled(route);
-  if (!model.empty() && model != options_.model_id)
-    throw ApiError(404, "the model '" + model + "' does not exist; this server serves '" + options_.model_id + "'",
-                   "model");
+  check_model_name(model, "model");
   if (shutting_down_.load()) throw ApiError(503, "the server is shutting down");
 }
 

@@ -82,6 +82,46 @@ ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
 
 ChatTemplate ChatTemplate::chatml() { return ChatTemplate(kChatML, "chatml"); }
 
+namespace {
+// The formats of the model families' own templates (meta-llama Llama 3.x, google Gemma 2,
+// microsoft Phi-3.5), message content only. Gemma has no system role: its text goes in
+// front of the first user turn, as llama.cpp does.
+const char* kLlama3 =
+    "{{- bos_token -}}"
+    "{%- for message in messages -%}"
+    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + (message['content'] or '') | trim + '<|eot_id|>' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}{%- endif -%}";
+const char* kGemma =
+    "{{- bos_token -}}"
+    "{%- set ns = namespace(system='') -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'system' -%}{%- set ns.system = ns.system + (message['content'] or '') + '\n\n' -%}"
+    "{%- else -%}"
+    "{%- set role = 'model' if message['role'] == 'assistant' else 'user' -%}"
+    "{%- set text = (ns.system + (message['content'] or '')) if role == 'user' else (message['content'] or '') -%}"
+    "{%- if role == 'user' -%}{%- set ns.system = '' -%}{%- endif -%}"
+    "{{- '<start_of_turn>' + role + '\n' + text | trim + '<end_of_turn>\n' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<start_of_turn>model\n' -}}{%- endif -%}";
+const char* kPhi3 =
+    "{%- for message in messages -%}"
+    "{{- '<|' + message['role'] + '|>\n' + (message['content'] or '') + '<|end|>\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|assistant|>\n' -}}{%- endif -%}";
+}  // namespace
+
+std::optional<ChatTemplate> ChatTemplate::builtin(const std::string& name) {
+  if (name == "chatml") return chatml();
+  if (name == "llama3") return ChatTemplate(kLlama3, "llama3");
+  if (name == "gemma") return ChatTemplate(kGemma, "gemma");
+  if (name == "phi3") return ChatTemplate(kPhi3, "phi3");
+  return std::nullopt;
+}
+
+std::string ChatTemplate::builtin_names() { return "chatml, llama3, gemma, phi3"; }
+
 std::string ChatTemplate::apply(const Inputs& in) const {
   using jinja::Value;
   // The values are converted inside the try: a message nested past the value-depth budget

@@ -33,6 +33,7 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "common/error.h"
@@ -59,6 +60,11 @@ class ChatTemplate {
 
   // The ChatML fallback for models without a template.
   static ChatTemplate chatml();
+  // A built-in template by llama-server's --chat-template name: chatml, llama3, gemma,
+  // phi3 (content only: no tools beyond ChatML's generic ones); nullopt for another name.
+  static std::optional<ChatTemplate> builtin(const std::string& name);
+  // "chatml, llama3, gemma, phi3", for messages.
+  static std::string builtin_names();
 
   struct Inputs {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();

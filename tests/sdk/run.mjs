@@ -51,7 +51,8 @@ const API_KEY = 'sdk-test-key-3b9f';
 const CONFIGS = {
   MAIN: [],
   NOCACHE: ['--prompt-cache', 'off'],
-  AUTH: ['--api-key', API_KEY],
+  // Also strict about model names: a request for another model is a 404 there.
+  AUTH: ['--api-key', API_KEY, '--strict-model-names'],
   // One running request and no queue: a second concurrent request is answered 429.
   TIGHT: ['--parallel', '1', '--max-queue', '0'],
   // /v1/embeddings (stories260K has no pooling metadata: last-token pooling).

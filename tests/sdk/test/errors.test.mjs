@@ -38,16 +38,22 @@ test('401 AuthenticationError: wrong or missing key; the right key works', async
   assert.equal(r.choices[0].message.role, 'assistant');
 });
 
-test('404 NotFoundError: unknown model name', async () => {
+test('another model name is served by the loaded model; 404 NotFoundError with --strict-model-names', async () => {
+  // Many clients send a preset name (gpt-4o): served, and the answer names the real model.
+  const served = await client().chat.completions.create({ model: 'gpt-4o', messages, max_tokens: 4 });
+  assert.equal(served.choices[0].message.role, 'assistant');
+  const id = (await client().models.list()).data[0].id;
+  assert.equal(served.model, id);
+  const strict = client('auth', { apiKey: API_KEY });
   await assert.rejects(
-    client().chat.completions.create({ model: 'no-such-model', messages, max_tokens: 4 }),
+    strict.chat.completions.create({ model: 'no-such-model', messages, max_tokens: 4 }),
     (e) => {
       assert.ok(e instanceof OpenAI.NotFoundError, `${e.constructor.name}: ${e.message}`);
       assert.equal(e.status, 404);
       assert.match(e.message, /no-such-model/);
       return true;
     });
-  await assert.rejects(client().completions.create({ model: 'no-such-model', prompt: 'Hi', max_tokens: 4 }),
+  await assert.rejects(strict.completions.create({ model: 'no-such-model', prompt: 'Hi', max_tokens: 4 }),
     OpenAI.NotFoundError);
 });
 
