@@ -96,10 +96,12 @@ std::string GbnfBuilder::Impl::define(std::string_view hint, const std::string& 
 std::string GbnfBuilder::Impl::ws() {
   auto it = common.find("ws");
   if (it != common.end()) return it->second;
-  // One blank, or one newline and up to 32 blanks of indentation (16 levels of
-  // 2-space pretty printing): enough for every formatting a model uses, and no run of
-  // whitespace can go on. Rejected: [ \t\n]* (a model can loop in it forever).
-  return common["ws"] = define("ws", "([ \\t] | \"\\n\" [ \\t]{0,32})?");
+  // One blank, or one newline and up to 20 blanks of indentation (10 levels of 2-space
+  // pretty printing), as llama.cpp's JSON grammars bound it: at most 21 bytes between two
+  // tokens, so a weak model cannot spend its budget on indentation (with 32 blanks a run
+  // of 33 was seen). Every rule puts one ws between two tokens, never two in a row.
+  // Rejected: [ \t\n]* (a model can loop in it forever).
+  return common["ws"] = define("ws", "([ \\t] | \"\\n\" [ \\t]{0,20})?");
 }
 
 std::string GbnfBuilder::Impl::json_char() {

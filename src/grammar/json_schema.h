@@ -43,7 +43,7 @@
 //   work list, not recursion.
 // - Generated text: numbers have at most 16 integer digits, 16 fraction digits and 3
 //   exponent digits; strings never use \u escapes for surrogates except as a valid
-//   pair; whitespace between tokens is one blank or one newline plus up to 32 blanks,
+//   pair; whitespace between tokens is one blank or one newline plus up to 20 blanks,
 //   so no run of whitespace can go on forever.
 // - Regex subset (pattern, guided_regex), Python `re` semantics: literals and escapes
 //   (\n \t \r \f \v \0 \xHH \uHHHH, escaped punctuation), ., classes with ranges and

@@ -57,7 +57,7 @@ TEST(JsonSchemaGbnf, RequiredAndOptionalPropertiesInSchemaOrder) {
       "required":["name"],"additionalProperties":false})");
   EXPECT_EQ(g,
             "root ::= object\n"
-            "ws ::= ([ \\t] | \"\\n\" [ \\t]{0,32})?\n"
+            "ws ::= ([ \\t] | \"\\n\" [ \\t]{0,20})?\n"
             "hex ::= [0-9a-fA-F]\n"
             "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" (([0-9a-cA-Ce-fE-F] hex{3} | [dD] "
             "[0-7] hex{2}) | [dD] [89abAB] hex{2} \"\\\\u\" [dD] [c-fC-F] hex{2}))\n"
@@ -139,7 +139,7 @@ TEST(JsonSchemaGbnf, ArraysWithBoundsAndPrefixItems) {
   EXPECT_EQ(rule(g, "array"), "\"[\" ws (integer ws items)? \"]\"") << g;
   EXPECT_EQ(rule(g, "items"), "(\",\" ws string ws)?") << g;
   g = compile(R"({"type":"array","maxItems":0})");
-  EXPECT_EQ(g, "root ::= array\nws ::= ([ \\t] | \"\\n\" [ \\t]{0,32})?\narray ::= \"[\" ws \"]\"\n");
+  EXPECT_EQ(g, "root ::= array\nws ::= ([ \\t] | \"\\n\" [ \\t]{0,20})?\narray ::= \"[\" ws \"]\"\n");
 }
 
 TEST(JsonSchemaGbnf, StringLengthAndFormats) {
@@ -263,6 +263,28 @@ TEST(JsonSchemaGbnf, BadSchemasThrowWithAClearMessage) {
     compile(R"({"type":"object","properties":{"x":{"type":"integer","minimum":3,"maximum":1}}})");
   } catch (const std::exception& e) {
     ADD_FAILURE() << "an optional property no value fits is left out, not an error: " << e.what();
+  }
+}
+
+// Whitespace between two tokens is bounded as llama.cpp bounds it: one blank, or one
+// newline and at most 20 blanks (21 bytes); never two whitespace runs back to back.
+TEST(JsonSchemaGbnf, WhitespaceBetweenTokensIsAtMostANewlineAndTwentyBlanks) {
+  std::vector<std::string> pieces;
+  for (int b = 0; b < 256; ++b) pieces.emplace_back(1, static_cast<char>(b));
+  pieces.push_back("");
+  const auto vocab = std::make_shared<TokenVocabulary>(std::move(pieces), std::vector<int32_t>{256});
+  const auto schema = ojson::parse(R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}}},"required":["a"]})");
+  for (const std::string& gbnf : {json_schema_to_gbnf(schema), json_schema_to_gbnf(ojson::parse("true"))}) {
+    auto accepts = [&](const std::string& text) {
+      Matcher m(Grammar::from_gbnf(gbnf), vocab);
+      return m.accept_bytes(text) && m.is_accepting();
+    };
+    const std::string pad20 = "\n" + std::string(20, ' '), pad21 = "\n" + std::string(21, ' ');
+    EXPECT_TRUE(accepts("{" + pad20 + "\"a\": [1," + pad20 + "2\t]" + pad20 + "}"));
+    EXPECT_FALSE(accepts("{" + pad21 + "\"a\": [1, 2]}"));
+    EXPECT_FALSE(accepts("{\"a\": [1," + pad21 + "2]}"));
+    EXPECT_FALSE(accepts("{\"a\":  [1]}")) << "two blanks";
+    EXPECT_FALSE(accepts("{\"a\": [1]\n\n}")) << "two newlines";
   }
 }
 
