@@ -13,13 +13,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/kv_options.h"
@@ -94,19 +98,70 @@ std::string default_replica_id(uint16_t port) {
   return std::string(host) + ":" + std::to_string(port);
 }
 
-// Waits up to `seconds` for one of `sigs` (blocked in every thread); returns it, or 0
-// when the time ran out.
-int wait_signal_for(const sigset_t& sigs, double seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return 0;
-    timespec ts{static_cast<time_t>(left.count() / 1000000000), static_cast<long>(left.count() % 1000000000)};
-    const int sig = sigtimedwait(&sigs, nullptr, &ts);
-    if (sig > 0) return sig;
-    if (errno != EINTR && errno != EAGAIN) return 0;
+// SIGINT / SIGTERM, taken on a thread of their own (blocked in every other thread), with
+// what each means in each phase of a server's life:
+// - loading: the load stops at once (exit 128 + signal): there is nothing to save, and a
+//   big model or a download can take minutes a user should not have to wait out;
+// - serving (and draining): handed to wait() / wait_for(), which run the orderly stop;
+// - stopping: a second signal exits at once, cutting off the requests still running and
+//   the disk tier's flush (a user pressing Ctrl-C twice means it).
+class SignalWatch {
+ public:
+  enum class Phase { Loading, Serving, Stopping };
+  explicit SignalWatch(const sigset_t& sigs) : sigs_(sigs), thread_([this] { loop(); }) {}
+  ~SignalWatch() {
+    stop_ = true;
+    thread_.join();
   }
-}
+  void set_phase(Phase p) {
+    std::lock_guard<std::mutex> lk(mu_);
+    phase_ = p;
+  }
+  // The next signal (blocks).
+  int wait() { return wait_for(-1); }
+  // The next signal within `seconds` (< 0: forever), or 0.
+  int wait_for(double seconds) {
+    std::unique_lock<std::mutex> lk(mu_);
+    auto ready = [&] { return !pending_.empty(); };
+    if (seconds < 0) {
+      cv_.wait(lk, ready);
+    } else if (!cv_.wait_for(lk, std::chrono::duration<double>(seconds), ready)) {
+      return 0;
+    }
+    const int sig = pending_.front();
+    pending_.erase(pending_.begin());
+    return sig;
+  }
+
+ private:
+  void loop() {
+    while (!stop_) {
+      timespec ts{0, 100'000'000};  // 100 ms: how soon the destructor's join returns
+      const int sig = sigtimedwait(&sigs_, nullptr, &ts);
+      if (sig <= 0) continue;
+      const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+      std::lock_guard<std::mutex> lk(mu_);
+      if (phase_ == Phase::Loading) {
+        std::fprintf(stderr, "pagoda serve: %s while loading the model: stopping\n", name);
+        std::_Exit(128 + sig);
+      }
+      if (phase_ == Phase::Stopping) {
+        std::fprintf(stderr, "pagoda serve: second %s: exiting now (running requests are cut off)\n", name);
+        std::_Exit(128 + sig);
+      }
+      pending_.push_back(sig);
+      cv_.notify_all();
+    }
+  }
+
+  sigset_t sigs_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int> pending_;
+  Phase phase_ = Phase::Loading;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 // The value an option got, named as the user gave it: the PAGODA_* variable when that is
 // where it came from (CLI11 reads the variable only when the flag is absent), else the flag.
@@ -311,6 +366,7 @@ Runner add_serve(CLI::App& app) {
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    SignalWatch signals(sigs);
     signal(SIGPIPE, SIG_IGN);
 
     server::ApiServerOptions ao;
@@ -440,19 +496,20 @@ Runner add_serve(CLI::App& app) {
                  o->embeddings ? (std::string(", embeddings on (pooling ") + pooling_name(pooling.pooling) + ")").c_str()
                                : "");
 
-    int sig = 0;
-    sigwait(&sigs, &sig);
+    signals.set_phase(SignalWatch::Phase::Serving);
+    const int sig = signals.wait();
     if (sig == SIGTERM && o->drain_seconds > 0) {
       std::fprintf(stderr,
                    "pagoda serve: SIGTERM: draining for %.1f s (/health answers 503, requests are still served; "
                    "a second signal stops at once)\n",
                    o->drain_seconds);
       api.begin_draining();
-      if (const int again = wait_signal_for(sigs, o->drain_seconds); again != 0)
+      if (const int again = signals.wait_for(o->drain_seconds); again != 0)
         std::fprintf(stderr, "pagoda serve: %s during the drain: ending it\n", again == SIGINT ? "SIGINT" : "SIGTERM");
     }
-    std::fprintf(stderr, "pagoda serve: %s: stopping (up to %.1f s for running requests)\n",
+    std::fprintf(stderr, "pagoda serve: %s: stopping (up to %.1f s for running requests; a second signal exits at once)\n",
                  sig == SIGINT ? "SIGINT" : "SIGTERM", o->shutdown_timeout);
+    signals.set_phase(SignalWatch::Phase::Stopping);
     api.begin_shutdown();
     http.stop_accepting();
     const auto deadline = std::chrono::steady_clock::now() +

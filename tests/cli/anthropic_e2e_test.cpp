@@ -258,8 +258,9 @@ TEST_F(Anthropic, ApiKeyByHeaderOrBearerAndErrorsInAnthropicShape) {
   expect_error(post("/v1/messages", choice), 400, "invalid_request_error", "tools");
   json model = good;
   model["model"] = "claude-opus-9";
-  expect_error(post("/v1/messages", model), 404, "not_found_error", "claude-opus-9");
-  expect_error(post("/v1/messages/count_tokens", model), 404, "not_found_error");
+  // Another model's name is served by the loaded model (404 only with --strict-model-names).
+  EXPECT_EQ(post("/v1/messages", model).status, 200);
+  EXPECT_EQ(post("/v1/messages/count_tokens", model).status, 200);
   json big = good;
   big["messages"][0]["content"] = std::string(3000, 'a');
   expect_error(post("/v1/messages", big), 400, "invalid_request_error", "512");
