@@ -7,6 +7,8 @@
 // (pagoda::Error); 2 for options CLI11 rejects.
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <mutex>
 
@@ -135,13 +137,23 @@ int run(const Opts& o) {
                  o.workload.c_str(), o.url.c_str(), static_cast<long long>(c.max_requests), c.max_duration_s);
   }
   int64_t done = 0, failed = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   loadgen::ProgressFn progress = [&](const loadgen::RequestRecord& r) {  // serialised by run_bench
     ++done;
     if (!r.ok()) ++failed;
-    if (tty) std::fprintf(stderr, "\r  %lld done, %lld failed", static_cast<long long>(done), static_cast<long long>(failed));
+    if (!tty) return;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "\r  %s   ",
+                 loadgen::progress_line(done, c.max_requests, failed, elapsed, c.max_duration_s).c_str());
   };
   loadgen::RunResults results = loadgen::run_bench(c, workload, progress);
   if (tty) std::fprintf(stderr, "\n");
+  // No server listening: a clear error and a failing exit status, not a report of 100%
+  // failed requests (the run stopped at the first refusal).
+  for (const loadgen::RequestRecord& r : results.records)
+    if (r.error == "connect_refused" || r.error == "bad_url")
+      throw Error((r.error == "bad_url" ? "--url " : "") + r.detail +
+                  (r.error == "connect_refused" ? " (is the server running?)" : ""));
 
   loadgen::Report report = loadgen::make_report(results);
   std::printf("%s", loadgen::format_report(results, report).c_str());

@@ -329,6 +329,16 @@ void summary_row(std::ostringstream& os, const char* name, const Summary& s) {
 
 }  // namespace
 
+std::string progress_line(int64_t done, int64_t total, int64_t failed, double elapsed_s, double max_duration_s) {
+  const double left = done > 0 ? elapsed_s / static_cast<double>(done) * static_cast<double>(std::max<int64_t>(0, total - done))
+                               : max_duration_s - elapsed_s;
+  const double eta = std::max(0.0, std::min(left, max_duration_s - elapsed_s));
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%lld/%lld done, %lld failed, %.0f s elapsed, ETA %.0f s", static_cast<long long>(done),
+                static_cast<long long>(total), static_cast<long long>(failed), elapsed_s, eta);
+  return buf;
+}
+
 std::string format_report(const RunResults& results, const Report& r) {
   const BenchConfig& c = results.config;
   std::ostringstream os;

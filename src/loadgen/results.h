@@ -131,6 +131,10 @@ RunResults read_results_file(const std::string& path);
 
 // The human-readable table printed after a run.
 std::string format_report(const RunResults& results, const Report& report);
+// The progress line `pagoda bench` redraws on a terminal: "37/100 done, 2 failed, 12 s
+// elapsed, ETA 20 s". The ETA is the mean pace so far over what is left, and never past
+// the duration cap (max_duration_s).
+std::string progress_line(int64_t done, int64_t total, int64_t failed, double elapsed_s, double max_duration_s);
 // Two runs side by side, with b/a ratios ("-" where a is 0).
 std::string format_compare(const RunResults& a, const RunResults& b);
 

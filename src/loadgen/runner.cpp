@@ -158,6 +158,9 @@ RunResults run_bench(const BenchConfig& config, const Workload& workload, const 
   }
 
   std::mutex mu;  // guards results.records, last_end and calls to progress
+  // A refused connection means no server is listening: every later request would be
+  // refused too, so the run stops at the first (the caller reports it).
+  std::atomic<bool> refused{false};
   std::atomic<int64_t> next_job{0};
   std::atomic<int64_t> requests_left{config.max_requests};
   const Clock::time_point run_start = Clock::now();
@@ -168,6 +171,7 @@ RunResults run_bench(const BenchConfig& config, const Workload& workload, const 
 
   auto worker = [&] {
     for (;;) {
+      if (refused) return;
       int64_t job_idx = next_job.fetch_add(1);
       if (job_idx >= max_jobs) return;
       double scheduled = arrival_s[static_cast<size_t>(job_idx)];
@@ -180,7 +184,7 @@ RunResults run_bench(const BenchConfig& config, const Workload& workload, const 
       std::vector<std::string> answers;
       int64_t history_tokens = job.system_tokens;
       for (int turn = 0; turn < turns; ++turn) {
-        if (Clock::now() >= stop_starting) return;
+        if (Clock::now() >= stop_starting || refused) return;
         if (requests_left.fetch_sub(1) <= 0) return;
         RequestRecord rec;
         rec.job_idx = job_idx;
@@ -195,6 +199,7 @@ RunResults run_bench(const BenchConfig& config, const Workload& workload, const 
                          config.fixed_output);
         std::string answer = send_one(*url, config, body, hangup_after, rec);
         bool ok = rec.ok();
+        if (rec.error == error_class_name(ErrorKind::kConnectRefused, 0)) refused = true;
         {
           std::lock_guard<std::mutex> lock(mu);
           last_end = std::max(last_end, Clock::now());

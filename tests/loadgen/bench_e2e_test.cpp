@@ -236,11 +236,14 @@ TEST_F(BenchE2E, FailedRequestsStillExitZeroWithClassesReported) {
   EXPECT_NE(r.out.find("http_500"), std::string::npos);
 }
 
-TEST_F(BenchE2E, RefusedConnectionIsAResultNotACrash) {
+// A server that is down: one clear line and a failing status, at once, not a report of
+// 100 refused requests.
+TEST_F(BenchE2E, ARefusedConnectionStopsTheRunWithOneClearError) {
   std::string url = "http://127.0.0.1:" + std::to_string(testing::StubServer::closed_port());
-  CommandResult r = bench("--url " + url + " --workload random --requests 2 --quiet");
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("connect_refused"), std::string::npos) << r.out;
+  CommandResult r = bench("--url " + url + " --workload random --requests 100 --quiet");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("Connection refused (is the server running?)"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("requests"), std::string::npos) << "a report was printed:\n" << r.out;
 }
 
 TEST_F(BenchE2E, BadArgumentsExitNonZero) {

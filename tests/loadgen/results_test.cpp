@@ -52,6 +52,13 @@ RunResults sample(WorkloadKind kind) {
   return r;
 }
 
+TEST(BenchProgress, DoneOfTotalAndAnEtaBoundedByTheDuration) {
+  EXPECT_EQ(progress_line(25, 100, 1, 10.0, 600.0), "25/100 done, 1 failed, 10 s elapsed, ETA 30 s");
+  EXPECT_EQ(progress_line(25, 100, 0, 10.0, 20.0), "25/100 done, 0 failed, 10 s elapsed, ETA 10 s");  // the cap
+  EXPECT_EQ(progress_line(100, 100, 0, 40.0, 600.0), "100/100 done, 0 failed, 40 s elapsed, ETA 0 s");
+  EXPECT_EQ(progress_line(0, 100, 0, 1.0, 60.0), "0/100 done, 0 failed, 1 s elapsed, ETA 59 s");
+}
+
 TEST(BenchReport, CountsTokensRatesAndTurns) {
   Report rep = make_report(sample(WorkloadKind::kMultiTurn));
   EXPECT_EQ(rep.num_sent, 5);
