@@ -10,8 +10,8 @@
 // `pending_bytes_` is also touched by exchanges, hence atomic):
 //
 //   wait_request ──readable──> read_header ──headers──> [100 Continue] read_body
-//        ^                                                     │ request
-//        │ keep-alive                                          v
+//        ^                          (framing checked: request_framing)  │ request
+//        │ keep-alive                                                  v
 //   after_exchange <──last byte written── exchange (handler called; a background read
 //        │ close                             stays posted to notice the client leaving)
 //        v
@@ -22,7 +22,8 @@
 // wait for a request (header_timeout for the first request of a connection,
 // idle_timeout between keep-alive requests), its headers (header_timeout) and its body
 // (header_timeout again, from the end of the headers) and the linger; `write_timer_`
-// bounds each batch of writes (write_timeout).
+// bounds each batch of writes (write_timeout). A Content-Length body is read by Beast, a
+// chunked one by ChunkedDecoder (http_wire.h); any other framing is refused.
 //
 // Ownership: asio handlers own the Connection (shared_ptr); the Connection owns its
 // current Exchange; the Exchange points back weakly, so a connection dies with its
@@ -80,6 +81,9 @@ constexpr uint32_t kHeaderLimitBytes = 64u << 10;
 // (that would corrupt a pipelined request) or dropping the client (pipelining is legal).
 constexpr size_t kMaxBufferedBytes = 64u << 10;
 constexpr size_t kBackgroundReadBytes = 4096;
+// A chunked body is read 16 KiB at a time: decoded as it comes, so the buffer never
+// holds more than one read of it.
+constexpr size_t kChunkedReadBytes = 16u << 10;
 // After the last response of a connection that will not be kept alive, we shut down
 // our send side and discard input for up to 1 s / 1 MiB before closing: closing with
 // unread input makes the kernel send RST, which can destroy the response (e.g. a 413
@@ -279,11 +283,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     fill_request_head();
-    if (parser_->is_done()) {
+    const auto& msg = parser_->get();
+    // The framing is decided here, not by Beast: Beast frames by Content-Length when the
+    // Transfer-Encoding does not end in chunked ("chunked, identity", "xchunked"), ignores
+    // codings before chunked ("gzip, chunked") and reads no body at all for such a
+    // request without a Content-Length, so that its body was parsed as the next request.
+    const auto te = request_.headers.find("transfer-encoding");
+    const RequestFraming framing = request_framing(
+        te == request_.headers.end() ? std::nullopt : std::optional<std::string_view>(te->second),
+        request_.headers.count("content-length") > 0, msg.version() >= 11);
+    if (framing.kind == RequestFraming::Kind::kRefused) {
+      reply_error(framing.status, framing.message);
+      return;
+    }
+    if (framing.kind == RequestFraming::Kind::kLength && parser_->is_done()) {
       dispatch();
       return;
     }
-    const auto& msg = parser_->get();
     if (msg.version() >= 11 && iequals(sv(msg[http::field::expect]), "100-continue")) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       pending_bytes_.fetch_add(kContinue.size());
@@ -291,8 +307,55 @@ class Connection : public std::enable_shared_from_this<Connection> {
       do_write();  // concurrently with the body read below: one read and one write
     }
     arm(read_timer_, shared_->options.header_timeout_s, false);
+    if (framing.kind == RequestFraming::Kind::kChunked) {
+      chunked_.emplace(shared_->options.max_body_bytes);
+      read_chunked_body();
+      return;
+    }
     http::async_read(socket_, buffer_, *parser_,
                      [self = shared_from_this()](ErrorCode ec, size_t) { self->on_body(ec); });
+  }
+
+  // A chunked body is decoded by ChunkedDecoder (strict; see http_wire.h), not by Beast,
+  // whose decoder takes a bare LF inside a chunk line for part of it (so such a body
+  // waited for the header timeout instead of being refused) and buffers a chunk line
+  // of any length. Decodes what is buffered, then reads more; the bytes after the body
+  // stay in `buffer_` for the next request.
+  void read_chunked_body() {
+    const auto data = buffer_.data();
+    const size_t used = chunked_->feed(std::string_view(static_cast<const char*>(data.data()), data.size()),
+                                       request_.body);
+    buffer_.consume(used);
+    switch (chunked_->status()) {
+      case ChunkedDecoder::Status::kNeedMore:
+        socket_.async_read_some(buffer_.prepare(kChunkedReadBytes), [self = shared_from_this()](ErrorCode ec, size_t n) {
+          self->on_chunked_read(ec, n);
+        });
+        return;
+      case ChunkedDecoder::Status::kDone:
+        disarm(read_timer_);
+        chunked_.reset();
+        dispatch();
+        return;
+      case ChunkedDecoder::Status::kMalformed:
+        disarm(read_timer_);
+        reply_error(400, chunked_->error());
+        return;
+      case ChunkedDecoder::Status::kTooLarge:
+        disarm(read_timer_);
+        reply_error(413, body_limit_message());
+        return;
+    }
+  }
+
+  void on_chunked_read(ErrorCode ec, size_t n) {
+    if (closed_) return;
+    buffer_.commit(n);
+    if (ec) {
+      close(false);  // the client left mid-body (EOF) or a socket error: nobody to answer
+      return;
+    }
+    read_chunked_body();
   }
 
   void on_body(ErrorCode ec) {
@@ -308,8 +371,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void on_read_error(ErrorCode ec) {
     if (ec == http::error::body_limit) {
-      reply_error(413, "request body exceeds the limit of " +
-                           std::to_string(shared_->options.max_body_bytes) + " bytes");
+      reply_error(413, body_limit_message());
     } else if (ec == http::error::header_limit) {
       reply_error(431, "request headers exceed the limit of " + std::to_string(kHeaderLimitBytes) +
                            " bytes");
@@ -319,6 +381,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     } else {
       close(false);  // the client left (EOF mid-request too), or a socket error
     }
+  }
+
+  std::string body_limit_message() const {
+    return "request body exceeds the limit of " + std::to_string(shared_->options.max_body_bytes) + " bytes";
   }
 
   void fill_request_head() {
@@ -586,6 +652,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Reading.
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<ChunkedDecoder> chunked_;  // while a chunked body is read
   bool first_request_ = true;
   bool background_read_pending_ = false;
   bool want_next_request_ = false;

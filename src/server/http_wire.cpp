@@ -2,7 +2,9 @@
 // compare and the OpenAI error body. See http_wire.h.
 #include "server/http_wire.h"
 
+#include <algorithm>
 #include <boost/beast/http/status.hpp>
+#include <cctype>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -97,6 +99,319 @@ std::string serialize_stream_head(int status, const std::string& content_type,
   for (const auto& [name, value] : headers) append_header(out, name, value);
   out.append("\r\n");
   return out;
+}
+
+namespace {
+
+bool is_ows(char c) { return c == ' ' || c == '\t'; }
+
+// tchar (RFC 9110 5.6.2): the bytes of a token.
+bool is_tchar(unsigned char c) {
+  if (std::isalnum(c)) return c < 0x80;
+  switch (c) {
+    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+': case '-':
+    case '.': case '^': case '_': case '`': case '|': case '~':
+      return true;
+    default:
+      return false;
+  }
+}
+
+int hex_digit(unsigned char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// qdtext (RFC 9110 5.6.4): what a quoted string holds unescaped; no CR, LF or other
+// control byte.
+bool is_qdtext(unsigned char c) {
+  return c == '\t' || c == ' ' || c == 0x21 || (c >= 0x23 && c <= 0x5B) || (c >= 0x5D && c <= 0x7E) || c >= 0x80;
+}
+
+// What may follow a backslash in a quoted string: HTAB, SP, VCHAR, obs-text.
+bool is_quoted_pair_char(unsigned char c) { return c == '\t' || c == ' ' || (c >= 0x21 && c <= 0x7E) || c >= 0x80; }
+
+// A field value's bytes (RFC 9110 5.5): the same set.
+bool is_field_value_char(unsigned char c) { return is_quoted_pair_char(c); }
+
+// Client bytes quoted in an error message: at most 64 of them.
+std::string quote_client(std::string_view s) {
+  constexpr size_t kMax = 64;
+  std::string out = "'";
+  out.append(s.substr(0, kMax));
+  out.append(s.size() > kMax ? "...'" : "'");
+  return out;
+}
+
+}  // namespace
+
+RequestFraming request_framing(std::optional<std::string_view> transfer_encoding, bool has_content_length,
+                               bool http11) {
+  RequestFraming f;
+  if (!transfer_encoding) return f;  // Content-Length, or no body
+  auto refuse = [&f](int status, std::string message) {
+    f.kind = RequestFraming::Kind::kRefused;
+    f.status = status;
+    f.message = std::move(message);
+    return f;
+  };
+  const std::string_view te = *transfer_encoding;
+  if (!http11) return refuse(400, "Transfer-Encoding in an HTTP/1.0 request (HTTP/1.0 has no transfer codings)");
+  if (has_content_length)
+    return refuse(400, "a request with both Transfer-Encoding and Content-Length: its length is ambiguous");
+  // The list rule (RFC 9110 5.6.1): elements separated by commas and optional spaces;
+  // empty elements are skipped.
+  std::vector<std::string_view> codings;
+  size_t start = 0;
+  while (start <= te.size()) {
+    size_t end = te.find(',', start);
+    if (end == std::string_view::npos) end = te.size();
+    std::string_view c = te.substr(start, end - start);
+    while (!c.empty() && is_ows(c.front())) c.remove_prefix(1);
+    while (!c.empty() && is_ows(c.back())) c.remove_suffix(1);
+    if (!c.empty()) codings.push_back(c);
+    start = end + 1;
+  }
+  if (codings.empty()) return refuse(400, "an empty Transfer-Encoding");
+  if (!iequals(codings.back(), "chunked"))
+    return refuse(400, "Transfer-Encoding " + quote_client(te) +
+                           " does not end in chunked, so the request's length is unknown");
+  const auto chunked = std::count_if(codings.begin(), codings.end(), [](std::string_view c) { return iequals(c, "chunked"); });
+  if (chunked > 1) return refuse(400, "Transfer-Encoding " + quote_client(te) + " applies chunked more than once");
+  if (codings.size() > 1)
+    return refuse(501, "transfer coding " + quote_client(codings.front()) + " is not supported (only chunked is)");
+  f.kind = RequestFraming::Kind::kChunked;
+  return f;
+}
+
+void ChunkedDecoder::fail(std::string what) {
+  status_ = Status::kMalformed;
+  error_ = "malformed chunked body: " + std::move(what);
+}
+
+size_t ChunkedDecoder::feed(std::string_view in, std::string& body) {
+  size_t i = 0;
+  while (i < in.size() && status_ == Status::kNeedMore) {
+    if (state_ == State::kData) {  // the bulk of the bytes: copied, not stepped through
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_size_, in.size() - i));
+      body.append(in.data() + i, n);
+      i += n;
+      chunk_size_ -= n;
+      if (chunk_size_ == 0) state_ = State::kDataCr;
+      continue;
+    }
+    const unsigned char c = static_cast<unsigned char>(in[i++]);
+    if (state_ <= State::kSizeLf && ++line_bytes_ > kMaxChunkLineBytes) {
+      fail("a chunk line over " + std::to_string(kMaxChunkLineBytes) + " bytes");
+      break;
+    }
+    if (state_ >= State::kTrailerStart && ++trailer_bytes_ > kMaxTrailerBytes) {
+      fail("trailer fields over " + std::to_string(kMaxTrailerBytes) + " bytes");
+      break;
+    }
+    // The one way to end a line is CRLF: a bare LF is an error wherever it comes (a
+    // proxy that took it for a line end would frame the body differently).
+    if (c == '\n' && state_ != State::kSizeLf && state_ != State::kDataLf && state_ != State::kTrailerLf &&
+        state_ != State::kEndLf) {
+      fail("a bare LF (lines end in CRLF)");
+      break;
+    }
+    switch (state_) {
+      case State::kSizeFirst: {
+        const int h = hex_digit(c);
+        if (h < 0) {
+          fail("a chunk size that is not hexadecimal");
+          break;
+        }
+        chunk_size_ = static_cast<uint64_t>(h);
+        size_digits_ = h ? 1 : 0;
+        state_ = State::kSize;
+        break;
+      }
+      case State::kSize: {
+        if (const int h = hex_digit(c); h >= 0) {
+          if ((size_digits_ > 0 || h > 0) && ++size_digits_ > 16) {
+            fail("a chunk size over 64 bits");
+            break;
+          }
+          chunk_size_ = chunk_size_ * 16 + static_cast<uint64_t>(h);
+          break;
+        }
+        // The size is complete: refuse it before any of its data when it cannot fit.
+        if (chunk_size_ > max_body_bytes_ - body_bytes_) {
+          status_ = Status::kTooLarge;
+          break;
+        }
+        body_bytes_ += chunk_size_;
+        if (c == '\r') {
+          state_ = State::kSizeLf;
+        } else if (c == ';') {
+          state_ = State::kExtNameStart;
+        } else if (is_ows(static_cast<char>(c))) {
+          state_ = State::kExtBeforeSemi;
+        } else {
+          fail("a chunk size that is not hexadecimal");
+        }
+        break;
+      }
+      // Extensions: *( BWS ";" BWS name [ BWS "=" BWS ( token / quoted-string ) ] ).
+      case State::kExtBeforeSemi:
+        if (c == ';') {
+          state_ = State::kExtNameStart;
+        } else if (!is_ows(static_cast<char>(c))) {
+          fail("a chunk line with spaces not followed by ';'");
+        }
+        break;
+      case State::kExtNameStart:
+        if (is_tchar(c)) {
+          state_ = State::kExtName;
+        } else if (!is_ows(static_cast<char>(c))) {
+          fail("a chunk extension without a name");
+        }
+        break;
+      case State::kExtName:
+        if (c == '\r') {
+          state_ = State::kSizeLf;
+        } else if (c == ';') {
+          state_ = State::kExtNameStart;
+        } else if (c == '=') {
+          state_ = State::kExtValueStart;
+        } else if (is_ows(static_cast<char>(c))) {
+          state_ = State::kExtAfterName;
+        } else if (!is_tchar(c)) {
+          fail("a byte a chunk extension's name cannot hold");
+        }
+        break;
+      case State::kExtAfterName:
+        if (c == ';') {
+          state_ = State::kExtNameStart;
+        } else if (c == '=') {
+          state_ = State::kExtValueStart;
+        } else if (!is_ows(static_cast<char>(c))) {
+          fail("a chunk extension's name followed by something other than '=' or ';'");
+        }
+        break;
+      case State::kExtValueStart:
+        if (c == '"') {
+          state_ = State::kExtQuoted;
+        } else if (is_tchar(c)) {
+          state_ = State::kExtToken;
+        } else if (!is_ows(static_cast<char>(c))) {
+          fail("a chunk extension without a value after '='");
+        }
+        break;
+      case State::kExtToken:
+        if (c == '\r') {
+          state_ = State::kSizeLf;
+        } else if (c == ';') {
+          state_ = State::kExtNameStart;
+        } else if (is_ows(static_cast<char>(c))) {
+          state_ = State::kExtAfterValue;
+        } else if (!is_tchar(c)) {
+          fail("a byte a chunk extension's value cannot hold");
+        }
+        break;
+      case State::kExtQuoted:
+        if (c == '"') {
+          state_ = State::kExtAfterQuote;
+        } else if (c == '\\') {
+          state_ = State::kExtQuotedEscape;
+        } else if (!is_qdtext(c)) {
+          fail("a control byte in a quoted chunk extension");
+        }
+        break;
+      case State::kExtQuotedEscape:
+        if (!is_quoted_pair_char(c)) {
+          fail("a control byte in a quoted chunk extension");
+          break;
+        }
+        state_ = State::kExtQuoted;
+        break;
+      case State::kExtAfterQuote:
+        if (c == '\r') {
+          state_ = State::kSizeLf;
+        } else if (c == ';') {
+          state_ = State::kExtNameStart;
+        } else if (is_ows(static_cast<char>(c))) {
+          state_ = State::kExtAfterValue;
+        } else {
+          fail("a byte after a quoted chunk extension");
+        }
+        break;
+      case State::kExtAfterValue:
+        if (c == ';') {
+          state_ = State::kExtNameStart;
+        } else if (!is_ows(static_cast<char>(c))) {
+          fail("a chunk line with spaces not followed by ';'");
+        }
+        break;
+      case State::kSizeLf:
+        if (c != '\n') {
+          fail("a chunk line's CR without LF");
+          break;
+        }
+        line_bytes_ = 0;
+        state_ = chunk_size_ == 0 ? State::kTrailerStart : State::kData;
+        break;
+      case State::kData:  // handled above
+        break;
+      case State::kDataCr:
+        if (c != '\r') {
+          fail("chunk data longer than its size (no CRLF after it)");
+          break;
+        }
+        state_ = State::kDataLf;
+        break;
+      case State::kDataLf:
+        if (c != '\n') {
+          fail("CR without LF after chunk data");
+          break;
+        }
+        state_ = State::kSizeFirst;
+        break;
+      // Trailers: *( name ":" value CRLF ) CRLF; checked, then dropped.
+      case State::kTrailerStart:
+        if (c == '\r') {
+          state_ = State::kEndLf;
+        } else if (is_tchar(c)) {
+          state_ = State::kTrailerName;
+        } else {
+          fail("a trailer line that does not start with a field name");
+        }
+        break;
+      case State::kTrailerName:
+        if (c == ':') {
+          state_ = State::kTrailerValue;
+        } else if (!is_tchar(c)) {
+          fail("a trailer field without a colon after its name");
+        }
+        break;
+      case State::kTrailerValue:
+        if (c == '\r') {
+          state_ = State::kTrailerLf;
+        } else if (!is_field_value_char(c)) {
+          fail("a control byte in a trailer field");
+        }
+        break;
+      case State::kTrailerLf:
+        if (c != '\n') {
+          fail("a trailer line's CR without LF");
+          break;
+        }
+        state_ = State::kTrailerStart;
+        break;
+      case State::kEndLf:
+        if (c != '\n') {
+          fail("CR without LF at the end of the body");
+          break;
+        }
+        status_ = Status::kDone;
+        break;
+    }
+  }
+  return i;
 }
 
 std::string frame_chunk(const std::string& data) {

@@ -1,9 +1,13 @@
-// Wire helpers of the HTTP transport (internal to src/server): response heads, chunk
-// framing, case-insensitive compares and the constant-time API key compare. Pure
-// functions over strings; thread-safe. error_json / error_response (declared in
-// http_server.h) live in http_wire.cpp too.
+// Wire helpers of the HTTP transport (internal to src/server): request body framing
+// (which framing a head asks for, the chunked decoder), response heads, chunk framing,
+// case-insensitive compares and the constant-time API key compare. Pure functions over
+// strings and one incremental decoder; thread-safe. error_json / error_response
+// (declared in http_server.h) live in http_wire.cpp too.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -36,5 +40,75 @@ std::string serialize_stream_head(int status, const std::string& content_type,
                                   bool chunked, bool keep_alive);
 // One chunk of chunked transfer coding: hex size, CRLF, data, CRLF.
 std::string frame_chunk(const std::string& data);
+
+// How a request's body is delimited (RFC 9112 6.3), from its head: the Transfer-Encoding
+// field lines' values joined by ", " (nullopt when there is none), whether a
+// Content-Length is present and the HTTP version. A Transfer-Encoding is accepted only as exactly
+// "chunked" (case-insensitive, spaces around it) in an HTTP/1.1 request without a
+// Content-Length. Everything else that names a Transfer-Encoding is refused, and the
+// connection must close after the answer, since where this request ends is unknown:
+// - 501 when chunked is final but other codings come before it ("gzip, chunked"): the
+//   framing is clear but pagoda decodes no other coding, and ignoring one would hand the
+//   handler a still-compressed body;
+// - 400 otherwise: chunked not final or missing ("chunked, identity", "xchunked"), chunked
+//   twice, a Content-Length beside it, or any Transfer-Encoding in HTTP/1.0 (which has
+//   none; RFC 9112 6.1 says to treat its framing as faulty).
+struct RequestFraming {
+  enum class Kind { kLength, kChunked, kRefused };  // kLength: Content-Length, or no body
+  Kind kind = Kind::kLength;
+  int status = 0;  // kRefused: 400 or 501
+  std::string message;
+};
+RequestFraming request_framing(std::optional<std::string_view> transfer_encoding, bool has_content_length,
+                               bool http11);
+
+// Decodes a chunked request body (RFC 9112 7.1) exactly, as it arrives: feed() takes
+// any split of the bytes (one at a time too) and stops at the end of the body, so the
+// bytes after it stay for the next request. Strict, because a lenient decoder is what
+// lets a request be framed one way here and another way by a proxy in front:
+// - every line ends in CRLF; a bare LF or CR anywhere is malformed (not a line end);
+// - chunk-size is 1*HEXDIG, at most 16 significant digits (leading zeros are fine);
+// - chunk extensions follow the grammar (";" name ["=" token / quoted-string], spaces
+//   around ";" and "=") and are ignored; a chunk line is at most kMaxChunkLineBytes;
+// - trailer fields are checked as field lines (name ":" value, no control bytes) and
+//   dropped: none reaches the handler, none can add or change a header; the trailer
+//   section is at most kMaxTrailerBytes.
+// Decoded bytes beyond max_body_bytes make it kTooLarge (a chunk size alone can).
+class ChunkedDecoder {
+ public:
+  enum class Status { kNeedMore, kDone, kMalformed, kTooLarge };
+  // 4 KiB: a size and extensions nobody sends longer (Beast buffered any length, so a
+  // client could grow one line without bound); the trailers get the head's 64 KiB.
+  static constexpr size_t kMaxChunkLineBytes = 4096;
+  static constexpr size_t kMaxTrailerBytes = 64u << 10;
+
+  explicit ChunkedDecoder(uint64_t max_body_bytes) : max_body_bytes_(max_body_bytes) {}
+
+  // Consumes a prefix of `in`, appending chunk data to `body`; returns the bytes used.
+  // Uses none once the status is not kNeedMore.
+  size_t feed(std::string_view in, std::string& body);
+  Status status() const { return status_; }
+  // What was malformed (kMalformed), for the 400's message.
+  const std::string& error() const { return error_; }
+
+ private:
+  enum class State {
+    kSizeFirst, kSize, kExtBeforeSemi, kExtNameStart, kExtName, kExtAfterName, kExtValueStart,
+    kExtToken, kExtQuoted, kExtQuotedEscape, kExtAfterQuote, kExtAfterValue, kSizeLf,  // a chunk line
+    kData, kDataCr, kDataLf,                                                           // its data
+    kTrailerStart, kTrailerName, kTrailerValue, kTrailerLf, kEndLf,                    // the trailers
+  };
+  void fail(std::string what);  // kMalformed, with the 400's message
+
+  const uint64_t max_body_bytes_;
+  Status status_ = Status::kNeedMore;
+  State state_ = State::kSizeFirst;
+  std::string error_;
+  uint64_t chunk_size_ = 0;    // the chunk being read: its size, then what is left of it
+  int size_digits_ = 0;        // significant hex digits of chunk_size_
+  uint64_t body_bytes_ = 0;    // decoded so far
+  size_t line_bytes_ = 0;      // of the current chunk line
+  size_t trailer_bytes_ = 0;
+};
 
 }  // namespace pagoda::server::http_wire
