@@ -251,6 +251,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
       read_header();
       return;
     }
+    if (peer_eof_) {  // everything the client sent is answered, and it sends no more
+      close(false);
+      return;
+    }
     const auto& o = shared_->options;
     arm(read_timer_, first_request_ ? o.header_timeout_s : o.idle_timeout_s, false);
     socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](ErrorCode ec) {
@@ -533,7 +537,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // A read posted while an exchange is pending (to notice a client that leaves) and
   // while lingering (discarding). Appends to `buffer_`, so pipelined bytes are kept.
   void background_read() {
-    if (background_read_pending_ || closed_) return;
+    if (background_read_pending_ || closed_ || peer_eof_) return;
     if (!lingering_ && buffer_.size() >= kMaxBufferedBytes) return;
     background_read_pending_ = true;
     socket_.async_read_some(buffer_.prepare(kBackgroundReadBytes),
@@ -556,23 +560,58 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       return;
     }
+    // EOF is a half-close, not a hang-up: a client that shut down its send side
+    // (shutdown(SHUT_WR)) after its requests waits for their answers, and one that
+    // closed its socket reads the same. So the requests already here are answered, and
+    // no more is read (nothing more comes). A client that is gone for good is noticed
+    // when bytes reach it: its kernel answers them with a reset, which watch_for_reset()
+    // sees (a stream: at its next chunk; a non-streaming request: only once its answer
+    // is written). Rejected: cancelling at EOF (what this did before), which dropped
+    // every half-closed client's answers, 4 requests in 5 and 19 of 20 pipelined ones.
+    if (ec == net::error::eof) {
+      peer_eof_ = true;
+      watch_for_reset();
+    }
     if (want_next_request_) {
       want_next_request_ = false;
-      if (ec && ec != net::error::operation_aborted) {
+      if (ec && ec != net::error::operation_aborted && ec != net::error::eof) {
         close(false);
       } else {
         wait_request();
       }
       return;
     }
+    if (ec == net::error::eof) return;
     if (ec) {
-      close(false);  // EOF or reset: the client is gone (fires on_close if pending)
+      close(false);  // a reset or a socket error: the client is gone (fires on_close if pending)
       return;
     }
     if (exchange_) background_read();
   }
 
+  // After EOF no read is posted, so this wait holds the connection (asio handlers own
+  // it) while its requests are answered, and ends it when the client resets it: a
+  // reset raises EPOLLERR / EPOLLHUP, which completes a wait_error at once, before any
+  // later write would fail. It is cancelled by close().
+  void watch_for_reset() {
+    if (reset_watch_pending_ || closed_) return;
+    reset_watch_pending_ = true;
+    socket_.async_wait(tcp::socket::wait_error, [self = shared_from_this()](ErrorCode ec) {
+      self->reset_watch_pending_ = false;
+      if (self->closed_) return;
+      if (ec == net::error::operation_aborted) {  // a socket_.cancel(), not a close: keep watching
+        self->watch_for_reset();
+        return;
+      }
+      self->close(false);  // the client reset the connection: it is gone (fires on_close if pending)
+    });
+  }
+
   void linger() {
+    if (peer_eof_) {  // all input is read, so a plain close sends no reset: nothing to discard
+      close(false);
+      return;
+    }
     lingering_ = true;
     ErrorCode ec;
     socket_.shutdown(tcp::socket::shutdown_send, ec);
@@ -656,6 +695,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool first_request_ = true;
   bool background_read_pending_ = false;
   bool want_next_request_ = false;
+  bool peer_eof_ = false;  // the client half-closed (EOF read): it sends nothing more
+  bool reset_watch_pending_ = false;
   bool lingering_ = false;
   size_t linger_bytes_ = 0;
 

@@ -30,8 +30,13 @@
 //   complete within write_timeout (the client stopped reading), drops the connection.
 //   A dropped or disconnected client fires the exchange's on_close callback exactly
 //   once (on an I/O thread): the server cancels the request behind it. While a
-//   response is pending, the connection keeps a read posted, so a client that closes
-//   its socket is noticed within one I/O round trip even when nothing is being sent.
+//   response is pending, the connection keeps a read posted, so a client that resets
+//   the connection is noticed within one I/O round trip even when nothing is being sent.
+// - Half-close: EOF on read is not a hang-up. A client that shuts down its send side
+//   after its requests (shutdown(SHUT_WR)) gets every answer to what it sent before, in
+//   order, and then the connection closes. A client's plain close() reads the same as a
+//   half-close, so it is noticed when bytes next reach it (its kernel answers them with
+//   a reset): a stream at its next chunk, a non-streaming request only once answered.
 // - Shutdown: stop_accepting() closes the listener (new connections are refused);
 //   in_flight() counts exchanges not yet answered/finished; stop() closes every
 //   connection (firing on_close for unanswered exchanges) and joins the I/O threads.
@@ -89,8 +94,8 @@ class HttpExchange {
   virtual bool send(std::string chunk) = 0;
   // Ends the stream (terminating chunk); the connection may be kept alive.
   virtual void finish() = 0;
-  // Called once if the client disconnects or is dropped before the exchange was
-  // answered or finished. Set it in the handler; if the client is already gone
+  // Called once if the client disconnects (a reset, a failed write; not a half-close)
+  // or is dropped before the exchange was answered or finished. Set it in the handler; if the client is already gone
   // when it is set, it is called at once (on the calling thread).
   virtual void on_close(std::function<void()> callback) = 0;
   // True once the client is gone.

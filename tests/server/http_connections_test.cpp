@@ -1,6 +1,6 @@
 // HttpServer connections over real sockets (harness: http_test_harness.h): streaming from
 // another thread with chunked decoding, on_close on client disconnects (mid-stream and
-// unanswered), slow-client drops (pending bytes and write timeout), header / idle
+// unanswered), half-closed clients (answered, not cancelled), slow-client drops (pending bytes and write timeout), header / idle
 // timeouts, 200 idle connections on two I/O threads, garbage input, handler exceptions,
 // stop() and stop_accepting() with open connections.
 #include "server/http_test_harness.h"
@@ -72,7 +72,9 @@ TEST_F(HttpServerTest, ClientCloseMidStreamFiresOnCloseWithinASecond) {
   EXPECT_TRUE(eventually([&] { return server->in_flight() == 0 && server->connections() == 0; }));
 }
 
-TEST_F(HttpServerTest, ClientCloseWhileUnansweredFiresOnCloseOnce) {
+// A reset is a client gone. (A plain close() reads as EOF, the same as a half-close,
+// which keeps the request: see HalfCloseWhileUnansweredKeepsTheRequest.)
+TEST_F(HttpServerTest, ClientResetWhileUnansweredFiresOnCloseOnce) {
   start();
   Client c(port);
   c.send(get("/hold"));
@@ -80,7 +82,7 @@ TEST_F(HttpServerTest, ClientCloseWhileUnansweredFiresOnCloseOnce) {
   ASSERT_TRUE(ex);
   EXPECT_EQ(server->in_flight(), 1);
   EXPECT_FALSE(ex->closed());
-  c.close();
+  c.abort();
   EXPECT_TRUE(probe.wait(1000ms));
   EXPECT_TRUE(ex->closed());
   EXPECT_FALSE(ex->respond({200, "text/plain", "late", {}}));
@@ -91,6 +93,108 @@ TEST_F(HttpServerTest, ClientCloseWhileUnansweredFiresOnCloseOnce) {
   EXPECT_TRUE(called);
   EXPECT_EQ(probe.count.load(), 1);
   EXPECT_TRUE(eventually([&] { return server->connections() == 0; }));
+}
+
+// A client that sends a request and shuts down its send side (shutdown(SHUT_WR), as
+// `nc -N`, or a client that half-closes after its last request) still gets the answer;
+// before, the EOF was taken for a hang-up and the request cancelled (4 tries in 5 got
+// no answer).
+TEST_F(HttpServerTest, CompleteRequestThenHalfCloseIsAnswered) {
+  start();
+  for (int i = 0; i < 5; ++i) {
+    Client c(port);
+    c.send(get("/hold"));
+    c.shutdown_write();
+    // Answered from another thread a little later, as the engine answers a completion.
+    auto ex = box.take();
+    ASSERT_TRUE(ex);
+    std::this_thread::sleep_for(20ms);
+    EXPECT_TRUE(ex->respond({200, "text/plain", "try " + std::to_string(i), {}}));
+    auto r = c.read_response(5.0);
+    ASSERT_TRUE(r) << "try " << i;
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body, "try " + std::to_string(i));
+    EXPECT_TRUE(c.wait_closed(5.0)) << "nothing more to read: the server closes";
+  }
+  EXPECT_TRUE(eventually([&] { return server->connections() == 0; }, 5000ms));
+}
+
+// 20 pipelined requests, then the half-close: all 20 answered, in order (before: one).
+TEST_F(HttpServerTest, PipelinedRequestsThenHalfCloseAreAllAnswered) {
+  start();
+  Client c(port);
+  std::string requests;
+  for (int i = 0; i < 20; ++i) requests += post("/echo", "n" + std::to_string(i));
+  c.send(requests);
+  c.shutdown_write();
+  for (int i = 0; i < 20; ++i) {
+    auto r = c.read_response(5.0);
+    ASSERT_TRUE(r) << "answer " << i;
+    EXPECT_EQ(r->body, "n" + std::to_string(i));
+  }
+  EXPECT_TRUE(c.wait_closed(5.0));
+  std::lock_guard lock(mu);
+  EXPECT_EQ(completed.size(), 20u);
+}
+
+// The half-close is not a hang-up: on_close does not fire, the answer comes later.
+TEST_F(HttpServerTest, HalfCloseWhileUnansweredKeepsTheRequest) {
+  start();
+  Client c(port);
+  c.send(get("/hold"));
+  auto ex = box.take();
+  ASSERT_TRUE(ex);
+  c.shutdown_write();
+  std::this_thread::sleep_for(300ms);  // the server has read the EOF by now
+  EXPECT_EQ(probe.count.load(), 0);
+  EXPECT_FALSE(ex->closed());
+  EXPECT_EQ(server->in_flight(), 1);
+  EXPECT_TRUE(ex->respond({200, "text/plain", "late answer", {}}));
+  auto r = c.read_response(5.0);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "late answer");
+  EXPECT_TRUE(c.wait_closed(5.0));
+  EXPECT_EQ(probe.count.load(), 0);
+}
+
+TEST_F(HttpServerTest, HalfCloseMidStreamStillGetsTheWholeStream) {
+  start();
+  Client c(port);
+  c.send(post("/stream", "{}"));
+  auto ex = box.take();
+  ASSERT_TRUE(ex);
+  c.shutdown_write();
+  std::this_thread::sleep_for(200ms);
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(ex->send("data: " + std::to_string(i) + "\n\n"));
+  ex->finish();
+  auto r = c.read_response(5.0);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->chunks.size(), 10u);
+  EXPECT_EQ(r->chunks[9], "data: 9\n\n");
+  EXPECT_TRUE(c.wait_closed(5.0));
+  EXPECT_EQ(probe.count.load(), 0);
+}
+
+// After a half-close the read side says nothing more, so a client that then closes for
+// good is noticed by the writes: the first one draws a reset, a later one fails.
+TEST_F(HttpServerTest, ClientGoneAfterHalfCloseIsNoticedByTheNextWrites) {
+  start();
+  Client c(port);
+  c.send(post("/stream", "{}"));
+  auto ex = box.take();
+  ASSERT_TRUE(ex);
+  c.shutdown_write();
+  std::this_thread::sleep_for(200ms);
+  c.close();
+  std::atomic<bool> stop{false};
+  std::thread engine([&] {
+    while (!stop.load() && ex->send("data: tick\n\n")) std::this_thread::sleep_for(5ms);
+  });
+  EXPECT_TRUE(probe.wait(5000ms));
+  stop.store(true);
+  engine.join();
+  EXPECT_EQ(probe.count.load(), 1);
+  EXPECT_TRUE(eventually([&] { return server->in_flight() == 0 && server->connections() == 0; }, 5000ms));
 }
 
 TEST_F(HttpServerTest, AnsweredExchangeNeverFiresOnClose) {
