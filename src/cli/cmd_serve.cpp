@@ -202,6 +202,25 @@ std::string resolve_api_key(const std::string& key, const CLI::Option& key_opt, 
   return trimmed;
 }
 
+// --cors-origin: "*", or an origin as a browser writes it in Origin: scheme "://" host
+// [":" port], nothing after it. A trailing slash or a path would never equal any Origin,
+// so the flag would silently allow nothing: refused at start-up instead.
+std::string check_cors_origin(const std::string& origin) {
+  if (origin == "*") return "";
+  const std::string form = "must be * or scheme://host[:port] as a browser sends it in Origin (no path, no trailing /)";
+  const size_t sep = origin.find("://");
+  if (sep == std::string::npos || sep == 0 || !std::isalpha(static_cast<unsigned char>(origin[0]))) return form;
+  for (size_t i = 0; i < sep; ++i) {
+    const unsigned char c = static_cast<unsigned char>(origin[i]);
+    if (!std::isalnum(c) && c != '+' && c != '-' && c != '.') return form;
+  }
+  const std::string authority = origin.substr(sep + 3);
+  if (authority.empty()) return form;
+  for (unsigned char c : authority)
+    if (c <= ' ' || c >= 0x7f || c == '/' || c == '?' || c == '#' || c == ',' || c == '@') return form;
+  return "";
+}
+
 // Every long option of `app` is also read from PAGODA_<NAME> (dashes as underscores).
 void add_env_names(CLI::App& app) {
   for (CLI::Option* opt : app.get_options([](CLI::Option* o) {
@@ -236,6 +255,7 @@ Runner add_serve(CLI::App& app) {
     std::string replica_id;
     double drain_seconds = 0;
     int busy_status = 429;
+    std::vector<std::string> cors_origins;
     KvOptions kv;
     PromptCacheOptions cache;
   };
@@ -247,7 +267,8 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--host", o->host, "Address to bind (loopback unless told otherwise)")->capture_default_str();
   app.add_option("--port", o->port, "TCP port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   auto* key = app.add_option("--api-key", o->api_key,
-                             "Require 'Authorization: Bearer KEY' (not on /health); an empty key is refused");
+                             "Require 'Authorization: Bearer KEY' (not on /health); an empty key is refused. Without a "
+                             "key, only Host headers naming this server (localhost, 127.0.0.0/8, [::1], --host) are served");
   auto* key_file =
       app.add_option("--api-key-file", o->api_key_file, "Read the API key from a file (first line)")->excludes(key);
   app.add_option("-a,--alias", o->alias, "Model name in the API (default: the file name)");
@@ -274,6 +295,10 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--request-timeout", o->request_timeout, "Cancel a request after this many seconds (0: never)")
       ->capture_default_str()->check(CLI::Range(0.0, 1e6));
   app.add_option("--io-threads", o->io_threads, "HTTP I/O threads")->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--cors-origin", o->cors_origins,
+                 "Let web pages of this origin (scheme://host[:port], or * for any) read the answers (CORS); "
+                 "repeatable. Default: none (the built-in web UI is same-origin and needs none)")
+      ->check(check_cors_origin);
   app.add_flag("--no-log-requests", o->no_log, "Do not log one line per request");
   app.add_flag("--no-webui", o->no_webui, "Do not serve the built-in web UI at / (it is then a 404)");
   app.add_option("--reasoning-format", o->reasoning_format,
@@ -390,6 +415,7 @@ Runner add_serve(CLI::App& app) {
     ho.port = static_cast<uint16_t>(o->port);
     ho.io_threads = o->io_threads;
     ho.api_key = api_key;
+    ho.cors_origins = o->cors_origins;
     ho.max_body_bytes = max_body;
     ho.on_complete = [&api](const server::HttpRequest& r, int status, double s) { api.on_http_complete(r, status, s); };
     std::vector<server::Route> routes = api.routes();

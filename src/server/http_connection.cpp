@@ -116,9 +116,15 @@ enum class Output { kResponse, kStreamHead, kChunk, kStreamEnd };
 // streaming -> (finish) done. `closed_` = no call reaches the connection any more.
 class Exchange final : public HttpExchange {
  public:
+  using Headers = std::vector<std::pair<std::string, std::string>>;
+  // `cors`: the CORS headers every answer to this request carries (http_wire::cors_headers).
   Exchange(std::shared_ptr<ServerShared> shared, std::weak_ptr<Connection> conn, bool http11,
-           bool keep_alive)
-      : shared_(std::move(shared)), conn_(std::move(conn)), http11_(http11), keep_alive_(keep_alive) {
+           bool keep_alive, Headers cors)
+      : shared_(std::move(shared)),
+        conn_(std::move(conn)),
+        http11_(http11),
+        keep_alive_(keep_alive),
+        cors_(std::move(cors)) {
     shared_->in_flight.fetch_add(1);
   }
   ~Exchange() override {
@@ -156,6 +162,7 @@ class Exchange final : public HttpExchange {
   const std::weak_ptr<Connection> conn_;
   const bool http11_;
   const bool keep_alive_;  // what the request asked for
+  const Headers cors_;
 
   mutable std::mutex mu_;
   Phase phase_ = Phase::kUnanswered;
@@ -411,8 +418,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // ---- one exchange --------------------------------------------------------------
-  std::shared_ptr<Exchange> begin_exchange(bool http11, bool keep_alive) {
-    exchange_ = std::make_shared<Exchange>(shared_, weak_from_this(), http11, keep_alive);
+  std::shared_ptr<Exchange> begin_exchange(bool http11, bool keep_alive, Exchange::Headers cors = {}) {
+    exchange_ = std::make_shared<Exchange>(shared_, weak_from_this(), http11, keep_alive, std::move(cors));
     exchange_done_ = false;
     background_read();
     return exchange_;
@@ -426,9 +433,33 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void dispatch() {
-    const bool http11 = parser_->get().version() >= 11;
+    const auto& msg = parser_->get();
+    const bool http11 = msg.version() >= 11;
     const bool keep_alive = parser_->keep_alive();
-    auto exchange = begin_exchange(http11, keep_alive);
+    const auto origin = request_.headers.find("origin");
+    Exchange::Headers cors =
+        cors_headers(shared_->options.cors_origins, origin == request_.headers.end() ? "" : origin->second);
+    const bool cors_allowed = std::any_of(cors.begin(), cors.end(), [](const auto& h) {
+      return h.first == "Access-Control-Allow-Origin";
+    });
+    auto exchange = begin_exchange(http11, keep_alive, std::move(cors));
+    // Host, before routing: a request whose Host names another server gets nothing of
+    // this one, not even a 404 that tells which paths exist.
+    const size_t hosts = msg.count(http::field::host);
+    if (hosts > 1 || (hosts == 0 && http11)) {
+      exchange->respond(error_response(400, hosts > 1 ? "more than one Host header"
+                                                      : "an HTTP/1.1 request without a Host header"));
+      return;
+    }
+    if (hosts == 1 && shared_->options.api_key.empty() &&
+        !host_header_allowed(sv(msg[http::field::host]), shared_->options.host)) {
+      exchange->respond(error_response(
+          403, "Host " + std::string(sv(msg[http::field::host])).substr(0, 256) +
+                   " does not name this server: without an API key, only localhost, 127.0.0.0/8, [::1] and the "
+                   "address it listens on are accepted (this stops web pages that rebind their own DNS name to it); "
+                   "set an API key to serve other names"));
+      return;
+    }
     auto it = shared_->routes.find(request_.path);
     // "/v1/responses/*" matches "/v1/responses/<one non-empty segment>".
     if (const size_t slash = request_.path.rfind('/');
@@ -445,10 +476,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (request_.method == "OPTIONS") {
       HttpResponse r;
       r.status = 204;
-      r.headers = {{"Allow", allow},
-                   {"Access-Control-Allow-Methods", allow},
-                   {"Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version"},
-                   {"Access-Control-Max-Age", "86400"}};
+      r.headers = {{"Allow", allow}};
+      if (cors_allowed) {  // a preflight from an allowed origin
+        r.headers.insert(r.headers.end(),
+                         {{"Access-Control-Allow-Methods", allow},
+                          {"Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version"},
+                          {"Access-Control-Max-Age", "86400"}});
+      }
       exchange->respond(std::move(r));
       return;
     }
@@ -737,6 +771,7 @@ bool Exchange::respond(HttpResponse response) {
   release_in_flight_locked();
   dropped = std::move(on_close_);
   const bool keep_alive = keep_alive_ && !shared_->stopping.load();
+  response.headers.insert(response.headers.end(), cors_.begin(), cors_.end());
   return post_locked(serialize_response(response, http11_, keep_alive), Output::kResponse,
                      response.status, keep_alive);
 }
@@ -749,6 +784,7 @@ bool Exchange::start_stream(int status, std::string content_type,
   chunked_ = http11_;
   stream_keep_alive_ = keep_alive_ && chunked_ && !shared_->stopping.load();
   stream_status_ = status;
+  headers.insert(headers.end(), cors_.begin(), cors_.end());
   return post_locked(serialize_stream_head(status, content_type, headers, chunked_, stream_keep_alive_),
                      Output::kStreamHead, status, stream_keep_alive_);
 }

@@ -13,7 +13,16 @@
 //   known path, other method: 405 (with an Allow header). Both as OpenAI-style
 //   error objects (error_json), except that a 405 or 401 on a path whose route has an
 //   error_body is answered with that (Anthropic's shape on /v1/messages). `OPTIONS` on
-//   any route answers 204 with CORS headers.
+//   any route answers 204 with Allow (and the CORS preflight headers for an allowed
+//   origin).
+// - Host: an HTTP/1.1 request without a Host header, or any with two, is 400 (RFC 9112
+//   3.2). Without an api_key, a Host that does not name this server (localhost,
+//   127.0.0.0/8, [::1], `host`; any IP literal when `host` is a wildcard; see
+//   http_wire::host_header_allowed) is 403 on every route: a web page that rebinds its
+//   own DNS name to this address cannot use it. With a key, the key protects it.
+// - CORS: only for the origins in cors_origins ("*": any); none by default, so a page of
+//   another origin can send a simple request but never read the answer. A same-origin
+//   page (the built-in web UI) needs none.
 // - Auth: when api_key is set, a route with `auth` needs `Authorization: Bearer KEY` or
 //   `x-api-key: KEY` (Anthropic's header) (compared in constant time over the whole
 //   key); otherwise 401. Routes without
@@ -121,6 +130,9 @@ struct HttpServerOptions {
   uint16_t port = 8080;  // 0: pick a free port (see HttpServer::port())
   int io_threads = 2;
   std::string api_key;   // "" = no auth
+  // Origins whose web pages may read the answers: "scheme://host[:port]" exactly as a
+  // browser sends it in Origin, or "*" for any. Empty: no CORS headers at all.
+  std::vector<std::string> cors_origins;
   size_t max_body_bytes = 8u << 20;
   size_t max_pending_bytes = 1u << 20;
   double write_timeout_s = 30;

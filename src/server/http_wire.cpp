@@ -2,6 +2,9 @@
 // compare and the OpenAI error body. See http_wire.h.
 #include "server/http_wire.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <boost/beast/http/status.hpp>
 #include <cctype>
@@ -61,7 +64,92 @@ void append_connection_headers(std::string& out, bool http11, bool keep_alive) {
   } else if (!http11) {
     out.append("Connection: keep-alive\r\n");
   }
-  out.append("Access-Control-Allow-Origin: *\r\n");
+}
+
+namespace {
+
+bool is_wildcard_bind(std::string_view bind_host) {
+  return bind_host.empty() || bind_host == "0.0.0.0" || bind_host == "::" || bind_host == "[::]";
+}
+
+// `name` without brackets: an IPv4 literal (dotted quad, as a browser writes one) or an
+// IPv6 one; sets *loopback.
+bool ip_literal(const std::string& name, bool* loopback) {
+  in_addr v4{};
+  if (inet_pton(AF_INET, name.c_str(), &v4) == 1) {
+    *loopback = (ntohl(v4.s_addr) >> 24) == 127;
+    return true;
+  }
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, name.c_str(), &v6) == 1) {
+    *loopback = IN6_IS_ADDR_LOOPBACK(&v6) ||
+                (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);  // ::ffff:127.x.y.z
+    return true;
+  }
+  return false;
+}
+
+// "Host" or "[v6]" with an optional ":port" -> the name (lower case, brackets and one
+// trailing dot removed); nullopt when malformed (a bad port, an unclosed bracket).
+std::optional<std::string> host_name(std::string_view value) {
+  std::string_view name;
+  std::string_view rest;
+  if (value.starts_with('[')) {
+    const size_t close = value.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    name = value.substr(1, close - 1);
+    rest = value.substr(close + 1);
+    if (name.find(':') == std::string_view::npos) return std::nullopt;  // brackets hold IPv6 only
+  } else {
+    const size_t colon = value.find(':');
+    name = value.substr(0, colon);
+    rest = colon == std::string_view::npos ? std::string_view() : value.substr(colon);
+  }
+  if (!rest.empty()) {
+    if (rest.front() != ':' || rest.size() < 2 || rest.size() > 6) return std::nullopt;
+    for (char c : rest.substr(1))
+      if (c < '0' || c > '9') return std::nullopt;
+  }
+  if (name.ends_with('.')) name.remove_suffix(1);
+  if (name.empty()) return std::nullopt;
+  return ascii_lower(name);
+}
+
+}  // namespace
+
+bool host_header_allowed(std::string_view host_header, std::string_view bind_host) {
+  const std::optional<std::string> name = host_name(host_header);
+  if (!name) return false;
+  if (*name == "localhost") return true;
+  bool loopback = false;
+  const bool literal = ip_literal(*name, &loopback);
+  if (literal && loopback) return true;
+  if (literal && is_wildcard_bind(bind_host)) return true;
+  std::string_view bind = bind_host;
+  if (bind.starts_with('[') && bind.ends_with(']')) bind = bind.substr(1, bind.size() - 2);
+  if (bind.ends_with('.')) bind.remove_suffix(1);
+  return !bind.empty() && !is_wildcard_bind(bind) && *name == ascii_lower(bind);
+}
+
+std::vector<std::pair<std::string, std::string>> cors_headers(const std::vector<std::string>& allowed_origins,
+                                                              std::string_view origin) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (allowed_origins.empty()) return out;
+  const bool any = std::find(allowed_origins.begin(), allowed_origins.end(), "*") != allowed_origins.end();
+  if (any) {
+    out.emplace_back("Access-Control-Allow-Origin", "*");
+    return out;
+  }
+  // The answer depends on the Origin: a cache must not give one origin's answer to another.
+  out.emplace_back("Vary", "Origin");
+  if (origin.empty()) return out;
+  for (const std::string& allowed : allowed_origins) {
+    if (iequals(allowed, origin)) {
+      out.emplace_back("Access-Control-Allow-Origin", std::string(origin));
+      break;
+    }
+  }
+  return out;
 }
 
 std::string serialize_response(const HttpResponse& r, bool http11, bool keep_alive) {

@@ -28,8 +28,28 @@ bool status_has_body(int status);  // not 1xx, 204 or 304
 // Appends "Name: value\r\n"; CR / LF in the value become spaces (no header splitting).
 void append_header(std::string& out, std::string_view name, std::string_view value);
 void append_status_line(std::string& out, int status);
-// Connection (close / keep-alive for HTTP/1.0) and the CORS header every response has.
+// Connection: close / keep-alive (for HTTP/1.0).
 void append_connection_headers(std::string& out, bool http11, bool keep_alive);
+
+// Whether a Host header value (host[:port]) names this server, for a server without an
+// API key (DNS rebinding: a page of evil.example whose name is made to resolve to
+// 127.0.0.1 reaches a loopback server with the page's own origin, so CORS does not stop
+// it; its requests still say Host: evil.example). Allowed: localhost, any 127.0.0.0/8
+// address, [::1], the address the server was told to bind (`bind_host`, compared as
+// written), each with or without a port, case-insensitive, one trailing dot ignored; and
+// when bind_host is a wildcard (0.0.0.0, ::, ""), any IP address literal too: the names
+// clients use for such a server are not known, but an IP literal cannot be rebound
+// (rebinding needs a name the attacker's DNS answers for).
+bool host_header_allowed(std::string_view host_header, std::string_view bind_host);
+
+// The CORS headers for a request with this Origin ("" when it has none), given the
+// allowed origins (HttpServerOptions::cors_origins): Access-Control-Allow-Origin: * when
+// "*" is listed; else Vary: Origin (the answer depends on the Origin, so a cache must
+// not hand one origin's answer to another) and, when the origin is listed (compared
+// case-insensitively), Access-Control-Allow-Origin with the origin itself. Empty when
+// no origin is allowed.
+std::vector<std::pair<std::string, std::string>> cors_headers(const std::vector<std::string>& allowed_origins,
+                                                              std::string_view origin);
 
 // A complete response: status line, headers, Content-Length, body.
 std::string serialize_response(const HttpResponse& r, bool http11, bool keep_alive);

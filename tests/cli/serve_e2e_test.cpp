@@ -421,6 +421,58 @@ TEST(ServeOptions, AnEmptyOrBlankApiKeyStopsStartUpInOneLine) {
   EXPECT_EQ(http(port, "GET", "/v1/models", {}, {"Authorization: Bearer sekrit"}).status, 200);
 }
 
+// A raw request to `port` with its own Host line (http() always says 127.0.0.1).
+HttpResult http_with_host(uint16_t port, const std::string& host, const std::string& head_and_body) {
+  const int fd = pagoda::testing::connect_to(port);
+  if (fd < 0) return {};
+  pagoda::testing::send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n" +
+                                    head_and_body);
+  const std::string raw = pagoda::testing::read_all(fd, 60);
+  ::close(fd);
+  return pagoda::testing::parse_response(raw);
+}
+
+// A keyless server on loopback: a web page that rebinds its own DNS name to 127.0.0.1
+// gets 403, and no page of another origin can read an answer (no CORS headers) unless
+// --cors-origin names its origin. With a key, the key guards it and any Host is served.
+TEST(ServeOptions, KeylessServerServesOnlyItsOwnHostNamesAndCorsOnlyForGivenOrigins) {
+  ServerProcess s({"-m", kStories, "-t", "1", "--kv-cache-bytes", "8MiB", "--cors-origin", "http://app.example:3000"});
+  const uint16_t port = s.start();
+  ASSERT_NE(port, 0) << s.log();
+  const std::string body = json{{"prompt", "Once"}, {"max_tokens", 2}}.dump();
+  // What a page of evil.example sends after its name resolves to 127.0.0.1: a "simple"
+  // cross-origin POST (text/plain, so no preflight).
+  const std::string simple_post = "Origin: http://evil.example:" + std::to_string(port) +
+                                  "\r\nContent-Type: text/plain\r\nContent-Length: " + std::to_string(body.size()) +
+                                  "\r\n\r\n" + body;
+  HttpResult r = http_with_host(port, "evil.example:" + std::to_string(port), simple_post);
+  expect_error(r, 403, "Host");
+  EXPECT_EQ(r.headers.count("access-control-allow-origin"), 0u);
+  r = http_with_host(port, "localhost:" + std::to_string(port), simple_post);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers.count("access-control-allow-origin"), 0u) << "evil.example may not read it";
+  r = http(port, "GET", "/v1/models", {}, {"Origin: http://app.example:3000"});
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.headers["access-control-allow-origin"], "http://app.example:3000");
+
+  ServerProcess keyed({"-m", kStories, "-t", "1", "--kv-cache-bytes", "8MiB", "--api-key", "k"});
+  const uint16_t keyed_port = keyed.start();
+  ASSERT_NE(keyed_port, 0) << keyed.log();
+  r = http_with_host(keyed_port, "pagoda.example.com",
+                     "Authorization: Bearer k\r\nContent-Type: application/json\r\nContent-Length: " +
+                         std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers.count("access-control-allow-origin"), 0u);
+}
+
+TEST(ServeOptions, CorsOriginThatNoBrowserSendsFailsAtStartUp) {
+  for (const char* bad : {"http://app.example/", "app.example", "http://app.example/path", "http://"}) {
+    ServerProcess s({"-m", kStories, "--cors-origin", bad});
+    EXPECT_NE(s.wait_exit(20), 0) << bad;
+    EXPECT_NE(s.log().find("--cors-origin"), std::string::npos) << s.log();
+  }
+}
+
 TEST(ServeOptions, FullQueueAnswers429) {
   ServerProcess s({"-m", kStories, "-t", "1", "--parallel", "1", "--max-queue", "0", "--kv-cache-bytes", "8MiB"});
   const uint16_t port = s.start();

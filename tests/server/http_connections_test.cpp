@@ -124,13 +124,13 @@ TEST_F(HttpServerTest, PipelinedRequestsThenHalfCloseAreAllAnswered) {
   start();
   Client c(port);
   std::string requests;
-  for (int i = 0; i < 20; ++i) requests += post("/echo", "n" + std::to_string(i));
+  for (int i = 0; i < 20; ++i) requests += post("/echo", std::to_string(i) + "-th");
   c.send(requests);
   c.shutdown_write();
   for (int i = 0; i < 20; ++i) {
     auto r = c.read_response(5.0);
     ASSERT_TRUE(r) << "answer " << i;
-    EXPECT_EQ(r->body, "n" + std::to_string(i));
+    EXPECT_EQ(r->body, std::to_string(i) + "-th");
   }
   EXPECT_TRUE(c.wait_closed(5.0));
   std::lock_guard lock(mu);

@@ -1,9 +1,11 @@
 // HttpServer over real sockets (harness: http_test_harness.h): routing (200 / 404 / 405 +
 // Allow / OPTIONS), error bodies, limits (413 without reading the body, 431), the API
-// key, keep-alive, pipelining, HTTP/1.0, 100-continue, on_complete, bind errors.
+// key, the Host check (DNS rebinding) and CORS, keep-alive, pipelining, HTTP/1.0,
+// 100-continue, on_complete, bind errors.
 // Streaming, disconnects, slow clients, timeouts, load, garbage and stop() are in
 // http_connections_test.cpp.
 #include "server/http_test_harness.h"
+#include "server/http_wire.h"
 
 namespace pagoda::server {
 namespace {
@@ -45,7 +47,7 @@ TEST_F(HttpServerTest, GetAndPostRoundTripOnOneKeepAliveConnection) {
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->body, R"({"object":"list","data":[]})");
   EXPECT_EQ(r->header("content-type"), "application/json");
-  EXPECT_EQ(r->header("access-control-allow-origin"), "*");
+  EXPECT_EQ(r->header("access-control-allow-origin"), "");  // no --cors-origin: no CORS
 
   c.send(post("/echo?a=b&c", R"({"prompt":"hi"})", "X-Test: yes\r\n"));
   r = c.read_response();
@@ -79,13 +81,14 @@ TEST_F(HttpServerTest, UnknownPathIs404AndWrongMethodIs405WithAllow) {
   j = nlohmann::json::parse(r->body);
   EXPECT_EQ(j["error"]["type"], "invalid_request_error");
 
-  c.send("OPTIONS /echo HTTP/1.1\r\nHost: x\r\nOrigin: http://ui\r\nAccess-Control-Request-Method: POST\r\n\r\n");
+  c.send("OPTIONS /echo HTTP/1.1\r\nHost: localhost\r\nOrigin: http://ui\r\nAccess-Control-Request-Method: POST\r\n\r\n");
   r = c.read_response();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 204);
-  EXPECT_EQ(r->header("access-control-allow-origin"), "*");
-  EXPECT_NE(r->header("access-control-allow-methods").find("POST"), std::string::npos);
-  EXPECT_NE(r->header("access-control-allow-headers").find("Authorization"), std::string::npos);
+  EXPECT_EQ(r->header("allow"), "POST, OPTIONS");
+  // No allowed origins: the preflight gets no CORS headers (see CorsOnlyForTheGivenOrigins).
+  EXPECT_EQ(r->header("access-control-allow-origin"), "");
+  EXPECT_EQ(r->header("access-control-allow-methods"), "");
   // Still the same connection: errors keep it alive.
   c.send(get("/health"));
   r = c.read_response();
@@ -120,7 +123,7 @@ TEST_F(HttpServerTest, BodyOverLimitIs413WithoutReadingIt) {
   Client c(port);
   const auto t0 = Clock::now();
   // Announces 1 GiB and sends 100 bytes of it: the answer cannot wait for the rest.
-  c.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1073741824\r\n\r\n" + std::string(100, 'a'));
+  c.send("POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1073741824\r\n\r\n" + std::string(100, 'a'));
   auto r = c.read_response();
   ASSERT_TRUE(r);
   EXPECT_LT(seconds_since(t0), 1.0);
@@ -136,7 +139,7 @@ TEST_F(HttpServerTest, BodyOverLimitIs413WithoutReadingIt) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->body.size(), 1024u);
-  c2.send("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n" + std::string(2048, 'c') +
+  c2.send("POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n" + std::string(2048, 'c') +
           "\r\n0\r\n\r\n");
   r = c2.read_response();
   ASSERT_TRUE(r);
@@ -230,7 +233,7 @@ TEST_F(HttpServerTest, Http10GetsAnAnswerAndTheConnectionCloses) {
 TEST_F(HttpServerTest, ExpectContinueGets100BeforeTheBody) {
   start();
   Client c(port);
-  c.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
+  c.send("POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
   auto r = c.read_response();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 100);
@@ -239,6 +242,167 @@ TEST_F(HttpServerTest, ExpectContinueGets100BeforeTheBody) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->body, "hello");
+}
+
+// DNS rebinding: a page of evil.example whose name resolves to 127.0.0.1 reaches a
+// loopback server as its own origin; its requests still say Host: evil.example.
+TEST_F(HttpServerTest, WithoutAnApiKeyOnlyHostHeadersNamingThisServerAreServed) {
+  start();
+  Client c(port);
+  for (const std::string host : {"localhost", "localhost:8080", "LocalHost:1", "localhost.", "localhost.:8080",
+                                 "127.0.0.1", "127.0.0.1:8080", "127.200.3.4:80", "[::1]", "[::1]:8080",
+                                 "[::ffff:127.0.0.1]"}) {
+    c.send("GET /v1/models HTTP/1.1\r\nHost: " + host + "\r\n\r\n");
+    auto r = c.read_response();
+    ASSERT_TRUE(r) << host;
+    EXPECT_EQ(r->status, 200) << host;
+  }
+  for (const std::string host : {"evil.example", "evil.example:8080", "localhost.evil.example", "evil.localhost",
+                                 "127.0.0.1.evil.example", "127.1", "10.0.0.1", "0.0.0.0", "[::2]", "[::1",
+                                 "::1", "localhost:", "localhost:http", "localhost:8080:1", ""}) {
+    for (const std::string path : {"/v1/models", "/health", "/nope"}) {
+      c.send("GET " + path + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n");
+      auto r = c.read_response();
+      ASSERT_TRUE(r) << host;
+      EXPECT_EQ(r->status, 403) << host << " " << path;
+      const auto j = nlohmann::json::parse(r->body);
+      EXPECT_EQ(j["error"]["type"], "permission_error");
+      EXPECT_NE(j["error"]["message"].get<std::string>().find("Host"), std::string::npos);
+    }
+  }
+  // A text/plain POST from another origin (a "simple" request, no preflight): refused too.
+  c.send("POST /echo HTTP/1.1\r\nHost: evil.example\r\nOrigin: http://evil.example\r\n"
+         "Content-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi");
+  auto r = c.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+  // RFC 9112 3.2: HTTP/1.1 without a Host, or two Host lines, is 400; HTTP/1.0 needs none.
+  for (const std::string& request : {std::string("GET /health HTTP/1.1\r\n\r\n"),
+                                    std::string("GET /health HTTP/1.1\r\nHost: localhost\r\nHost: localhost\r\n\r\n"),
+                                    std::string("GET /health HTTP/1.1\r\nHost: localhost\r\nHost: evil\r\n\r\n")}) {
+    c.send(request);
+    ASSERT_TRUE(r = c.read_response()) << request;
+    EXPECT_EQ(r->status, 400) << request;
+  }
+  Client old(port);
+  old.send("GET /health HTTP/1.0\r\n\r\n");
+  ASSERT_TRUE(r = old.read_response());
+  EXPECT_EQ(r->status, 200);
+  std::lock_guard lock(mu);
+  for (const std::string& line : completed) EXPECT_NE(line, "POST /echo 200");
+}
+
+TEST_F(HttpServerTest, WithAnApiKeyAnyHostHeaderIsServed) {
+  HttpServerOptions o;
+  o.api_key = "sk-1";
+  start(o);
+  Client c(port);
+  c.send("GET /v1/models HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: Bearer sk-1\r\n\r\n");
+  auto r = c.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  c.send("GET /v1/models HTTP/1.1\r\nHost: api.example.com\r\n\r\n");
+  ASSERT_TRUE(r = c.read_response());
+  EXPECT_EQ(r->status, 401);
+  c.send("GET /health HTTP/1.1\r\nHost: api.example.com\r\n\r\n");
+  ASSERT_TRUE(r = c.read_response());
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST(HostHeader, NamesTheBindAddressAndWildcardsAcceptIpLiterals) {
+  using http_wire::host_header_allowed;
+  // A name or address given to bind (--host): accepted as written, any port.
+  EXPECT_TRUE(host_header_allowed("gpu-box.lan:8080", "gpu-box.lan"));
+  EXPECT_TRUE(host_header_allowed("GPU-BOX.lan", "gpu-box.lan"));
+  EXPECT_TRUE(host_header_allowed("192.168.1.5:8080", "192.168.1.5"));
+  EXPECT_TRUE(host_header_allowed("[fe80::1]:8080", "fe80::1"));
+  EXPECT_TRUE(host_header_allowed("[fe80::1]", "[fe80::1]"));
+  EXPECT_FALSE(host_header_allowed("192.168.1.6", "192.168.1.5"));
+  EXPECT_FALSE(host_header_allowed("evil.example", "gpu-box.lan"));
+  EXPECT_TRUE(host_header_allowed("localhost", "gpu-box.lan"));
+  // A wildcard bind: any IP literal (a Kubernetes probe's pod IP), still no other name.
+  for (const char* wildcard : {"0.0.0.0", "::", ""}) {
+    EXPECT_TRUE(host_header_allowed("10.1.2.3:8080", wildcard)) << wildcard;
+    EXPECT_TRUE(host_header_allowed("[2001:db8::7]:8080", wildcard)) << wildcard;
+    EXPECT_TRUE(host_header_allowed("127.0.0.1", wildcard)) << wildcard;
+    EXPECT_FALSE(host_header_allowed("evil.example", wildcard)) << wildcard;
+    EXPECT_FALSE(host_header_allowed("0.0.0.0.evil.example", wildcard)) << wildcard;
+  }
+  // A loopback bind: nothing but the local names.
+  EXPECT_FALSE(host_header_allowed("10.1.2.3", "127.0.0.1"));
+}
+
+TEST(CorsHeaders, OnlyListedOriginsAndStar) {
+  using http_wire::cors_headers;
+  using H = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(cors_headers({}, "http://a.example"), H{});
+  EXPECT_EQ(cors_headers({"http://a.example"}, "http://a.example"),
+            (H{{"Vary", "Origin"}, {"Access-Control-Allow-Origin", "http://a.example"}}));
+  EXPECT_EQ(cors_headers({"http://a.example"}, "HTTP://A.example"),
+            (H{{"Vary", "Origin"}, {"Access-Control-Allow-Origin", "HTTP://A.example"}}));
+  EXPECT_EQ(cors_headers({"http://a.example"}, "http://a.example:8080"), (H{{"Vary", "Origin"}}));
+  EXPECT_EQ(cors_headers({"http://a.example"}, "null"), (H{{"Vary", "Origin"}}));
+  EXPECT_EQ(cors_headers({"http://a.example"}, ""), (H{{"Vary", "Origin"}}));
+  EXPECT_EQ(cors_headers({"http://a.example", "*"}, "http://b.example"), (H{{"Access-Control-Allow-Origin", "*"}}));
+}
+
+TEST_F(HttpServerTest, CorsOnlyForTheGivenOrigins) {
+  {  // none given: no page of another origin may read anything
+    start();
+    Client c(port);
+    c.send(post("/echo", "hi", "Origin: http://evil.example\r\n"));
+    auto r = c.read_response();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->header("access-control-allow-origin"), "");
+    server.reset();
+  }
+  HttpServerOptions o;
+  o.cors_origins = {"http://app.example:3000"};
+  start(o);
+  Client c(port);
+  const std::string app = "Origin: http://app.example:3000\r\n";
+  c.send(post("/echo", "hi", app));
+  auto r = c.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->header("access-control-allow-origin"), "http://app.example:3000");
+  EXPECT_EQ(r->header("vary"), "Origin");
+  c.send(get("/nope", app));  // errors too, so the page can read why
+  ASSERT_TRUE(r = c.read_response());
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(r->header("access-control-allow-origin"), "http://app.example:3000");
+  c.send("OPTIONS /echo HTTP/1.1\r\nHost: localhost\r\n" + app + "Access-Control-Request-Method: POST\r\n\r\n");
+  ASSERT_TRUE(r = c.read_response());
+  EXPECT_EQ(r->status, 204);
+  EXPECT_EQ(r->header("access-control-allow-origin"), "http://app.example:3000");
+  EXPECT_EQ(r->header("access-control-allow-methods"), "POST, OPTIONS");
+  EXPECT_NE(r->header("access-control-allow-headers").find("Authorization"), std::string::npos);
+  c.send(post("/stream", "{}", app));  // a streamed answer's head
+  auto ex = box.take();
+  ASSERT_TRUE(ex);
+  ex->finish();
+  ASSERT_TRUE(r = c.read_response());
+  EXPECT_EQ(r->header("access-control-allow-origin"), "http://app.example:3000");
+  for (const std::string other : {"http://evil.example", "http://app.example", "https://app.example:3000"}) {
+    c.send(post("/echo", "hi", "Origin: " + other + "\r\n"));
+    ASSERT_TRUE(r = c.read_response());
+    EXPECT_EQ(r->header("access-control-allow-origin"), "") << other;
+    c.send("OPTIONS /echo HTTP/1.1\r\nHost: localhost\r\nOrigin: " + other + "\r\n\r\n");
+    ASSERT_TRUE(r = c.read_response());
+    EXPECT_EQ(r->header("access-control-allow-methods"), "") << other;
+  }
+}
+
+TEST_F(HttpServerTest, CorsStarAllowsEveryOrigin) {
+  HttpServerOptions o;
+  o.cors_origins = {"*"};
+  start(o);
+  Client c(port);
+  c.send(get("/v1/models", "Origin: http://anything.example\r\n"));
+  auto r = c.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->header("access-control-allow-origin"), "*");
+  EXPECT_EQ(r->header("vary"), "");
 }
 
 TEST(HttpServer, BindErrorNamesHostAndPort) {

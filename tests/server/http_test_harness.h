@@ -209,12 +209,13 @@ class Client {
   std::string buf_;
 };
 
+// Host: localhost passes the keyless server's DNS-rebinding check (a local name).
 inline std::string get(const std::string& path, const std::string& extra_headers = "") {
-  return "GET " + path + " HTTP/1.1\r\nHost: x\r\n" + extra_headers + "\r\n";
+  return "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n" + extra_headers + "\r\n";
 }
 
 inline std::string post(const std::string& path, const std::string& body, const std::string& extra_headers = "") {
-  return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+  return "POST " + path + " HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: " +
          std::to_string(body.size()) + "\r\n" + extra_headers + "\r\n" + body;
 }
 
