@@ -239,6 +239,7 @@ Runner add_serve(CLI::App& app) {
     std::string model, host = "127.0.0.1", api_key, api_key_file, chat_template_file, chat_template, alias, hf_repo;
     int64_t n_predict = -1;
     int port = 8080, threads = 0, parallel = 4, max_queue = 64, io_threads = 2;
+    int64_t max_connections = 0;  // 0: server::default_max_connections()
     int64_t ctx_size = 0, max_batch_tokens = 512;
     std::string max_body_bytes = "8MiB", quantize;
     double shutdown_timeout = 10, request_timeout = 0;
@@ -295,6 +296,11 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--request-timeout", o->request_timeout, "Cancel a request after this many seconds (0: never)")
       ->capture_default_str()->check(CLI::Range(0.0, 1e6));
   app.add_option("--io-threads", o->io_threads, "HTTP I/O threads")->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--max-connections", o->max_connections,
+                 "Open connections at most; at the cap the least recently used idle one is closed for a new "
+                 "one (never one with a request in flight), else the new one gets 503. Default (0): 3/4 of the "
+                 "open-file limit (RLIMIT_NOFILE), at most 65536")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   app.add_option("--cors-origin", o->cors_origins,
                  "Let web pages of this origin (scheme://host[:port], or * for any) read the answers (CORS); "
                  "repeatable. Default: none (the built-in web UI is same-origin and needs none)")
@@ -416,6 +422,7 @@ Runner add_serve(CLI::App& app) {
     ho.io_threads = o->io_threads;
     ho.api_key = api_key;
     ho.cors_origins = o->cors_origins;
+    ho.max_connections = o->max_connections;
     ho.max_body_bytes = max_body;
     ho.on_complete = [&api](const server::HttpRequest& r, int status, double s) { api.on_http_complete(r, status, s); };
     std::vector<server::Route> routes = api.routes();
@@ -508,12 +515,13 @@ Runner add_serve(CLI::App& app) {
     std::fprintf(stderr,
                  "pagoda serve: ready: model %s (%s), loaded in %.2f s\n"
                  "  KV budget %s = %lld tokens (block size %lld, K %s, V %s), ctx %lld, parallel %d, "
-                 "threads %d, io threads %d\n"
+                 "threads %d, io threads %d, max connections %lld\n"
                  "  prefix cache %s, chat template: %s (tool calls: %s, reasoning: %s), api key %s, replica %s%s\n",
                  ao.model_id.c_str(), lm.model->config().summary().c_str(), lm.load_seconds,
                  format_bytes(st.pool.bytes_budget).c_str(), static_cast<long long>(st.pool.tokens_capacity),
                  static_cast<long long>(st.pool.block_size), kv_type_name(ec.kv.k_type), kv_type_name(ec.kv.v_type),
                  static_cast<long long>(engine.config().ctx_size), ec.parallel, ec.threads, o->io_threads,
+                 static_cast<long long>(http.max_connections()),
                  ec.cache.enabled ? "on" : "off", template_source.c_str(),
                  chat::tool_call_format_name(api.chat_format().tools),
                  chat::reasoning_format_name(api.chat_format().reasoning), api_key.empty() ? "off" : "on",

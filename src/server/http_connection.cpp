@@ -191,7 +191,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // Any thread (the acceptor's). Refuses (closes the socket) when the server stops.
-  void start() {
+  // With `refusal`, writes it instead of reading a request, then closes (refuse_connection).
+  void start(std::string refusal = {}) {
     ErrorCode ec;
     socket_.set_option(tcp::no_delay(true), ec);  // SSE chunks are small: no Nagle delay
     {
@@ -205,7 +206,29 @@ class Connection : public std::enable_shared_from_this<Connection> {
       shared_->registry.open.emplace(this, weak_from_this());
       shared_->connections.fetch_add(1);
     }
+    if (!refusal.empty()) {
+      net::post(strand_, [self = shared_from_this(), refusal = std::move(refusal)]() mutable {
+        self->send_refusal(std::move(refusal));
+      });
+      return;
+    }
     net::post(strand_, [self = shared_from_this()] { self->wait_request(); });
+  }
+
+  // Idle: parked in wait_request() with nothing of a request read (before the first
+  // one, or kept alive between two). idle_since_ holds when it became idle (steady
+  // clock ticks, > 0), kNotIdle otherwise, kClaimed once close_idle_connection() chose
+  // it (its evict() is posted). Read from the acceptor's thread, hence atomic; claimed
+  // and left by compare-exchange, so it is claimed only while parked, and a claimed
+  // connection reads nothing until evict() has decided on its strand.
+  static constexpr int64_t kNotIdle = 0;
+  static constexpr int64_t kClaimed = -1;
+  int64_t idle_since() const { return idle_since_.load(); }
+  bool claim_idle(int64_t since) { return since > 0 && idle_since_.compare_exchange_strong(since, kClaimed); }
+
+  // Any thread: evict() on the strand.
+  void post_evict() {
+    net::post(strand_, [self = shared_from_this()] { self->evict(); });
   }
 
   // Any thread.
@@ -229,6 +252,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       std::lock_guard lock(shared_->registry.mu);
       shared_->registry.open.erase(this);
     }
+    if (idle_since_.exchange(kNotIdle) == kClaimed) shared_->closing_idle.fetch_sub(1);
     shared_->connections.fetch_sub(1);
     if (auto exchange = std::move(exchange_)) exchange->notify_closed();
   }
@@ -251,6 +275,35 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::atomic<size_t> pending_bytes_{0};
 
  private:
+  // Claimed by close_idle_connection(): closed, unless bytes of a request arrived since
+  // it was chosen (a new connection's first request, a keep-alive client's next one),
+  // which makes it busy, not idle: it is then kept and reads its request. The check is
+  // here, on the strand, because only the strand may touch the socket. What is left is
+  // a request whose first bytes arrive between the check and the close, the race of
+  // every idle keep-alive close, which HTTP clients retry (RFC 9112 9.3.1).
+  void evict() {
+    if (closed_) return;
+    ErrorCode ec;
+    const size_t waiting = socket_.available(ec);
+    if (ec || waiting == 0) {
+      close(false);
+      return;
+    }
+    if (idle_since_.exchange(kNotIdle) == kClaimed) shared_->closing_idle.fetch_sub(1);
+    if (!idle_wait_pending_) read_header();  // the wait ended while claimed and left the reading here
+  }
+
+  // The 503 of a connection refused at the cap, then linger() and close, as after any
+  // answer that does not keep the connection: no request is read, no exchange made.
+  void send_refusal(std::string response) {
+    if (closed_) return;
+    pending_bytes_.fetch_add(response.size());
+    queue_.push_back(std::move(response));
+    exchange_done_ = true;
+    keep_alive_ = false;
+    do_write();
+  }
+
   // ---- reading a request -------------------------------------------------------
   void wait_request() {
     if (closed_) return;
@@ -262,10 +315,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
       close(false);
       return;
     }
+    int64_t not_idle = kNotIdle;
+    const int64_t now = std::max<int64_t>(1, Clock::now().time_since_epoch().count());
+    if (!idle_since_.compare_exchange_strong(not_idle, now)) return;  // claimed: evict() decides
     const auto& o = shared_->options;
     arm(read_timer_, first_request_ ? o.header_timeout_s : o.idle_timeout_s, false);
+    idle_wait_pending_ = true;
     socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](ErrorCode ec) {
+      self->idle_wait_pending_ = false;
       if (self->closed_) return;
+      int64_t since = self->idle_since_.load();
+      while (since > 0 && !self->idle_since_.compare_exchange_weak(since, kNotIdle)) {
+      }
+      if (since == kClaimed) return;  // claimed by close_idle_connection(): evict() decides
       if (ec) {
         self->close(false);
         return;
@@ -714,6 +776,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
   static void disarm(net::steady_timer& timer) { timer.expires_at(Clock::time_point::max()); }
 
+  std::atomic<int64_t> idle_since_{kNotIdle};
   tcp::socket socket_;
   const net::any_io_executor strand_;
   const std::shared_ptr<ServerShared> shared_;
@@ -729,6 +792,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool first_request_ = true;
   bool background_read_pending_ = false;
   bool want_next_request_ = false;
+  bool idle_wait_pending_ = false;  // wait_request()'s wait for a request is posted
   bool peer_eof_ = false;  // the client half-closed (EOF read): it sends nothing more
   bool reset_watch_pending_ = false;
   bool lingering_ = false;
@@ -865,6 +929,44 @@ void Exchange::notify_closed() {
 
 void serve_connection(tcp::socket socket, std::shared_ptr<ServerShared> shared) {
   std::make_shared<Connection>(std::move(socket), std::move(shared))->start();
+}
+
+void refuse_connection(tcp::socket socket, std::shared_ptr<ServerShared> shared) {
+  HttpResponse r = error_response(503, "the server is at its limit of " +
+                                           std::to_string(shared->options.max_connections) +
+                                           " connections (--max-connections) and none is idle; retry later");
+  r.headers.emplace_back("Retry-After", "1");
+  std::string bytes = serialize_response(r, /*http11=*/true, /*keep_alive=*/false);
+  std::make_shared<Connection>(std::move(socket), std::move(shared))->start(std::move(bytes));
+}
+
+bool close_idle_connection(ServerShared& shared) {
+  // A claim fails only when that connection's request arrived (or it closed) between
+  // the scan and the claim: scan again, a few times at most.
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    std::shared_ptr<Connection> oldest;
+    int64_t oldest_since = 0;
+    {
+      std::lock_guard lock(shared.registry.mu);
+      for (const auto& [ptr, weak] : shared.registry.open) {
+        std::shared_ptr<Connection> conn = weak.lock();
+        if (!conn) continue;
+        const int64_t since = conn->idle_since();
+        if (since > 0 && (oldest_since == 0 || since < oldest_since)) {
+          oldest_since = since;
+          oldest = std::move(conn);
+        }
+      }
+    }
+    if (!oldest) return false;
+    shared.closing_idle.fetch_add(1);  // before the claim: close() may run at once and subtract
+    if (oldest->claim_idle(oldest_since)) {
+      oldest->post_evict();
+      return true;
+    }
+    shared.closing_idle.fetch_sub(1);
+  }
+  return false;
 }
 
 void close_connections(ServerShared& shared, bool posted) {

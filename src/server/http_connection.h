@@ -30,10 +30,13 @@ struct Registry {
 };
 
 struct ServerShared {
-  HttpServerOptions options;
+  HttpServerOptions options;  // max_connections resolved (> 0)
   std::map<std::string, std::vector<Route>, std::less<>> routes;  // path -> its methods
   std::atomic<int64_t> in_flight{0};
   std::atomic<int64_t> connections{0};
+  // Connections claimed by close_idle_connection() whose close has not run yet: they
+  // still count in `connections` but no longer against the cap.
+  std::atomic<int64_t> closing_idle{0};
   std::atomic<bool> stopping{false};
   Registry registry;
 };
@@ -43,6 +46,17 @@ struct ServerShared {
 // Serves one accepted socket until it closes; the connection lives in its own handlers.
 // Called on an I/O thread.
 void serve_connection(boost::asio::ip::tcp::socket socket, std::shared_ptr<ServerShared> shared);
+
+// Serves one accepted socket at the connection cap with none idle: answers 503 (an
+// error object, Retry-After: 1) without reading the request, then closes it.
+void refuse_connection(boost::asio::ip::tcp::socket socket, std::shared_ptr<ServerShared> shared);
+
+// Closes the least recently used idle connection (waiting for a request, nothing of it
+// read; never one with a request in flight): claims it at once (it stops counting
+// against the cap: closing_idle) and posts its close, which keeps it after all if bytes
+// of a request have arrived by then. False when none is idle. Any thread; O(open
+// connections).
+bool close_idle_connection(ServerShared& shared);
 
 // Marks the registry stopping (a connection accepted from now on is refused) and closes
 // every open connection: posted onto its strand when `posted`, else right here (when no

@@ -11,6 +11,10 @@
 
 #include "server/http_server.h"
 
+#include <poll.h>
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <chrono>
 #include <condition_variable>
@@ -28,6 +32,9 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using ErrorCode = boost::system::error_code;
 
+// default_max_connections()'s bound (see http_server.h).
+constexpr int64_t kMaxDefaultConnections = 65536;
+
 struct HttpServer::Impl {
   std::shared_ptr<ServerShared> shared = std::make_shared<ServerShared>();
   net::io_context ioc;
@@ -38,6 +45,12 @@ struct HttpServer::Impl {
   std::mutex accept_mu;
   tcp::acceptor acceptor{ioc};
   uint16_t port = 0;
+  // on_accept()'s (one accept at a time): the cap's log line is out; failed accepts in a
+  // row (for the back-off); the last accept error's log line, and failures since.
+  bool cap_logged = false;
+  int accept_failures = 0;
+  std::optional<std::chrono::steady_clock::time_point> accept_logged_at;
+  int64_t accept_failures_unlogged = 0;
 
   std::mutex life_mu;  // start() / stop()
   bool started = false;
@@ -80,17 +93,80 @@ struct HttpServer::Impl {
     });
   }
 
+  // One accept is outstanding at a time, so on_accept() runs for one connection after
+  // another (on any I/O thread): the members below need no lock.
   void on_accept(ErrorCode ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted) return;  // the acceptor was closed
     if (ec) {
-      // EMFILE and friends: log and retry shortly instead of spinning on the error.
-      log_error("accept: " + ec.message());
-      auto timer = std::make_shared<net::steady_timer>(ioc, std::chrono::milliseconds(50));
-      timer->async_wait([this, timer](ErrorCode) { do_accept(); });
+      on_accept_error(ec);
       return;
+    }
+    accept_failures = 0;
+    const int64_t cap = shared->options.max_connections;
+    const int64_t open = shared->connections.load() - shared->closing_idle.load();
+    if (open >= cap) {
+      const bool made_room = close_idle_connection(*shared);
+      if (!cap_logged) {
+        cap_logged = true;
+        log_error(std::to_string(open) + " connections open, the limit (--max-connections " + std::to_string(cap) +
+                  "): closing the least recently used idle one for each new one, refusing new ones with 503 "
+                  "while none is idle (logged once until fewer than " + std::to_string(cap_rearm(cap)) +
+                  " are open)");
+      }
+      if (!made_room) {
+        refuse_connection(std::move(socket), shared);
+        do_accept();
+        return;
+      }
+    } else if (cap_logged && open < cap_rearm(cap)) {
+      cap_logged = false;
     }
     serve_connection(std::move(socket), shared);
     do_accept();
+  }
+
+  // The cap's log line comes back once the count has fallen this low: a count that
+  // hovers at the cap (a flood; every new connection closing an idle one) logs once.
+  static int64_t cap_rearm(int64_t cap) { return cap - cap / 4; }
+
+  // accept() failed. Out of descriptors (EMFILE: this process; ENFILE: the system) the
+  // listener stays readable, so retrying at once would spin. When a connection is
+  // waiting to be accepted, an idle one is closed to free a descriptor and the accept
+  // retried once that close has run (10 ms); with none idle (or nobody waiting: Linux
+  // reports EMFILE before it looks at the queue), retries back off from 50 ms to 1 s.
+  // Other errors retry the same way. Logged at most once a minute, with the count.
+  void on_accept_error(ErrorCode ec) {
+    const bool out_of_descriptors = ec == net::error::no_descriptors ||
+                                    ec == boost::system::errc::too_many_files_open_in_system ||
+                                    ec == net::error::no_buffer_space || ec == net::error::no_memory;
+    ++accept_failures;
+    ++accept_failures_unlogged;
+    const auto now = std::chrono::steady_clock::now();
+    if (!accept_logged_at || now - *accept_logged_at >= std::chrono::minutes(1)) {
+      log_error("accept: " + ec.message() +
+                (out_of_descriptors ? "; closing idle connections to free descriptors, retrying" : "; retrying") +
+                (accept_failures_unlogged > 1 ? " (" + std::to_string(accept_failures_unlogged) +
+                                                    " failures since the last line)"
+                                              : std::string()) +
+                " (logged at most once a minute)");
+      accept_logged_at = now;
+      accept_failures_unlogged = 0;
+    }
+    std::chrono::milliseconds delay(10);
+    const bool freeing = out_of_descriptors && connection_waiting() &&
+                         (shared->closing_idle.load() > 0 || close_idle_connection(*shared));
+    if (!freeing)
+      delay = std::chrono::milliseconds(std::min<int64_t>(1000, int64_t{50} << std::min(accept_failures - 1, 5)));
+    auto timer = std::make_shared<net::steady_timer>(ioc, delay);
+    timer->async_wait([this, timer](ErrorCode) { do_accept(); });
+  }
+
+  // Whether a connection waits in the listen queue (a poll, which needs no descriptor).
+  bool connection_waiting() {
+    std::lock_guard lock(accept_mu);
+    if (!acceptor.is_open()) return false;
+    pollfd p{acceptor.native_handle(), POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
   }
 
   void stop_accepting() {
@@ -135,6 +211,7 @@ HttpServer::HttpServer(HttpServerOptions options, std::vector<Route> routes) : i
     }
     same_path.push_back(std::move(route));
   }
+  if (options.max_connections <= 0) options.max_connections = default_max_connections();
   impl_->shared->options = std::move(options);
   impl_->listen();
 }
@@ -172,6 +249,14 @@ uint16_t HttpServer::port() const { return impl_->port; }
 void HttpServer::stop_accepting() { impl_->stop_accepting(); }
 int64_t HttpServer::in_flight() const { return impl_->shared->in_flight.load(); }
 int64_t HttpServer::connections() const { return impl_->shared->connections.load(); }
+int64_t HttpServer::max_connections() const { return impl_->shared->options.max_connections; }
+
+int64_t default_max_connections() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return kMaxDefaultConnections;
+  const auto soft = static_cast<int64_t>(std::min<rlim_t>(limit.rlim_cur, rlim_t{1} << 40));
+  return std::clamp<int64_t>(soft - soft / 4, 1, kMaxDefaultConnections);
+}
 void HttpServer::stop() { impl_->stop(); }
 
 }  // namespace pagoda::server

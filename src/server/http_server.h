@@ -46,6 +46,16 @@
 //   order, and then the connection closes. A client's plain close() reads the same as a
 //   half-close, so it is noticed when bytes next reach it (its kernel answers them with
 //   a reset): a stream at its next chunk, a non-streaming request only once answered.
+// - Connections: at most max_connections are open. A connection accepted at the cap
+//   first closes the least recently used idle one (waiting for its first request, or
+//   kept alive between requests); a connection with a request in flight (being read,
+//   handled, answered) is never closed for it. When none is idle, the new connection
+//   gets a 503 error object (Retry-After: 1) and is closed. One line is logged when the
+//   cap is hit, and again only after the count fell to 3/4 of it. accept() failing for
+//   want of descriptors (EMFILE, ENFILE) while a connection waits closes an idle
+//   connection to free one and retries; with none idle it retries with back-off (50 ms
+//   doubling to 1 s), logging at most a line a minute: it neither spins nor stops the
+//   server.
 // - Shutdown: stop_accepting() closes the listener (new connections are refused);
 //   in_flight() counts exchanges not yet answered/finished; stop() closes every
 //   connection (firing on_close for unanswered exchanges) and joins the I/O threads.
@@ -138,11 +148,23 @@ struct HttpServerOptions {
   double write_timeout_s = 30;
   double header_timeout_s = 30;
   double idle_timeout_s = 60;
+  // Open connections at most (see Connections above); 0: default_max_connections().
+  int64_t max_connections = 0;
   // Called after every answered request (any status), on an I/O thread, for the
   // access log and metrics: the request, the status, and seconds from the request's
   // arrival to its last byte queued.
   std::function<void(const HttpRequest&, int status, double seconds)> on_complete;
 };
+
+// Three quarters of the soft RLIMIT_NOFILE (768 under the usual 1024, 48 under 64), at
+// most 65536: every connection holds a descriptor, and the quarter left is for the rest
+// of the process (the model's files, a disk prefix cache's records, the listener, the
+// event loop, stdio), so that connections alone never run the process out of
+// descriptors. Rejected: a fixed number (too many under a small limit, which is how 60
+// idle connections under a 64-descriptor limit locked everyone out, and needlessly few
+// under a large one); the whole limit (nothing left for the rest). The 65536 bound is
+// for memory (tens of KiB of buffers per busy connection), not descriptors.
+int64_t default_max_connections();
 
 class HttpServer {
  public:
@@ -158,6 +180,7 @@ class HttpServer {
   void stop_accepting();  // closes the listener
   int64_t in_flight() const;  // exchanges not yet answered / finished
   int64_t connections() const;
+  int64_t max_connections() const;  // the cap in force (the default resolved)
   // Closes everything, joins the threads; idempotent. Requires: not called from an I/O
   // thread (a handler or a callback), which it would join.
   void stop();

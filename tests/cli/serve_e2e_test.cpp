@@ -1,6 +1,7 @@
 // `pagoda serve` end to end: the real binary on a free loopback port, driven by a
 // plain-socket HTTP client, with stories260K (a trained model with its tokenizer).
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -471,6 +472,37 @@ TEST(ServeOptions, CorsOriginThatNoBrowserSendsFailsAtStartUp) {
     EXPECT_NE(s.wait_exit(20), 0) << bad;
     EXPECT_NE(s.log().find("--cors-origin"), std::string::npos) << s.log();
   }
+}
+
+// The case: under a 64-descriptor limit, 60 idle connections locked a normal
+// client out (accept() failed with EMFILE every 50 ms, a log line each, and the client
+// waited forever). The default cap is then 48: each connection past it closes the least
+// recently used idle one, and the cap is logged once.
+TEST(ServeOptions, IdleConnectionsUnderA64DescriptorLimitDoNotLockOutAClient) {
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = 64;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  ServerProcess s({"-m", kStories, "-t", "1", "--kv-cache-bytes", "8MiB"});  // the child inherits it
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  const uint16_t port = s.start();
+  ASSERT_NE(port, 0) << s.log();
+  EXPECT_NE(s.log().find("max connections 48"), std::string::npos) << s.log();
+  std::vector<int> idle;
+  for (int i = 0; i < 60; ++i) {
+    const int fd = pagoda::testing::connect_to(port);
+    ASSERT_GE(fd, 0);
+    idle.push_back(fd);
+  }
+  const HttpResult r = http(port, "GET", "/health", {}, {}, 30);
+  EXPECT_EQ(r.status, 200) << s.log();
+  const std::string log = s.log();
+  size_t cap_lines = 0;
+  for (size_t at = 0; (at = log.find("(--max-connections 48)", at)) != std::string::npos; ++at) ++cap_lines;
+  EXPECT_EQ(cap_lines, 1u) << log;
+  EXPECT_EQ(log.find("accept:"), std::string::npos) << log;
+  for (int fd : idle) ::close(fd);
 }
 
 TEST(ServeOptions, FullQueueAnswers429) {

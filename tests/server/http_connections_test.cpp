@@ -5,6 +5,12 @@
 // stop() and stop_accepting() with open connections.
 #include "server/http_test_harness.h"
 
+#include <dirent.h>
+#include <sys/resource.h>
+
+#include <cstdlib>
+#include <set>
+
 namespace pagoda::server {
 namespace {
 
@@ -364,6 +370,217 @@ TEST_F(HttpServerTest, HandlerThatThrowsGets500WithItsMessage) {
   r = c.read_response();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
+}
+
+// Lines of `log` that contain `needle`.
+int count_lines(const std::string& log, const std::string& needle) {
+  int n = 0;
+  for (size_t at = 0; (at = log.find(needle, at)) != std::string::npos; at += needle.size()) ++n;
+  return n;
+}
+
+// At the cap, each new connection closes the least recently used idle one, whether it
+// never sent a request or was kept alive after one; before, idle connections held their
+// descriptors until the idle timeout and locked everyone else out.
+TEST_F(HttpServerTest, AtTheConnectionCapTheLeastRecentlyUsedIdleConnectionIsClosed) {
+  HttpServerOptions o;
+  o.max_connections = 8;
+  start(o);
+  ::testing::internal::CaptureStderr();
+  std::vector<std::unique_ptr<Client>> idle;
+  for (int i = 0; i < 4; ++i) {  // connect and say nothing
+    idle.push_back(std::make_unique<Client>(port));
+    ASSERT_TRUE(eventually([&] { return server->connections() == i + 1; }));
+  }
+  for (int i = 0; i < 4; ++i) {  // one request each, then kept alive
+    idle.push_back(std::make_unique<Client>(port));
+    idle.back()->send(get("/health"));
+    ASSERT_TRUE(idle.back()->read_response(5.0));
+    std::this_thread::sleep_for(5ms);  // distinct idle-since times
+  }
+  ASSERT_EQ(server->connections(), 8);
+  std::vector<std::unique_ptr<Client>> fresh;  // kept open: each is one more at the cap
+  for (int i = 0; i < 8; ++i) {
+    fresh.push_back(std::make_unique<Client>(port));
+    fresh.back()->send(get("/health"));
+    auto r = fresh.back()->read_response(5.0);
+    ASSERT_TRUE(r) << "new client " << i;
+    EXPECT_EQ(r->status, 200);
+    EXPECT_TRUE(idle[i]->wait_closed(5.0)) << "the least recently used idle one, " << i;
+    if (i + 1 < 8) {
+      EXPECT_FALSE(idle[i + 1]->wait_closed(0.05)) << "not the next, " << i + 1;
+    }
+  }
+  EXPECT_EQ(server->connections(), 8);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count_lines(log, "--max-connections"), 1) << log;
+  idle.clear();
+  fresh.clear();
+  EXPECT_TRUE(eventually([&] { return server->connections() == 0; }, 5000ms));
+}
+
+TEST_F(HttpServerTest, AtTheConnectionCapRequestsInFlightAreNeverClosed) {
+  HttpServerOptions o;
+  o.max_connections = 4;
+  start(o);
+  std::vector<std::unique_ptr<Client>> busy;
+  std::vector<std::shared_ptr<HttpExchange>> held;
+  for (int i = 0; i < 3; ++i) {
+    busy.push_back(std::make_unique<Client>(port));
+    busy.back()->send(get("/hold"));
+    held.push_back(box.take());
+    ASSERT_TRUE(held.back());
+  }
+  busy.push_back(std::make_unique<Client>(port));
+  busy.back()->send(post("/stream", "{}"));
+  held.push_back(box.take());
+  ASSERT_TRUE(held.back());
+  // None idle: the newcomer is refused with an error object, the others untouched.
+  for (int i = 0; i < 3; ++i) {
+    Client late(port);
+    late.send(get("/health"));
+    auto r = late.read_response(5.0);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 503);
+    EXPECT_EQ(r->header("retry-after"), "1");
+    EXPECT_EQ(nlohmann::json::parse(r->body)["error"]["code"], 503);
+    EXPECT_TRUE(late.wait_closed(5.0));
+  }
+  EXPECT_EQ(probe.count.load(), 0);
+  for (auto& ex : held) EXPECT_FALSE(ex->closed());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(held[i]->respond({200, "text/plain", "held " + std::to_string(i), {}}));
+    auto r = busy[i]->read_response(5.0);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->body, "held " + std::to_string(i));
+  }
+  EXPECT_TRUE(held[3]->send("data: x\n\n"));
+  held[3]->finish();
+  auto r = busy[3]->read_response(5.0);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "data: x\n\n");
+  // Answered, they are idle keep-alive connections now: a newcomer is served.
+  Client next(port);
+  next.send(get("/health"));
+  ASSERT_TRUE(r = next.read_response(5.0));
+  EXPECT_EQ(r->status, 200);
+}
+
+// The soft RLIMIT_NOFILE that leaves this process one free descriptor: a new one takes
+// the lowest free number, which must be below the limit, so the limit is the second
+// lowest free number.
+int limit_for_one_more_descriptor() {
+  std::set<int> open;
+  DIR* dir = ::opendir("/proc/self/fd");
+  const int own = ::dirfd(dir);
+  while (const dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    if (const int fd = std::atoi(e->d_name); fd != own) open.insert(fd);
+  }
+  ::closedir(dir);
+  int free_seen = 0;
+  for (int fd = 0;; ++fd)
+    if (open.count(fd) == 0 && ++free_seen == 2) return fd;
+}
+
+// Lowers the soft RLIMIT_NOFILE for a test; restores it when destroyed.
+class DescriptorLimit {
+ public:
+  DescriptorLimit() { ::getrlimit(RLIMIT_NOFILE, &saved_); }
+  ~DescriptorLimit() { restore(); }
+  bool set(int soft) {
+    rlimit l = saved_;
+    l.rlim_cur = static_cast<rlim_t>(soft);
+    return ::setrlimit(RLIMIT_NOFILE, &l) == 0;
+  }
+  void restore() { ::setrlimit(RLIMIT_NOFILE, &saved_); }
+
+ private:
+  rlimit saved_{};
+};
+
+// accept() out of descriptors (EMFILE) under the cap: an idle connection is closed to
+// free one, and the newcomer is served; before, the accept failed every 50 ms (a log
+// line each time) for as long as the idle connections stayed.
+TEST_F(HttpServerTest, OutOfDescriptorsAnIdleConnectionIsClosedForTheNewOne) {
+  HttpServerOptions o;
+  o.max_connections = 1 << 20;  // the descriptors run out first
+  start(o);
+  ::testing::internal::CaptureStderr();
+  std::vector<std::unique_ptr<Client>> idle;
+  for (int i = 0; i < 4; ++i) idle.push_back(std::make_unique<Client>(port));
+  ASSERT_TRUE(eventually([&] { return server->connections() == 4; }));
+  DescriptorLimit limit;
+  ASSERT_TRUE(limit.set(limit_for_one_more_descriptor()));  // the next client's socket, no more
+  Client c(port);
+  ASSERT_TRUE(c.connected());  // the kernel queues it; the server's accept() gets EMFILE
+  c.send(get("/health"));
+  auto r = c.read_response(10.0);
+  limit.restore();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(r) << log;
+  EXPECT_EQ(r->status, 200);
+  EXPECT_TRUE(idle[0]->wait_closed(5.0));
+  for (size_t i = 1; i < idle.size(); ++i) EXPECT_FALSE(idle[i]->wait_closed(0.05)) << i;
+  EXPECT_EQ(count_lines(log, "accept: "), 1) << log;
+}
+
+// Out of descriptors with every connection busy: nothing can be closed, so accept()
+// backs off (no spinning: a few ms of CPU over 1.5 s, one log line) until a descriptor
+// frees, and the server then serves the waiting client.
+TEST_F(HttpServerTest, OutOfDescriptorsWithEveryConnectionBusyBacksOffAndRecovers) {
+  HttpServerOptions o;
+  o.max_connections = 1 << 20;
+  start(o);
+  ::testing::internal::CaptureStderr();
+  std::vector<std::unique_ptr<Client>> busy;
+  std::vector<std::shared_ptr<HttpExchange>> held;
+  for (int i = 0; i < 2; ++i) {
+    busy.push_back(std::make_unique<Client>(port));
+    busy.back()->send(get("/hold"));
+    held.push_back(box.take());
+    ASSERT_TRUE(held.back());
+  }
+  DescriptorLimit limit;
+  ASSERT_TRUE(limit.set(limit_for_one_more_descriptor()));
+  Client c(port);
+  ASSERT_TRUE(c.connected());
+  c.send(get("/health"));
+  rusage before{};
+  ::getrusage(RUSAGE_SELF, &before);
+  std::this_thread::sleep_for(1500ms);
+  rusage after{};
+  ::getrusage(RUSAGE_SELF, &after);
+  auto cpu_seconds = [](const rusage& u) {
+    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+  };
+  EXPECT_LT(cpu_seconds(after) - cpu_seconds(before), 0.5) << "accept() spun";
+  EXPECT_EQ(probe.count.load(), 0);
+  // Free a descriptor: answer one held request; its client resets the connection.
+  EXPECT_TRUE(held[0]->respond({200, "text/plain", "done", {}}));
+  ASSERT_TRUE(busy[0]->read_response(5.0));
+  busy[0]->abort();
+  auto r = c.read_response(10.0);
+  limit.restore();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(r) << log;
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(count_lines(log, "accept: "), 1) << log;
+  EXPECT_TRUE(held[1]->respond({200, "text/plain", "done", {}}));
+}
+
+TEST(HttpServer, DefaultMaxConnectionsIsThreeQuartersOfTheDescriptorLimit) {
+  DescriptorLimit limit;
+  ASSERT_TRUE(limit.set(1024));
+  EXPECT_EQ(default_max_connections(), 768);
+  ASSERT_TRUE(limit.set(64));
+  EXPECT_EQ(default_max_connections(), 48);
+  limit.restore();
+  HttpServerOptions o;
+  o.port = 0;
+  o.max_connections = 5;
+  EXPECT_EQ(HttpServer(o, {}).max_connections(), 5);
 }
 
 TEST_F(HttpServerTest, StopWithOpenConnectionsIsPromptAndFiresOnClose) {

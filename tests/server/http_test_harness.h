@@ -303,6 +303,10 @@ class HttpServerTest : public ::testing::Test {
     port = server->port();
   }
 
+  // The server goes first: its stop() fires on_close for exchanges left unanswered,
+  // and their callbacks use `probe` and `box`, members destroyed before `server` is.
+  void TearDown() override { server.reset(); }
+
   int health_status() {
     Client c(port);
     c.send(get("/health"));
