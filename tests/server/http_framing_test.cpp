@@ -5,6 +5,7 @@
 // request) or framed by a Content-Length its Transfer-Encoding contradicts is how a
 // request is smuggled past a proxy that frames it the other way.
 #include "server/http_test_harness.h"
+#include "server/http_wire.h"
 
 namespace pagoda::server {
 namespace {
@@ -214,6 +215,56 @@ TEST_F(HttpFramingTest, ChunkedBodyOverTheLimitIs413) {
   expect_refused(te + "ffffffffffffffff\r\n", 413, "one huge chunk size");
   expect_refused(te + "400\r\n" + std::string(1024, 'a') + "\r\n1\r\nb\r\n0\r\n\r\n", 413, "1025 bytes in two chunks");
   expect_read_once(te + "400\r\n" + std::string(1024, 'a') + "\r\n0\r\n\r\n", std::string(1024, 'a'), "exactly 1024");
+}
+
+// The decoder under the connection: however the bytes are split across reads (the
+// socket decides), the result is the same as for one read, and a finished body leaves
+// the bytes after it unread. 20000 mutations of a body with extensions and trailers.
+TEST(ChunkedDecoder, ResultDoesNotDependOnHowTheBytesAreSplit) {
+  using http_wire::ChunkedDecoder;
+  std::mt19937_64 rng(11);
+  const std::string alphabet = "0123456789abcdefABCDEF;=\" \t\r\n:xX\\,-";
+  int done = 0;
+  int malformed = 0;
+  for (int iter = 0; iter < 20000; ++iter) {
+    std::string in = "5;a=\"b\"\r\nhello\r\n3\r\nabc\r\n0\r\nT: v\r\n\r\nNEXT";
+    for (int e = static_cast<int>(rng() % 4); e > 0; --e) {
+      const size_t pos = rng() % (in.size() + 1);
+      const char c = alphabet[rng() % alphabet.size()];
+      switch (rng() % 3) {
+        case 0: if (pos < in.size()) in.erase(pos, 1); break;
+        case 1: in.insert(pos, 1, c); break;
+        default: if (pos < in.size()) in[pos] = c; break;
+      }
+    }
+    ChunkedDecoder whole(1 << 20);
+    std::string whole_body;
+    const size_t whole_used = whole.feed(in, whole_body);
+    ChunkedDecoder split(1 << 20);
+    std::string split_body;
+    size_t split_used = 0;
+    for (size_t at = 0; at < in.size() && split.status() == ChunkedDecoder::Status::kNeedMore;) {
+      const size_t n = std::min<size_t>(1 + rng() % 5, in.size() - at);
+      const size_t used = split.feed(std::string_view(in).substr(at, n), split_body);
+      if (split.status() == ChunkedDecoder::Status::kNeedMore) {
+        ASSERT_EQ(used, n) << in;  // a decoder that needs more has used everything
+      }
+      split_used += used;
+      at += n;
+    }
+    ASSERT_EQ(whole.status(), split.status()) << in;
+    ASSERT_EQ(whole_body, split_body) << in;
+    if (whole.status() == ChunkedDecoder::Status::kDone) {
+      ++done;
+      ASSERT_EQ(whole_used, split_used) << in;
+      ASSERT_EQ(in.substr(0, whole_used).back(), '\n') << in;
+    } else if (whole.status() == ChunkedDecoder::Status::kMalformed) {
+      ++malformed;
+      EXPECT_FALSE(whole.error().empty());
+    }
+  }
+  EXPECT_GT(done, 1000);  // both outcomes were exercised
+  EXPECT_GT(malformed, 1000);
 }
 
 }  // namespace
