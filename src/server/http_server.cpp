@@ -94,7 +94,7 @@ struct HttpServer::Impl {
   }
 
   // One accept is outstanding at a time, so on_accept() runs for one connection after
-  // another (on any I/O thread): the members below need no lock.
+  // another (on any I/O thread): cap_logged and the accept_* members need no lock.
   void on_accept(ErrorCode ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted) return;  // the acceptor was closed
     if (ec) {
@@ -250,6 +250,7 @@ void HttpServer::stop_accepting() { impl_->stop_accepting(); }
 int64_t HttpServer::in_flight() const { return impl_->shared->in_flight.load(); }
 int64_t HttpServer::connections() const { return impl_->shared->connections.load(); }
 int64_t HttpServer::max_connections() const { return impl_->shared->options.max_connections; }
+void HttpServer::stop() { impl_->stop(); }
 
 int64_t default_max_connections() {
   rlimit limit{};
@@ -257,6 +258,5 @@ int64_t default_max_connections() {
   const auto soft = static_cast<int64_t>(std::min<rlim_t>(limit.rlim_cur, rlim_t{1} << 40));
   return std::clamp<int64_t>(soft - soft / 4, 1, kMaxDefaultConnections);
 }
-void HttpServer::stop() { impl_->stop(); }
 
 }  // namespace pagoda::server
