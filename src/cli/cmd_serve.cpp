@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/chat_template_choice.h"
 #include "cli/commands.h"
 #include "cli/kv_options.h"
 #include "cli/model_loading.h"
@@ -375,20 +376,9 @@ Runner add_serve(CLI::App& app) {
     load_options.quantize = parse_quantize(o->quantize);
     // A directory always has a tokenizer.json; a GGUF may be weights only (synthetic).
     load_options.require_tokenizer = std::filesystem::is_directory(o->model);
-    std::optional<server::ChatTemplate> file_template;
-    if (!o->chat_template_file.empty())
-      file_template.emplace(read_flag_file(o->chat_template_file, "--chat-template-file"), o->chat_template_file);
-    if (!o->chat_template.empty()) {  // llama-server's --chat-template: a name; a file works too
-      if (std::optional<server::ChatTemplate> t = server::ChatTemplate::builtin(o->chat_template)) {
-        file_template.emplace(std::move(*t));
-      } else if (std::filesystem::is_regular_file(o->chat_template)) {
-        file_template.emplace(read_flag_file(o->chat_template, "--chat-template"), o->chat_template);
-      } else {
-        throw Error("--chat-template " + o->chat_template + ": neither a file nor a built-in template (" +
-                    server::ChatTemplate::builtin_names() + ")");
-      }
-      o->chat_template_file = o->chat_template;
-    }
+    std::string template_source = "none";
+    std::optional<server::ChatTemplate> chat_template =
+        chat_template_from_flags(o->chat_template_file, o->chat_template, template_source);
 
     // Signals are taken by sigwait() on this thread: block them before any thread starts
     // so every thread inherits the mask.
@@ -438,25 +428,8 @@ Runner add_serve(CLI::App& app) {
 
     LoadedModel lm = load_model(o->model, load_options);
     if (lm.file && lm.file->has("tokenizer.ggml.model") && !lm.tokenizer) lm.tokenizer = Tokenizer::from_gguf(*lm.file);
-    std::optional<server::ChatTemplate> model_template;
-    const server::ChatTemplate* tmpl = nullptr;
-    std::string template_source = "none";
-    if (file_template) {
-      tmpl = &*file_template;
-      template_source = o->chat_template_file;
-    } else if (!lm.chat_template.empty()) {
-      try {
-        model_template.emplace(lm.chat_template, "tokenizer.chat_template");
-      } catch (const Error& e) {
-        throw Error(std::string(e.what()) + " (use --chat-template-file to supply a template pagoda supports)");
-      }
-      tmpl = &*model_template;
-      template_source = "the model's tokenizer.chat_template";
-    } else if (lm.tokenizer) {
-      model_template.emplace(server::ChatTemplate::chatml());
-      tmpl = &*model_template;
-      template_source = "ChatML fallback (the model has no chat template)";
-    }
+    if (!chat_template) chat_template = model_chat_template(lm, template_source);
+    const server::ChatTemplate* tmpl = chat_template ? &*chat_template : nullptr;
     ec.kv = o->kv.resolve_for(*lm.model);
     ec.model_id = o->model;
     // Blocks on disk outlive the process: the namespace must tell a rewritten file (or

@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
     runners[sub] = fn(*sub);
   };
   add("generate", "Generate text from a prompt, streaming it to stdout", pagoda::cli::add_generate);
+  add("chat", "Chat with a model in the terminal (the chat template, the prefix cache across turns)",
+      pagoda::cli::add_chat);
   add("bench-model", "Measure prompt-processing and generation speed, with the decode roofline",
       pagoda::cli::add_bench_model);
   add("bench-engine", "Measure aggregate generation speed for N concurrent streams through the engine",
