@@ -5,6 +5,7 @@
 // textContent, never into innerHTML raw.
 import { AuthError, apiKey, getJson, setApiKey, streamChat } from './api.js';
 import { CachePanel, formatBytes } from './cache_panel.js';
+import { defaultAnswerTokens } from './context.js';
 import { escapeHtml, highlight } from './highlight.js';
 import { renderMarkdown } from './markdown.js';
 import * as store from './store.js';
@@ -16,6 +17,7 @@ const state = {
   activeId: store.activeId(),
   settings: store.loadSettings(),
   generation: null,  // {controller, conversation, message}
+  nCtx: null,        // the model's context in tokens (GET /v1/models meta.n_ctx); null: not known
 };
 
 // ---- theme ---------------------------------------------------------------------------
@@ -92,6 +94,8 @@ async function checkServer() {
     status.title = '';
     const models = await getJson('v1/models');
     const m = models.data?.[0];
+    const nCtx = m?.meta?.n_ctx;
+    state.nCtx = Number.isSafeInteger(nCtx) && nCtx > 0 ? nCtx : null;
     $('model-name').textContent = m ? `${m.id}${m.meta?.n_ctx ? ` · ctx ${m.meta.n_ctx}` : ''}` : '';
   } catch (e) {
     if (e instanceof AuthError) {
@@ -355,7 +359,8 @@ function requestBody(conversation, settings, answer = null) {
   put('top_p', numberSetting(settings.top_p, 'top_p'));
   put('top_k', numberSetting(settings.top_k, 'top_k', true));
   put('min_p', numberSetting(settings.min_p, 'min_p'));
-  put('max_tokens', numberSetting(settings.max_tokens, 'max_tokens', true));
+  // Unset, the server would answer until the context is full (see defaultAnswerTokens).
+  put('max_tokens', numberSetting(settings.max_tokens, 'max_tokens', true) ?? defaultAnswerTokens(state.nCtx));
   put('seed', numberSetting(settings.seed, 'seed', true));
   if (settings.response_format === 'json_object') body.response_format = { type: 'json_object' };
   if (settings.response_format === 'json_schema') {
@@ -501,6 +506,7 @@ function openSettings() {
   const form = $('settings-form');
   const c = activeConversation();
   for (const [k, v] of Object.entries(state.settings)) if (form.elements[k]) form.elements[k].value = v;
+  form.elements.max_tokens.placeholder = `auto: ${defaultAnswerTokens(state.nCtx)}`;
   form.elements.system.value = c ? c.system : state.settings.system;
   $('settings-error').textContent = '';
   syncSchemaField();

@@ -12,7 +12,8 @@
 // the conversations; hostile Markdown in a stored answer runs nothing; light / dark / phone
 // screenshots; structured output and tool calls are shown as such; reasoning (stories260K
 // under a DeepSeek-R1 template) arrives folded; a server with --api-key makes the page ask
-// for the key, and then it works.
+// for the key, and then it works; without max_tokens the page asks for a quarter of a small
+// context.
 // On a failure every open page is saved as OUT/failure-<step>.png with the servers' logs.
 // Screenshots of the good runs are kept too (OUT/screenshots/*.png) for a look by eye.
 import { spawn } from 'node:child_process';
@@ -481,6 +482,33 @@ step('a server with --api-key makes the page ask for the key', async () => {
   check(Number(await statOf(msg, 'generated')) > 0, 'no answer with the key');
   check(page.external.length === 0, `requests left the server: ${page.external.join(', ')}`);
   await page.close();
+});
+
+step('without max_tokens the page asks for a quarter of a small context', async () => {
+  // A 128-token context: the model's own would let stories260K's answers run for a while.
+  const server = ctx.small = await startServer('small', ['--ctx-size', '128']);
+  await waitHealthy(server);
+  const page = ctx.smallPage = await openPage(ctx.context, server.url);
+  await page.goto(`${server.url}/`);
+  await until('the model name with its context', async () => (await page.textContent('[data-testid="model-name"]')).includes('ctx 128'));
+  await page.click('#open-settings');
+  const placeholder = await page.getAttribute('[data-testid="max-tokens"]', 'placeholder');
+  check(placeholder === 'auto: 32', `max_tokens placeholder ${JSON.stringify(placeholder)}`);
+  await page.keyboard.press('Escape');
+  await page.locator('#settings-dialog').waitFor({ state: 'hidden' });
+  await setSettings(page, { temperature: '0' });
+  const sent = page.waitForRequest((r) => r.url().endsWith('/v1/chat/completions'));
+  const msg = await sendAndWait(page, 'Hello there');
+  const body = (await sent).postDataJSON();
+  check(body.max_tokens === 32, `max_tokens ${body.max_tokens}, not a quarter of the 128-token context`);
+  check(Number(await statOf(msg, 'generated')) <= 32, `generated ${await statOf(msg, 'generated')}`);
+  // Set, it is sent as set.
+  await setSettings(page, { max_tokens: '5' });
+  const sent2 = page.waitForRequest((r) => r.url().endsWith('/v1/chat/completions'));
+  await page.click('#new-chat');
+  await sendAndWait(page, 'Hi');
+  check((await sent2).postDataJSON().max_tokens === 5, 'a max_tokens that was set is not sent');
+  await setSettings(page, { max_tokens: '' });
 });
 
 // ---- run -----------------------------------------------------------------------------
