@@ -100,3 +100,16 @@ export async function streamChat(body, { signal, onChunk }) {
     }
   }
 }
+
+// The number of tokens the server's prompt for a chat request ({messages, tools?}) has: the
+// chat template applied (POST /apply-template, which ends with the assistant's generation
+// prompt, as a completion request does) and then tokenized (POST /tokenize; add_special for
+// the BOS token the server adds). Two small requests rather than a completion with
+// max_tokens 1, which would queue behind running generations and take a KV slot.
+export async function countPromptTokens({ messages, tools }, { signal } = {}) {
+  const template = await postJson('apply-template', tools ? { messages, tools } : { messages }, { signal });
+  if (typeof template?.prompt !== 'string') throw new Error('/apply-template answered without a prompt');
+  const tokenized = await postJson('tokenize', { content: template.prompt, add_special: true }, { signal });
+  if (!Array.isArray(tokenized?.tokens)) throw new Error('/tokenize answered without tokens');
+  return tokenized.tokens.length;
+}

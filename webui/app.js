@@ -3,9 +3,9 @@
 // One generation runs at a time; it keeps streaming into its conversation when another one
 // is opened. Everything the model writes goes through renderMarkdown (escapes first) or
 // textContent, never into innerHTML raw.
-import { AuthError, apiKey, getJson, setApiKey, streamChat } from './api.js';
+import { AuthError, apiKey, countPromptTokens, getJson, setApiKey, streamChat } from './api.js';
 import { CachePanel, formatBytes } from './cache_panel.js';
-import { defaultAnswerTokens } from './context.js';
+import { defaultAnswerTokens, meterReading, usedTokensOf } from './context.js';
 import { escapeHtml, highlight } from './highlight.js';
 import { renderMarkdown } from './markdown.js';
 import * as store from './store.js';
@@ -18,6 +18,7 @@ const state = {
   settings: store.loadSettings(),
   generation: null,  // {controller, conversation, message}
   nCtx: null,        // the model's context in tokens (GET /v1/models meta.n_ctx); null: not known
+  meter: { conversationId: null, used: null, source: '' },  // the open conversation's tokens
 };
 
 // ---- theme ---------------------------------------------------------------------------
@@ -97,6 +98,7 @@ async function checkServer() {
     const nCtx = m?.meta?.n_ctx;
     state.nCtx = Number.isSafeInteger(nCtx) && nCtx > 0 ? nCtx : null;
     $('model-name').textContent = m ? `${m.id}${m.meta?.n_ctx ? ` · ctx ${m.meta.n_ctx}` : ''}` : '';
+    updateContext();
   } catch (e) {
     if (e instanceof AuthError) {
       status.textContent = 'needs API key';
@@ -184,10 +186,76 @@ function renderMessages() {
     empty.innerHTML = '<h2>pagoda</h2><p>Ask something. Answers stream in; the panel on the right shows the KV ' +
       'cache as it fills, and each answer shows how many prompt tokens came from the prefix cache.</p>';
     box.replaceChildren(empty);
-    return;
+  } else {
+    box.replaceChildren(...c.messages.map((m, i) => messageElement(m, i)));
+    box.scrollTop = box.scrollHeight;
   }
-  box.replaceChildren(...c.messages.map((m, i) => messageElement(m, i)));
-  box.scrollTop = box.scrollHeight;
+  updateContext();
+}
+
+// ---- the conversation against the context --------------------------------------------
+
+let meterSeq = 0;  // the latest count asked for: an older answer arriving late is dropped
+
+// Brings the context meter up to date with the open conversation: the server's usage of its
+// last exchange when there is one (no request), else a count by the server of the prompt its
+// next request would start with. While the conversation is generating the last number stays.
+async function updateContext() {
+  const c = activeConversation();
+  const seq = ++meterSeq;
+  const id = c?.id ?? null;
+  let used = c ? usedTokensOf(c.messages) : 0;
+  let source = 'usage';
+  if (c && used === null && c.messages.length === 0 && !c.system?.trim()) used = 0;
+  if (used === null) {
+    if (state.generation?.conversation === c) {
+      if (state.meter.conversationId !== id) state.meter = { conversationId: id, used: null, source: '' };
+      return renderMeter();
+    }
+    source = 'count';
+    try {
+      used = await countPromptTokens(countableRequest(c));
+    } catch (e) {
+      source = `not counted: ${e.message}`;
+    }
+    if (seq !== meterSeq) return;
+  }
+  state.meter = { conversationId: id, used, source };
+  renderMeter();
+}
+
+// The part of a request that makes its prompt: messages and tools (bad settings: none).
+function countableRequest(conversation) {
+  let tools;
+  try { tools = requestBody(conversation, state.settings).tools; } catch { /* the send will say */ }
+  return { messages: chatMessages(conversation), tools };
+}
+
+// The room an answer needs: what the request asks for, at most the default answer length
+// (a max_tokens of "the whole context" must not make every conversation look full).
+function answerReserve() {
+  const fallback = defaultAnswerTokens(state.nCtx);
+  try {
+    const body = requestBody({ system: '', messages: [] }, state.settings);
+    const asked = body.max_completion_tokens ?? body.max_tokens;
+    return Number.isSafeInteger(asked) && asked > 0 ? Math.min(asked, fallback) : fallback;
+  } catch {
+    return fallback;
+  }
+}
+
+function renderMeter() {
+  const reading = meterReading(state.meter.used, state.nCtx, answerReserve());
+  const meter = $('context-meter');
+  meter.hidden = state.meter.used === null && state.nCtx === null;
+  meter.dataset.level = reading.level;
+  meter.dataset.source = state.meter.source;
+  $('context-meter-text').textContent = reading.text;
+  $('context-meter-fill').style.width = `${100 * reading.fraction}%`;
+  const how = state.meter.source === 'usage' ? 'the last prompt and its answer, as the server counted them'
+    : state.meter.source === 'count' ? 'the conversation as the server tokenizes it' : state.meter.source;
+  meter.title = `Tokens this conversation uses of the model's context (${how})` +
+    (reading.level === 'low' ? ': the next answer may be cut short' : reading.level === 'full' ? ': the next message will not fit' : '');
 }
 
 function messageElement(m, index) {
@@ -343,9 +411,9 @@ function parseJsonSetting(text, name, check) {
   return v;
 }
 
-// The request body for a conversation up to (not including) `answer`, the message being
-// generated; throws Error naming a bad setting.
-function requestBody(conversation, settings, answer = null) {
+// The chat messages of a conversation up to (not including) `answer`, the message being
+// generated: the system prompt first, and no failed or empty answers.
+function chatMessages(conversation, answer = null) {
   const messages = [];
   if (conversation.system?.trim()) messages.push({ role: 'system', content: conversation.system });
   for (const m of conversation.messages) {
@@ -353,7 +421,13 @@ function requestBody(conversation, settings, answer = null) {
     if (m.role === 'assistant' && !m.content && !m.tool_calls?.length) continue;  // failed or empty turns
     messages.push({ role: m.role, content: m.content || '' });
   }
-  const body = { messages };
+  return messages;
+}
+
+// The request body for a conversation up to (not including) `answer`; throws Error naming a
+// bad setting.
+function requestBody(conversation, settings, answer = null) {
+  const body = { messages: chatMessages(conversation, answer) };
   const put = (k, v) => { if (v !== undefined) body[k] = v; };
   put('temperature', numberSetting(settings.temperature, 'temperature'));
   put('top_p', numberSetting(settings.top_p, 'top_p'));
@@ -537,6 +611,7 @@ function saveSettingsFromForm(event) {
     c.system = next.system;
     persist();
   }
+  updateContext();  // the system prompt, tools and max_tokens change what the meter shows
 }
 
 // ---- layout (drawers on narrow screens) ----------------------------------------------

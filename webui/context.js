@@ -14,3 +14,32 @@ export function defaultAnswerTokens(nCtx) {
   if (!Number.isSafeInteger(nCtx) || nCtx <= 0) return MAX_DEFAULT_ANSWER_TOKENS;
   return Math.max(1, Math.min(MAX_DEFAULT_ANSWER_TOKENS, Math.floor(nCtx / 4)));
 }
+
+// The tokens a conversation holds after its last exchange, from the server's usage: the
+// prompt it was sent plus the answer. null when the last message is not an answer with exact
+// usage (a stopped answer has none, a failed one none that counts, an edited conversation
+// ends in a user message): the page then asks the server to count (api.js countPromptTokens).
+export function usedTokensOf(messages) {
+  const last = Array.isArray(messages) ? messages.at(-1) : null;
+  if (!last || last.role !== 'assistant' || last.error) return null;
+  const s = last.stats;
+  if (!s || s.approx) return null;
+  const count = (n) => Number.isSafeInteger(n) && n >= 0;
+  return count(s.prompt) && count(s.generated) ? s.prompt + s.generated : null;
+}
+
+// What the context meter shows for `used` tokens of an `nCtx`-token context: the text
+// ("1,234 / 2,048 tokens"; "? / ..." when the count is not known; the count alone when the
+// context is not) and a level: 'full' when nothing is left (the last answer ran to the end of
+// the context, so no next message fits), 'low' when less than `reserve` (an answer's room) is
+// left, 'ok' otherwise, 'unknown' without a count. `fraction` (0..1) is for the bar.
+export function meterReading(used, nCtx, reserve = 0, locale = undefined) {
+  const known = (n) => Number.isSafeInteger(n) && n >= 0;
+  const fmt = (n) => n.toLocaleString(locale);
+  const ctxKnown = known(nCtx) && nCtx > 0;
+  if (!known(used)) return { text: ctxKnown ? `? / ${fmt(nCtx)} tokens` : '? tokens', level: 'unknown', fraction: 0 };
+  if (!ctxKnown) return { text: `${fmt(used)} tokens`, level: 'ok', fraction: 0 };
+  const left = nCtx - used;
+  const level = left <= 0 ? 'full' : left < reserve ? 'low' : 'ok';
+  return { text: `${fmt(used)} / ${fmt(nCtx)} tokens`, level, fraction: Math.min(1, used / nCtx) };
+}

@@ -196,6 +196,17 @@ async function setSettings(page, fields) {
   await page.locator('#settings-dialog').waitFor({ state: 'hidden' });
 }
 
+// The context meter as shown ("1,234 / 2,048 tokens", in the browser's locale).
+async function meterOf(page) {
+  const meter = page.locator('[data-testid="context-meter"]');
+  const text = (await meter.textContent()).trim();
+  const m = /^([\d.,\s]+|\?) \/ ([\d.,\s]+) tokens$/.exec(text);
+  if (!m) return { text };
+  const num = (t) => (t === '?' ? null : Number(t.replace(/[^\d]/g, '')));
+  return { text, used: num(m[1]), nCtx: num(m[2]), level: await meter.getAttribute('data-level'),
+           source: await meter.getAttribute('data-source'), visible: await meter.isVisible() };
+}
+
 async function panelNumber(page, testid) {
   const t = await page.locator(`[data-testid="${testid}"]`).textContent();
   return Number(t.replace(/[^\d]/g, ''));
@@ -264,6 +275,11 @@ step('a message streams in and gets its token and timing stats', async () => {
   check(/^\d+ ms$/.test(await statOf(msg, 'ttft')), 'no TTFT');
   check(/tok\/s$/.test(await statOf(msg, 'tps')), 'no tokens/s');
   ctx.generatedSoFar = generated;
+  // The context meter: this exchange's prompt and answer of the model's context.
+  ctx.nCtx = (await serverJson(ctx.main, '/v1/models')).data[0].meta.n_ctx;
+  const meter = await meterOf(page);
+  check(meter.visible && meter.used === ctx.prompt1 + generated && meter.nCtx === ctx.nCtx && meter.source === 'usage',
+        `the meter shows ${JSON.stringify(meter)}, not ${ctx.prompt1 + generated} / ${ctx.nCtx}`);
 });
 
 step('the second turn reads the first from the prefix cache', async () => {
@@ -321,6 +337,12 @@ step('Stop ends the generation and the server cancels it', async () => {
   });
   const generated = stats.engine.tokens_generated - generated0;
   check(generated < 1900, `the server generated ${generated} tokens: not stopped early`);
+  // A stopped answer has no usage: the meter asks the server to count the conversation.
+  const meter = await until('the meter to count the stopped conversation', async () => {
+    const m = await meterOf(page);
+    return m.source === 'count' && m.used > 0 ? m : null;
+  });
+  check(meter.nCtx === ctx.nCtx && meter.used < ctx.nCtx, `the meter shows ${JSON.stringify(meter)}`);
   await setSettings(page, { max_tokens: '200', extra: '' });
 });
 
@@ -502,6 +524,9 @@ step('without max_tokens the page asks for a quarter of a small context', async 
   const body = (await sent).postDataJSON();
   check(body.max_tokens === 32, `max_tokens ${body.max_tokens}, not a quarter of the 128-token context`);
   check(Number(await statOf(msg, 'generated')) <= 32, `generated ${await statOf(msg, 'generated')}`);
+  const meter = await meterOf(page);
+  check(meter.nCtx === 128 && meter.used === Number(await statOf(msg, 'prompt')) + Number(await statOf(msg, 'generated')),
+        `the meter shows ${JSON.stringify(meter)}`);
   // Set, it is sent as set.
   await setSettings(page, { max_tokens: '5' });
   const sent2 = page.waitForRequest((r) => r.url().endsWith('/v1/chat/completions'));
