@@ -3,9 +3,9 @@
 // One generation runs at a time; it keeps streaming into its conversation when another one
 // is opened. Everything the model writes goes through renderMarkdown (escapes first) or
 // textContent, never into innerHTML raw.
-import { AuthError, apiKey, countPromptTokens, getJson, setApiKey, streamChat } from './api.js';
+import { AuthError, HttpError, apiKey, countPromptTokens, getJson, setApiKey, streamChat } from './api.js';
 import { CachePanel, formatBytes } from './cache_panel.js';
-import { defaultAnswerTokens, meterReading, usedTokensOf } from './context.js';
+import { defaultAnswerTokens, fewestTurnsToDrop, isContextFull, meterReading, turnStarts, usedTokensOf } from './context.js';
 import { escapeHtml, highlight } from './highlight.js';
 import { renderMarkdown } from './markdown.js';
 import * as store from './store.js';
@@ -133,8 +133,8 @@ function openConversation(id) {
   closeDrawers();
 }
 
-function newChat() {
-  const c = store.newConversation(state.settings.system);
+function newChat(system = state.settings.system) {
+  const c = store.newConversation(system);
   state.conversations.unshift(c);
   persist();
   openConversation(c.id);
@@ -188,6 +188,13 @@ function renderMessages() {
     box.replaceChildren(empty);
   } else {
     box.replaceChildren(...c.messages.map((m, i) => messageElement(m, i)));
+    if (Number.isSafeInteger(c.dropped) && c.dropped > 0) {
+      const note = document.createElement('p');
+      note.className = 'dropped-note';
+      note.dataset.testid = 'dropped-note';
+      note.textContent = `${c.dropped} earlier message${c.dropped === 1 ? ' was' : 's were'} dropped to fit the model's context.`;
+      box.prepend(note);
+    }
     box.scrollTop = box.scrollHeight;
   }
   updateContext();
@@ -252,10 +259,117 @@ function renderMeter() {
   meter.dataset.source = state.meter.source;
   $('context-meter-text').textContent = reading.text;
   $('context-meter-fill').style.width = `${100 * reading.fraction}%`;
+  state.meter.level = reading.level;
   const how = state.meter.source === 'usage' ? 'the last prompt and its answer, as the server counted them'
     : state.meter.source === 'count' ? 'the conversation as the server tokenizes it' : state.meter.source;
   meter.title = `Tokens this conversation uses of the model's context (${how})` +
     (reading.level === 'low' ? ': the next answer may be cut short' : reading.level === 'full' ? ': the next message will not fit' : '');
+  renderContextChoice();
+}
+
+// When the open conversation no longer fits, the choice it needs: {pending} when the server
+// refused its last message for the context (that message is resent after the choice), {} when
+// the meter says the context is full (the next message cannot fit), null otherwise.
+function contextChoice(c) {
+  if (!c || state.generation?.conversation === c) return null;
+  const last = c.messages.at(-1);
+  const before = c.messages.at(-2);
+  if (last?.role === 'assistant' && last.contextFull && before?.role === 'user') return { pending: before };
+  if (state.meter.conversationId === c.id && state.meter.level === 'full') return { pending: null };
+  return null;
+}
+
+let dropping = false;  // counting which turns to drop: the buttons wait
+
+function renderContextChoice() {
+  const choice = contextChoice(activeConversation());
+  const box = $('context-full');
+  const wasHidden = box.hidden;
+  box.hidden = !choice;
+  if (!choice) return;
+  if (wasHidden) $('context-full-status').textContent = '';
+  box.dataset.pending = String(Boolean(choice.pending));
+  const size = state.nCtx ? `(${state.nCtx.toLocaleString()} tokens)` : '';
+  $('context-full-text').textContent = choice.pending
+    ? `This message does not fit in the model's context ${size} after the conversation so far. Drop the oldest ` +
+      'turns (the system prompt stays) and send it again, or start a new chat with it.'
+    : `This conversation fills the model's context ${size}: the next message will not fit. Drop the oldest ` +
+      'turns (the system prompt stays), or start a new chat.';
+  for (const b of box.querySelectorAll('button')) b.disabled = dropping || Boolean(state.generation);
+}
+
+// Drops the fewest oldest turns that make the conversation fit again, keeping the system
+// prompt (it is not a turn), and resends the refused message if there is one. The server
+// counts each candidate (countPromptTokens). "Fits" leaves room for this answer and one more
+// exchange like it (twice answerReserve): room for the answer alone would leave a context
+// that the answer can fill, so the very next message would meet this choice again. When that
+// much room cannot be had, room for the answer, and then for one token of it, will do.
+async function dropOldestTurns() {
+  const c = activeConversation();
+  const choice = contextChoice(c);
+  if (!choice || dropping || state.generation) return;
+  const status = $('context-full-status');
+  const snapshot = [...c.messages];
+  const history = choice.pending ? c.messages.slice(0, -2) : [...c.messages];
+  // With no message waiting, room for the shortest next one: an empty user turn.
+  const tail = [choice.pending ?? { role: 'user', content: '' }];
+  const starts = turnStarts(history);
+  const keptFrom = (k) => (k < starts.length ? starts[k] : history.length);
+  const nCtx = state.nCtx;
+  const fitsWith = (reserve) => async (k) => nCtx === null ||
+    (await countPromptTokens(countableRequest({ system: c.system, messages: [...history.slice(keptFrom(k)), ...tail] }))) +
+      reserve <= nCtx;
+  dropping = true;
+  renderContextChoice();
+  status.textContent = 'Counting…';
+  let k = null;
+  let error = '';
+  try {
+    const reserve = answerReserve();
+    for (const room of [2 * reserve, reserve, 1]) {
+      k = await fewestTurnsToDrop(starts.length, fitsWith(room));
+      if (k !== null) break;
+    }
+  } catch (e) {
+    error = `Could not count the tokens: ${e.message}`;
+  }
+  dropping = false;
+  // The conversation changed (or went) while the server counted: this answer is not for it.
+  if (!state.conversations.includes(c) || c.messages.length !== snapshot.length || c.messages.some((m, i) => m !== snapshot[i])) {
+    return renderContextChoice();
+  }
+  if (k === null) {
+    status.textContent = error || (choice.pending
+      ? 'Even with every earlier turn dropped, this message (with the system prompt) leaves no room to answer: edit it shorter.'
+      : 'There are no turns left to drop: the system prompt alone fills the context.');
+    return renderContextChoice();
+  }
+  status.textContent = '';
+  const dropped = keptFrom(k);
+  c.messages = history.slice(dropped);
+  c.dropped = (Number.isSafeInteger(c.dropped) ? c.dropped : 0) + dropped;
+  if (choice.pending) {
+    c.messages.push(choice.pending);
+    startAnswer(c);
+  } else {
+    c.updated = Date.now();
+    persist();
+    renderMessages();
+  }
+}
+
+// Starts a new chat with the open conversation's system prompt; a message the old one could
+// not take moves there (and leaves the old one, which keeps its last answered turn) and is sent.
+function newChatFromFull() {
+  const c = activeConversation();
+  const choice = contextChoice(c);
+  if (!choice || dropping || state.generation) return;
+  if (choice.pending) {
+    c.messages.splice(-2, 2);
+    if (c.messages.length === 0) state.conversations = state.conversations.filter((x) => x !== c);
+  }
+  newChat(c.system);
+  if (choice.pending) send(choice.pending.content);
 }
 
 function messageElement(m, index) {
@@ -449,6 +563,7 @@ function requestBody(conversation, settings, answer = null) {
 function setBusy(busy) {
   $('send').hidden = busy;
   $('stop').hidden = !busy;
+  renderContextChoice();
 }
 
 async function generate(conversation, message) {
@@ -516,6 +631,7 @@ async function generate(conversation, message) {
       if (!retry) message.error = 'The server needs an API key.';
     } else {
       message.error = e.message;
+      if (e instanceof HttpError && isContextFull(e.status, e.message)) message.contextFull = true;
     }
   }
   const s = message.stats;
@@ -561,6 +677,11 @@ function send(text) {
   }
   if (c.messages.length === 0) c.title = text.trim().replace(/\s+/g, ' ').slice(0, 48);
   c.messages.push({ role: 'user', content: text });
+  startAnswer(c);
+}
+
+// Adds an answer to the conversation (whose last message is the user's) and generates it.
+function startAnswer(c) {
   const answer = { role: 'assistant', content: '', stats: {} };
   c.messages.push(answer);
   // Most recently used first.
@@ -666,7 +787,9 @@ function init() {
     }
   });
   $('stop').addEventListener('click', () => state.generation?.controller?.abort());
-  $('new-chat').addEventListener('click', newChat);
+  $('new-chat').addEventListener('click', () => newChat());
+  $('context-drop').addEventListener('click', dropOldestTurns);
+  $('context-new-chat').addEventListener('click', newChatFromFull);
   $('open-settings').addEventListener('click', openSettings);
   $('settings-form').addEventListener('submit', saveSettingsFromForm);
   $('settings-form').elements.response_format.addEventListener('change', syncSchemaField);

@@ -43,3 +43,41 @@ export function meterReading(used, nCtx, reserve = 0, locale = undefined) {
   const level = left <= 0 ? 'full' : left < reserve ? 'low' : 'ok';
   return { text: `${fmt(used)} / ${fmt(nCtx)} tokens`, level, fraction: Math.min(1, used / nCtx) };
 }
+
+// Whether a refused request was refused because its prompt does not fit the context: a 400
+// whose message speaks of the context (pagoda: "the prompt has 140 tokens but the context is
+// 128 tokens ..."; llama-server: "... exceeds the available context size"; vLLM and OpenAI:
+// "This model's maximum context length is ..."). Matching the word rather than pagoda's exact
+// sentence keeps the page useful behind another OpenAI-compatible server.
+export function isContextFull(status, message) {
+  return status === 400 && typeof message === 'string' && /\bcontext\b/i.test(message);
+}
+
+// Where each turn of `messages` starts: a turn is a user message and the answers after it
+// (messages before the first user message form a turn of their own). Dropping the oldest k
+// turns keeps messages from turnStarts(messages)[k] on, so no answer loses its question.
+export function turnStarts(messages) {
+  const starts = [];
+  if (!Array.isArray(messages)) return starts;
+  messages.forEach((m, i) => {
+    if (i === 0 || m?.role === 'user') starts.push(i);
+  });
+  return starts;
+}
+
+// The fewest of the oldest turns (at least `min`, at most `nTurns`) to drop so that
+// `fits(k)` holds, or null when dropping all of them is not enough. fits is async (the
+// server counts the tokens) and monotonic (dropping more never lengthens the prompt), so a
+// binary search asks it 1 + log2(nTurns) times rather than once per turn.
+export async function fewestTurnsToDrop(nTurns, fits, min = 1) {
+  if (!Number.isSafeInteger(nTurns) || nTurns < min) return null;
+  if (!(await fits(nTurns))) return null;
+  let lo = min;
+  let hi = nTurns;  // fits
+  while (lo < hi) {
+    const mid = Math.floor((lo + hi) / 2);
+    if (await fits(mid)) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}

@@ -1,11 +1,12 @@
 // What the page keeps in the browser's localStorage (nothing is stored on the server):
-//   pagoda.conversations  [{id, title, created, updated, system, messages: [Message]}], newest first
+//   pagoda.conversations  [{id, title, created, updated, system, messages: [Message], dropped?}], newest first
 //   pagoda.active         the id of the open conversation
 //   pagoda.settings       sampling settings (see DEFAULT_SETTINGS)
 //   pagoda.theme          'light' | 'dark' (absent: the system's preference)
 // Message: {role: 'user' | 'assistant', content, reasoning?, tool_calls?: [{id, name, arguments}],
 //           format?: 'json', stats?: {prompt, cached, generated, ttft_ms, tokens_per_s, total_ms, finish},
-//           error?, stopped?}
+//           error?, contextFull? (refused: the prompt did not fit the context), stopped?}
+// A conversation's dropped?: how many of its oldest messages were dropped to fit the context.
 // A full localStorage (about 5 MB per origin) drops the oldest conversations rather than lose
 // the one being written.
 

@@ -13,7 +13,8 @@
 // screenshots; structured output and tool calls are shown as such; reasoning (stories260K
 // under a DeepSeek-R1 template) arrives folded; a server with --api-key makes the page ask
 // for the key, and then it works; without max_tokens the page asks for a quarter of a small
-// context.
+// context; a conversation that no longer fits it (refused, or filled by an answer) offers to
+// drop its oldest turns (keeping the system prompt) or to start a new chat.
 // On a failure every open page is saved as OUT/failure-<step>.png with the servers' logs.
 // Screenshots of the good runs are kept too (OUT/screenshots/*.png) for a look by eye.
 import { spawn } from 'node:child_process';
@@ -534,6 +535,89 @@ step('without max_tokens the page asks for a quarter of a small context', async 
   await sendAndWait(page, 'Hi');
   check((await sent2).postDataJSON().max_tokens === 5, 'a max_tokens that was set is not sent');
   await setSettings(page, { max_tokens: '' });
+});
+
+step('a conversation that no longer fits offers to drop its oldest turns or start anew', async () => {
+  // On the 128-token context, with ChatML spelled out in stories260K's 512-token vocabulary
+  // (about 30 tokens a turn), a system prompt, one exchange and a second message overflow.
+  const page = ctx.smallPage;
+  const choice = page.locator('[data-testid="context-full"]');
+  const chatRequest = () => page.waitForRequest((r) => r.url().endsWith('/v1/chat/completions'));
+  await page.click('#new-chat');
+  await setSettings(page, { system: 'You tell short stories.', temperature: '0', max_tokens: '', extra: '' });
+  await sendAndWait(page, 'Hello there');
+  check(await choice.isHidden(), 'the choice is shown while the conversation fits');
+  const long = 'Tell me a story about a dog and a cat.';
+  await page.fill('[data-testid="prompt"]', long);
+  await page.keyboard.press('Enter');
+  await choice.waitFor();
+  check(await choice.getAttribute('data-pending') === 'true', 'the choice does not offer to resend the refused message');
+  const refused = lastAssistant(page);
+  check(/context/.test(await refused.locator('.msg-error').textContent()), 'the refusal is not shown on the answer');
+  check((await meterOf(page)).level === 'full', `the meter shows ${JSON.stringify(await meterOf(page))} with the message refused`);
+  await page.screenshot({ path: path.join(opts.out, 'screenshots', 'context-full.png') });
+
+  // Drop the oldest turns: the refused message is sent again, with the system prompt and
+  // without the first exchange, and answered.
+  let sent = chatRequest();
+  await page.click('[data-testid="context-drop"]');
+  let body = (await sent).postDataJSON();
+  check(JSON.stringify(body.messages) === JSON.stringify([{ role: 'system', content: 'You tell short stories.' }, { role: 'user', content: long }]),
+        `resent as ${JSON.stringify(body.messages)}`);
+  const answer = lastAssistant(page);
+  await answer.locator('[data-testid="stat-finish"]').waitFor();
+  check(await answer.locator('.msg-error').count() === 0, `the resent message failed: ${await answer.textContent()}`);
+  check(Number(await statOf(answer, 'generated')) > 0, 'no answer after dropping the oldest turns');
+  check(await page.locator('[data-testid="message-user"]').count() === 1, 'the first turn is still shown');
+  check((await page.textContent('[data-testid="dropped-note"]')).includes('2 earlier messages'), 'no note of the dropped turn');
+
+  // Start a new chat: the refused message moves there alone (with the system prompt) and is
+  // answered; the old conversation keeps what it had before the refusal.
+  const other = 'Once upon a time there was a big red ball.';
+  await page.fill('[data-testid="prompt"]', other);
+  await page.keyboard.press('Enter');
+  await until('the choice with the refused message', async () =>
+    (await choice.getAttribute('data-pending')) === 'true' && await choice.isVisible());
+  const conversations0 = await page.locator('[data-testid="conversation-item"]').count();
+  sent = chatRequest();
+  await page.click('[data-testid="context-new-chat"]');
+  body = (await sent).postDataJSON();
+  check(JSON.stringify(body.messages) === JSON.stringify([{ role: 'system', content: 'You tell short stories.' }, { role: 'user', content: other }]),
+        `the new chat sent ${JSON.stringify(body.messages)}`);
+  await lastAssistant(page).locator('[data-testid="stat-finish"]').waitFor();
+  check(await page.locator('#messages article').count() === 2, `${await page.locator('#messages article').count()} messages in the new chat`);
+  check(await page.locator('[data-testid="dropped-note"]').count() === 0, 'the new chat says turns were dropped');
+  check(await page.locator('[data-testid="conversation-item"]').count() === conversations0 + 1, 'no new conversation in the list');
+  await page.locator('[data-testid="conversation-item"]').nth(1).locator('.conv-open').click();
+  const old = await page.locator('#messages article').allTextContents();
+  check(old.length === 2 && old[0].includes(long), `the old conversation holds ${JSON.stringify(old)}`);
+});
+
+step('a context filled by an answer offers the choice before the next message', async () => {
+  const page = ctx.smallPage;
+  const choice = page.locator('[data-testid="context-full"]');
+  await page.click('#new-chat');
+  // ignore_eos: the answer runs to the end of the context (max_tokens 200 > 128).
+  await setSettings(page, { max_tokens: '200', extra: '{"ignore_eos": true}' });
+  const msg = await sendAndWait(page, 'Hi');
+  check(await statOf(msg, 'finish') === 'length', `finish ${await statOf(msg, 'finish')}`);
+  const meter = await meterOf(page);
+  check(meter.used === 128 && meter.level === 'full', `the meter shows ${JSON.stringify(meter)} with the context full`);
+  await choice.waitFor();
+  check(await choice.getAttribute('data-pending') === 'false', 'the choice offers to resend a message nobody sent');
+  await page.click('[data-testid="context-drop"]');
+  await choice.waitFor({ state: 'hidden' });
+  check(await page.locator('#messages article').count() === 0, 'the only turn was not dropped');
+  await until('the meter to count the system prompt alone', async () => {
+    const m = await meterOf(page);
+    return m.source === 'count' && m.used > 0 && m.used < 128;
+  });
+  await setSettings(page, { max_tokens: '', extra: '' });
+  const sent = page.waitForRequest((r) => r.url().endsWith('/v1/chat/completions'));
+  await sendAndWait(page, 'Hi');
+  check((await sent).postDataJSON().messages[0]?.content === 'You tell short stories.', 'the system prompt was dropped');
+  const problems = page.problems.filter((p) => !/status of 400/.test(p));
+  check(problems.length === 0, `console errors: ${problems.join('\n')}`);
 });
 
 // ---- run -----------------------------------------------------------------------------
