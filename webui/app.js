@@ -377,10 +377,21 @@ function messageElement(m, index) {
   art.className = `msg ${m.role}`;
   art.dataset.index = index;
   art.dataset.testid = `message-${m.role}`;
+  const head = document.createElement('div');
+  head.className = 'msg-head';
   const role = document.createElement('div');
   role.className = 'msg-role';
   role.textContent = m.role === 'user' ? 'you' : 'assistant';
-  art.append(role);
+  const actions = document.createElement('div');
+  actions.className = 'msg-actions';
+  const c = activeConversation();
+  if (m.role === 'user') {
+    actions.append(actionButton('edit', 'Edit', 'Edit this message and send it again (the messages after it go)'));
+  } else if (c?.messages[index - 1]?.role === 'user') {
+    actions.append(actionButton('regenerate', 'Regenerate', 'Write this answer again (the messages after it go)'));
+  }
+  head.append(role, actions);
+  art.append(head);
   if (m.role === 'user') {
     const body = document.createElement('div');
     body.className = 'user-text';
@@ -390,6 +401,98 @@ function messageElement(m, index) {
     updateAssistant(art, m);
   }
   return art;
+}
+
+function actionButton(action, label, title) {
+  const b = document.createElement('button');
+  b.type = 'button';
+  b.className = 'msg-action';
+  b.dataset.action = action;
+  b.dataset.testid = action === 'edit' ? 'edit-message' : action;
+  b.textContent = label;
+  b.title = title;
+  return b;
+}
+
+// ---- edit and regenerate -------------------------------------------------------------
+
+// The open conversation and its message shown by `art`, or null (gone, or a generation runs:
+// one at a time, and the messages it writes into must stay where they are).
+function messageOf(art) {
+  const c = activeConversation();
+  const m = c?.messages[Number(art?.dataset.index)];
+  return m && !state.generation ? { c, m } : null;
+}
+
+// Turns a user message into a box to edit it in: Send (or Enter) keeps the new text, drops
+// every message after it and asks again; Cancel (or Escape) puts the message back.
+function startEdit(art) {
+  const found = messageOf(art);
+  const shown = art.querySelector(':scope > .user-text');
+  if (!found || !shown) return;
+  const editor = document.createElement('div');
+  editor.className = 'msg-editor';
+  const area = document.createElement('textarea');
+  area.value = found.m.content || '';
+  area.rows = Math.min(12, area.value.split('\n').length + 1);
+  area.dataset.testid = 'edit-text';
+  const save = document.createElement('button');
+  save.type = 'button';
+  save.className = 'primary small';
+  save.dataset.testid = 'edit-save';
+  save.textContent = 'Send';
+  const cancel = document.createElement('button');
+  cancel.type = 'button';
+  cancel.className = 'small';
+  cancel.dataset.testid = 'edit-cancel';
+  cancel.textContent = 'Cancel';
+  const buttons = document.createElement('div');
+  buttons.className = 'editor-actions';
+  buttons.append(save, cancel);
+  editor.append(area, buttons);
+  shown.replaceWith(editor);
+  art.classList.add('editing');
+  const done = () => { editor.replaceWith(shown); art.classList.remove('editing'); };
+  const submit = () => {
+    const text = area.value;
+    const again = messageOf(art);
+    if (!text.trim() || !again || again.m !== found.m) return;
+    resendFrom(again.c, again.m, text);
+  };
+  save.addEventListener('click', submit);
+  cancel.addEventListener('click', done);
+  area.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      submit();
+    } else if (e.key === 'Escape') {
+      e.preventDefault();
+      done();
+    }
+  });
+  area.focus();
+  area.setSelectionRange(area.value.length, area.value.length);
+}
+
+// The user message `m` now says `text`: what followed it goes and it is answered afresh.
+function resendFrom(c, m, text) {
+  const i = c.messages.indexOf(m);
+  if (i < 0) return;
+  m.content = text;
+  c.messages.splice(i + 1);
+  if (i === 0) c.title = text.trim().replace(/\s+/g, ' ').slice(0, 48);
+  renderSidebar();
+  startAnswer(c);
+}
+
+// The answer shown by `art` is written again from the same messages; what followed it goes.
+function regenerate(art) {
+  const found = messageOf(art);
+  if (!found) return;
+  const i = found.c.messages.indexOf(found.m);
+  if (i < 1 || found.c.messages[i - 1].role !== 'user') return;
+  found.c.messages.splice(i);
+  startAnswer(found.c);
 }
 
 function part(art, cls, tag = 'div') {
@@ -563,6 +666,7 @@ function requestBody(conversation, settings, answer = null) {
 function setBusy(busy) {
   $('send').hidden = busy;
   $('stop').hidden = !busy;
+  $('messages').classList.toggle('busy', busy);
   renderContextChoice();
 }
 
@@ -799,6 +903,9 @@ function init() {
   $('scrim').addEventListener('click', closeDrawers);
   document.addEventListener('keydown', (e) => { if (e.key === 'Escape' && !$('scrim').hidden) closeDrawers(); });
   $('messages').addEventListener('click', (e) => {
+    const action = e.target.closest('.msg-action');
+    if (action?.dataset.action === 'edit') return startEdit(action.closest('article'));
+    if (action?.dataset.action === 'regenerate') return regenerate(action.closest('article'));
     const button = e.target.closest('.copy-code');
     if (!button) return;
     const code = button.parentElement.querySelector('pre')?.textContent ?? '';

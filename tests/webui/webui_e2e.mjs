@@ -14,7 +14,8 @@
 // under a DeepSeek-R1 template) arrives folded; a server with --api-key makes the page ask
 // for the key, and then it works; without max_tokens the page asks for a quarter of a small
 // context; a conversation that no longer fits it (refused, or filled by an answer) offers to
-// drop its oldest turns (keeping the system prompt) or to start a new chat.
+// drop its oldest turns (keeping the system prompt) or to start a new chat; a user message
+// edited is sent again without what followed it, and an answer can be regenerated.
 // On a failure every open page is saved as OUT/failure-<step>.png with the servers' logs.
 // Screenshots of the good runs are kept too (OUT/screenshots/*.png) for a look by eye.
 import { spawn } from 'node:child_process';
@@ -327,6 +328,7 @@ step('Stop ends the generation and the server cancels it', async () => {
   await until('the answer to start', async () =>
     ((await msg.locator('[data-testid="assistant-content"]').textContent()) || '').length > 10);
   await page.screenshot({ path: path.join(opts.out, 'screenshots', 'generating.png') });
+  check(await page.locator('[data-testid="edit-message"]').first().isHidden(), 'Edit is offered while an answer is written');
   await page.click('[data-testid="stop"]');
   await msg.locator('[data-testid="stat-finish"]').waitFor();
   check(await statOf(msg, 'finish') === 'stopped', `finish ${await statOf(msg, 'finish')}`);
@@ -617,6 +619,78 @@ step('a context filled by an answer offers the choice before the next message', 
   await sendAndWait(page, 'Hi');
   check((await sent).postDataJSON().messages[0]?.content === 'You tell short stories.', 'the system prompt was dropped');
   const problems = page.problems.filter((p) => !/status of 400/.test(p));
+  check(problems.length === 0, `console errors: ${problems.join('\n')}`);
+});
+
+step('a user message can be edited and sent again, an answer regenerated', async () => {
+  const page = ctx.page;
+  const chatRequest = () => page.waitForRequest((r) => r.url().endsWith('/v1/chat/completions'));
+  const sentMessages = async (request) => JSON.stringify((await request).postDataJSON().messages);
+  const json = (...messages) => JSON.stringify(messages);
+  const user = (content) => ({ role: 'user', content });
+  const articles = page.locator('#messages article');
+  const answers = page.locator('[data-testid="message-assistant"]');
+  const answerText = async (i) => (await answers.nth(i).locator('[data-testid="assistant-content"]').textContent()).trim();
+  // Pages opened since left this one in the background, where Chromium slows its animation
+  // frames, and so every click's wait for the element to be stable.
+  await page.bringToFront();
+  await page.click('#new-chat');
+  await setSettings(page, { max_tokens: '20', temperature: '', extra: '', system: '' });
+  await sendAndWait(page, 'Once upon a time');
+  await sendAndWait(page, 'And then?');
+  const first = await answerText(0);
+
+  // Regenerate the last answer: the same messages are sent again and the answer is replaced.
+  let sent = chatRequest();
+  await answers.nth(1).locator('[data-testid="regenerate"]').click();
+  check(await sentMessages(sent) === json(user('Once upon a time'), { role: 'assistant', content: first }, user('And then?')),
+        `regenerating sent ${await sentMessages(sent)}`);
+  await answers.nth(1).locator('[data-testid="stat-finish"]').waitFor();
+  await page.locator('[data-testid="send"]').waitFor({ state: 'visible' });
+  check(await articles.count() === 4, `${await articles.count()} messages after regenerating the last answer`);
+
+  // Regenerate the first answer: the turn after it goes.
+  sent = chatRequest();
+  await answers.nth(0).locator('[data-testid="regenerate"]').click();
+  check(await sentMessages(sent) === json(user('Once upon a time')), `regenerating sent ${await sentMessages(sent)}`);
+  await answers.nth(0).locator('[data-testid="stat-finish"]').waitFor();
+  await page.locator('[data-testid="send"]').waitFor({ state: 'visible' });
+  check(await articles.count() === 2, `${await articles.count()} messages after regenerating the first answer`);
+
+  // Edit, then cancel: nothing changes and nothing is sent.
+  const firstUser = page.locator('[data-testid="message-user"]').first();
+  let requests = 0;
+  const count = (r) => { if (r.url().endsWith('/v1/chat/completions')) requests++; };
+  page.on('request', count);
+  await firstUser.locator('[data-testid="edit-message"]').click();
+  await page.fill('[data-testid="edit-text"]', 'never sent');
+  await page.click('[data-testid="edit-cancel"]');
+  check((await firstUser.locator('.user-text').textContent()) === 'Once upon a time', 'Cancel kept the edit');
+  await sleep(200);
+  page.off('request', count);
+  check(requests === 0, `${requests} request(s) after a cancelled edit`);
+
+  // Send a second turn, then edit the first message: it is sent in its new words alone.
+  await sendAndWait(page, 'And then?');
+  check(await articles.count() === 4, 'no second turn');
+  sent = chatRequest();
+  await firstUser.locator('[data-testid="edit-message"]').click();
+  await page.screenshot({ path: path.join(opts.out, 'screenshots', 'editing.png') });
+  await page.fill('[data-testid="edit-text"]', 'A dog ran to the park');
+  await page.keyboard.press('Enter');
+  check(await sentMessages(sent) === json(user('A dog ran to the park')), `the edit sent ${await sentMessages(sent)}`);
+  await answers.nth(0).locator('[data-testid="stat-finish"]').waitFor();
+  await page.locator('[data-testid="send"]').waitFor({ state: 'visible' });
+  check(await articles.count() === 2, `${await articles.count()} messages after the edit`);
+  check((await firstUser.locator('.user-text').textContent()) === 'A dog ran to the park', 'the edit is not shown');
+  check((await page.textContent('[data-testid="conversation-item"].active .conv-open')) === 'A dog ran to the park',
+        'the conversation is not named after its edited first message');
+  // Kept across a reload.
+  await page.reload();
+  await page.locator('[data-testid="message-user"]').first().waitFor();
+  check(await articles.count() === 2 && (await firstUser.locator('.user-text').textContent()) === 'A dog ran to the park',
+        'the edited conversation did not survive a reload');
+  const problems = page.problems.filter((p) => !expectedProblem(p));
   check(problems.length === 0, `console errors: ${problems.join('\n')}`);
 });
 
