@@ -56,6 +56,7 @@ Runner add_synth(CLI::App& app) {
     }
     if (!o->shape.empty() && o->arch != "llama") s.arch = o->arch;
     if (o->shape.empty()) s.arch = o->arch;
+    if (o->shape == "tiny") s = resolved_for_row(s, /*tiny_shape=*/true);  // hybrid rows: 4 layers
     // q4_k_m: Q4_K with llama.cpp's Q4_K_M mix (SynthSpec::q4_k_m).
     s.q4_k_m = o->type == "q4_k_m";
     auto t = parse_type_name(s.q4_k_m ? std::string("q4_k") : o->type);

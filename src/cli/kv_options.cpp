@@ -100,6 +100,7 @@ KvCache make_kv_cache(const Model& model, const KvOptions& options) {
   KvLayerGroups groups = KvLayerGroups::for_windows(c.layer_windows(), kc.swa_full);
   kv.pool = std::make_unique<PagedKvPool>(KvGeometry{groups.page_layers, c.n_kv_heads, c.head_dim, groups.n_groups()}, kc);
   kv.store = std::make_unique<PagedKvStore>(*kv.pool, std::move(groups));
+  configure_recurrent_states(c, kv.store->recurrent_states());
   return kv;
 }
 

@@ -118,6 +118,15 @@ EngineConfig checked(EngineConfig c, const Model& m) {
   if (c.threads < 1) throw Error("--threads must be >= 1");
   if (c.ctx_size <= 0) c.ctx_size = m.config().ctx_len;
   if (c.ctx_size < 2) throw Error("--ctx-size must be >= 2 (got " + std::to_string(c.ctx_size) + ")");
+  // Hybrid models (qwen35): a cached K/V prefix is useless without the recurrent state at
+  // the same position, and the cache keeps no state snapshots yet, so it is off for them
+  // (a hit would skip tokens the recurrent layers never saw).
+  if (m.config().hybrid()) {
+    if (!c.disk.dir.empty())
+      throw Error("--prompt-cache-dir: not supported for hybrid models (" + m.config().arch_name +
+                  ") yet: their prefix cache needs recurrent-state snapshots");
+    c.cache.enabled = false;
+  }
   return c;
 }
 
@@ -135,6 +144,7 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& con
       disk_(open_disk_tier(config_, kv_groups_)),
       cache_(pool_, config_.model_id, config_.cache, {}, kv_groups_),
       scheduler_(SchedulerConfig{config_.parallel, config_.max_batch_tokens}, store_, cache_) {
+  configure_recurrent_states(model.config(), store_.recurrent_states());
   cache_.set_disk_tier(disk_.get());
   if (disk_) {
     disk_io_ = std::make_unique<DiskIo>(*disk_, [this] {

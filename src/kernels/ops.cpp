@@ -144,13 +144,30 @@ void exp_f32_ref(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
 }
 
+void gated_delta_step_ref(float* m, int64_t d_v, int64_t d_k, const float* q, const float* k, const float* v,
+                          float decay, float beta, float scale, float* out) {
+  for (int64_t i = 0; i < d_v * d_k; ++i) m[i] *= decay;
+  for (int64_t j = 0; j < d_v; ++j) {
+    float* row = m + j * d_k;
+    double r = 0.0;
+    for (int64_t i = 0; i < d_k; ++i) r += static_cast<double>(row[i]) * k[i];
+    const float delta = beta * (v[j] - static_cast<float>(r));
+    double o = 0.0;
+    for (int64_t i = 0; i < d_k; ++i) {
+      row[i] += delta * k[i];
+      o += static_cast<double>(row[i]) * q[i];
+    }
+    out[j] = scale * static_cast<float>(o);
+  }
+}
+
 // ---- dispatch ---------------------------------------------------------------------------
 
 namespace ops_internal {
 
 constinit const OpsKernels kOpsScalar = {
     Isa::Scalar,    rms_norm_ref, softmax_ref,  swiglu_ref,    add_inplace_ref, rope_ref,
-    rope_apply_ref, dot_f32_ref,  axpy_f32_ref, scale_f32_ref, exp_f32_ref,
+    rope_apply_ref, dot_f32_ref,  axpy_f32_ref, scale_f32_ref, exp_f32_ref, gated_delta_step_ref,
 };
 
 const OpsKernels& ops_kernels(Isa isa) { return kernel_table(isa).ops; }
@@ -184,6 +201,10 @@ float dot_f32(const float* a, const float* b, int64_t n) { return active().dot_f
 void axpy_f32(float a, const float* x, float* y, int64_t n) { active().axpy_f32(a, x, y, n); }
 void scale_f32(float* y, float a, int64_t n) { active().scale_f32(y, a, n); }
 void exp_f32(const float* x, float* y, int64_t n) { active().exp_f32(x, y, n); }
+void gated_delta_step(float* m, int64_t d_v, int64_t d_k, const float* q, const float* k, const float* v,
+                      float decay, float beta, float scale, float* out) {
+  active().gated_delta_step(m, d_v, d_k, q, k, v, decay, beta, scale, out);
+}
 
 // ---- RoPE frequencies -------------------------------------------------------------------
 

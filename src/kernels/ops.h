@@ -67,6 +67,18 @@ void axpy_f32(float a, const float* x, float* y, int64_t n);
 // y = a * y
 void scale_f32(float* y, float a, int64_t n);
 
+// One token of the gated delta rule (Gated DeltaNet, qwen35) for one value head. The state
+// `m` is [d_v rows, d_k]: row j holds the key-space column S[:, j] of the head's d_k x d_v
+// matrix S (llama.cpp's layout). Decays it by `decay`, then for each row j retrieves
+// r = m_j · k, writes m_j += beta (v_j - r) k, and reads out_j = scale (m_j · q) from the
+// updated row. q and k: [d_k]; v and out: [d_v]. The SIMD paths fold the decay into the
+// same pass (decay (m · k) and decay m + delta k), so they differ from the reference only
+// by rounding.
+void gated_delta_step(float* m, int64_t d_v, int64_t d_k, const float* q, const float* k, const float* v,
+                      float decay, float beta, float scale, float* out);
+void gated_delta_step_ref(float* m, int64_t d_v, int64_t d_k, const float* q, const float* k, const float* v,
+                          float decay, float beta, float scale, float* out);
+
 // Scalar references of the four above (dot_f32_ref accumulates in double).
 void add_inplace_ref(float* y, const float* x, int64_t n);
 float dot_f32_ref(const float* a, const float* b, int64_t n);

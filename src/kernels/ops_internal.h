@@ -30,6 +30,8 @@ struct OpsKernels {
   void (*axpy_f32)(float a, const float* x, float* y, int64_t n);
   void (*scale_f32)(float* y, float a, int64_t n);
   void (*exp_f32)(const float* x, float* y, int64_t n);
+  void (*gated_delta_step)(float* m, int64_t d_v, int64_t d_k, const float* q, const float* k, const float* v,
+                           float decay, float beta, float scale, float* out);
 };
 
 extern const OpsKernels kOpsScalar;  // ops.cpp

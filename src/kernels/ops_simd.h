@@ -273,6 +273,37 @@ void rope_apply_simd(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
   }
 }
 
+// The gated delta rule's token step (ops.h), two passes over each state row while it sits
+// in L1: r = decay (m_j · k), then m_j = decay m_j + delta k with out_j = scale (m_j · q)
+// accumulated on the way. Rejected: the reference's order (decay the whole state, then
+// per row), a third pass over the 64 KiB state of a 128 x 128 head.
+template <class V>
+void gated_delta_step_simd(float* m, int64_t d_v, int64_t d_k, const float* q, const float* k, const float* v,
+                           float decay, float beta, float scale, float* out) {
+  using Reg = typename V::Reg;
+  constexpr int64_t W = V::kWidth;
+  const Reg dec = V::set1(decay);
+  for (int64_t j = 0; j < d_v; ++j) {
+    float* row = m + j * d_k;
+    const float r = decay * dot_f32_simd<V>(row, k, d_k);
+    const Reg delta = V::set1(beta * (v[j] - r));
+    Reg acc = V::zero();
+    int64_t i = 0;
+    for (; i + W <= d_k; i += W) {
+      const Reg updated = V::fmadd(delta, V::load(k + i), V::mul(dec, V::load(row + i)));
+      V::store(row + i, updated);
+      acc = V::fmadd(updated, V::load(q + i), acc);
+    }
+    if (i < d_k) {
+      const int64_t n = d_k - i;
+      const Reg updated = V::fmadd(delta, V::load_partial(k + i, n), V::mul(dec, V::load_partial(row + i, n)));
+      V::store_partial(row + i, updated, n);
+      acc = V::fmadd(updated, V::load_partial(q + i, n), acc);
+    }
+    out[j] = scale * V::reduce_add(acc);
+  }
+}
+
 template <class V>
 constexpr ops_internal::OpsKernels make_ops_kernels(Isa isa) {
   return {isa,
@@ -285,7 +316,8 @@ constexpr ops_internal::OpsKernels make_ops_kernels(Isa isa) {
           dot_f32_simd<V>,
           axpy_f32_simd<V>,
           scale_f32_simd<V>,
-          exp_f32_simd<V>};
+          exp_f32_simd<V>,
+          gated_delta_step_simd<V>};
 }
 
 }  // namespace

@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "common/thread_pool.h"
+#include "kv/recurrent_states.h"
 
 namespace pagoda {
 
-// Stays a plain integer alias (not a strong type like BlockId): Batch, the engine and
-// tests use it as an index; the paged store keys a map by it.
-using SeqId = int32_t;
+// SeqId (recurrent_states.h) stays a plain integer alias (not a strong type like BlockId):
+// Batch, the engine and tests use it as an index; the paged store keys a map by it.
 
 // One layer's attention for a whole batch. q and out: [n_tokens, n_heads, head_dim] f32;
 // token t attends to positions [0, positions[t]] of seq_ids[t] (with a window w > 0:
@@ -60,6 +60,9 @@ class KvStore {
   virtual int64_t capacity(SeqId seq) const = 0;
   // Requires: every token's K/V of this layer stored. Owner thread only.
   virtual void attend_batch(int layer, const AttnBatch& batch, ThreadPool& pool);
+  // Hybrid models' per-sequence recurrent state (recurrent_states.h), or null for a store
+  // that keeps none.
+  virtual RecurrentStates* recurrent() { return nullptr; }
 };
 
 // ContiguousKvCache — the simple store: for each sequence slot, each layer holds
@@ -79,6 +82,7 @@ class ContiguousKvCache final : public KvStore {
               float scale, float* out, int64_t window = 0, float softcap = 0.0f) const override;
   int64_t capacity(SeqId) const override { return ctx_; }
   size_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
+  RecurrentStates* recurrent() override { return &recurrent_; }
 
  private:
   size_t offset(int layer, SeqId seq, int64_t pos) const;
@@ -86,6 +90,7 @@ class ContiguousKvCache final : public KvStore {
   int n_seqs_;
   std::vector<float> k_;  // [n_layers, n_seqs, ctx, n_kv_heads, head_dim]
   std::vector<float> v_;  // same
+  RecurrentStates recurrent_;  // configured by the model's user (hybrid models)
 };
 
 }  // namespace pagoda

@@ -129,6 +129,11 @@ void PagedKvStore::adopt(SeqId seq, BlockTable&& table, std::vector<BlockTable>&
     for (BlockTable& l : t.local) pool_.free(l);
     t.local = std::move(local);
   }
+  // A hybrid model's K/V is only half of its prefix: the recurrent state at the same
+  // position must come with it (a snapshot), or the sequence starts empty.
+  PAGODA_CHECK(!recurrent_.enabled() || table.num_tokens() == recurrent_.pos(seq),
+               "adopt: " + std::to_string(table.num_tokens()) + " cached positions without the recurrent state at " +
+                   "that position");
   t.main = std::move(table);
   tables_.emplace(seq, std::move(t));
   check_tables(seq);
@@ -155,12 +160,17 @@ void PagedKvStore::fork(SeqId src, SeqId dst) {
   copy.main = pool_.fork(s.main);
   for (const BlockTable& l : s.local) copy.local.push_back(pool_.fork(l));
   tables_.emplace(dst, std::move(copy));
+  if (recurrent_.enabled() && recurrent_.contains(src)) recurrent_.copy(src, dst);
 }
 
 void PagedKvStore::truncate(SeqId seq, int64_t n_tokens) {
   auto it = tables_.find(seq);
   PAGODA_CHECK(it != tables_.end(), "truncate: unknown sequence " + std::to_string(seq));
   SeqTables& t = it->second;
+  if (recurrent_.enabled() && recurrent_.pos(seq) > n_tokens)
+    throw Error("cannot truncate sequence " + std::to_string(seq) + " to " + std::to_string(n_tokens) +
+                " tokens: its recurrent state has absorbed " + std::to_string(recurrent_.pos(seq)) +
+                " and cannot be rewound");
   for (int32_t g = 1; g < groups_.n_groups() && n_tokens > 0; ++g) {
     const int64_t w = groups_.window[static_cast<size_t>(g)];
     const int64_t need = std::max<int64_t>(0, n_tokens - w) / pool_.block_size();  // the window at n_tokens
@@ -197,6 +207,7 @@ void PagedKvStore::remove(SeqId seq) {
   pool_.free(it->second.main);
   for (BlockTable& l : it->second.local) pool_.free(l);
   tables_.erase(it);
+  recurrent_.erase(seq);
 }
 
 int64_t PagedKvStore::capacity(SeqId seq) const {

@@ -111,6 +111,12 @@ class PagedKvStore final : public KvStore {
               float scale, float* out, int64_t window = 0, float softcap = 0.0f) const override;
   int64_t capacity(SeqId seq) const override;
   void attend_batch(int layer, const AttnBatch& batch, ThreadPool& pool) override;
+  // Hybrid models: the recurrent states of its sequences, configured by the engine. A
+  // sequence's state goes with remove(), is copied by fork(), and a truncate() below the
+  // state's position is refused (it cannot be rewound: recurrent_states.h).
+  RecurrentStates* recurrent() override { return recurrent_.enabled() ? &recurrent_ : nullptr; }
+  RecurrentStates& recurrent_states() { return recurrent_; }
+  const RecurrentStates& recurrent_states() const { return recurrent_; }
 
  private:
   const SeqTables& tables_checked(SeqId seq, const char* what) const;
@@ -121,6 +127,7 @@ class PagedKvStore final : public KvStore {
   PagedKvPool& pool_;
   KvLayerGroups groups_;
   std::unordered_map<SeqId, SeqTables> tables_;
+  RecurrentStates recurrent_;
   int64_t split_min_tokens_ = 512;
   // attend_batch scratch, grown to the largest batch seen.
   struct Row {

@@ -263,6 +263,64 @@ std::vector<ArchInfo> build_table() {
                                     "mlp.experts.*.up_proj.weight", "mlp.experts.*.down_proj.weight"));
     rows.push_back(std::move(r));
   }
+  {
+    // Qwen 3.5 / 3.6 (dense): a hybrid. Three layers in four are Gated DeltaNet (linear
+    // attention: a fused Q/K/V projection through a causal convolution, a per-head
+    // recurrent matrix updated by the gated delta rule, a gated RMSNorm, attn_gate the
+    // gate's projection), every fourth is full attention whose attn_q rows hold each
+    // head's query and an output gate (sigmoid), with per-head Q/K RMSNorm and partial
+    // NeoX RoPE (multi-section, text positions). post_attention_norm is the FFN's input
+    // norm. Names and shapes as llama.cpp b10587 reads them (src/models/qwen35.cpp); the
+    // multi-token-prediction blocks after the trunk (nextn) are not read.
+    ArchInfo r{.arch = Arch::Qwen35, .gguf_name = "qwen35"};
+    r.rope = RopeKind::Neox;
+    r.rope_scalings = kAllScalings;
+    r.qk_norm = true;
+    r.gated_attention = true;
+    r.linear_attention = true;
+    r.default_full_attention_interval = 4;
+    r.tensors = global_tensors();
+    r.tensors.pop_back();  // no rope_freqs
+    using L = LayerKind;
+    const std::vector<TensorSpec> block = {
+        {Role::AttnNorm, "attn_norm.weight", "", true, {E::Dim}, K::Norm},
+        {Role::AttnQ, "attn_q.weight", "", true, {E::QGateDim, E::Dim}, K::Matrix, Presence::Required, Permute::None,
+         L::Attention},
+        {Role::AttnK, "attn_k.weight", "", true, {E::KvDim, E::Dim}, K::Matrix, Presence::Required, Permute::None,
+         L::Attention},
+        {Role::AttnV, "attn_v.weight", "", true, {E::KvDim, E::Dim}, K::Matrix, Presence::Required, Permute::None,
+         L::Attention},
+        {Role::AttnQNorm, "attn_q_norm.weight", "", true, {E::HeadDim}, K::Norm, Presence::Required, Permute::None,
+         L::Attention},
+        {Role::AttnKNorm, "attn_k_norm.weight", "", true, {E::HeadDim}, K::Norm, Presence::Required, Permute::None,
+         L::Attention},
+        {Role::AttnOut, "attn_output.weight", "", true, {E::Dim, E::QDim}, K::Matrix, Presence::Required,
+         Permute::None, L::Attention},
+        {Role::AttnQkv, "attn_qkv.weight", "", true, {E::SsmConvDim, E::Dim}, K::Matrix, Presence::Required,
+         Permute::None, L::Recurrent},
+        {Role::SsmGate, "attn_gate.weight", "", true, {E::SsmValueDim, E::Dim}, K::Matrix, Presence::Required,
+         Permute::None, L::Recurrent},
+        {Role::SsmConv1d, "ssm_conv1d.weight", "", true, {E::SsmConvDim, E::SsmConvKernel}, K::Router,
+         Presence::Required, Permute::None, L::Recurrent},
+        {Role::SsmDtBias, "ssm_dt.bias", "", true, {E::SsmVHeads}, K::Bias, Presence::Required, Permute::None,
+         L::Recurrent},
+        {Role::SsmA, "ssm_a", "", true, {E::SsmVHeads}, K::Decay, Presence::Required, Permute::None, L::Recurrent},
+        {Role::SsmBeta, "ssm_beta.weight", "", true, {E::SsmVHeads, E::Dim}, K::Router, Presence::Required,
+         Permute::None, L::Recurrent},
+        {Role::SsmAlpha, "ssm_alpha.weight", "", true, {E::SsmVHeads, E::Dim}, K::Router, Presence::Required,
+         Permute::None, L::Recurrent},
+        {Role::SsmNorm, "ssm_norm.weight", "", true, {E::SsmHeadDim}, K::Norm, Presence::Required, Permute::None,
+         L::Recurrent},
+        {Role::SsmOut, "ssm_out.weight", "", true, {E::Dim, E::SsmValueDim}, K::Matrix, Presence::Required,
+         Permute::None, L::Recurrent},
+        {Role::FfnNorm, "post_attention_norm.weight", "", true, {E::Dim}, K::Norm},
+        {Role::FfnGate, "ffn_gate.weight", "", true, {E::Ffn, E::Dim}, K::Matrix},
+        {Role::FfnUp, "ffn_up.weight", "", true, {E::Ffn, E::Dim}, K::Matrix},
+        {Role::FfnDown, "ffn_down.weight", "", true, {E::Dim, E::Ffn}, K::Matrix},
+    };
+    r.tensors.insert(r.tensors.end(), block.begin(), block.end());
+    rows.push_back(std::move(r));
+  }
   return rows;
 }
 
@@ -387,6 +445,12 @@ std::vector<int64_t> resolve_shape(const TensorSpec& t, const ModelConfig& c) {
       case Extent::GateUpDim: out.push_back(2 * c.ffn_dim); break;
       case Extent::NExpert: out.push_back(c.n_expert); break;
       case Extent::FfnExp: out.push_back(c.expert_ffn_dim); break;
+      case Extent::QGateDim: out.push_back(2 * c.q_dim()); break;
+      case Extent::SsmConvDim: out.push_back(c.ssm_conv_dim()); break;
+      case Extent::SsmValueDim: out.push_back(c.ssm_value_dim()); break;
+      case Extent::SsmVHeads: out.push_back(c.ssm_v_heads); break;
+      case Extent::SsmHeadDim: out.push_back(c.ssm_head_dim); break;
+      case Extent::SsmConvKernel: out.push_back(c.ssm_conv_kernel); break;
     }
   }
   return out;

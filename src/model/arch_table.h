@@ -35,7 +35,7 @@ struct ModelConfig;
 
 // Mixtral is GGUF architecture `llama` with experts: a row of its own (HF names,
 // tensors) that find_arch_by_gguf picks for a `llama` file with llama.expert_count.
-enum class Arch { Llama, Qwen2, Qwen3, Phi3, Gemma2, Gemma3, Qwen3Moe, Mixtral, Olmoe };
+enum class Arch { Llama, Qwen2, Qwen3, Phi3, Gemma2, Gemma3, Qwen3Moe, Mixtral, Olmoe, Qwen35 };
 
 // RoPE context-extension scaling a model may declare (GGUF rope.scaling.type,
 // HF rope_scaling.type). Llama 3's scaling is carried by rope_freqs.weight and
@@ -114,6 +114,13 @@ enum class Extent {
   GateUpDim,  // 2 * ffn_dim (fused gate then up rows)
   NExpert,    // n_expert
   FfnExp,     // expert_ffn_dim (one expert's FFN width)
+  // Gated attention and Gated DeltaNet (qwen35; ModelConfig's ssm_* fields):
+  QGateDim,     // 2 * q_dim: each head's query followed by its output gate
+  SsmConvDim,   // the convolved channels: 2 * key_dim + value_dim (Q, K, V of the linear layer)
+  SsmValueDim,  // value_dim = n_v_heads * head_dim (ssm.inner_size)
+  SsmVHeads,    // value heads (ssm.time_step_rank)
+  SsmHeadDim,   // head_dim of the linear layer's heads (ssm.state_size)
+  SsmConvKernel,  // the causal convolution's width (ssm.conv_kernel)
 };
 
 // What a tensor is for: Model::load and synth look tensors up by role.
@@ -125,6 +132,15 @@ enum class Role {
   FfnPostNorm,   // RMSNorm of the FFN output before the residual add (Gemma 2/3)
   FfnRouter,                          // [n_expert, dim] router logits (ffn_gate_inp)
   FfnGateExps, FfnUpExps, FfnDownExps, // [n_expert, ffn_exp, dim] / [n_expert, dim, ffn_exp]
+  // Gated DeltaNet (linear attention) layers; their fused Q, K, V projection is AttnQkv.
+  SsmGate,      // [value_dim, dim] z: the output gate (attn_gate)
+  SsmConv1d,    // [conv_dim, conv_kernel] the depthwise causal convolution
+  SsmDtBias,    // [n_v_heads] added to alpha before softplus
+  SsmA,         // [n_v_heads] -exp(A_log): the decay rate (negative)
+  SsmBeta,      // [n_v_heads, dim] the write strength's projection
+  SsmAlpha,     // [n_v_heads, dim] the decay's projection
+  SsmNorm,      // [head_dim] the gated RMSNorm of the output
+  SsmOut,       // [dim, value_dim] the output projection
 };
 
 // How synth fills a tensor (and how convert stores it: everything but Matrix is 1-D F32).
@@ -138,6 +154,14 @@ enum class TensorKind {
                // a discrete choice that quantization noise would flip)
   Experts,     // 3-D [n_expert, rows, cols]: n_expert matrices drawn like Matrix; in HF
                // directories one 2-D tensor per expert (the hf name's '*' is the index)
+  Decay,       // 1-D, negative: -uniform(1, 16) (a DeltaNet's -exp(A_log)), always F32
+};
+
+// Which layers of a hybrid model (ModelConfig::is_recurrent) hold a per-layer tensor.
+enum class LayerKind {
+  All,
+  Attention,  // full-attention layers only
+  Recurrent,  // linear-attention (Gated DeltaNet) layers only
 };
 
 enum class Presence {
@@ -163,6 +187,7 @@ struct TensorSpec {
   TensorKind kind;
   Presence presence = Presence::Required;
   Permute permute = Permute::None;
+  LayerKind layers = LayerKind::All;
 };
 
 struct ArchInfo {
@@ -202,6 +227,15 @@ struct ArchInfo {
   int64_t attn_scale_dim_over_heads_layers = 0;
   SlidingWindowSpec sliding_window{};
   MoeSpec moe{};
+  // Gated attention (qwen35): attn_q's rows hold, per head, the query and then a gate of
+  // head_dim; the attention output is multiplied by sigmoid(gate) before attn_output.
+  bool gated_attention = false;
+  // Hybrid linear attention (qwen35): Gated DeltaNet layers beside full-attention ones,
+  // read from {arch}.ssm.* keys; {arch}.attention.recurrent_layers (an array) says which
+  // layers are linear, else {arch}.full_attention_interval (default below): layer i is
+  // full attention when (i + 1) % interval == 0, as llama.cpp reads them.
+  bool linear_attention = false;
+  int64_t default_full_attention_interval = 0;
   std::vector<TensorSpec> tensors{};  // global tensors first, then one layer's, in synth's drawing order
 
   // The spec for `role`, or nullptr when the row has no such tensor.

@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "common/error.h"
@@ -33,9 +34,39 @@ float ModelConfig::gguf_attention_scale() const {
 }
 
 std::vector<int64_t> ModelConfig::layer_windows() const {
-  std::vector<int64_t> w(static_cast<size_t>(n_layers));
-  for (int64_t l = 0; l < n_layers; ++l) w[static_cast<size_t>(l)] = layer_window(l);
+  std::vector<int64_t> w;
+  for (int64_t l = 0; l < n_layers; ++l)
+    if (!is_recurrent(l)) w.push_back(layer_window(l));
   return w;
+}
+
+int64_t ModelConfig::n_attention_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < n_layers; ++l) n += is_recurrent(l) ? 0 : 1;
+  return n;
+}
+
+int64_t ModelConfig::kv_layer(int64_t layer) const {
+  if (is_recurrent(layer)) return -1;
+  int64_t n = 0;
+  for (int64_t l = 0; l < layer; ++l) n += is_recurrent(l) ? 0 : 1;
+  return n;
+}
+
+int64_t ModelConfig::recurrent_slot(int64_t layer) const {
+  if (!is_recurrent(layer)) return -1;
+  int64_t n = 0;
+  for (int64_t l = 0; l < layer; ++l) n += is_recurrent(l) ? 1 : 0;
+  return n;
+}
+
+bool ModelConfig::layer_has(const TensorSpec& t, int64_t layer) const {
+  switch (t.layers) {
+    case LayerKind::All: return true;
+    case LayerKind::Attention: return !is_recurrent(layer);
+    case LayerKind::Recurrent: return is_recurrent(layer);
+  }
+  return true;
 }
 
 bool ModelConfig::layer_is_local(int64_t layer) const {
@@ -66,6 +97,63 @@ int64_t optional_positive(const gguf::GgufFile& f, const std::string& key, int64
   if (*v <= 0 || *v > (int64_t{1} << 32))
     throw Error(f.path() + ": metadata key '" + key + "' has invalid value " + std::to_string(*v));
   return *v;
+}
+
+// Gated DeltaNet sizes and the layer layout (ArchInfo::linear_attention), checked so that
+// every tensor shape derived from them is consistent: a file whose sizes disagree fails
+// here, naming the keys, not later on a tensor's shape.
+void read_linear_attention(const gguf::GgufFile& f, const std::string& p, const ArchInfo& row, ModelConfig& c) {
+  c.n_nextn_layers = f.get_int(p + "nextn_predict_layers").value_or(0);
+  if (c.n_nextn_layers < 0 || c.n_nextn_layers >= c.n_layers)
+    throw Error(f.path() + ": " + p + "nextn_predict_layers " + std::to_string(c.n_nextn_layers) +
+                " must be in [0, block_count " + std::to_string(c.n_layers) + ")");
+  const int64_t n_all = c.n_layers;
+  c.n_layers -= c.n_nextn_layers;  // the multi-token-prediction blocks never run here
+  c.ssm_conv_kernel = require_positive(f, p + "ssm.conv_kernel");
+  c.ssm_head_dim = require_positive(f, p + "ssm.state_size");
+  c.ssm_k_heads = require_positive(f, p + "ssm.group_count");
+  c.ssm_v_heads = require_positive(f, p + "ssm.time_step_rank");
+  const int64_t inner = require_positive(f, p + "ssm.inner_size");
+  if (c.ssm_conv_kernel < 2 || c.ssm_conv_kernel > 64)
+    throw Error(f.path() + ": " + p + "ssm.conv_kernel " + std::to_string(c.ssm_conv_kernel) + " must be in [2, 64]");
+  if (inner != c.ssm_v_heads * c.ssm_head_dim)
+    throw Error(f.path() + ": " + p + "ssm.inner_size " + std::to_string(inner) + " is not ssm.time_step_rank (" +
+                std::to_string(c.ssm_v_heads) + ") x ssm.state_size (" + std::to_string(c.ssm_head_dim) + ")");
+  if (c.ssm_v_heads % c.ssm_k_heads != 0)
+    throw Error(f.path() + ": " + p + "ssm.time_step_rank " + std::to_string(c.ssm_v_heads) +
+                " is not a multiple of ssm.group_count " + std::to_string(c.ssm_k_heads));
+  if (c.ssm_head_dim > 1024 || c.ssm_v_heads > 1024)
+    throw Error(f.path() + ": " + p + "ssm.state_size / time_step_rank too large (at most 1024 each)");
+  c.recurrent.assign(static_cast<size_t>(c.n_layers), 0);
+  if (const gguf::Array* a = f.get_array(p + "attention.recurrent_layers")) {
+    if (static_cast<int64_t>(a->items.size()) != n_all)
+      throw Error(f.path() + ": " + p + "attention.recurrent_layers has " + std::to_string(a->items.size()) +
+                  " entries for block_count " + std::to_string(n_all));
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const gguf::Value& v = a->items[static_cast<size_t>(l)];
+      std::optional<int64_t> flag = v.as_int();
+      if (!flag)
+        if (auto b = v.as_bool()) flag = *b ? 1 : 0;
+      if (!flag) throw Error(f.path() + ": " + p + "attention.recurrent_layers holds a non-integer, non-boolean entry");
+      c.recurrent[static_cast<size_t>(l)] = *flag != 0;
+    }
+  } else {
+    const int64_t interval = optional_positive(f, p + "full_attention_interval", row.default_full_attention_interval);
+    for (int64_t l = 0; l < c.n_layers; ++l) c.recurrent[static_cast<size_t>(l)] = (l + 1) % interval != 0;
+  }
+  if (c.n_attention_layers() == 0)
+    throw Error(f.path() + ": " + p + "every layer is linear attention; at least one full-attention layer is needed");
+  if (const gguf::Array* s = f.get_array(p + "rope.dimension_sections")) {
+    int64_t sum = 0;
+    for (const auto& v : s->items) {
+      c.rope_sections.push_back(v.as_int().value_or(-1));
+      sum += c.rope_sections.back();
+      if (c.rope_sections.back() < 0) throw Error(f.path() + ": " + p + "rope.dimension_sections has a negative entry");
+    }
+    if (sum * 2 > c.n_rot)
+      throw Error(f.path() + ": " + p + "rope.dimension_sections sum to " + std::to_string(sum) +
+                  " pairs, more than rope.dimension_count / 2 (" + std::to_string(c.n_rot / 2) + ")");
+  }
 }
 
 }  // namespace
@@ -175,6 +263,8 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
     c.expert_ffn_dim = row->moe.expert_ffn_key ? require_positive(f, p + "expert_feed_forward_length") : c.ffn_dim;
   }
 
+  if (row->linear_attention) read_linear_attention(f, p, *row, c);
+
   if (auto pt = f.get_int(p + "pooling_type")) {
     if (*pt < 0 || *pt > 4)
       throw Error(f.path() + ": metadata key '" + p + "pooling_type' has invalid value " + std::to_string(*pt) +
@@ -205,6 +295,9 @@ std::string ModelConfig::summary() const {
   if (n_expert > 0)
     s += ", " + std::to_string(n_expert_used) + " of " + std::to_string(n_expert) + " experts (ffn " +
          std::to_string(expert_ffn_dim) + ")";
+  if (hybrid())
+    s += ", " + std::to_string(n_recurrent_layers()) + " Gated DeltaNet layers (" + std::to_string(ssm_v_heads) +
+         " heads of " + std::to_string(ssm_head_dim) + ")";
   return s;
 }
 

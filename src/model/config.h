@@ -59,6 +59,45 @@ struct ModelConfig {
   int64_t expert_ffn_dim = 0;
   // {arch}.pooling_type: Unspecified when the file does not say (a plain causal LM).
   Pooling pooling = Pooling::Unspecified;
+  // Hybrid linear attention (rows with linear_attention: qwen35). Gated DeltaNet layers:
+  // a fused Q, K, V projection through a depthwise causal convolution of ssm_conv_kernel
+  // taps, ssm_k_heads query / key heads and ssm_v_heads value heads of ssm_head_dim, a
+  // recurrent ssm_head_dim x ssm_head_dim matrix per value head. 0 / empty otherwise.
+  int64_t ssm_conv_kernel = 0;     // ssm.conv_kernel
+  int64_t ssm_head_dim = 0;        // ssm.state_size
+  int64_t ssm_k_heads = 0;         // ssm.group_count
+  int64_t ssm_v_heads = 0;         // ssm.time_step_rank
+  std::vector<uint8_t> recurrent;  // [n_layers] 1: a linear-attention layer; empty: none
+  // nextn_predict_layers: multi-token-prediction blocks stored after the trunk (for
+  // speculative decoding); block_count counts them, n_layers does not, and they never run.
+  int64_t n_nextn_layers = 0;
+  // rope.dimension_sections (multi-section RoPE): with text positions every section
+  // rotates by the same position, which is NeoX RoPE over n_rot; read and kept.
+  std::vector<int64_t> rope_sections;
+
+  // Hybrid models: whether `layer` is a linear-attention (recurrent) layer; the layers
+  // that have a KV cache (the others), counted and numbered among themselves.
+  bool is_recurrent(int64_t layer) const {
+    return !recurrent.empty() && recurrent[static_cast<size_t>(layer)] != 0;
+  }
+  bool hybrid() const { return !recurrent.empty(); }
+  int64_t n_attention_layers() const;
+  // Index of attention `layer` among the attention layers (its KV cache layer); -1 for a
+  // recurrent layer.
+  int64_t kv_layer(int64_t layer) const;
+  int64_t n_recurrent_layers() const { return n_layers - n_attention_layers(); }
+  // Index of recurrent `layer` among the recurrent layers (its state slot); -1 otherwise.
+  int64_t recurrent_slot(int64_t layer) const;
+  // Whether per-layer tensor `t` exists in `layer` (LayerKind).
+  bool layer_has(const TensorSpec& t, int64_t layer) const;
+  int64_t ssm_key_dim() const { return ssm_k_heads * ssm_head_dim; }
+  int64_t ssm_value_dim() const { return ssm_v_heads * ssm_head_dim; }
+  int64_t ssm_conv_dim() const { return 2 * ssm_key_dim() + ssm_value_dim(); }
+  // One recurrent layer's state, in floats: the convolution's last conv_kernel - 1 inputs
+  // and the delta rule's matrix per value head.
+  int64_t conv_state_floats() const { return (ssm_conv_kernel - 1) * ssm_conv_dim(); }
+  int64_t delta_state_floats() const { return ssm_v_heads * ssm_head_dim * ssm_head_dim; }
+  int64_t recurrent_state_floats() const { return conv_state_floats() + delta_state_floats(); }
 
   // The architecture's row: norms, activation, RoPE kind, biases, tensor names.
   const ArchInfo& info() const { return arch_info(arch); }
@@ -73,7 +112,8 @@ struct ModelConfig {
   bool layer_is_local(int64_t layer) const;
   // The window `layer` attends over (0: the whole context).
   int64_t layer_window(int64_t layer) const { return layer_is_local(layer) ? sliding_window : 0; }
-  // layer_window of every layer (KvLayerGroups::for_windows pages the KV cache by it).
+  // layer_window of every layer with a KV cache (every layer, or a hybrid's attention
+  // layers in order: KvLayerGroups::for_windows pages the KV cache by it).
   std::vector<int64_t> layer_windows() const;
   // The attention scale the GGUF reader derives for this row and shape (llama.cpp has
   // no GGUF key for Gemma's query_pre_attn_scalar); convert checks HF's value against it.

@@ -37,6 +37,17 @@ struct Model::Layer {
   std::vector<WeightMatrix> exp_gate;  // n_expert x [ffn_exp, dim]
   std::vector<WeightMatrix> exp_up;    // n_expert x [ffn_exp, dim]
   std::vector<WeightMatrix> exp_down;  // n_expert x [dim, ffn_exp]
+  // Gated DeltaNet (a hybrid's recurrent layer; the attention matrices stay empty).
+  bool recurrent = false;
+  WeightMatrix w_ssm_qkv;    // [conv_dim, dim]: Q, K, V channels before the convolution
+  WeightMatrix w_ssm_gate;   // [value_dim, dim]: z
+  WeightMatrix w_ssm_beta;   // [n_v_heads, dim]
+  WeightMatrix w_ssm_alpha;  // [n_v_heads, dim]
+  WeightMatrix w_ssm_out;    // [dim, value_dim]
+  std::vector<float> conv1d;   // [conv_dim, conv_kernel]
+  std::vector<float> dt_bias;  // [n_v_heads]
+  std::vector<float> ssm_a;    // [n_v_heads] (negative)
+  std::vector<float> ssm_norm; // [ssm_head_dim]
 };
 
 // Activations of one forward call, grown to the largest batch seen.
@@ -67,6 +78,18 @@ struct Model::Scratch {
   std::vector<float> exp_up;          // [T * k, ffn_exp]
   std::vector<float> exp_out;         // [T * k, dim]
   std::vector<GroupedMatmul> jobs;
+  // Gated DeltaNet: the projections, the convolved channels, per-token decay and beta,
+  // the heads' outputs (then normed and gated in place).
+  std::vector<float> ssm_qkv;    // [T, conv_dim]
+  std::vector<float> ssm_conv;   // [T, conv_dim]
+  std::vector<float> ssm_z;      // [T, value_dim]
+  std::vector<float> ssm_beta;   // [T, n_v_heads]
+  std::vector<float> ssm_alpha;  // [T, n_v_heads]
+  std::vector<float> ssm_out;    // [T, value_dim]
+  std::vector<float> q_gate;     // [T, 2 q_dim] gated attention's q projection
+  // Per sequence of the batch: its tokens in batch order (consecutive positions).
+  std::vector<SeqId> seqs;
+  std::vector<std::vector<int64_t>> seq_tokens;
 
   void reserve(const ModelConfig& c, size_t T) {
     auto grow = [](std::vector<float>& v, size_t n) {
@@ -87,6 +110,15 @@ struct Model::Scratch {
       grow(rope_cos_local, T * (c.n_rot / 2));
       grow(rope_sin_local, T * (c.n_rot / 2));
     }
+    if (c.hybrid()) {
+      grow(ssm_qkv, T * c.ssm_conv_dim());
+      grow(ssm_conv, T * c.ssm_conv_dim());
+      grow(ssm_z, T * c.ssm_value_dim());
+      grow(ssm_beta, T * c.ssm_v_heads);
+      grow(ssm_alpha, T * c.ssm_v_heads);
+      grow(ssm_out, T * c.ssm_value_dim());
+    }
+    if (c.info().gated_attention) grow(q_gate, T * 2 * c.q_dim());
     if (c.n_expert > 0) {
       const size_t slots = T * c.n_expert_used;
       grow(router_logits, T * c.n_expert);
@@ -105,6 +137,10 @@ struct Model::Scratch {
 
 Model::~Model() = default;
 
+void configure_recurrent_states(const ModelConfig& c, RecurrentStates& states) {
+  if (c.hybrid()) states.configure(c.n_recurrent_layers(), c.recurrent_state_floats());
+}
+
 namespace {
 
 class TensorLoader {
@@ -113,6 +149,7 @@ class TensorLoader {
   TensorLoader(const WeightSource& f, bool sole_user) : f_(f), sole_user_(sole_user) {}
 
   const gguf::TensorInfo* find(const std::string& name) const { return f_.find_tensor(name); }
+  const std::string& path() const { return f_.path(); }
 
   // The tensor `name` with exactly `dims` (ggml order) and a supported weight type.
   const gguf::TensorInfo& require(const std::string& name, std::vector<int64_t> dims) const {
@@ -218,6 +255,83 @@ void load_experts(const TensorLoader& ld, const ArchInfo& row, const ModelConfig
   stack(Role::FfnDownExps, c.dim, c.expert_ffn_dim, L.all_down, L.exp_down);
 }
 
+
+// A full-attention layer's projections and norms (every layer of a non-hybrid model).
+template <class Layer, class Tick>
+void load_attention(const TensorLoader& ld, const ModelConfig& c, int64_t i, Layer& L, Tick&& tick) {
+  const ArchInfo& row = c.info();
+  auto name = [&](Role role) { return row.gguf_tensor(role, i); };
+  if (row.qk_norm) {
+    L.q_norm = ld.vector(name(Role::AttnQNorm), c.head_dim);
+    L.k_norm = ld.vector(name(Role::AttnKNorm), c.head_dim);
+  } else if (row.qk_norm_full) {
+    L.q_norm = ld.vector(name(Role::AttnQNorm), c.q_dim());
+    L.k_norm = ld.vector(name(Role::AttnKNorm), c.kv_dim());
+  }
+  if (row.qkv_bias) {
+    L.bq = ld.vector(name(Role::AttnQBias), c.q_dim());
+    L.bk = ld.vector(name(Role::AttnKBias), c.kv_dim());
+    L.bv = ld.vector(name(Role::AttnVBias), c.kv_dim());
+  }
+  if (row.has(Role::AttnQkv) && !row.linear_attention) {
+    // Fused [q_dim + 2 kv_dim, dim]: Q, K, V are consecutive row ranges, so
+    // each is a view of the same bytes (no copy, one forward path).
+    const gguf::TensorInfo& t = ld.require(name(Role::AttnQkv), {c.dim, c.q_dim() + 2 * c.kv_dim()});
+    const size_t rb = row_bytes(t.type, c.dim);
+    L.wq = WeightMatrix::prepare(t.type, c.q_dim(), c.dim, t.data);
+    L.wk = WeightMatrix::prepare(t.type, c.kv_dim(), c.dim, t.data + rb * c.q_dim());
+    L.wv = WeightMatrix::prepare(t.type, c.kv_dim(), c.dim, t.data + rb * (c.q_dim() + c.kv_dim()));
+    if (L.wq.reads_own_copy() && L.wk.reads_own_copy() && L.wv.reads_own_copy()) ld.copied(t);
+    for (int k = 0; k < 3; ++k) tick();
+  } else {
+    // Gated attention: each head's query rows then its gate rows, one [2 q_dim, dim] matrix.
+    L.wq = ld.matrix(name(Role::AttnQ), row.gated_attention ? 2 * c.q_dim() : c.q_dim(), c.dim);
+    tick();
+    L.wk = ld.matrix(name(Role::AttnK), c.kv_dim(), c.dim);
+    tick();
+    L.wv = ld.matrix(name(Role::AttnV), c.kv_dim(), c.dim);
+    tick();
+  }
+  L.wo = ld.matrix(name(Role::AttnOut), c.dim, c.q_dim());
+  tick();
+}
+
+// A Gated DeltaNet layer (ArchInfo::linear_attention). The small tensors (convolution,
+// decay, bias, norm) are f32 copies; the decay must be negative and finite so exp(g) is a
+// true decay (a positive one would grow the state without bound).
+template <class Layer, class Tick>
+void load_linear_attention(const TensorLoader& ld, const ModelConfig& c, int64_t i, Layer& L, Tick&& tick) {
+  const ArchInfo& row = c.info();
+  auto name = [&](Role role) { return row.gguf_tensor(role, i); };
+  L.recurrent = true;
+  L.w_ssm_qkv = ld.matrix(name(Role::AttnQkv), c.ssm_conv_dim(), c.dim);
+  tick();
+  L.w_ssm_gate = ld.matrix(name(Role::SsmGate), c.ssm_value_dim(), c.dim);
+  tick();
+  L.w_ssm_beta = ld.matrix(name(Role::SsmBeta), c.ssm_v_heads, c.dim);
+  L.w_ssm_alpha = ld.matrix(name(Role::SsmAlpha), c.ssm_v_heads, c.dim);
+  tick();
+  L.w_ssm_out = ld.matrix(name(Role::SsmOut), c.dim, c.ssm_value_dim());
+  tick();
+  {
+    const gguf::TensorInfo& t = ld.require(name(Role::SsmConv1d), {c.ssm_conv_kernel, c.ssm_conv_dim()});
+    const int64_t n = c.ssm_conv_kernel * c.ssm_conv_dim();
+    L.conv1d.resize(static_cast<size_t>(n));
+    for (int64_t r = 0; r < c.ssm_conv_dim(); ++r)
+      dequantize_row(t.type, t.data + r * row_bytes(t.type, c.ssm_conv_kernel), &L.conv1d[r * c.ssm_conv_kernel],
+                     c.ssm_conv_kernel);
+    for (float x : L.conv1d)
+      if (!std::isfinite(x)) throw Error(ld.path() + ": tensor '" + t.name + "' holds a non-finite value");
+  }
+  L.dt_bias = ld.vector(name(Role::SsmDtBias), c.ssm_v_heads);
+  L.ssm_a = ld.vector(name(Role::SsmA), c.ssm_v_heads);
+  for (float a : L.ssm_a)
+    if (!(a <= 0.0f))
+      throw Error(ld.path() + ": tensor '" + name(Role::SsmA) + "' must hold -exp(A_log) <= 0 (got " +
+                  std::to_string(a) + ")");
+  L.ssm_norm = ld.vector(name(Role::SsmNorm), c.ssm_head_dim);
+}
+
 }  // namespace
 
 std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::GgufFile> file,
@@ -289,38 +403,11 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
     L->ffn_norm = ld.vector(name(Role::FfnNorm, i), c.dim);
     if (row.has(Role::AttnPostNorm)) L->attn_post_norm = ld.vector(name(Role::AttnPostNorm, i), c.dim);
     if (row.has(Role::FfnPostNorm)) L->ffn_post_norm = ld.vector(name(Role::FfnPostNorm, i), c.dim);
-    if (row.qk_norm) {
-      L->q_norm = ld.vector(name(Role::AttnQNorm, i), c.head_dim);
-      L->k_norm = ld.vector(name(Role::AttnKNorm, i), c.head_dim);
-    } else if (row.qk_norm_full) {
-      L->q_norm = ld.vector(name(Role::AttnQNorm, i), c.q_dim());
-      L->k_norm = ld.vector(name(Role::AttnKNorm, i), c.kv_dim());
-    }
-    if (row.qkv_bias) {
-      L->bq = ld.vector(name(Role::AttnQBias, i), c.q_dim());
-      L->bk = ld.vector(name(Role::AttnKBias, i), c.kv_dim());
-      L->bv = ld.vector(name(Role::AttnVBias, i), c.kv_dim());
-    }
-    if (row.has(Role::AttnQkv)) {
-      // Fused [q_dim + 2 kv_dim, dim]: Q, K, V are consecutive row ranges, so
-      // each is a view of the same bytes (no copy, one forward path).
-      const gguf::TensorInfo& t = ld.require(name(Role::AttnQkv, i), {c.dim, c.q_dim() + 2 * c.kv_dim()});
-      const size_t rb = row_bytes(t.type, c.dim);
-      L->wq = WeightMatrix::prepare(t.type, c.q_dim(), c.dim, t.data);
-      L->wk = WeightMatrix::prepare(t.type, c.kv_dim(), c.dim, t.data + rb * c.q_dim());
-      L->wv = WeightMatrix::prepare(t.type, c.kv_dim(), c.dim, t.data + rb * (c.q_dim() + c.kv_dim()));
-      if (L->wq.reads_own_copy() && L->wk.reads_own_copy() && L->wv.reads_own_copy()) ld.copied(t);
-      for (int k = 0; k < 3; ++k) tick();
+    if (c.is_recurrent(i)) {
+      load_linear_attention(ld, c, i, *L, tick);
     } else {
-      L->wq = ld.matrix(name(Role::AttnQ, i), c.q_dim(), c.dim);
-      tick();
-      L->wk = ld.matrix(name(Role::AttnK, i), c.kv_dim(), c.dim);
-      tick();
-      L->wv = ld.matrix(name(Role::AttnV, i), c.kv_dim(), c.dim);
-      tick();
+      load_attention(ld, c, i, *L, tick);
     }
-    L->wo = ld.matrix(name(Role::AttnOut, i), c.dim, c.q_dim());
-    tick();
     if (row.has_experts()) {
       load_experts(ld, row, c, i, *L, tick);
     } else if (row.has(Role::FfnGateUp)) {
@@ -473,7 +560,107 @@ void route_token(const float* logits, int64_t n_expert, int64_t k, RouterKind ki
     for (int64_t r = 0; r < k; ++r) weight[r] = static_cast<float>(weight[r] / kept);
 }
 
+// The batch's sequences in order of first appearance, and each one's token indices in
+// batch order. Vectors are reused across calls.
+void group_by_sequence(const Batch& batch, std::vector<SeqId>& seqs, std::vector<std::vector<int64_t>>& tokens) {
+  size_t n = 0;
+  for (int64_t t = 0; t < static_cast<int64_t>(batch.size()); ++t) {
+    const SeqId sid = batch.seq_ids[t];
+    size_t q = 0;
+    while (q < n && seqs[q] != sid) ++q;  // a batch has at most --parallel sequences
+    if (q == n) {
+      if (seqs.size() <= n) seqs.resize(n + 1);
+      if (tokens.size() <= n) tokens.resize(n + 1);
+      seqs[n] = sid;
+      tokens[n].clear();
+      ++n;
+    }
+    tokens[q].push_back(t);
+  }
+  seqs.resize(n);
+  tokens.resize(n);
+}
+
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // ggml's threshold
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
 }  // namespace
+
+// Gated DeltaNet (qwen35), as llama.cpp b10587's qwen35 graph and ggml's gated_delta_net
+// compute it: the fused projection's channels through a depthwise causal convolution
+// (its last conv_kernel - 1 inputs are the state) and SiLU; per key head, q and k
+// L2-normalised; per value head h (using key head h mod n_k_heads, ggml's repeat), the
+// decay exp(softplus(alpha + dt_bias) * a) and write strength sigmoid(beta); the gated
+// delta rule over the head's state (kernels/ops.h gated_delta_step), q scaled by
+// 1/sqrt(head_dim); the output RMS-normed per head and gated by silu(z); ssm_out.
+//
+// Prefill runs the recurrence token by token per (sequence, head) rather than in the
+// chunked WY form: on a CPU the state (64 KiB for a 128 x 128 head) stays in L1/L2 and a
+// token costs ~3 d^2 FMAs per head, ~1% of the layer's matmul FLOPs for the 4B shape, so
+// the chunked form's extra matmuls would buy nothing here. Work fans out over
+// (sequence, channel range) for the convolution and (sequence, value head) for the rule.
+void Model::linear_attention(const Layer& L, int64_t slot, const Batch& batch, RecurrentStates& states,
+                             ThreadPool& pool) {
+  const ModelConfig& c = config_;
+  Scratch& s = *scratch_;
+  const int64_t T = static_cast<int64_t>(batch.size());
+  const int64_t conv_dim = c.ssm_conv_dim(), key_dim = c.ssm_key_dim(), value_dim = c.ssm_value_dim();
+  const int64_t n_v = c.ssm_v_heads, n_k = c.ssm_k_heads, d = c.ssm_head_dim, taps = c.ssm_conv_kernel;
+  const MatmulTarget proj[] = {{&L.w_ssm_qkv, s.ssm_qkv.data()},
+                               {&L.w_ssm_gate, s.ssm_z.data()},
+                               {&L.w_ssm_beta, s.ssm_beta.data()},
+                               {&L.w_ssm_alpha, s.ssm_alpha.data()}};
+  matmul_multi(proj, s.xn.data(), T, pool);
+
+  // The convolution: the window's oldest input first, the state then the batch's tokens.
+  constexpr int64_t kConvChannels = 256;
+  const int64_t n_chunks = (conv_dim + kConvChannels - 1) / kConvChannels;
+  const int64_t n_seqs = static_cast<int64_t>(s.seqs.size());
+  pool.parallel_for(n_seqs * n_chunks, [&](int64_t task, int) {
+    const int64_t q = task / n_chunks;
+    const int64_t c0 = (task % n_chunks) * kConvChannels, c1 = std::min(conv_dim, c0 + kConvChannels);
+    float* window = states.slot(s.seqs[q], slot);  // [taps - 1, conv_dim]
+    for (const int64_t t : s.seq_tokens[q]) {
+      const float* x = &s.ssm_qkv[t * conv_dim];
+      float* y = &s.ssm_conv[t * conv_dim];
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        const float* w = &L.conv1d[ch * taps];
+        float acc = w[taps - 1] * x[ch];
+        for (int64_t r = 0; r < taps - 1; ++r) acc += w[r] * window[r * conv_dim + ch];
+        y[ch] = acc / (1.0f + std::exp(-acc));  // SiLU
+        for (int64_t r = 0; r + 1 < taps - 1; ++r) window[r * conv_dim + ch] = window[(r + 1) * conv_dim + ch];
+        window[(taps - 2) * conv_dim + ch] = x[ch];
+      }
+    }
+  });
+  // q and k of every key head L2-normalised: x / max(|x|, eps), as ggml_l2_norm.
+  for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t h = 0; h < 2 * n_k; ++h) {
+        float* x = &s.ssm_conv[t * conv_dim + h * d];
+        const float norm = std::sqrt(std::max(dot_f32(x, x, d), 0.0f));
+        scale_f32(x, 1.0f / std::max(norm, c.rms_eps), d);
+      }
+  });
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  pool.parallel_for(n_seqs * n_v, [&](int64_t task, int) {
+    const int64_t q = task / n_v, h = task % n_v, hk = h % n_k;
+    float* state = states.slot(s.seqs[q], slot) + c.conv_state_floats() + h * d * d;
+    for (const int64_t t : s.seq_tokens[q]) {
+      const float* ch = &s.ssm_conv[t * conv_dim];
+      const float decay = std::exp(softplus(s.ssm_alpha[t * n_v + h] + L.dt_bias[h]) * L.ssm_a[h]);
+      const float beta = sigmoid(s.ssm_beta[t * n_v + h]);
+      float* out = &s.ssm_out[t * value_dim + h * d];
+      gated_delta_step(state, d, d, ch + hk * d, ch + key_dim + hk * d, ch + 2 * key_dim + h * d, decay, beta, scale,
+                       out);
+      // The gated RMSNorm: norm(out) * w * silu(z).
+      rms_norm(out, L.ssm_norm.data(), out, d, c.rms_eps);
+      const float* z = &s.ssm_z[t * value_dim + h * d];
+      for (int64_t i = 0; i < d; ++i) out[i] *= z[i] / (1.0f + std::exp(-z[i]));
+    }
+  });
+  matmul(L.w_ssm_out, s.ssm_out.data(), T, s.tmp.data(), pool);
+}
 
 // The mixture-of-experts FFN of one layer on s.xn (normed), added into s.x.
 // Tokens are grouped by expert: expert e's weights are read once per call for
@@ -533,6 +720,42 @@ void Model::moe_ffn(const Layer& L, int64_t T, ThreadPool& pool) {
         for (int64_t j = 0; j < dim; ++j) xt[j] += w * o[j];
       }
     }
+  });
+}
+
+// The mixer's output (s.tmp) into the residual, then the feed-forward block (SwiGLU, or
+// GELU-tanh gated for Gemma; a mixture of experts) added into it.
+void Model::ffn_block(const Layer& L, int64_t T, ThreadPool& pool) {
+  const ModelConfig& c = config_;
+  Scratch& s = *scratch_;
+  const int64_t dim = c.dim;
+  const ArchInfo& row = c.info();
+  for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+    if (!L.attn_post_norm.empty())
+      for (int64_t t = t0; t < t1; ++t)
+        rms_norm(&s.tmp[t * dim], L.attn_post_norm.data(), &s.tmp[t * dim], dim, c.rms_eps);
+    add_inplace(&s.x[t0 * dim], &s.tmp[t0 * dim], (t1 - t0) * dim);
+    for (int64_t t = t0; t < t1; ++t) rms_norm(&s.x[t * dim], L.ffn_norm.data(), &s.xn[t * dim], dim, c.rms_eps);
+  });
+  if (row.has_experts()) {
+    moe_ffn(L, T, pool);
+    return;
+  }
+  const MatmulTarget gate_up[] = {{&L.w_gate, s.gate.data()}, {&L.w_up, s.up.data()}};
+  matmul_multi(gate_up, s.xn.data(), T, pool);
+  const int64_t ffn = c.ffn_dim;
+  for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+    if (row.activation == Activation::GeluTanh)
+      geglu_tanh(&s.gate[t0 * ffn], &s.up[t0 * ffn], &s.gate[t0 * ffn], (t1 - t0) * ffn);
+    else
+      swiglu(&s.gate[t0 * ffn], &s.up[t0 * ffn], &s.gate[t0 * ffn], (t1 - t0) * ffn);
+  });
+  matmul(L.w_down, s.gate.data(), T, s.tmp.data(), pool);
+  for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+    if (!L.ffn_post_norm.empty())
+      for (int64_t t = t0; t < t1; ++t)
+        rms_norm(&s.tmp[t * dim], L.ffn_post_norm.data(), &s.tmp[t * dim], dim, c.rms_eps);
+    add_inplace(&s.x[t0 * dim], &s.tmp[t0 * dim], (t1 - t0) * dim);
   });
 }
 
@@ -597,9 +820,39 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
       rope_table(&s.rope_cos_local[t * half_rot], &s.rope_sin_local[t * half_rot], c.n_rot, batch.positions[t],
                  rope_inv_freq_local_.data());
 
+  // Hybrid models: each sequence's tokens of this batch, which must continue its recurrent
+  // state (consecutive positions from the state's), checked before any state changes.
+  RecurrentStates* states = c.hybrid() ? kv.recurrent() : nullptr;
+  if (c.hybrid()) {
+    PAGODA_CHECK(states != nullptr && states->n_slots() == c.n_recurrent_layers() &&
+                     states->floats_per_slot() == c.recurrent_state_floats(),
+                 "Model::forward: a hybrid model needs a store with its recurrent state configured");
+    group_by_sequence(batch, s.seqs, s.seq_tokens);
+    for (size_t q = 0; q < s.seqs.size(); ++q) {
+      const int64_t first = batch.positions[s.seq_tokens[q].front()];
+      if (first != states->pos(s.seqs[q]))
+        throw Error("sequence " + std::to_string(s.seqs[q]) + " continues at position " + std::to_string(first) +
+                    " but its recurrent state holds " + std::to_string(states->pos(s.seqs[q])) + " tokens");
+      for (size_t j = 1; j < s.seq_tokens[q].size(); ++j)
+        if (batch.positions[s.seq_tokens[q][j]] != first + static_cast<int64_t>(j))
+          throw Error("sequence " + std::to_string(s.seqs[q]) +
+                      ": a hybrid model's batch needs its positions consecutive, in order");
+      states->ensure(s.seqs[q]);
+    }
+  }
+
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& L = *layers_[li];
     const int layer = static_cast<int>(li);
+    if (L.recurrent) {
+      for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) rms_norm(&s.x[t * dim], L.attn_norm.data(), &s.xn[t * dim], dim, c.rms_eps);
+      });
+      linear_attention(L, c.recurrent_slot(layer), batch, *states, pool);
+      ffn_block(L, T, pool);
+      continue;
+    }
+    const int kv_layer = static_cast<int>(c.kv_layer(layer));
     const int64_t window = c.layer_window(layer);
     const bool local_rope = window > 0 && !rope_inv_freq_local_.empty();
     const float* rope_cos = local_rope ? s.rope_cos_local.data() : s.rope_cos.data();
@@ -608,8 +861,16 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
     for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) rms_norm(&s.x[t * dim], L.attn_norm.data(), &s.xn[t * dim], dim, c.rms_eps);
     });
-    const MatmulTarget qkv[] = {{&L.wq, s.q.data()}, {&L.wk, s.k.data()}, {&L.wv, s.v.data()}};
+    const MatmulTarget qkv[] = {{&L.wq, row.gated_attention ? s.q_gate.data() : s.q.data()}, {&L.wk, s.k.data()},
+                                {&L.wv, s.v.data()}};
     matmul_multi(qkv, s.xn.data(), T, pool);
+    if (row.gated_attention) {  // each head's query then its gate: the queries to s.q
+      for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t)
+          for (int64_t h = 0; h < c.n_heads; ++h)
+            std::memcpy(&s.q[t * q_dim + h * hd], &s.q_gate[t * 2 * q_dim + h * 2 * hd], sizeof(float) * hd);
+      });
+    }
     for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         float* qt = &s.q[t * q_dim];
@@ -637,7 +898,7 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
     });
     // The store stays on this thread: it may copy a shared block on write.
     for (int64_t t = 0; t < T; ++t)
-      kv.store(layer, batch.seq_ids[t], batch.positions[t], &s.k[t * kv_dim], &s.v[t * kv_dim]);
+      kv.store(kv_layer, batch.seq_ids[t], batch.positions[t], &s.k[t * kv_dim], &s.v[t * kv_dim]);
     // The whole batch's attention: the store fans out over (token, KV head) and, for
     // long contexts, over parts of the sequence (KvStore::attend_batch).
     AttnBatch ab;
@@ -652,37 +913,23 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
     ab.scale = attn_scale;
     ab.window = window;
     ab.softcap = c.attn_softcap;
-    kv.attend_batch(layer, ab, pool);
-    matmul(L.wo, s.attn.data(), T, s.tmp.data(), pool);
-    // --- feed-forward (SwiGLU, or GELU-tanh gated for Gemma) ---
-    for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
-      if (!L.attn_post_norm.empty())
+    kv.attend_batch(kv_layer, ab, pool);
+    if (row.gated_attention) {  // out *= sigmoid(gate), per head
+      for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t)
-          rms_norm(&s.tmp[t * dim], L.attn_post_norm.data(), &s.tmp[t * dim], dim, c.rms_eps);
-      add_inplace(&s.x[t0 * dim], &s.tmp[t0 * dim], (t1 - t0) * dim);
-      for (int64_t t = t0; t < t1; ++t) rms_norm(&s.x[t * dim], L.ffn_norm.data(), &s.xn[t * dim], dim, c.rms_eps);
-    });
-    if (row.has_experts()) {
-      moe_ffn(L, T, pool);
-      continue;
+          for (int64_t h = 0; h < c.n_heads; ++h) {
+            float* o = &s.attn[t * q_dim + h * hd];
+            const float* g = &s.q_gate[t * 2 * q_dim + h * 2 * hd + hd];
+            for (int64_t i = 0; i < hd; ++i) o[i] *= 1.0f / (1.0f + std::exp(-g[i]));
+          }
+      });
     }
-    const MatmulTarget gate_up[] = {{&L.w_gate, s.gate.data()}, {&L.w_up, s.up.data()}};
-    matmul_multi(gate_up, s.xn.data(), T, pool);
-    const int64_t ffn = c.ffn_dim;
-    for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
-      if (row.activation == Activation::GeluTanh)
-        geglu_tanh(&s.gate[t0 * ffn], &s.up[t0 * ffn], &s.gate[t0 * ffn], (t1 - t0) * ffn);
-      else
-        swiglu(&s.gate[t0 * ffn], &s.up[t0 * ffn], &s.gate[t0 * ffn], (t1 - t0) * ffn);
-    });
-    matmul(L.w_down, s.gate.data(), T, s.tmp.data(), pool);
-    for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
-      if (!L.ffn_post_norm.empty())
-        for (int64_t t = t0; t < t1; ++t)
-          rms_norm(&s.tmp[t * dim], L.ffn_post_norm.data(), &s.tmp[t * dim], dim, c.rms_eps);
-      add_inplace(&s.x[t0 * dim], &s.tmp[t0 * dim], (t1 - t0) * dim);
-    });
+    matmul(L.wo, s.attn.data(), T, s.tmp.data(), pool);
+    ffn_block(L, T, pool);
   }
+  if (states)
+    for (size_t q = 0; q < s.seqs.size(); ++q)
+      states->set_pos(s.seqs[q], batch.positions[s.seq_tokens[q].back()] + 1);
 
   // Final hidden states (the output norm applied) of the rows embeddings pool.
   if (any_hidden) {

@@ -63,6 +63,10 @@ struct Batch {
   size_t size() const { return tokens.size(); }
 };
 
+// Sizes `states` for a hybrid model's recurrent layers (slots, floats per slot); a no-op
+// for a model without any. Call on a store before its first forward().
+void configure_recurrent_states(const ModelConfig& c, RecurrentStates& states);
+
 struct LoadProgress {
   // Called after each tensor is prepared: (done, total). May be empty.
   std::function<void(size_t, size_t)> on_tensor;
@@ -138,6 +142,12 @@ class Model {
   // Mixture-of-experts FFN of layer L over the batch's T normed rows (scratch xn),
   // added into the residual (scratch x).
   void moe_ffn(const Layer& L, int64_t T, ThreadPool& pool);
+  // The mixer's output (scratch tmp) added into the residual, then layer L's FFN block.
+  void ffn_block(const Layer& L, int64_t T, ThreadPool& pool);
+  // A Gated DeltaNet layer over the batch's normed rows (scratch xn) into scratch tmp,
+  // each sequence continuing its recurrent state (slot `slot` of `states`).
+  void linear_attention(const Layer& L, int64_t slot, const Batch& batch, RecurrentStates& states,
+                        ThreadPool& pool);
 
   std::shared_ptr<const gguf::GgufFile> file_;  // null unless loaded from GGUF
   std::shared_ptr<const WeightSource> weights_;

@@ -68,8 +68,9 @@ std::string synth_arch_names() {
 }
 
 std::vector<std::string> synth_shape_names() {
-  return {"tinyllama-1.1b", "llama3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b", "phi3.5-mini",
-          "gemma2-2b",      "gemma3-1b",   "gemma3-4b",    "qwen3-30b-a3b", "mixtral-8x7b", "stories260k", "tiny"};
+  return {"tinyllama-1.1b", "llama3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b",   "phi3.5-mini",  "gemma2-2b",
+          "gemma3-1b",      "gemma3-4b",   "qwen3-30b-a3b", "mixtral-8x7b", "qwen3.5-0.8b", "qwen3.5-4b",
+          "qwen3.5-27b",    "stories260k", "tiny"};
 }
 
 std::optional<SynthSpec> synth_shape(const std::string& name) {
@@ -114,6 +115,23 @@ std::optional<SynthSpec> synth_shape(const std::string& name) {
     s.dim = 4096, s.n_layers = 32, s.n_heads = 32, s.n_kv_heads = 8, s.ffn_dim = 14336;
     s.n_expert = 8, s.n_expert_used = 2;
     s.n_vocab = 32000, s.ctx_len = 32768;
+  } else if (name == "qwen3.5-0.8b" || name == "qwen3.5-4b" || name == "qwen3.5-27b") {
+    // Qwen 3.5 (config.json of the released models): head_dim 256 with a quarter rotary
+    // (n_rot 64), Gated DeltaNet heads of 128 with a 4-tap convolution, one full-attention
+    // layer in four, one MTP block, rope_theta 1e7, tied embeddings on the small ones.
+    s.arch = "qwen35";
+    s.head_dim = 256, s.ssm_head_dim = 128, s.ssm_conv_kernel = 4, s.n_nextn = 1;
+    s.n_vocab = 248320, s.ctx_len = 262144;
+    if (name == "qwen3.5-0.8b") {
+      s.dim = 1024, s.n_layers = 24, s.n_heads = 8, s.n_kv_heads = 2, s.ffn_dim = 3584;
+      s.ssm_k_heads = 16, s.ssm_v_heads = 16, s.tied_embeddings = true;
+    } else if (name == "qwen3.5-4b") {
+      s.dim = 2560, s.n_layers = 32, s.n_heads = 16, s.n_kv_heads = 4, s.ffn_dim = 9216;
+      s.ssm_k_heads = 16, s.ssm_v_heads = 32, s.tied_embeddings = true;
+    } else {
+      s.dim = 5120, s.n_layers = 64, s.n_heads = 24, s.n_kv_heads = 4, s.ffn_dim = 17408;
+      s.ssm_k_heads = 16, s.ssm_v_heads = 48;
+    }
   } else if (name == "stories260k") {
     s.dim = 64, s.n_layers = 5, s.n_heads = 8, s.n_kv_heads = 4, s.ffn_dim = 172, s.n_vocab = 512;
     s.ctx_len = 512, s.tied_embeddings = true;
@@ -127,8 +145,24 @@ std::optional<SynthSpec> synth_shape(const std::string& name) {
   return s;
 }
 
+SynthSpec resolved_for_row(const SynthSpec& in, bool tiny_shape) {
+  SynthSpec s = in;
+  const ArchInfo* row = find_arch_by_name(s.arch);
+  if (!row || !row->linear_attention) return s;
+  if (tiny_shape) {  // every feature, distinct sizes, a few layers
+    s.dim = 128, s.n_layers = 4, s.n_heads = 2, s.n_kv_heads = 1, s.head_dim = 64, s.ffn_dim = 256;
+    s.ssm_head_dim = 32, s.ssm_k_heads = 2, s.ssm_v_heads = 4, s.ssm_conv_kernel = 4, s.n_nextn = 1;
+  }
+  if (s.ssm_head_dim <= 0) s.ssm_head_dim = s.dim >= 1024 ? 128 : 64;
+  if (s.ssm_v_heads <= 0) s.ssm_v_heads = std::max<int64_t>(2, (s.dim / 80 + 1) / 2 * 2);
+  if (s.ssm_k_heads <= 0) s.ssm_k_heads = std::max<int64_t>(1, s.ssm_v_heads / 2);
+  if (s.ssm_conv_kernel <= 0) s.ssm_conv_kernel = 4;
+  if (s.full_attention_interval <= 0) s.full_attention_interval = row->default_full_attention_interval;
+  return s;
+}
+
 void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
-  SynthSpec spec = spec_in;
+  SynthSpec spec = resolved_for_row(spec_in);
   using gguf::Value;
   const ArchInfo* row = find_arch_by_name(spec.arch);
   if (!row) throw Error("synth: unknown architecture '" + spec.arch + "' (" + synth_arch_names() + ")");
@@ -156,7 +190,22 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   c.arch = row->arch;
   c.arch_name = gguf_arch;
   c.dim = spec.dim, c.n_layers = spec.n_layers, c.n_heads = spec.n_heads, c.n_kv_heads = spec.n_kv_heads;
-  c.head_dim = head_dim, c.ffn_dim = spec.ffn_dim, c.n_vocab = spec.n_vocab, c.n_rot = head_dim;
+  c.head_dim = head_dim, c.ffn_dim = spec.ffn_dim, c.n_vocab = spec.n_vocab;
+  c.n_rot = spec.n_rot > 0 ? spec.n_rot : row->linear_attention ? head_dim / 4 : head_dim;
+  if (c.n_rot % 2 != 0 || c.n_rot > head_dim) throw Error("synth: the rotary dims must be even and <= head dim");
+  if (row->linear_attention) {
+    c.ssm_head_dim = spec.ssm_head_dim, c.ssm_k_heads = spec.ssm_k_heads, c.ssm_v_heads = spec.ssm_v_heads;
+    c.ssm_conv_kernel = spec.ssm_conv_kernel;
+    if (c.ssm_v_heads % c.ssm_k_heads != 0)
+      throw Error("synth: value heads (" + std::to_string(c.ssm_v_heads) + ") must be a multiple of key heads (" +
+                  std::to_string(c.ssm_k_heads) + ")");
+    c.recurrent.assign(static_cast<size_t>(spec.n_layers), 0);
+    for (int64_t l = 0; l < spec.n_layers; ++l)
+      c.recurrent[static_cast<size_t>(l)] = (l + 1) % spec.full_attention_interval != 0;
+    if (c.n_attention_layers() == 0)
+      throw Error("synth: " + std::to_string(spec.n_layers) + " layers with one full-attention layer in " +
+                  std::to_string(spec.full_attention_interval) + " leaves none; give more layers");
+  }
   if (!row->has(Role::Output)) spec.tied_embeddings = true;  // Gemma: always tied
   if (row->has_experts()) {
     c.n_expert = spec.n_expert;
@@ -188,7 +237,7 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   w.set("general.name", Value::str(spec.name));
   w.set(a + "context_length", Value::u32(static_cast<uint32_t>(spec.ctx_len)));
   w.set(a + "embedding_length", Value::u32(static_cast<uint32_t>(spec.dim)));
-  w.set(a + "block_count", Value::u32(static_cast<uint32_t>(spec.n_layers)));
+  w.set(a + "block_count", Value::u32(static_cast<uint32_t>(spec.n_layers + spec.n_nextn)));
   w.set(a + "feed_forward_length", Value::u32(static_cast<uint32_t>(spec.ffn_dim)));
   w.set(a + "attention.head_count", Value::u32(static_cast<uint32_t>(spec.n_heads)));
   w.set(a + "attention.head_count_kv", Value::u32(static_cast<uint32_t>(spec.n_kv_heads)));
@@ -201,6 +250,7 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   w.set(a + "attention.layer_norm_rms_epsilon", Value::f32(gemma ? 1e-6f : 1e-5f));
   w.set(a + "rope.freq_base", Value::f32(spec.rope_scaling == "llama3" ? 500000.0f
                                          : row->arch == Arch::Gemma3 ? 1000000.0f
+                                         : row->linear_attention     ? 10000000.0f
                                                                      : 10000.0f));
   if (row->sliding_window.pattern == SlidingWindowSpec::Pattern::EveryNthGlobal) {
     const int64_t window = spec.sliding_window >= 0 ? spec.sliding_window
@@ -218,7 +268,21 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
     const float fc = spec.final_softcap >= 0 ? spec.final_softcap : row->final_softcap_default;
     if (fc > 0 || row->final_softcap_default > 0) w.set(a + "final_logit_softcapping", Value::f32(fc));
   }
-  w.set(a + "rope.dimension_count", Value::u32(static_cast<uint32_t>(head_dim)));
+  w.set(a + "rope.dimension_count", Value::u32(static_cast<uint32_t>(c.n_rot)));
+  if (row->linear_attention) {
+    w.set(a + "ssm.conv_kernel", Value::u32(static_cast<uint32_t>(c.ssm_conv_kernel)));
+    w.set(a + "ssm.state_size", Value::u32(static_cast<uint32_t>(c.ssm_head_dim)));
+    w.set(a + "ssm.group_count", Value::u32(static_cast<uint32_t>(c.ssm_k_heads)));
+    w.set(a + "ssm.time_step_rank", Value::u32(static_cast<uint32_t>(c.ssm_v_heads)));
+    w.set(a + "ssm.inner_size", Value::u32(static_cast<uint32_t>(c.ssm_value_dim())));
+    w.set(a + "full_attention_interval", Value::u32(static_cast<uint32_t>(spec.full_attention_interval)));
+    if (spec.n_nextn > 0) w.set(a + "nextn_predict_layers", Value::u32(static_cast<uint32_t>(spec.n_nextn)));
+    // Qwen's multi-section RoPE (text, height, width, unused) in the released models'
+    // proportions, 11 : 11 : 10 of the rotated pairs.
+    const int64_t pairs = c.n_rot / 2, s0 = (pairs * 11 + 16) / 32, s1 = s0;
+    w.set(a + "rope.dimension_sections", Value::i32_array({static_cast<int32_t>(s0), static_cast<int32_t>(s1),
+                                                          static_cast<int32_t>(pairs - s0 - s1), 0}));
+  }
   w.set(a + "vocab_size", Value::u32(static_cast<uint32_t>(spec.n_vocab)));
   if (row->has_experts()) {
     w.set(a + "expert_count", Value::u32(static_cast<uint32_t>(c.n_expert)));
@@ -345,6 +409,9 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
         fill(rng, buf, 2.0f / std::sqrt(static_cast<float>(shape.back())));
         break;
       case TensorKind::Norm: buf = norm_weights(rng, n); break;
+      case TensorKind::Decay:  // -exp(A_log) with A_log in [0, ln 16]: decay rates of trained models
+        for (float& x : buf) x = -std::exp(std::log(16.0f) * 0.5f * (rng.uniform() + 1.0f));
+        break;
       case TensorKind::Bias: fill(rng, buf, 0.1f); break;
       case TensorKind::RopeFactors:
         if (t.role == Role::RopeFreqs) {
@@ -377,7 +444,21 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
     if (!t.per_layer && wanted(t)) emit(t, 0);
   for (int64_t i = 0; i < spec.n_layers; ++i)
     for (const TensorSpec& t : row->tensors)
-      if (t.per_layer && wanted(t)) emit(t, i);
+      if (t.per_layer && wanted(t) && c.layer_has(t, i)) emit(t, i);
+  // Multi-token-prediction blocks (linear-attention rows): a full-attention block after
+  // the trunk with its nextn.* tensors, as llama.cpp writes them; readers skip them.
+  for (int64_t i = spec.n_layers; i < spec.n_layers + spec.n_nextn; ++i) {
+    for (const TensorSpec& t : row->tensors)
+      if (t.per_layer && wanted(t) && t.layers != LayerKind::Recurrent) emit(t, i);
+    const std::string b = "blk." + std::to_string(i) + ".nextn.";
+    buf.resize(static_cast<size_t>(2 * spec.dim * spec.dim));
+    fill(rng, buf, 1.0f / std::sqrt(static_cast<float>(2 * spec.dim)));
+    w.add_tensor_f32(b + "eh_proj.weight", GgmlType::F32, {2 * spec.dim, spec.dim}, buf.data());
+    for (const char* norm : {"enorm.weight", "hnorm.weight", "shared_head_norm.weight"}) {
+      buf = norm_weights(rng, spec.dim);
+      w.add_tensor_f32(b + norm, GgmlType::F32, {spec.dim}, buf.data());
+    }
+  }
   if (spec.pooling == "rank") {  // the reranker head, last: the other tensors keep their draws
     buf.resize(static_cast<size_t>(2 * spec.dim));
     fill(rng, buf, 1.0f / std::sqrt(static_cast<float>(spec.dim)));

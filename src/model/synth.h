@@ -57,7 +57,23 @@ struct SynthSpec {
   // "query: {query}\ndocument: {document}\nrelevant:", as llama.cpp's converter marks
   // Qwen3-Reranker.
   std::string pooling;
+  // Hybrid linear attention (rows with linear_attention: qwen35). 0 / -1: derived from dim
+  // with the real models' ratios (Qwen3.5-4B: dim 2560, 32 value heads and 16 key heads of
+  // 128, convolution 4): head dim 128 (64 below dim 1024), value heads dim / 80 rounded to
+  // an even count >= 2, key heads half of them.
+  int64_t ssm_head_dim = 0;
+  int64_t ssm_k_heads = 0;
+  int64_t ssm_v_heads = 0;
+  int64_t ssm_conv_kernel = 0;
+  int64_t full_attention_interval = 0;  // 0: the row's (4)
+  int64_t n_rot = 0;                    // rope.dimension_count; 0: head_dim (linear-attention rows: head_dim / 4)
+  int64_t n_nextn = 0;                  // multi-token-prediction blocks written after the trunk
 };
+
+// A spec adapted to a row: for linear-attention rows the derived sizes above filled in,
+// and a `tiny` shape made hybrid (4 layers: 3 linear + 1 full, one MTP block, every head
+// count distinct). Called by write_synthetic_model; exposed for tests.
+SynthSpec resolved_for_row(const SynthSpec& spec, bool tiny_shape = false);
 
 // Named real shapes: tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b, phi3.5-mini, gemma2-2b,
 // gemma3-1b, gemma3-4b, qwen3-30b-a3b, mixtral-8x7b, stories260k, tiny.

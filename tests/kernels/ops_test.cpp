@@ -89,7 +89,7 @@ std::vector<Isa> ops_levels() {
   return test::levels_with_own([](const KernelTable& t) {
     const OpsKernels& k = t.ops;
     return std::tuple(k.rms_norm, k.softmax, k.swiglu, k.add_inplace, k.rope, k.rope_apply, k.dot_f32, k.axpy_f32,
-                      k.scale_f32, k.exp_f32);
+                      k.scale_f32, k.exp_f32, k.gated_delta_step);
   });
 }
 
@@ -295,6 +295,42 @@ TEST_P(FastOpsTest, AxpyMatchesReference) {
         [&](int64_t i) { return kEps * (std::abs(y[i]) + 2 * std::abs(a * x[i])); },
         [&](int64_t i) { return "x=" + std::to_string(x[i]) + " y=" + std::to_string(y[i]); }, &err));
     EXPECT_EQ(got[n], -7.0f) << "wrote past the end, n=" << n;
+  }
+}
+
+// The gated delta rule's token step (Gated DeltaNet): the SIMD path folds the decay into
+// its passes, so it differs from the reference by rounding only, bounded relative to the
+// terms' magnitudes; 24 steps of one head (the state carried between them), sizes with and
+// without a vector tail, and the state rows written exactly within their bounds.
+TEST_P(FastOpsTest, GatedDeltaStepMatchesReference) {
+  MaxErr err(tag("gated_delta_step vs ref (err / scale)"));
+  for (int64_t d : {int64_t{8}, int64_t{32}, int64_t{37}, int64_t{128}}) {
+    std::vector<float> got(d * d + 1, 0.0f), want(d * d, 0.0f);
+    got[d * d] = -7.0f;
+    for (int step = 0; step < 24; ++step) {
+      std::vector<float> q = random_vec(d, -1.0f, 1.0f, 200 + step), key = random_vec(d, -1.0f, 1.0f, 300 + step);
+      const std::vector<float> v = random_vec(d, -2.0f, 2.0f, 400 + step);
+      for (std::vector<float>* x : {&q, &key}) {  // unit q and k, as the model L2-normalises them
+        double n = 0;
+        for (float e : *x) n += static_cast<double>(e) * e;
+        for (float& e : *x) e = static_cast<float>(e / std::sqrt(n));
+      }
+      const float decay = 0.5f + 0.02f * static_cast<float>(step), beta = 0.3f + 0.01f * static_cast<float>(step);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+      std::vector<float> out_got(d), out_want(d);
+      k().gated_delta_step(got.data(), d, d, q.data(), key.data(), v.data(), decay, beta, scale, out_got.data());
+      gated_delta_step_ref(want.data(), d, d, q.data(), key.data(), v.data(), decay, beta, scale, out_want.data());
+      // The state's entries are O(|v|) = O(2): errors of a few float ulps of that per step,
+      // accumulated over 24 steps, stay far below 1e-4; a wrong index or a missing decay
+      // is O(1).
+      ASSERT_TRUE(all_close(
+          got.data(), d * d, [&](int64_t i) { return want[i]; }, [&](int64_t) { return 1e-4; },
+          [&](int64_t i) { return "state entry " + std::to_string(i) + " d=" + std::to_string(d); }, &err));
+      ASSERT_TRUE(all_close(
+          out_got.data(), d, [&](int64_t i) { return out_want[i]; }, [&](int64_t) { return 1e-4; },
+          [&](int64_t i) { return "out " + std::to_string(i) + " d=" + std::to_string(d); }, &err));
+    }
+    EXPECT_EQ(got[d * d], -7.0f) << "wrote past the state, d=" << d;
   }
 }
 
