@@ -158,6 +158,21 @@ CacheHit PrefixCache::lookup(const CacheKey& key, std::span<const int32_t> promp
   return hit;
 }
 
+void PrefixCache::shorten(CacheHit& hit, int64_t n_tokens) {
+  if (n_tokens >= hit.cached_tokens) return;
+  if (n_tokens < config_.min_prefix_tokens || !hit.local.empty()) n_tokens = 0;
+  counters_.hit_tokens -= hit.cached_tokens - n_tokens;
+  if (n_tokens == 0) {
+    pool_.free(hit.table);
+    for (BlockTable& t : hit.local) pool_.free(t);
+    hit.local.clear();
+    --counters_.hits;
+  } else {
+    pool_.truncate(hit.table, n_tokens);
+  }
+  hit.cached_tokens = n_tokens;
+}
+
 // ---- asynchronous restore ------------------------------------------------------------------
 
 uint64_t PrefixCache::begin_restore(const CacheKey& key, std::span<const int32_t> prompt) {

@@ -160,6 +160,11 @@ class PrefixCache final : private BlockCacheListener {
   // Borrows the longest cached prefix of `prompt` (see the contract). A miss, the cache
   // off, or key.use_cache false give an empty table and cached_tokens 0.
   CacheHit lookup(const CacheKey& key, std::span<const int32_t> prompt);
+  // Cuts a hit back to its first `n_tokens` positions (hybrid models: to the longest
+  // recurrent-state snapshot it covers), giving back the blocks past them and the hit
+  // counters' excess. A no-op when n_tokens >= hit.cached_tokens. With local (windowed)
+  // tables, which cannot be rewound, any cut gives back the whole hit.
+  void shorten(CacheHit& hit, int64_t n_tokens);
 
   // Indexes `table`'s blocks holding tokens[0, n): the floor(n / block_size) full blocks
   // and, when `finished`, the partial last block. May repoint table blocks at identical

@@ -50,6 +50,18 @@ int64_t parse_prompt_cache_ttl(std::string_view text, std::string_view flag = "-
 int64_t parse_prompt_cache_min_prefix(std::string_view text,
                                       std::string_view flag = "--prompt-cache-min-prefix");
 
+// Hybrid models' recurrent-state snapshots (state_snapshots.h); all 0 for other models.
+struct SnapshotStats {
+  int64_t snapshots = 0;
+  uint64_t bytes = 0;           // snapshots x state_bytes
+  uint64_t capacity_bytes = 0;
+  uint64_t state_bytes = 0;     // one snapshot (all recurrent layers of one sequence)
+  int64_t saves = 0;            // snapshots written (refreshes included)
+  int64_t restores = 0;         // snapshots copied out for a request
+  int64_t restored_tokens = 0;  // prefix tokens those restores covered
+  int64_t evictions = 0;        // snapshots dropped to stay under the cap
+};
+
 // Every byte figure is a block count × the pool's real bytes_per_block; the cache holds
 // references to pool blocks, never copies, so pool.bytes_in_use counts each block once
 // whether a running sequence, the cache, or both hold it.
@@ -86,6 +98,7 @@ struct CacheStats {
   int64_t resets = 0;
   PoolStats pool;
   DiskTierStats disk;              // the second tier (enabled false without one)
+  SnapshotStats state_snapshots;   // hybrid models: the recurrent-state half of the cache
   // Hit rate in tokens, not blocks: hit_tokens / queried_tokens (0 before any lookup).
   double hit_rate() const { return queried_tokens ? static_cast<double>(hit_tokens) / queried_tokens : 0.0; }
 };

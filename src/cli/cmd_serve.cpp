@@ -360,6 +360,8 @@ Runner add_serve(CLI::App& app) {
     o->kv.resolve();  // bad KV flags fail before the model loads; the budget is chosen after
     ec.cache = o->cache.resolve();
     ec.disk = o->cache.resolve_disk();
+    ec.state_snapshot_bytes = o->cache.resolve_state_snapshot_bytes();
+    ec.state_snapshot_interval = o->cache.state_snapshot_interval;
     ec.parallel = o->parallel;
     ec.max_queue = o->max_queue;
     ec.ctx_size = o->ctx_size;
@@ -495,7 +497,7 @@ Runner add_serve(CLI::App& app) {
                  static_cast<long long>(st.pool.block_size), kv_type_name(ec.kv.k_type), kv_type_name(ec.kv.v_type),
                  static_cast<long long>(engine.config().ctx_size), ec.parallel, ec.threads, o->io_threads,
                  static_cast<long long>(http.max_connections()),
-                 ec.cache.enabled ? "on" : "off", template_source.c_str(),
+                 engine.config().cache.enabled ? "on" : "off", template_source.c_str(),
                  chat::tool_call_format_name(api.chat_format().tools),
                  chat::reasoning_format_name(api.chat_format().reasoning), api_key.empty() ? "off" : "on",
                  replica_id.c_str(),
@@ -503,6 +505,11 @@ Runner add_serve(CLI::App& app) {
                  o->embeddings ? (std::string(", embeddings on (pooling ") + pooling_name(pooling.pooling) + ")").c_str()
                                : "");
 
+    if (const SnapshotStats& ss = st.cache.state_snapshots; ss.state_bytes > 0)
+      std::fprintf(stderr, "  recurrent state %s a sequence; snapshots %s (%lld of them), every %lld prompt tokens\n",
+                   format_bytes(ss.state_bytes).c_str(), format_bytes(ss.capacity_bytes).c_str(),
+                   static_cast<long long>(ss.capacity_bytes / ss.state_bytes),
+                   static_cast<long long>(engine.config().state_snapshot_interval));
     signals.set_phase(SignalWatch::Phase::Serving);
     const int sig = signals.wait();
     if (sig == SIGTERM && o->drain_seconds > 0) {

@@ -70,6 +70,21 @@ void PromptCacheOptions::add_to(CLI::App& app) {
                  "A disk-tier block read or write taking longer than this marks the tier stalled (a hung mount): "
                  "restores become misses until it returns, and /health says so")
       ->capture_default_str();
+  app.add_option("--state-snapshot-bytes", state_snapshot_bytes,
+                 "Hybrid models (Qwen 3.5/3.6): KV budget share for recurrent-state snapshots, the prefix cache's "
+                 "other half (auto: a quarter of the budget)")
+      ->capture_default_str();
+  app.add_option("--state-snapshot-interval", state_snapshot_interval,
+                 "Hybrid models: snapshot the recurrent state every N prompt tokens, so prompts sharing a long "
+                 "prefix resume near where they part (0: only at prompt and sequence ends)")
+      ->capture_default_str();
+}
+
+uint64_t PromptCacheOptions::resolve_state_snapshot_bytes() const {
+  if (state_snapshot_bytes == "auto") return 0;
+  const uint64_t b = parse_byte_size(state_snapshot_bytes, "--state-snapshot-bytes");
+  if (b == 0) throw Error("--state-snapshot-bytes must be greater than 0 (or auto)");
+  return b;
 }
 
 DiskTierConfig PromptCacheOptions::resolve_disk() const {

@@ -47,11 +47,17 @@ struct PromptCacheOptions {
   std::string disk_bytes = "4GiB";
   std::string disk_policy = "evict";
   int64_t disk_deadline_ms = DiskTierConfig{}.io_deadline_ms;
+  // Hybrid models (qwen35): --state-snapshot-bytes (auto: a quarter of the KV budget) and
+  // --state-snapshot-interval (engine.h, EngineConfig).
+  std::string state_snapshot_bytes = "auto";
+  int64_t state_snapshot_interval = 2048;
 
   void add_to(CLI::App& app);
   // Validates the flags (pagoda::Error naming the flag).
   PrefixCacheConfig resolve() const;
   DiskTierConfig resolve_disk() const;
+  // --state-snapshot-bytes in bytes, 0 for auto.
+  uint64_t resolve_state_snapshot_bytes() const;
 };
 
 // A pool sized by `options` for `config`'s geometry, and a store over it.

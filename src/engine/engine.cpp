@@ -118,14 +118,28 @@ EngineConfig checked(EngineConfig c, const Model& m) {
   if (c.threads < 1) throw Error("--threads must be >= 1");
   if (c.ctx_size <= 0) c.ctx_size = m.config().ctx_len;
   if (c.ctx_size < 2) throw Error("--ctx-size must be >= 2 (got " + std::to_string(c.ctx_size) + ")");
-  // Hybrid models (qwen35): a cached K/V prefix is useless without the recurrent state at
-  // the same position, and the cache keeps no state snapshots yet, so it is off for them
-  // (a hit would skip tokens the recurrent layers never saw).
+  if (c.state_snapshot_interval < 0)
+    throw Error("--state-snapshot-interval must be >= 0 (got " + std::to_string(c.state_snapshot_interval) + ")");
+  // Hybrid models (qwen35): the budget books the running sequences' recurrent states and
+  // the snapshots that make their prefix cache work (a cached K/V prefix is useless
+  // without the state at the same position); the pool gets what is left.
   if (m.config().hybrid()) {
     if (!c.disk.dir.empty())
       throw Error("--prompt-cache-dir: not supported for hybrid models (" + m.config().arch_name +
-                  ") yet: their prefix cache needs recurrent-state snapshots");
-    c.cache.enabled = false;
+                  ") yet: their recurrent-state snapshots are kept in RAM only");
+    c.kv.budget_bytes = resolve_kv_budget(c.kv);
+    const uint64_t budget = c.kv.budget_bytes;
+    const uint64_t running = static_cast<uint64_t>(c.parallel) * recurrent_state_bytes(m.config());
+    if (!c.cache.enabled) c.state_snapshot_bytes = 0;
+    else if (c.state_snapshot_bytes == 0) c.state_snapshot_bytes = budget / 4;
+    if (running + c.state_snapshot_bytes >= budget)
+      throw Error("the KV budget (" + format_bytes(budget) + ") is too small for " + m.config().arch_name + ": " +
+                  std::to_string(c.parallel) + " running recurrent states take " + format_bytes(running) +
+                  " and state snapshots " + format_bytes(c.state_snapshot_bytes) +
+                  "; raise --kv-cache-bytes, lower --parallel or --state-snapshot-bytes");
+    c.kv.budget_bytes = budget - running - c.state_snapshot_bytes;
+  } else {
+    c.state_snapshot_bytes = 0;
   }
   return c;
 }
@@ -143,7 +157,12 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& con
       store_(pool_, kv_groups_),
       disk_(open_disk_tier(config_, kv_groups_)),
       cache_(pool_, config_.model_id, config_.cache, {}, kv_groups_),
-      scheduler_(SchedulerConfig{config_.parallel, config_.max_batch_tokens}, store_, cache_) {
+      snapshots_(config_.state_snapshot_bytes > 0
+                     ? std::make_unique<StateSnapshots>(config_.state_snapshot_bytes,
+                                                        recurrent_state_bytes(model.config()), pool_.block_size())
+                     : nullptr),
+      scheduler_(SchedulerConfig{config_.parallel, config_.max_batch_tokens, config_.state_snapshot_interval}, store_,
+                 cache_, snapshots_.get()) {
   configure_recurrent_states(model.config(), store_.recurrent_states());
   cache_.set_disk_tier(disk_.get());
   if (disk_) {
@@ -406,6 +425,7 @@ void Engine::drain_inbox() {
     publish_stats();
     const EngineStats before = stats();
     cache_.reset(reset_ram && reset_disk ? CacheTier::All : reset_ram ? CacheTier::Ram : CacheTier::Disk);
+    if (snapshots_ && reset_ram) snapshots_->clear();
     publish_stats();  // whoever is answered sees the emptied cache in stats()
     const PrefixCacheReset done{before, stats()};
     for (auto& callback : resets) callback(done);
@@ -711,6 +731,7 @@ void Engine::check_invariants() const {
   for (const SchedSeq* s : waiting) common(s);
   scheduler_.check_invariants();
   cache_.check_invariants();  // includes the pool's
+  if (snapshots_) snapshots_->check_invariants();
 }
 
 void Engine::publish_stats() {
@@ -721,6 +742,7 @@ void Engine::publish_stats() {
   st.blocks_held = scheduler_.blocks_held();
   st.pool = pool_.stats();
   st.cache = cache_.stats();
+  if (snapshots_) st.cache.state_snapshots = snapshots_->stats();
   std::lock_guard<std::mutex> lk(mu_);
   st.in_flight = static_cast<int64_t>(live_ids_.size());
   st.refused_busy = refused_busy_;

@@ -127,6 +127,7 @@
 #include "cache/disk_io.h"
 #include "cache/prefix_cache.h"
 #include "cache/prefix_cache_config.h"
+#include "cache/state_snapshots.h"
 #include "common/thread_pool.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -150,6 +151,12 @@ struct EngineConfig {
   DiskTierConfig disk;             // --prompt-cache-dir (empty: no disk tier)
   std::string model_id = "model";  // prefix-cache namespace (what identifies the weights)
   std::vector<int32_t> extra_eog_ids;  // also end generation (generation_config.json eos_token_id)
+  // Hybrid models (qwen35): the KV budget also books `parallel` running recurrent states
+  // and this many bytes of state snapshots, the prefix cache's other half (0: a quarter of
+  // the budget; state_snapshots.h); the pool gets the rest. A prefill snapshots the state
+  // every state_snapshot_interval tokens (0: only at prompt and sequence ends).
+  uint64_t state_snapshot_bytes = 0;       // --state-snapshot-bytes
+  int64_t state_snapshot_interval = 2048;  // --state-snapshot-interval
   bool check_invariants = false;   // tests: check_invariants() (and the pool's and cache's)
                                    // after every step; always on in debug builds
 };
@@ -373,6 +380,7 @@ class Engine {
   PagedKvStore store_;
   std::unique_ptr<DiskTier> disk_;  // the prefix cache's second tier (null: none); outlives cache_
   PrefixCache cache_;
+  std::unique_ptr<StateSnapshots> snapshots_;  // hybrid models with the cache on; else null
   std::vector<std::unique_ptr<Seq>> owned_;  // every unfinished request
   Batch batch_;
   Scheduler scheduler_;        // the waiting and running lists; decides each step

@@ -19,8 +19,9 @@ void SchedulerOutput::clear() {
   n_tokens = 0;
 }
 
-Scheduler::Scheduler(const SchedulerConfig& config, PagedKvStore& store, PrefixCache& cache)
-    : config_(config), store_(store), cache_(cache) {
+Scheduler::Scheduler(const SchedulerConfig& config, PagedKvStore& store, PrefixCache& cache,
+                     StateSnapshots* snapshots)
+    : config_(config), store_(store), cache_(cache), snapshots_(snapshots) {
   PAGODA_CHECK(config_.parallel >= 1 && config_.max_batch_tokens >= config_.parallel,
                "Scheduler: parallel >= 1 and max_batch_tokens >= parallel");
 }
@@ -30,8 +31,19 @@ void Scheduler::add(SchedSeq* s) {
   waiting_.push_back(s);
 }
 
+void Scheduler::save_snapshot(SchedSeq* s) {
+  if (!snapshots_ || !s->admitted || !s->key.use_cache || !cache_.config().enabled || s->n_computed <= 0) return;
+  const RecurrentStates& states = store_.recurrent_states();
+  PAGODA_CHECK(states.pos(s->seq_id) == s->n_computed, "scheduler: the recurrent state is not at the computed position");
+  snapshots_->save(s->key.ns, std::span<const int32_t>(s->tokens.data(), static_cast<size_t>(s->n_computed)),
+                   states.data(s->seq_id));
+}
+
 void Scheduler::release_kv(SchedSeq* s) {
   if (!s->admitted) return;
+  // The state at the end of the sequence, for the next turn that resends it (or this one,
+  // preempted, when it is admitted again); only where its K/V is vouched for and indexed.
+  if (s->n_checked == s->n_computed) save_snapshot(s);
   if (s->n_checked > 0) {
     SeqTables& t = store_.mutable_tables(s->seq_id);
     cache_.insert(s->key, std::span<const int32_t>(s->tokens.data(), static_cast<size_t>(s->n_checked)), t.main,
@@ -103,6 +115,11 @@ bool Scheduler::reserve_decode(SchedSeq* s) {
 void Scheduler::add_chunk(SchedSeq* s, int64_t& budget) {
   int64_t n = std::min(budget, s->pending());
   if (n <= 0) return;
+  // Hybrid models: a prefill stops one token short of the prompt's end, so the state
+  // there is snapshotted (computed()) for a request resending this prompt: a cache hit
+  // always leaves the last prompt token to recompute. One extra step of one token.
+  if (snapshots_ && s->generated() == 0 && s->n_computed < s->n_prompt - 1 && s->n_computed + n >= s->n_prompt)
+    n = s->n_prompt - 1 - s->n_computed;
   // A leader's prefill stops at its next checkpoint (none is needed at the prompt end,
   // which is indexed anyway).
   bool checkpoint = false;
@@ -140,7 +157,14 @@ bool Scheduler::defer_behind(SchedSeq* s, SchedSeq* r) {
   if (common < need) return false;
   // The end of the block holding the last shared token: r's blocks up to there hold every
   // shared position (the last one is borrowed in part and copied on write).
-  const int64_t until = std::min((common + block - 1) / block * block, r->n_prompt);
+  // Hybrid models need r's state there too, so the checkpoint is where r's snapshot is
+  // taken: the last block boundary at or before the fork (a running sequence's partly
+  // written block is not indexed yet), short of both prompts' last tokens (a hit never
+  // covers those). s recomputes at most a block of what it shares.
+  const int64_t until =
+      snapshots_ ? std::min({common, static_cast<int64_t>(s->tokens.size()) - 1, r->n_prompt - 1}) / block * block
+                 : std::min((common + block - 1) / block * block, r->n_prompt);
+  if (until < need) return false;
   if (r->n_checked >= until) return false;  // indexed already: s borrows it now
   // r computed past the fork before s was seen (s came later), so its next index point
   // is its prompt end. With sliding windows the window at the fork is gone by then
@@ -230,6 +254,19 @@ const SchedulerOutput& Scheduler::schedule() {
     next_seq_id_ = next_seq_id_ == std::numeric_limits<SeqId>::max() ? 0 : next_seq_id_ + 1;
     CacheHit hit = cache_.lookup(s->key, s->tokens);
     end_restore(s, hit.cached_tokens);  // the lookup borrowed what it restored
+    if (snapshots_) {
+      // The K/V alone is useless to a hybrid model: the hit goes back to the longest
+      // snapshot it covers, whose state is restored (a copy: the snapshot stays).
+      RecurrentStates& states = store_.recurrent_states();
+      const int64_t p = hit.cached_tokens > 0 ? snapshots_->find(s->key.ns, s->tokens, hit.cached_tokens) : 0;
+          cache_.shorten(hit, p);
+      states.erase(sid);
+      states.ensure(sid);
+      if (p > 0) {
+        snapshots_->restore(s->key.ns, s->tokens, p, states.data(sid));
+        states.set_pos(sid, p);
+      }
+    }
     store_.adopt(sid, std::move(hit.table), std::move(hit.local));
     const AllocResult r = store_.reserve(sid, static_cast<int64_t>(s->tokens.size()));
     if (!r.ok()) {
@@ -284,6 +321,13 @@ void Scheduler::computed(SchedSeq* s, int64_t n_tokens, bool checked) {
   // Sliding-window layers give back what no later query reads, before the insert below,
   // so what it keeps for reuse is the window at the prompt's end (or the checkpoint).
   store_.release_out_of_window(s->seq_id, s->n_computed);
+  // Hybrid models: snapshots where a later request can start (see the constructor).
+  const int64_t interval = config_.state_snapshot_interval;
+  const bool crossed = interval > 0 && s->n_computed / interval > (s->n_computed - n_tokens) / interval;
+  if (snapshots_ && was_prefill &&
+      (s->n_computed == s->n_prompt - 1 || (crossed && s->n_computed < s->n_prompt - 1) ||
+       (checked && s->n_computed < s->n_prompt)))
+    save_snapshot(s);
   if (!checked) return;
   s->n_checked = s->n_computed;
   // A checked prefill chunk ends at the prompt end or at a checkpoint: index it, so

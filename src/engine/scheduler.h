@@ -90,6 +90,7 @@
 #include <vector>
 
 #include "cache/prefix_cache.h"
+#include "cache/state_snapshots.h"
 #include "kv/paged_kv_store.h"
 
 namespace pagoda {
@@ -97,6 +98,9 @@ namespace pagoda {
 struct SchedulerConfig {
   int parallel = 4;                // running sequences at most
   int64_t max_batch_tokens = 512;  // tokens per step (decode + prefill)
+  // Hybrid models (a StateSnapshots given): a prefill also snapshots the recurrent state
+  // each time it crosses a multiple of this many tokens (0: only the fixed points below).
+  int64_t state_snapshot_interval = 0;
 };
 
 // The scheduler's part of one request.
@@ -163,7 +167,15 @@ struct SchedulerOutput {
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerConfig& config, PagedKvStore& store, PrefixCache& cache);
+  // snapshots: a hybrid model's recurrent-state snapshots (cache/state_snapshots.h), or
+  // null. With them a cache hit is cut back to the longest snapshot it covers (the state
+  // restored there, the rest recomputed), and snapshots are taken where the next request
+  // can use them: one token short of each prompt's end (a prefill chunk is cut there, so
+  // a resent prompt, whose last token is always recomputed, finds it), at the end of a
+  // sequence (the next turn of a conversation resends it), at prefill checkpoints (a
+  // deferred follower's share, block-aligned) and every state_snapshot_interval tokens.
+  Scheduler(const SchedulerConfig& config, PagedKvStore& store, PrefixCache& cache,
+            StateSnapshots* snapshots = nullptr);
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
@@ -200,9 +212,14 @@ class Scheduler {
   // True when s waits for r; then s is marked and r has a checkpoint where s's share ends.
   bool defer_behind(SchedSeq* s, SchedSeq* r);
 
+  // Hybrid models: a snapshot of s's state (tokens[0, n_computed)) when its K/V up to there
+  // is indexed or will be by release.
+  void save_snapshot(SchedSeq* s);
+
   SchedulerConfig config_;
   PagedKvStore& store_;
   PrefixCache& cache_;
+  StateSnapshots* snapshots_ = nullptr;
   std::vector<SchedSeq*> running_;  // admission order (oldest first)
   std::deque<SchedSeq*> waiting_;   // FCFS; preempted ones at the front
   std::vector<SchedSeq*> decode_scratch_;

@@ -37,6 +37,10 @@ class RecurrentStates {
   // Slot `slot` of `seq`'s state. Requires: ensure(seq) was called (any thread after).
   float* slot(SeqId seq, int64_t slot);
   const float* slot(SeqId seq, int64_t slot) const;
+  // The whole state of `seq` (every slot, bytes_per_state() bytes), for snapshots.
+  // Requires: ensure(seq) was called.
+  uint8_t* data(SeqId seq) { return reinterpret_cast<uint8_t*>(slot(seq, 0)); }
+  const uint8_t* data(SeqId seq) const { return reinterpret_cast<const uint8_t*>(slot(seq, 0)); }
   // Tokens the state has absorbed (0 for a sequence without one).
   int64_t pos(SeqId seq) const;
   void set_pos(SeqId seq, int64_t pos);

@@ -141,6 +141,12 @@ void configure_recurrent_states(const ModelConfig& c, RecurrentStates& states) {
   if (c.hybrid()) states.configure(c.n_recurrent_layers(), c.recurrent_state_floats());
 }
 
+uint64_t recurrent_state_bytes(const ModelConfig& c) {
+  if (!c.hybrid()) return 0;
+  return static_cast<uint64_t>(c.n_recurrent_layers()) * static_cast<uint64_t>(c.recurrent_state_floats()) *
+         sizeof(float);
+}
+
 namespace {
 
 class TensorLoader {

@@ -66,6 +66,8 @@ struct Batch {
 // Sizes `states` for a hybrid model's recurrent layers (slots, floats per slot); a no-op
 // for a model without any. Call on a store before its first forward().
 void configure_recurrent_states(const ModelConfig& c, RecurrentStates& states);
+// One sequence's recurrent state in bytes (every recurrent layer); 0 for other models.
+uint64_t recurrent_state_bytes(const ModelConfig& c);
 
 struct LoadProgress {
   // Called after each tensor is prepared: (done, total). May be empty.

@@ -90,6 +90,16 @@ json disk_tier_json(const DiskTierStats& d) {
               {"restore_timeouts", d.restore_timeouts}};
 }
 
+// Hybrid models' recurrent-state snapshots (null for other models): bytes are exact,
+// snapshots × state_bytes, within capacity_bytes.
+json state_snapshots_json(const SnapshotStats& s) {
+  if (s.state_bytes == 0) return nullptr;
+  return json{{"snapshots", s.snapshots},           {"bytes", s.bytes},
+              {"capacity_bytes", s.capacity_bytes}, {"state_bytes", s.state_bytes},
+              {"saves", s.saves},                   {"restores", s.restores},
+              {"restored_tokens", s.restored_tokens}, {"evictions", s.evictions}};
+}
+
 json cache_stats_json(const CacheStats& c) {
   auto unlimited_bytes = [](uint64_t v) -> json {
     return v == PrefixCacheConfig::kUnlimitedBytes ? json(nullptr) : json(v);
@@ -126,7 +136,8 @@ json cache_stats_json(const CacheStats& c) {
               {"evictions_pool_pressure", c.evictions_pool_pressure},
               {"evicted_blocks", c.evicted_blocks},
               {"resets", c.resets},
-              {"disk", disk_tier_json(c.disk)}};
+              {"disk", disk_tier_json(c.disk)},
+              {"state_snapshots", state_snapshots_json(c.state_snapshots)}};
 }
 
 // The transport's own errors (401 for a bad key, 405) on the Anthropic routes.

@@ -232,6 +232,18 @@ std::string ServerMetrics::render(const EngineStats& stats, const GrammarCacheSt
          d(cache.cached_bytes));
   metric(out, "prefix_cache_entries", "gauge", "Sequences cached by the prefix cache.",
          d(cache.entries));
+  if (const SnapshotStats& ss = cache.state_snapshots; ss.state_bytes > 0) {
+    metric(out, "prefix_cache_state_snapshots", "gauge",
+           "Recurrent-state snapshots kept for hybrid models' prefix reuse.", d(ss.snapshots));
+    metric(out, "prefix_cache_state_snapshot_bytes", "gauge", "Bytes of those snapshots (count x state size).",
+           d(ss.bytes));
+    metric(out, "prefix_cache_state_snapshot_capacity_bytes", "gauge",
+           "Their share of the KV budget (--state-snapshot-bytes).", d(ss.capacity_bytes));
+    metric(out, "prefix_cache_state_snapshot_restores_total", "counter",
+           "Requests that resumed from a snapshot.", d(ss.restores));
+    metric(out, "prefix_cache_state_snapshot_evictions_total", "counter",
+           "Snapshots dropped to stay under their cap.", d(ss.evictions));
+  }
   if (cache.disk.enabled) {
     const DiskTierStats& disk = cache.disk;
     metric(out, "prefix_cache_disk_blocks", "gauge", "KV blocks kept by the prefix cache's disk tier.",
