@@ -416,7 +416,9 @@ Runner add_serve(CLI::App& app) {
     ho.cors_origins = o->cors_origins;
     ho.max_connections = o->max_connections;
     ho.max_body_bytes = max_body;
-    ho.on_complete = [&api](const server::HttpRequest& r, int status, double s) { api.on_http_complete(r, status, s); };
+    ho.on_complete = [&api](const server::HttpRequest& r, const server::HttpCompletion& done) {
+      api.on_http_complete(r, done);
+    };
     std::vector<server::Route> routes = api.routes();
     if (!o->no_webui)
       for (server::Route& r : server::webui_routes()) routes.push_back(std::move(r));

@@ -180,7 +180,9 @@ std::vector<Route> ApiServer::routes() {
   };
 }
 
-void ApiServer::on_http_complete(const HttpRequest& req, int status, double seconds) {
+void ApiServer::on_http_complete(const HttpRequest& req, const HttpCompletion& done) {
+  const int status = done.status;
+  const double seconds = done.seconds;
   metrics_.record_http(status);
   // Completion requests that reached the engine log their own line when they end.
   if (!options_.log_requests || (is_completion_path(req.path) && status == 200) || is_quiet_read(req, status)) return;

@@ -111,8 +111,8 @@ class ApiServer {
 
   // The routes to give the HttpServer; they refer to this object.
   std::vector<Route> routes();
-  // Called for every answered HTTP request (HttpServerOptions::on_complete).
-  void on_http_complete(const HttpRequest& req, int status, double seconds);
+  // Called once per HTTP request (HttpServerOptions::on_complete): metrics and the log.
+  void on_http_complete(const HttpRequest& req, const HttpCompletion& done);
 
   // The model is loaded: from now on requests are served. tokenizer may be null
   // (synthetic models: token-id prompts only, no chat).

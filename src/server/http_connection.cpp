@@ -57,7 +57,9 @@
 #include <unordered_map>
 #include "common/ascii.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "server/http_wire.h"
+#include "server/request_id.h"
 
 namespace pagoda::server::http_detail {
 namespace {
@@ -93,7 +95,7 @@ constexpr size_t kLingerMaxBytes = 1u << 20;
 
 }  // namespace
 
-void log_error(const std::string& what) { std::fprintf(stderr, "pagoda http: %s\n", what.c_str()); }
+void log_error(const std::string& what) { logger().write(LogLevel::Error, "pagoda http: " + what); }
 
 namespace {
 
@@ -119,11 +121,12 @@ class Exchange final : public HttpExchange {
   using Headers = std::vector<std::pair<std::string, std::string>>;
   // `cors`: the CORS headers every answer to this request carries (http_wire::cors_headers).
   Exchange(std::shared_ptr<ServerShared> shared, std::weak_ptr<Connection> conn, bool http11,
-           bool keep_alive, Headers cors)
+           bool keep_alive, std::string request_id, Headers cors)
       : shared_(std::move(shared)),
         conn_(std::move(conn)),
         http11_(http11),
         keep_alive_(keep_alive),
+        request_id_(std::move(request_id)),
         cors_(std::move(cors)) {
     shared_->in_flight.fetch_add(1);
   }
@@ -155,13 +158,15 @@ class Exchange final : public HttpExchange {
       shared_->in_flight.fetch_sub(1);
     }
   }
-  // Posts `bytes` to the connection; false (and closed) when it is gone.
-  bool post_locked(std::string bytes, Output kind, int status, bool keep_alive);
+  // Posts `bytes` to the connection; false (and closed) when it is gone. `error_body`:
+  // an error response's body, for on_complete.
+  bool post_locked(std::string bytes, Output kind, int status, bool keep_alive, std::string error_body = {});
 
   const std::shared_ptr<ServerShared> shared_;
   const std::weak_ptr<Connection> conn_;
   const bool http11_;
   const bool keep_alive_;  // what the request asked for
+  const std::string request_id_;  // sent back as X-Request-Id
   const Headers cors_;
 
   mutable std::mutex mu_;
@@ -254,17 +259,25 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     if (idle_since_.exchange(kNotIdle) == kClaimed) shared_->closing_idle.fetch_sub(1);
     shared_->connections.fetch_sub(1);
-    if (auto exchange = std::move(exchange_)) exchange->notify_closed();
+    if (auto exchange = std::move(exchange_)) {
+      // Its answer is not complete (unanswered, streaming, or answered but not yet
+      // queued here): the client never gets it. Reported before on_close cancels the
+      // work, so the access log and /metrics see the same status.
+      if (!exchange_done_)
+        report_complete(shared_->stopping.load() ? 503 : kStatusClientClosedRequest, {}, true);
+      exchange->notify_closed();
+    }
   }
 
   // On the strand: an exchange's output (see Exchange::post_locked).
-  void output(const Exchange* from, std::string bytes, Output kind, int status, bool keep_alive) {
+  void output(const Exchange* from, std::string bytes, Output kind, int status, bool keep_alive,
+              const std::string& error_body) {
     if (closed_ || exchange_.get() != from) return;
     if (!bytes.empty()) queue_.push_back(std::move(bytes));
     if (kind == Output::kResponse || kind == Output::kStreamEnd) {
       exchange_done_ = true;
       keep_alive_ = keep_alive;
-      report_complete(status);
+      report_complete(status, error_body, false);
     }
     do_write();
     if (exchange_done_ && !writing_ && queue_.empty()) after_exchange();
@@ -477,11 +490,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
     }
     request_.remote = remote_;
+    if (const auto id = request_.headers.find("x-request-id"); id != request_.headers.end())
+      request_.id = request_id_for(id->second);
   }
 
   // ---- one exchange --------------------------------------------------------------
   std::shared_ptr<Exchange> begin_exchange(bool http11, bool keep_alive, Exchange::Headers cors = {}) {
-    exchange_ = std::make_shared<Exchange>(shared_, weak_from_this(), http11, keep_alive, std::move(cors));
+    if (request_.id.empty()) request_.id = new_request_id();
+    request_.seq = shared_->requests.fetch_add(1) + 1;
+    exchange_ = std::make_shared<Exchange>(shared_, weak_from_this(), http11, keep_alive, request_.id,
+                                           std::move(cors));
     exchange_done_ = false;
     background_read();
     return exchange_;
@@ -594,12 +612,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     return keys_equal(trimmed(value.substr(kScheme.size())), key);
   }
 
-  void report_complete(int status) {
+  void report_complete(int status, std::string_view error_body, bool closed) {
     const auto& cb = shared_->options.on_complete;
     if (!cb) return;
-    const double seconds = std::chrono::duration<double>(Clock::now() - arrival_).count();
+    HttpCompletion done;
+    done.status = status;
+    done.seconds = std::chrono::duration<double>(Clock::now() - arrival_).count();
+    done.error_body = error_body;
+    done.closed = closed;
     try {
-      cb(request_, status, seconds);
+      cb(request_, done);
     } catch (const std::exception& e) {
       log_error(std::string("on_complete threw: ") + e.what());
     } catch (...) {
@@ -814,15 +836,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
 };
 
 // ---------------------------------------------------------------------------------
-bool Exchange::post_locked(std::string bytes, Output kind, int status, bool keep_alive) {
+bool Exchange::post_locked(std::string bytes, Output kind, int status, bool keep_alive, std::string error_body) {
   std::shared_ptr<Connection> conn = conn_.lock();
   if (!conn) {
     closed_ = true;
     return false;
   }
   conn->pending_bytes_.fetch_add(bytes.size());
-  net::post(conn->strand(), [conn, from = this, bytes = std::move(bytes), kind, status, keep_alive]() mutable {
-    conn->output(from, std::move(bytes), kind, status, keep_alive);
+  net::post(conn->strand(), [conn, from = this, bytes = std::move(bytes), kind, status, keep_alive,
+                             error_body = std::move(error_body)]() mutable {
+    conn->output(from, std::move(bytes), kind, status, keep_alive, error_body);
   });
   return true;
 }
@@ -835,9 +858,13 @@ bool Exchange::respond(HttpResponse response) {
   release_in_flight_locked();
   dropped = std::move(on_close_);
   const bool keep_alive = keep_alive_ && !shared_->stopping.load();
+  response.headers.emplace_back("X-Request-Id", request_id_);
   response.headers.insert(response.headers.end(), cors_.begin(), cors_.end());
+  // Only errors' bodies travel to on_complete (their message is the log's reason); a
+  // success's body may be megabytes.
+  std::string error_body = response.status >= 400 ? response.body : std::string();
   return post_locked(serialize_response(response, http11_, keep_alive), Output::kResponse,
-                     response.status, keep_alive);
+                     response.status, keep_alive, std::move(error_body));
 }
 
 bool Exchange::start_stream(int status, std::string content_type,
@@ -848,6 +875,7 @@ bool Exchange::start_stream(int status, std::string content_type,
   chunked_ = http11_;
   stream_keep_alive_ = keep_alive_ && chunked_ && !shared_->stopping.load();
   stream_status_ = status;
+  headers.emplace_back("X-Request-Id", request_id_);
   headers.insert(headers.end(), cors_.begin(), cors_.end());
   return post_locked(serialize_stream_head(status, content_type, headers, chunked_, stream_keep_alive_),
                      Output::kStreamHead, status, stream_keep_alive_);
@@ -936,6 +964,7 @@ void refuse_connection(tcp::socket socket, std::shared_ptr<ServerShared> shared)
                                            std::to_string(shared->options.max_connections) +
                                            " connections (--max-connections) and none is idle; retry later");
   r.headers.emplace_back("Retry-After", "1");
+  r.headers.emplace_back("X-Request-Id", new_request_id());  // no request read: a generated id
   std::string bytes = serialize_response(r, /*http11=*/true, /*keep_alive=*/false);
   std::make_shared<Connection>(std::move(socket), std::move(shared))->start(std::move(bytes));
 }

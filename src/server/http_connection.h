@@ -37,6 +37,7 @@ struct ServerShared {
   // Connections claimed by close_idle_connection() whose close has not run yet: they
   // still count in `connections` but no longer against the cap.
   std::atomic<int64_t> closing_idle{0};
+  std::atomic<uint64_t> requests{0};  // HttpRequest::seq of the last one
   std::atomic<bool> stopping{false};
   Registry registry;
 };
@@ -63,6 +64,6 @@ bool close_idle_connection(ServerShared& shared);
 // I/O thread runs any more). Unanswered exchanges fire on_close.
 void close_connections(ServerShared& shared, bool posted);
 
-void log_error(const std::string& what);  // one line on stderr
+void log_error(const std::string& what);  // one Error line in the log (common/log.h)
 
 }  // namespace pagoda::server::http_detail

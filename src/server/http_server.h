@@ -56,6 +56,17 @@
 //   connection to free one and retries; with none idle it retries with back-off (50 ms
 //   doubling to 1 s), logging at most a line a minute: it neither spins nor stops the
 //   server.
+// - Request ids: every request gets HttpRequest::id (the client's X-Request-Id when
+//   request_id.h accepts it, else a generated one) and every answer to it, errors and
+//   streams included (the framing 400 / 501s, the Host 400 / 403), carries it back as an
+//   X-Request-Id header. A connection refused at the cap gets a generated one too,
+//   though no request of it is read (nor reported to on_complete).
+// - Completion: on_complete is called exactly once per request that got an exchange:
+//   when its answer is complete (all queued), or when its connection closes before that
+//   (HttpCompletion::closed: status 499, nginx's "client closed request", when the client
+//   reset the connection, a write to it failed, or it was dropped as too slow or timed
+//   out; 503 when the server is stopping). A half-close is not a close: the answer still
+//   goes out and is reported when complete.
 // - Shutdown: stop_accepting() closes the listener (new connections are refused);
 //   in_flight() counts exchanges not yet answered/finished; stop() closes every
 //   connection (firing on_close for unanswered exchanges) and joins the I/O threads.
@@ -80,6 +91,22 @@ struct HttpRequest {
   std::map<std::string, std::string> headers;  // names lower-cased
   std::string body;
   std::string remote;  // "ip:port" of the client
+  std::string id;      // the request id (see Request ids above)
+  uint64_t seq = 0;    // this server's count of requests at this one (from 1): unique, unlike a client's id
+};
+
+// The status logged and counted for a request whose client went away before its answer
+// was complete (nginx's 499 "client closed request"); never sent.
+inline constexpr int kStatusClientClosedRequest = 499;
+
+// How one request ended, for the access log and metrics (HttpServerOptions::on_complete).
+struct HttpCompletion {
+  int status = 0;
+  double seconds = 0;  // from the request's arrival to its last byte queued (or the close)
+  // A complete response with status >= 400: its body (the error object). "" otherwise.
+  std::string_view error_body;
+  // The connection closed before the answer was complete (status 499, or 503 at stop).
+  bool closed = false;
 };
 
 struct HttpResponse {
@@ -150,10 +177,9 @@ struct HttpServerOptions {
   double idle_timeout_s = 60;
   // Open connections at most (see Connections above); 0: default_max_connections().
   int64_t max_connections = 0;
-  // Called after every answered request (any status), on an I/O thread, for the
-  // access log and metrics: the request, the status, and seconds from the request's
-  // arrival to its last byte queued.
-  std::function<void(const HttpRequest&, int status, double seconds)> on_complete;
+  // Called once per request (see Completion above), on an I/O thread (or the thread
+  // calling stop()), for the access log and metrics.
+  std::function<void(const HttpRequest&, const HttpCompletion&)> on_complete;
 };
 
 // Three quarters of the soft RLIMIT_NOFILE (768 under the usual 1024, 48 under 64), at

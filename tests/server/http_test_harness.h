@@ -263,10 +263,10 @@ class HttpServerTest : public ::testing::Test {
     options.host = "127.0.0.1";
     options.port = 0;
     if (!options.on_complete) {
-      options.on_complete = [this](const HttpRequest& req, int status, double seconds) {
+      options.on_complete = [this](const HttpRequest& req, const HttpCompletion& done) {
         std::lock_guard lock(mu);
-        completed.push_back(req.method + " " + req.path + " " + std::to_string(status));
-        EXPECT_GE(seconds, 0.0);
+        completed.push_back(req.method + " " + req.path + " " + std::to_string(done.status));
+        EXPECT_GE(done.seconds, 0.0);
       };
     }
     std::vector<Route> routes;
