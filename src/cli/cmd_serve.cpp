@@ -30,6 +30,7 @@
 #include "cli/kv_options.h"
 #include "cli/model_loading.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "engine/engine.h"
 #include "hub/hub.h"
 #include "server/api_server.h"
@@ -426,6 +427,7 @@ Runner add_serve(CLI::App& app) {
     // The default replica id names the bound port (--port 0 picks one).
     const std::string replica_id = !o->replica_id.empty() ? o->replica_id : default_replica_id(http.port());
     api.set_replica_id(replica_id);
+    logger().set_tag("replica", replica_id);
     http.start();
     std::fprintf(stderr, "pagoda serve: listening on http://%s:%u (loading %s)%s\n", o->host.c_str(), http.port(),
                  o->model.c_str(), o->no_webui ? "" : "; web UI at /");

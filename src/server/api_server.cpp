@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/json_parse.h"
 #include "common/json_text.h"
+#include "common/log.h"
 #include "common/process_memory.h"
 #include "server/anthropic_protocol.h"
 #include "server/completion_sink.h"
@@ -23,19 +24,6 @@ namespace pagoda::server {
 namespace {
 
 using namespace completion_detail;
-
-bool is_completion_path(const std::string& path) {
-  return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/responses" ||
-         path == "/v1/messages";
-}
-
-// Successful reads the access log leaves out: the web UI's files, and /v1/cache/stats, which
-// every open web UI page polls once a second (four times while it generates) and which
-// would otherwise bury the requests in one log line a second per page.
-bool is_quiet_read(const HttpRequest& req, int status) {
-  return req.method == "GET" && (status == 200 || status == 304) &&
-         (req.path == "/v1/cache/stats" || req.path == "/" || req.path.starts_with("/webui/"));
-}
 
 json pool_stats_json(const PoolStats& p) {
   return json{{"block_size", p.block_size},
@@ -150,6 +138,7 @@ HttpResponse anthropic_route_error(int status, std::string_view message) {
 ApiServer::ApiServer(ApiServerOptions options)
     : options_(std::move(options)),
       grammars_(64, options_.grammar_cache_bytes),
+      access_log_(logger(), options_.log_requests),
       responses_store_(options_.responses_store_entries, options_.responses_store_ttl_ms,
                        options_.responses_store_bytes) {}
 ApiServer::~ApiServer() = default;
@@ -181,17 +170,9 @@ std::vector<Route> ApiServer::routes() {
 }
 
 void ApiServer::on_http_complete(const HttpRequest& req, const HttpCompletion& done) {
-  const int status = done.status;
-  const double seconds = done.seconds;
-  metrics_.record_http(status);
-  // Completion requests that reached the engine log their own line when they end.
-  if (!options_.log_requests || (is_completion_path(req.path) && status == 200) || is_quiet_read(req, status)) return;
-  // A load balancer checks every replica every second or so: only a failing check is news.
-  if (req.path == "/health" && status == 200) return;
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "[%s] %s %s %d %.1fms", options_.replica_id.c_str(), req.method.c_str(),
-                req.path.c_str(), status, seconds * 1e3);
-  log_line(buf);
+  // Both from the one status the transport reports, so the log and /metrics agree.
+  metrics_.record_http(done.status);
+  access_log_.http_done(req, done);
 }
 
 void ApiServer::attach(Engine* engine, const Tokenizer* tokenizer, const ChatTemplate* chat_template,
@@ -458,8 +439,8 @@ void ApiServer::check_model_name(const std::string& requested, const char* param
     other_names_seen_.push_back(requested);
   }
   if (options_.log_requests)
-    log_line("[" + options_.replica_id + "] a request names the model " + dump_json(json(requested)) + ": serving it with '" +
-             options_.model_id + "' (--strict-model-names refuses other names)");
+    logger().write(LogLevel::Info, "a request names the model " + dump_json(json(requested)) + ": serving it with '" +
+                                       options_.model_id + "' (--strict-model-names refuses other names)");
 }
 
 Request ApiServer::engine_request(const CompletionRequest& cr, std::vector<int32_t> prompt,
@@ -488,11 +469,13 @@ Request ApiServer::engine_request(const CompletionRequest& cr, std::vector<int32
   return r;
 }
 
-bool ApiServer::submit(const std::shared_ptr<HttpExchange>& ex, Request r, std::shared_ptr<RequestSink> sink,
-                       const std::string& prompt_param, WireProtocol protocol) {
+bool ApiServer::submit(const std::shared_ptr<HttpExchange>& ex, uint64_t seq, Request r,
+                       std::shared_ptr<RequestSink> sink, const std::string& prompt_param, WireProtocol protocol) {
   Engine* e = engine_.load(std::memory_order_acquire);
+  access_log_.expect_generation(seq);  // before: the engine may finish before submit returns
   SubmitResult sr = e->submit(std::move(r), std::move(sink));
   if (!sr.ok()) {
+    access_log_.forget_generation(seq);
     int status = 400;
     // A full queue: OpenAI's 429, Anthropic's 529 overloaded_error (both retried by
     // their SDKs); or 503 (--busy-status 503) for a load balancer to retry elsewhere.
@@ -525,13 +508,11 @@ void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<H
   p.stream = cr.stream;
   p.include_usage = cr.include_usage;
   p.logprobs = cr.logprobs;
-  p.log = options_.log_requests;
-  p.log_prefix = "[" + options_.replica_id + "] ";
+  p.access_log = &access_log_;
+  p.seq = req.seq;
   const char* id_prefix = protocol == WireProtocol::Anthropic ? "msg_" : cr.kind == ApiKind::Chat ? "chatcmpl-" : "cmpl-";
   p.id = make_id(id_prefix, next_id_.fetch_add(1));
   p.model = options_.model_id;
-  p.method = req.method;
-  p.path = req.path;
   p.created = unix_now();
   p.tokenizer = tokenizer_;
   p.metrics = &metrics_;
@@ -540,7 +521,7 @@ void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<H
   const bool stream = cr.stream;
 
   auto sink = std::make_shared<CompletionSink>(std::move(p), ex);
-  if (!submit(ex, std::move(r), sink, cr.kind == ApiKind::Chat ? "messages" : "prompt", protocol)) return;
+  if (!submit(ex, req.seq, std::move(r), sink, cr.kind == ApiKind::Chat ? "messages" : "prompt", protocol)) return;
   if (stream) sink->start_stream();
 }
 
@@ -560,14 +541,12 @@ void ApiServer::handle_responses(const HttpRequest& req, std::shared_ptr<HttpExc
     Request r = engine_request(rr.chat, std::move(pc.prompt), pc.parse);
     ResponsesSink::Params p;
     p.stream = rr.chat.stream;
-    p.log = options_.log_requests;
-    p.log_prefix = "[" + options_.replica_id + "] ";
+    p.access_log = &access_log_;
+    p.seq = req.seq;
     p.meta.id = make_id("resp_", next_id_.fetch_add(1));
     p.meta.created_at = unix_now();
     p.meta.model = options_.model_id;
     p.meta.echo = std::move(rr.echo);
-    p.method = req.method;
-    p.path = req.path;
     p.tokenizer = tokenizer_;
     p.metrics = &metrics_;
     p.parse = pc.parse;
@@ -575,7 +554,7 @@ void ApiServer::handle_responses(const HttpRequest& req, std::shared_ptr<HttpExc
     p.store = rr.store ? &responses_store_ : nullptr;
     p.turn_messages = std::move(rr.turn_messages);
     auto sink = std::make_shared<ResponsesSink>(std::move(p), ex);
-    if (!submit(ex, std::move(r), sink, "input")) return;
+    if (!submit(ex, req.seq, std::move(r), sink, "input")) return;
     if (rr.chat.stream) sink->start_stream();
   } catch (const ApiError& err) {
     ex->respond(error_response(err.status, err.what(), err.param));

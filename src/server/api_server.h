@@ -35,11 +35,11 @@
 //   POST /v1/rerank turn each input / document into an engine request with
 //   Request::pooling, submitted together (Engine::submit_group); the answer goes out when
 //   the last has finished. Without --embeddings both answer 404.
-// - Logging: one line per request on stderr, starting with "[replica_id] ": method,
-//   path, status, prompt / cached / generated tokens, queue / TTFT / total ms
-//   (completion routes log when generation ends; others when answered). Successful GETs
-//   of /v1/cache/stats (polled by the web UI) and of the web UI's files (/, /webui/*) are
-//   not logged.
+// - Logging: one line per request through the process's Logger (common/log.h; its tag
+//   is the replica id), written by AccessLog (access_log.h): method, path, status,
+//   request id, duration, and for a generation its tokens, tok/s and timings; a 4xx /
+//   5xx names its reason. The status is the one /metrics counts (on_http_complete feeds
+//   both), so a client that hung up is 499 in each.
 #pragma once
 
 #include <atomic>
@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "server/access_log.h"
 #include "server/anthropic_protocol.h"
 #include "server/chat_template.h"
 #include "server/http_server.h"
@@ -78,8 +79,8 @@ struct ApiServerOptions {
   uint64_t responses_store_bytes = 256ull << 20;  // --responses-store-bytes
   // Compiled grammars kept for reuse, booked at what they hold (structured_output.h).
   uint64_t grammar_cache_bytes = GrammarCache::kDefaultMaxBytes;  // --grammar-cache-bytes
-  // Which replica this is (--replica-id): every log line starts with "[id] " and
-  // /v1/cache/stats reports it, so the replicas behind a load balancer can be told apart.
+  // Which replica this is (--replica-id): /v1/cache/stats reports it (and `pagoda serve`
+  // tags every log line with it), so the replicas behind a load balancer can be told apart.
   std::string replica_id = "pagoda";
   // A full queue's status (--busy-status): 429 (Anthropic routes: 529), or 503 on every
   // route, which HAProxy before 3.1 can retry on another replica (its retry-on has no 429).
@@ -176,8 +177,9 @@ class ApiServer {
   Request engine_request(const CompletionRequest& cr, std::vector<int32_t> prompt,
                          const std::optional<chat::ParseOptions>& parse);
   // Submits and wires the disconnect callback; a refusal (429, 400, 503) is answered
-  // here, naming `prompt_param` for a bad prompt, and returns false.
-  bool submit(const std::shared_ptr<HttpExchange>& ex, Request r, std::shared_ptr<RequestSink> sink,
+  // here, naming `prompt_param` for a bad prompt, and returns false. `seq`: the
+  // request's HttpRequest::seq (its log line waits for the sink's report).
+  bool submit(const std::shared_ptr<HttpExchange>& ex, uint64_t seq, Request r, std::shared_ptr<RequestSink> sink,
               const std::string& prompt_param, WireProtocol protocol = WireProtocol::OpenAI);
   // Validates what the protocol layer cannot (model name, context length), submits
   // and wires the sink and the disconnect callback. Throws ApiError.
@@ -216,6 +218,7 @@ class ApiServer {
   std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> next_id_{1};
   ServerMetrics metrics_;
+  AccessLog access_log_;
   ResponsesStore responses_store_;
   PoolingSetup pooling_;  // written before attach(), read-only after
   // Model names already logged as served by the loaded model (at most 64 remembered, so a

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "common/json_text.h"
+#include "server/access_log.h"
 #include "server/anthropic_protocol.h"
 #include "server/api_server.h"
 #include "server/openai_protocol.h"
@@ -56,8 +57,6 @@ inline std::string piece_of(const Tokenizer* tok, int32_t id) {
   return tok ? tok->token_to_piece(id, true) : std::to_string(id);
 }
 
-inline void log_line(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
-
 // Plain generated text as a parser delta (Anthropic streams without a parser).
 inline chat::ChatDelta content_delta(std::string text) {
   chat::ChatDelta d;  // Kind::Content
@@ -84,9 +83,10 @@ class CompletionSink final : public RequestSink {
     ApiKind kind = ApiKind::Chat;
     WireProtocol protocol = WireProtocol::OpenAI;
     int64_t prompt_tokens = 0;  // Anthropic's message_start reports it
-    bool stream = false, include_usage = false, logprobs = false, log = true;
-    std::string id, model, method, path;
-    std::string log_prefix;  // "[replica-id] " before each log line
+    bool stream = false, include_usage = false, logprobs = false;
+    std::string id, model;
+    AccessLog* access_log = nullptr;  // gets the generation's record (null: none)
+    uint64_t seq = 0;                 // the request's HttpRequest::seq
     int64_t created = 0;
     const Tokenizer* tokenizer = nullptr;
     ServerMetrics* metrics = nullptr;
@@ -150,12 +150,12 @@ class CompletionSink final : public RequestSink {
 
   void on_finish(const RequestResult& r) override {
     if (p_.metrics) p_.metrics->record_finished(r);
+    // Before the answer: its completion (on_complete) then finds the record and logs.
+    if (p_.access_log) p_.access_log->generation_done(p_.seq, generation_record(r, p_.stream, p_.id));
     Usage usage{r.prompt_tokens, r.generated_tokens, r.cached_tokens};
-    int status = 200;
     if (r.finish == FinishReason::Cancelled) {
       // The client left (or the server is shutting down / the request timed out):
       // tell a client that is still there, in the shape it expects.
-      status = 503;
       const std::string msg = "request cancelled before it finished (client disconnected, timeout or shutdown)";
       if (writer_) {
         emit(AnthropicStreamWriter::error_event(503, msg));
@@ -204,20 +204,11 @@ class CompletionSink final : public RequestSink {
       }
       ex_->respond(std::move(resp));
     }
-    if (p_.log) {
-      char buf[512];
-      std::snprintf(buf, sizeof buf,
-                    "%s%s %s %d finish=%s prompt=%lld cached=%lld generated=%lld queue=%.1fms ttft=%.1fms total=%.1fms%s",
-                    p_.log_prefix.c_str(), p_.method.c_str(), p_.path.c_str(), status, finish_reason_name(r.finish),
-                    static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.cached_tokens),
-                    static_cast<long long>(r.generated_tokens), r.timings.queue_ms, r.timings.ttft_ms,
-                    r.timings.total_ms, p_.stream ? " stream" : "");
-      log_line(buf);
-    }
   }
 
   void on_error(uint64_t, const std::string& message) override {
     if (p_.metrics) p_.metrics->record_error();
+    if (p_.access_log) p_.access_log->generation_done(p_.seq, error_record(message));
     const std::string msg = "generation failed: " + message;
     if (writer_) {
       emit(AnthropicStreamWriter::error_event(500, msg));
@@ -229,11 +220,19 @@ class CompletionSink final : public RequestSink {
     } else {
       ex_->respond(api_error_response(p_.protocol, 500, msg));
     }
-    if (p_.log) log_line(p_.log_prefix + p_.method + " " + p_.path + " 500 error: " + message);
   }
 
  private:
   bool anthropic() const { return p_.protocol == WireProtocol::Anthropic; }
+  GenerationRecord error_record(const std::string& message) const {
+    GenerationRecord g;
+    g.response_id = p_.id;
+    g.finish = "error";
+    g.prompt_tokens = p_.prompt_tokens;
+    g.stream = p_.stream;
+    g.error = message;
+    return g;
+  }
 
   // The end of an Anthropic message: the closing events of a stream, or the whole body.
   void finish_anthropic(const RequestResult& r) {

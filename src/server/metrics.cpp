@@ -166,7 +166,7 @@ std::string ServerMetrics::render(const EngineStats& stats, const GrammarCacheSt
 
   std::lock_guard lock(mu_);
   // Counters kept here.
-  labelled(out, "http_requests_total", "status", "HTTP requests answered, by status code.",
+  labelled(out, "http_requests_total", "status", "HTTP requests by status code (499: the client closed the connection before its answer was complete).",
            http_by_status_);
   labelled(out, "requests_finished_total", "reason",
            "Generation requests finished, by reason (stop, length, cancelled, error).",

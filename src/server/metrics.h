@@ -8,7 +8,8 @@
 //   the EngineStats snapshot passed to render(), so they are never stale by more
 //   than one engine step and never double-counted.
 // - Names (all prefixed pagoda_), each with # HELP and # TYPE:
-//   counters  http_requests_total{status}, requests_finished_total{reason}
+//   counters  http_requests_total{status} (499: the client left before its answer was
+//             complete, as the access log says), requests_finished_total{reason}
 //             (stop/length/cancelled/error), prompt_tokens_total, cached_prompt_tokens_total,
 //             generation_tokens_total, prefix_cache_queried_tokens_total,
 //             prefix_cache_hit_tokens_total, prefix_cache_evictions_total{reason},

@@ -1,7 +1,5 @@
 #include "server/responses_sink.h"
 
-#include <cstdio>
-
 #include "common/json_text.h"
 
 namespace pagoda::server {
@@ -68,9 +66,9 @@ void ResponsesSink::store(const ordered_json& response, const chat::ParsedMessag
 
 void ResponsesSink::on_finish(const RequestResult& r) {
   if (p_.metrics) p_.metrics->record_finished(r);
-  int status = 200;
+  // Before the answer: its completion (on_complete) then finds the record and logs.
+  if (p_.access_log) p_.access_log->generation_done(p_.seq, generation_record(r, p_.stream, p_.meta.id));
   if (r.finish == FinishReason::Cancelled) {
-    status = 503;
     const std::string msg = "request cancelled before it finished (client disconnected, timeout or shutdown)";
     if (p_.stream) {
       emit(writer_.fail(503, msg));
@@ -120,19 +118,18 @@ void ResponsesSink::on_finish(const RequestResult& r) {
       ex_->respond(std::move(resp));
     }
   }
-  if (p_.log) {
-    char buf[512];
-    std::snprintf(buf, sizeof buf, "%s%s %s %d %s finish=%s prompt=%lld cached=%lld generated=%lld ttft=%.1fms total=%.1fms%s",
-                  p_.log_prefix.c_str(), p_.method.c_str(), p_.path.c_str(), status, p_.meta.id.c_str(), finish_reason_name(r.finish),
-                  static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.cached_tokens),
-                  static_cast<long long>(r.generated_tokens), r.timings.ttft_ms, r.timings.total_ms,
-                  p_.stream ? " stream" : "");
-    std::fprintf(stderr, "%s\n", buf);
-  }
 }
 
 void ResponsesSink::on_error(uint64_t, const std::string& message) {
   if (p_.metrics) p_.metrics->record_error();
+  if (p_.access_log) {
+    GenerationRecord g;
+    g.response_id = p_.meta.id;
+    g.finish = "error";
+    g.stream = p_.stream;
+    g.error = message;
+    p_.access_log->generation_done(p_.seq, std::move(g));
+  }
   const std::string msg = "generation failed: " + message;
   if (p_.stream) {
     emit(writer_.fail(500, msg));
@@ -140,9 +137,6 @@ void ResponsesSink::on_error(uint64_t, const std::string& message) {
   } else {
     ex_->respond(error_response(500, msg));
   }
-  if (p_.log)
-    std::fprintf(stderr, "%s%s %s 500 error: %s\n", p_.log_prefix.c_str(), p_.method.c_str(), p_.path.c_str(),
-                 message.c_str());
 }
 
 }  // namespace pagoda::server

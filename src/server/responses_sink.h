@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "server/access_log.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/responses_api.h"
@@ -27,10 +28,10 @@ namespace pagoda::server {
 class ResponsesSink final : public RequestSink {
  public:
   struct Params {
-    bool stream = false, log = true;
+    bool stream = false;
     ResponseMeta meta;
-    std::string method, path;
-    std::string log_prefix;                // "[replica-id] " before each log line
+    AccessLog* access_log = nullptr;       // gets the generation's record (null: none)
+    uint64_t seq = 0;                      // the request's HttpRequest::seq
     const Tokenizer* tokenizer = nullptr;  // counts reasoning tokens; may be null
     ServerMetrics* metrics = nullptr;
     std::optional<chat::ParseOptions> parse;  // nullopt: the text is the message
