@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -42,6 +43,16 @@
 namespace pagoda::cli {
 
 namespace {
+
+// One event of the server's own (start-up, warnings, shutdown) as a log line, printf-style.
+[[gnu::format(printf, 2, 3)]] void say(LogLevel level, const char* fmt, ...) {
+  char buf[2048];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, args);
+  va_end(args);
+  logger().write(level, buf);
+}
 
 // A file named by a flag; the error names the flag too.
 std::string read_flag_file(const std::string& path, const char* flag) {
@@ -144,11 +155,11 @@ class SignalWatch {
       const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
       std::lock_guard<std::mutex> lk(mu_);
       if (phase_ == Phase::Loading) {
-        std::fprintf(stderr, "pagoda serve: %s while loading the model: stopping\n", name);
+        say(LogLevel::Info, "pagoda serve: %s while loading the model: stopping", name);
         std::_Exit(128 + sig);
       }
       if (phase_ == Phase::Stopping) {
-        std::fprintf(stderr, "pagoda serve: second %s: exiting now (running requests are cut off)\n", name);
+        say(LogLevel::Info, "pagoda serve: second %s: exiting now (running requests are cut off)", name);
         std::_Exit(128 + sig);
       }
       pending_.push_back(sig);
@@ -250,6 +261,8 @@ Runner add_serve(CLI::App& app) {
     std::string responses_store_bytes = "256MiB";
     std::string grammar_cache_bytes = "64MiB";
     bool no_log = false;
+    bool verbose = false;
+    std::string log_format = "text", log_file;
     bool no_webui = false;
     std::string reasoning_format = "auto";
     bool embeddings = false;
@@ -308,6 +321,14 @@ Runner add_serve(CLI::App& app) {
                  "repeatable. Default: none (the built-in web UI is same-origin and needs none)")
       ->check(check_cors_origin);
   app.add_flag("--no-log-requests", o->no_log, "Do not log one line per request");
+  app.add_flag("-v,--verbose", o->verbose,
+               "Log more: passing /health checks and the web UI's polls too, and per request the client "
+               "address, body size and timing breakdown (prefill, decode, engine, preemptions)");
+  app.add_option("--log-format", o->log_format,
+                 "text: one line per event for people; json: one JSON object per line (ts, level, replica, "
+                 "request_id, method, path, status, duration_ms, tokens, tok/s, reason...)")
+      ->capture_default_str()->check(CLI::IsMember({"text", "json"}));
+  app.add_option("--log-file", o->log_file, "Append the log to this file instead of stderr (created if missing)");
   app.add_flag("--no-webui", o->no_webui, "Do not serve the built-in web UI at / (it is then a 404)");
   app.add_option("--reasoning-format", o->reasoning_format,
                  "auto: a thinking model's reasoning goes to reasoning_content; none: it stays in content")
@@ -355,7 +376,7 @@ Runner add_serve(CLI::App& app) {
   o->cache.add_to(app);
   add_env_names(app);
 
-  return [o, key, key_file] {
+  auto serve = [o, key, key_file]() -> int {
     // Everything the user can get wrong is checked before anything starts.
     EngineConfig ec;
     o->kv.resolve();  // bad KV flags fail before the model loads; the budget is chosen after
@@ -429,8 +450,8 @@ Runner add_serve(CLI::App& app) {
     api.set_replica_id(replica_id);
     logger().set_tag("replica", replica_id);
     http.start();
-    std::fprintf(stderr, "pagoda serve: listening on http://%s:%u (loading %s)%s\n", o->host.c_str(), http.port(),
-                 o->model.c_str(), o->no_webui ? "" : "; web UI at /");
+    say(LogLevel::Info, "pagoda serve: listening on http://%s:%u (loading %s)%s", o->host.c_str(), http.port(),
+        o->model.c_str(), o->no_webui ? "" : "; web UI at /");
 
     LoadedModel lm = load_model(o->model, load_options);
     if (lm.file && lm.file->has("tokenizer.ggml.model") && !lm.tokenizer) lm.tokenizer = Tokenizer::from_gguf(*lm.file);
@@ -490,43 +511,44 @@ Runner add_serve(CLI::App& app) {
     api.attach(&engine, lm.tokenizer.get(), tmpl, defaults, lm.model->config().arch_name);
     const EngineStats st = engine.stats();
     for (const std::string& w : startup_warnings(mc, engine.config().ctx_size, st.pool, o->host, !api_key.empty()))
-      std::fprintf(stderr, "pagoda serve: warning: %s\n", w.c_str());
-    std::fprintf(stderr,
-                 "pagoda serve: ready: model %s (%s), loaded in %.2f s\n"
-                 "  KV budget %s = %lld tokens (block size %lld, K %s, V %s), ctx %lld, parallel %d, "
-                 "threads %d, io threads %d, max connections %lld\n"
-                 "  prefix cache %s, chat template: %s (tool calls: %s, reasoning: %s), api key %s, replica %s%s\n",
-                 ao.model_id.c_str(), lm.model->config().summary().c_str(), lm.load_seconds,
-                 format_bytes(st.pool.bytes_budget).c_str(), static_cast<long long>(st.pool.tokens_capacity),
-                 static_cast<long long>(st.pool.block_size), kv_type_name(ec.kv.k_type), kv_type_name(ec.kv.v_type),
-                 static_cast<long long>(engine.config().ctx_size), ec.parallel, ec.threads, o->io_threads,
-                 static_cast<long long>(http.max_connections()),
-                 engine.config().cache.enabled ? "on" : "off", template_source.c_str(),
-                 chat::tool_call_format_name(api.chat_format().tools),
-                 chat::reasoning_format_name(api.chat_format().reasoning), api_key.empty() ? "off" : "on",
-                 replica_id.c_str(),
-
-                 o->embeddings ? (std::string(", embeddings on (pooling ") + pooling_name(pooling.pooling) + ")").c_str()
-                               : "");
+      say(LogLevel::Warn, "pagoda serve: warning: %s", w.c_str());
+    // Three lines (one event each in a JSON log): the model, the memory, the setup.
+    say(LogLevel::Info, "pagoda serve: ready: model %s (%s), loaded in %.2f s", ao.model_id.c_str(),
+        lm.model->config().summary().c_str(), lm.load_seconds);
+    say(LogLevel::Info,
+        "pagoda serve: KV budget %s = %lld tokens (block size %lld, K %s, V %s), ctx %lld, parallel %d, threads %d, "
+        "io threads %d, max connections %lld",
+        format_bytes(st.pool.bytes_budget).c_str(), static_cast<long long>(st.pool.tokens_capacity),
+        static_cast<long long>(st.pool.block_size), kv_type_name(ec.kv.k_type), kv_type_name(ec.kv.v_type),
+        static_cast<long long>(engine.config().ctx_size), ec.parallel, ec.threads, o->io_threads,
+        static_cast<long long>(http.max_connections()));
+    say(LogLevel::Info,
+        "pagoda serve: prefix cache %s, chat template: %s (tool calls: %s, reasoning: %s), api key %s, replica %s%s, "
+        "log %s%s",
+        engine.config().cache.enabled ? "on" : "off", template_source.c_str(), chat::tool_call_format_name(api.chat_format().tools),
+        chat::reasoning_format_name(api.chat_format().reasoning), api_key.empty() ? "off" : "on", replica_id.c_str(),
+        o->embeddings ? (std::string(", embeddings on (pooling ") + pooling_name(pooling.pooling) + ")").c_str() : "",
+        o->no_log ? "without requests" : "with requests", o->verbose ? " (verbose)" : "");
 
     if (const SnapshotStats& ss = st.cache.state_snapshots; ss.state_bytes > 0)
-      std::fprintf(stderr, "  recurrent state %s a sequence; snapshots %s (%lld of them), every %lld prompt tokens\n",
-                   format_bytes(ss.state_bytes).c_str(), format_bytes(ss.capacity_bytes).c_str(),
-                   static_cast<long long>(ss.capacity_bytes / ss.state_bytes),
-                   static_cast<long long>(engine.config().state_snapshot_interval));
+      say(LogLevel::Info,
+          "pagoda serve: recurrent state %s a sequence; snapshots %s (%lld of them), every %lld prompt tokens",
+          format_bytes(ss.state_bytes).c_str(), format_bytes(ss.capacity_bytes).c_str(),
+          static_cast<long long>(ss.capacity_bytes / ss.state_bytes),
+          static_cast<long long>(engine.config().state_snapshot_interval));
     signals.set_phase(SignalWatch::Phase::Serving);
     const int sig = signals.wait();
     if (sig == SIGTERM && o->drain_seconds > 0) {
-      std::fprintf(stderr,
-                   "pagoda serve: SIGTERM: draining for %.1f s (/health answers 503, requests are still served; "
-                   "a second signal stops at once)\n",
-                   o->drain_seconds);
+      say(LogLevel::Info,
+          "pagoda serve: SIGTERM: draining for %.1f s (/health answers 503, requests are still served; "
+          "a second signal stops at once)",
+          o->drain_seconds);
       api.begin_draining();
       if (const int again = signals.wait_for(o->drain_seconds); again != 0)
-        std::fprintf(stderr, "pagoda serve: %s during the drain: ending it\n", again == SIGINT ? "SIGINT" : "SIGTERM");
+        say(LogLevel::Info, "pagoda serve: %s during the drain: ending it", again == SIGINT ? "SIGINT" : "SIGTERM");
     }
-    std::fprintf(stderr, "pagoda serve: %s: stopping (up to %.1f s for running requests; a second signal exits at once)\n",
-                 sig == SIGINT ? "SIGINT" : "SIGTERM", o->shutdown_timeout);
+    say(LogLevel::Info, "pagoda serve: %s: stopping (up to %.1f s for running requests; a second signal exits at once)",
+        sig == SIGINT ? "SIGINT" : "SIGTERM", o->shutdown_timeout);
     signals.set_phase(SignalWatch::Phase::Stopping);
     api.begin_shutdown();
     http.stop_accepting();
@@ -540,9 +562,26 @@ Runner add_serve(CLI::App& app) {
     while (http.in_flight() > 0 && std::chrono::steady_clock::now() < flush_deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     http.stop();
-    std::fprintf(stderr, "pagoda serve: stopped (%lld request(s) cancelled at shutdown)\n",
-                 static_cast<long long>(cancelled));
+    say(LogLevel::Info, "pagoda serve: stopped (%lld request(s) cancelled at shutdown)",
+        static_cast<long long>(cancelled));
     return 0;
+  };
+
+  return [o, serve] {
+    // The log first, so that everything after it (warnings, the start-up summary, the
+    // requests) goes where --log-file / --log-format say, and a bad path fails before
+    // anything starts.
+    Logger& log = logger();
+    log.set_format(o->log_format == "json" ? LogFormat::Json : LogFormat::Text);
+    log.set_verbose(o->verbose);
+    if (!o->log_file.empty()) log.open_file(o->log_file);
+    try {
+      return serve();
+    } catch (const std::exception& e) {
+      // main prints it on stderr; a log kept in a file gets it too, where it is looked for.
+      if (!o->log_file.empty()) log.write(LogLevel::Error, std::string("pagoda serve: ") + e.what());
+      throw;
+    }
   };
 }
 

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "common/process_memory.h"
 #include "common/system_memory.h"
 
@@ -40,7 +41,7 @@ KvConfig KvOptions::resolve_for(const Model& model) const {
   const uint64_t resident = model.resident_weight_bytes();
   const uint64_t anon = read_process_memory().anon_bytes;
   const KvBudgetChoice choice = choose_kv_budget(kc.budget_bytes, read_system_memory(), resident > anon ? resident - anon : 0);
-  if (choice.capped) std::fprintf(stderr, "pagoda: warning: %s\n", choice.warning.c_str());
+  if (choice.capped) logger().write(LogLevel::Warn, "pagoda: warning: " + choice.warning);
   kc.budget_bytes = choice.bytes;
   return kc;
 }

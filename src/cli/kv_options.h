@@ -29,7 +29,8 @@ struct KvOptions {
   KvConfig resolve() const;
   // resolve() with the budget chosen for `model`, loaded (kv/kv_config.h,
   // choose_kv_budget): the default from what memory has left beside its weights, or the
-  // request capped to it with the warning line printed to stderr.
+  // request capped to it with a warning line in the log (common/log.h; stderr unless
+  // `serve --log-file` moved it).
   KvConfig resolve_for(const Model& model) const;
 };
 

@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <future>
 #include <limits>
 #include <span>
 #include <utility>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "engine/stop_strings.h"
 
 namespace pagoda {
@@ -202,8 +202,8 @@ Engine::~Engine() {
   // joined forever; the call it is stuck in may still return into the tier, so the tier
   // is leaked with it (disk_io.h, Lifetime). Its lock file stays held until exit.
   if (disk_io_ && !disk_io_->stop()) {
-    std::fprintf(stderr, "pagoda: the prompt-cache disk tier (%s) is stuck; leaving its I/O thread behind\n",
-                 config_.disk.dir.c_str());
+    logger().write(LogLevel::Warn, "pagoda: the prompt-cache disk tier (" + config_.disk.dir +
+                                       ") is stuck; leaving its I/O thread behind");
     (void)disk_.release();
   }
 }
