@@ -560,7 +560,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (cors_allowed) {  // a preflight from an allowed origin
         r.headers.insert(r.headers.end(),
                          {{"Access-Control-Allow-Methods", allow},
-                          {"Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version"},
+                          {"Access-Control-Allow-Headers",
+                           "Authorization, Content-Type, x-api-key, anthropic-version, X-Request-Id"},
                           {"Access-Control-Max-Age", "86400"}});
       }
       exchange->respond(std::move(r));

@@ -138,6 +138,7 @@ std::vector<std::pair<std::string, std::string>> cors_headers(const std::vector<
   const bool any = std::find(allowed_origins.begin(), allowed_origins.end(), "*") != allowed_origins.end();
   if (any) {
     out.emplace_back("Access-Control-Allow-Origin", "*");
+    out.emplace_back("Access-Control-Expose-Headers", "X-Request-Id");
     return out;
   }
   // The answer depends on the Origin: a cache must not give one origin's answer to another.
@@ -146,6 +147,7 @@ std::vector<std::pair<std::string, std::string>> cors_headers(const std::vector<
   for (const std::string& allowed : allowed_origins) {
     if (iequals(allowed, origin)) {
       out.emplace_back("Access-Control-Allow-Origin", std::string(origin));
+      out.emplace_back("Access-Control-Expose-Headers", "X-Request-Id");
       break;
     }
   }

@@ -46,8 +46,10 @@ bool host_header_allowed(std::string_view host_header, std::string_view bind_hos
 // allowed origins (HttpServerOptions::cors_origins): Access-Control-Allow-Origin: * when
 // "*" is listed; else Vary: Origin (the answer depends on the Origin, so a cache must
 // not hand one origin's answer to another) and, when the origin is listed (compared
-// case-insensitively), Access-Control-Allow-Origin with the origin itself. Empty when
-// no origin is allowed.
+// case-insensitively), Access-Control-Allow-Origin with the origin itself. Beside an
+// Access-Control-Allow-Origin, Access-Control-Expose-Headers: X-Request-Id, so the page's
+// script can read the request id (a browser hides every other header by default). Empty
+// when no origin is allowed.
 std::vector<std::pair<std::string, std::string>> cors_headers(const std::vector<std::string>& allowed_origins,
                                                               std::string_view origin);
 

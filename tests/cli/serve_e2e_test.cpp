@@ -449,12 +449,15 @@ TEST(ServeOptions, KeylessServerServesOnlyItsOwnHostNamesAndCorsOnlyForGivenOrig
   HttpResult r = http_with_host(port, "evil.example:" + std::to_string(port), simple_post);
   expect_error(r, 403, "Host");
   EXPECT_EQ(r.headers.count("access-control-allow-origin"), 0u);
+  EXPECT_FALSE(r.headers["x-request-id"].empty()) << "the refusal names its request too";
   r = http_with_host(port, "localhost:" + std::to_string(port), simple_post);
   EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.headers.count("access-control-allow-origin"), 0u) << "evil.example may not read it";
   r = http(port, "GET", "/v1/models", {}, {"Origin: http://app.example:3000"});
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.headers["access-control-allow-origin"], "http://app.example:3000");
+  EXPECT_EQ(r.headers["access-control-expose-headers"], "X-Request-Id") << "the page may read the request id";
+  EXPECT_FALSE(r.headers["x-request-id"].empty());
 
   ServerProcess keyed({"-m", kStories, "-t", "1", "--kv-cache-bytes", "8MiB", "--api-key", "k"});
   const uint16_t keyed_port = keyed.start();

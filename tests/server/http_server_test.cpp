@@ -337,13 +337,18 @@ TEST(CorsHeaders, OnlyListedOriginsAndStar) {
   using H = std::vector<std::pair<std::string, std::string>>;
   EXPECT_EQ(cors_headers({}, "http://a.example"), H{});
   EXPECT_EQ(cors_headers({"http://a.example"}, "http://a.example"),
-            (H{{"Vary", "Origin"}, {"Access-Control-Allow-Origin", "http://a.example"}}));
+            (H{{"Vary", "Origin"},
+               {"Access-Control-Allow-Origin", "http://a.example"},
+               {"Access-Control-Expose-Headers", "X-Request-Id"}}));
   EXPECT_EQ(cors_headers({"http://a.example"}, "HTTP://A.example"),
-            (H{{"Vary", "Origin"}, {"Access-Control-Allow-Origin", "HTTP://A.example"}}));
+            (H{{"Vary", "Origin"},
+               {"Access-Control-Allow-Origin", "HTTP://A.example"},
+               {"Access-Control-Expose-Headers", "X-Request-Id"}}));
   EXPECT_EQ(cors_headers({"http://a.example"}, "http://a.example:8080"), (H{{"Vary", "Origin"}}));
   EXPECT_EQ(cors_headers({"http://a.example"}, "null"), (H{{"Vary", "Origin"}}));
   EXPECT_EQ(cors_headers({"http://a.example"}, ""), (H{{"Vary", "Origin"}}));
-  EXPECT_EQ(cors_headers({"http://a.example", "*"}, "http://b.example"), (H{{"Access-Control-Allow-Origin", "*"}}));
+  EXPECT_EQ(cors_headers({"http://a.example", "*"}, "http://b.example"),
+            (H{{"Access-Control-Allow-Origin", "*"}, {"Access-Control-Expose-Headers", "X-Request-Id"}}));
 }
 
 TEST_F(HttpServerTest, CorsOnlyForTheGivenOrigins) {
@@ -367,6 +372,7 @@ TEST_F(HttpServerTest, CorsOnlyForTheGivenOrigins) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->header("access-control-allow-origin"), "http://app.example:3000");
   EXPECT_EQ(r->header("vary"), "Origin");
+  EXPECT_EQ(r->header("access-control-expose-headers"), "X-Request-Id");  // the page may read its id
   c.send(get("/nope", app));  // errors too, so the page can read why
   ASSERT_TRUE(r = c.read_response());
   EXPECT_EQ(r->status, 404);
@@ -377,6 +383,7 @@ TEST_F(HttpServerTest, CorsOnlyForTheGivenOrigins) {
   EXPECT_EQ(r->header("access-control-allow-origin"), "http://app.example:3000");
   EXPECT_EQ(r->header("access-control-allow-methods"), "POST, OPTIONS");
   EXPECT_NE(r->header("access-control-allow-headers").find("Authorization"), std::string::npos);
+  EXPECT_NE(r->header("access-control-allow-headers").find("X-Request-Id"), std::string::npos);
   c.send(post("/stream", "{}", app));  // a streamed answer's head
   auto ex = box.take();
   ASSERT_TRUE(ex);
@@ -387,6 +394,7 @@ TEST_F(HttpServerTest, CorsOnlyForTheGivenOrigins) {
     c.send(post("/echo", "hi", "Origin: " + other + "\r\n"));
     ASSERT_TRUE(r = c.read_response());
     EXPECT_EQ(r->header("access-control-allow-origin"), "") << other;
+    EXPECT_EQ(r->header("access-control-expose-headers"), "") << other;
     c.send("OPTIONS /echo HTTP/1.1\r\nHost: localhost\r\nOrigin: " + other + "\r\n\r\n");
     ASSERT_TRUE(r = c.read_response());
     EXPECT_EQ(r->header("access-control-allow-methods"), "") << other;
@@ -402,6 +410,7 @@ TEST_F(HttpServerTest, CorsStarAllowsEveryOrigin) {
   auto r = c.read_response();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->header("access-control-allow-origin"), "*");
+  EXPECT_EQ(r->header("access-control-expose-headers"), "X-Request-Id");
   EXPECT_EQ(r->header("vary"), "");
 }
 
