@@ -312,7 +312,9 @@ TEST(ServerMetrics, FreshRenderIsValidAndComplete) {
       "pagoda_process_rss_bytes", "pagoda_kv_bytes_reserved",
       "pagoda_kv_bytes_in_use", "pagoda_kv_bytes_budget", "pagoda_kv_tokens_in_use",
       "pagoda_kv_blocks_total", "pagoda_kv_blocks_free", "pagoda_kv_blocks_live", "pagoda_prefix_cache_bytes",
-      "pagoda_prefix_cache_entries", "pagoda_time_to_first_token_seconds",
+      "pagoda_prefix_cache_entries", "pagoda_grammar_cache_entries", "pagoda_grammar_cache_bytes",
+      "pagoda_grammar_cache_capacity_bytes", "pagoda_grammar_cache_hits_total",
+      "pagoda_grammar_cache_evictions_total", "pagoda_time_to_first_token_seconds",
       "pagoda_inter_token_latency_seconds", "pagoda_e2e_request_latency_seconds",
       "pagoda_request_queue_time_seconds"};
   for (const char* name : expected) EXPECT_EQ(e.types.count(name), 1u) << name;
@@ -320,6 +322,7 @@ TEST(ServerMetrics, FreshRenderIsValidAndComplete) {
   EXPECT_EQ(e.types["pagoda_requests_running"], "gauge");
   EXPECT_EQ(e.types["pagoda_preemptions_total"], "counter");
   EXPECT_EQ(e.types["pagoda_inter_token_latency_seconds"], "histogram");
+  EXPECT_EQ(e.types.count("pagoda_prefix_cache_disk_blocks"), 0u) << "no disk tier, no disk metrics";
   // Known label values are shown at 0 from the start.
   for (const char* r : {"stop", "length", "cancelled", "error"})
     EXPECT_EQ(value_of(e, "pagoda_requests_finished_total", {{"reason", r}}), 0) << r;
