@@ -81,6 +81,10 @@ int main(int argc, char** argv) {
     CLI::App* failing = &app;
     for (CLI::App* sub : app.get_subcommands()) failing = sub;
     const std::string cmd = failing == &app ? "pagoda" : "pagoda " + failing->get_name();
+    if (argc == 1) {  // no command at all: the list of commands is the answer (25 lines)
+      std::fprintf(stderr, "%s", app.help().c_str());
+      return 2;
+    }
     std::fprintf(stderr, "%s: %s (see '%s --help')\n", cmd.c_str(), e.what(), cmd.c_str());
     return 2;
   }

@@ -82,7 +82,7 @@ TEST(JsonParse, BadTextIsDiscardedNeverThrown) {
   EXPECT_TRUE(parse_json_or_discarded(std::string(8 << 20, '[')).is_discarded());
 }
 
-TEST(JsonParse, EightMebibytesOfEmptyObjectsParseInWellUnderASecond) {
+TEST(JsonParse, EightMebibytesOfEmptyObjectsParseInLinearTime) {
   std::string body = R"({"model":"m","prompt":"hi","ignored":[)";
   while (body.size() < (8u << 20) - 16) body += "{},";
   body += "{}]}";
@@ -91,9 +91,10 @@ TEST(JsonParse, EightMebibytesOfEmptyObjectsParseInWellUnderASecond) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_TRUE(j.is_object());
   EXPECT_EQ(j["ignored"].size(), (body.size() - 40) / 3 + 1);
-  // Measured ~0.2 s on one Xeon core; the quadratic parse took ~24 min. The bound leaves
-  // room for a loaded 2-core CI machine and the sanitizer builds.
-  EXPECT_LT(seconds, 0.9 * (test::kUnderSanitizer ? 20 : 1)) << seconds << " s";
+  // Measured ~0.2 s on one Xeon core (3.2 s once with the whole suite running beside it);
+  // the quadratic parse took ~24 min. The bound only has to tell those apart, on a loaded
+  // 2-core CI machine and in the sanitizer builds.
+  EXPECT_LT(seconds, 30.0 * (test::kUnderSanitizer ? 5 : 1)) << seconds << " s";
 }
 
 }  // namespace

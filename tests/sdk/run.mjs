@@ -55,8 +55,9 @@ const CONFIGS = {
   AUTH: ['--api-key', API_KEY, '--strict-model-names'],
   // One running request and no queue: a second concurrent request is answered 429.
   TIGHT: ['--parallel', '1', '--max-queue', '0'],
-  // /v1/embeddings (stories260K has no pooling metadata: last-token pooling).
-  EMBED: ['--embeddings'],
+  // /v1/embeddings (stories260K has no pooling metadata: last-token pooling); strict model
+  // names, so an unknown one is a NotFoundError.
+  EMBED: ['--embeddings', '--strict-model-names'],
 };
 
 const RUN_DEADLINE_MS = 240_000;

@@ -85,7 +85,8 @@ class Server:
 
     def __init__(self, pagoda, model, extra, log_path):
         args = [pagoda, "serve", "-m", model, "--port", "0", "-t", "1", "--kv-cache-bytes", "32MiB",
-                "--kv-type-k", "f32", "--kv-type-v", "f32", "--shutdown-timeout", "1"] + extra
+                "--kv-type-k", "f32", "--kv-type-v", "f32", "--shutdown-timeout", "1",
+                "--strict-model-names"] + extra
         self.log = open(log_path, "w+")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.PIPE, text=True)
         self.url = None
