@@ -191,6 +191,26 @@ uint64_t DiskIo::read(std::vector<ReadBlock> blocks, size_t payload_bytes) {
   return job->ticket;
 }
 
+bool DiskIo::read_now(ReadBlock block, size_t payload_bytes) {
+  std::vector<ReadBlock> blocks;
+  blocks.push_back(std::move(block));
+  const uint64_t ticket = read(std::move(blocks), payload_bytes);
+  std::unique_lock<std::mutex> lk(s_->mu);
+  for (;;) {
+    const auto d = std::find_if(s_->done.begin(), s_->done.end(), [&](const auto& p) { return p.first == ticket; });
+    if (d != s_->done.end()) {
+      const bool ok = d->second == 1;
+      s_->done.erase(d);
+      return ok;
+    }
+    if (s_->exited || s_->stalled_for_sure(lk)) break;
+    s_->idle_cv.wait_for(lk, kPollInterval);
+  }
+  lk.unlock();
+  cancel(ticket);  // stuck: it never writes dst now
+  return false;
+}
+
 int64_t DiskIo::cancel(uint64_t ticket) {
   std::lock_guard<std::mutex> lk(s_->mu);
   if (auto it = s_->reads.find(ticket); it != s_->reads.end()) {

@@ -67,6 +67,11 @@ class DiskIo {
   };
   // Queues a read job; returns its ticket (never 0).
   uint64_t read(std::vector<ReadBlock> blocks, size_t payload_bytes);
+  // One block read now, for the caller to wait on (the engine thread, restoring a
+  // hybrid model's state snapshot): queued like read(), then waited for, not reported by
+  // take_done(). Returns whether it was copied in intact; false as well when the thread
+  // stalls past the deadline meanwhile (the job is cancelled: dst is never written after).
+  bool read_now(ReadBlock block, size_t payload_bytes);
   // Ends the job: afterwards its destination memory is never written and take_done()
   // never reports it. Returns how many leading blocks were copied in intact before.
   int64_t cancel(uint64_t ticket);

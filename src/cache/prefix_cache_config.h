@@ -60,6 +60,8 @@ struct SnapshotStats {
   int64_t restores = 0;         // snapshots copied out for a request
   int64_t restored_tokens = 0;  // prefix tokens those restores covered
   int64_t evictions = 0;        // snapshots dropped to stay under the cap
+  int64_t disk_writes = 0;      // block-aligned snapshots handed to the disk tier
+  int64_t disk_restores = 0;    // restores read back from it (after a restart, or evicted from RAM)
 };
 
 // Every byte figure is a block count × the pool's real bytes_per_block; the cache holds

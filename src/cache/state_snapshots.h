@@ -17,6 +17,18 @@
 //   first, and keeps none when one alone is over the cap. The cap is the snapshots' own
 //   share of the KV budget (the engine carves it out), so snapshots never crowd out K/V.
 //   Saving a prefix already held refreshes it in place (same bytes, most recently used).
+// - Disk (set_disk, the prefix cache's disk tier): block-aligned snapshots (p a multiple
+//   of the block size) are kept there too, as records of the same tier (disk_tier.h,
+//   one LRU and one byte cap for K/V and states), because the tier stores full K/V blocks
+//   only: after a restart a hit ends at a block boundary, and only a snapshot there can
+//   start it. Written when evicted from RAM or at flush_to_disk() (a clean shutdown), and
+//   also at save(..., persist) with a write-through tier (policy all: a kill -9 keeps
+//   what was persisted). A record's key is the chain hash at p hashed once more with a
+//   mark no token id takes (kDiskMark), so it never equals a K/V block's hash; a record
+//   of another model or state size is a miss (the namespace is in the chain; the tier
+//   checks the payload size and checksum). restore_longest() reads one back when it
+//   beats every RAM snapshot, synchronously through the tier's I/O thread (a stuck disk
+//   is a miss after its deadline), and keeps it in RAM as well.
 // - Not thread-safe: the engine thread only. stats() is a value.
 //
 // Invariants (check_invariants()): the LRU list and the anchor map hold the same
@@ -30,6 +42,8 @@
 #include <vector>
 
 #include "cache/block_hash.h"
+#include "cache/disk_io.h"
+#include "cache/disk_tier.h"
 #include "cache/prefix_cache_config.h"
 
 namespace pagoda {
@@ -47,8 +61,24 @@ class StateSnapshots {
   // Copies the snapshot of prompt[0, p) into `state` and marks it used. False when there
   // is none (find() says which p exist).
   bool restore(const BlockHash& ns, std::span<const int32_t> prompt, int64_t p, uint8_t* state);
-  // Drops every snapshot.
+  // The largest p <= limit with a snapshot of prompt[0, p) in RAM or on disk, copied into
+  // `state` and marked used; 0 when none (state then holds unspecified bytes). A disk
+  // record that fails to read is skipped for the next best.
+  int64_t restore_longest(const BlockHash& ns, std::span<const int32_t> prompt, int64_t limit, uint8_t* state);
+  // Drops the snapshot of exactly `tokens` (a sequence replacing its own older one).
+  void erase(const BlockHash& ns, std::span<const int32_t> tokens);
+  // Drops every snapshot (RAM; the disk tier is reset with the prefix cache's).
   void clear();
+
+  // The disk tier (null: none) and its I/O thread; write_through: policy all.
+  void set_disk(DiskTier* tier, DiskIo* io, bool write_through);
+  bool has_disk() const { return disk_ != nullptr; }
+  // With a write-through tier, queues the snapshot of exactly `tokens` (block-aligned) for
+  // the disk now. See the contract.
+  void persist(const BlockHash& ns, std::span<const int32_t> tokens);
+  // Writes every block-aligned RAM snapshot not on disk yet, least recently used first,
+  // waiting for room in the write queue (a clean shutdown).
+  void flush_to_disk();
 
   int64_t size() const { return static_cast<int64_t>(lru_.size()); }
   uint64_t bytes() const { return static_cast<uint64_t>(lru_.size()) * state_bytes_; }
@@ -66,13 +96,26 @@ class StateSnapshots {
   using Lru = std::list<Snapshot>;  // front: least recently used
   // The snapshot of exactly prompt[0, p) anchored at `anchor`, or end().
   Lru::iterator locate(const BlockHash& anchor, std::span<const int32_t> tail);
+  BlockHash anchor_of(const BlockHash& ns, std::span<const int32_t> tokens) const;
+  void unlink(Lru::iterator s);
   void evict_front();
+  // The snapshot's disk record (block-aligned ones only), through the I/O thread;
+  // wait: a full queue is waited for (shutdown) rather than dropped.
+  void write_to_disk(const Snapshot& s, bool wait);
 
   uint64_t capacity_bytes_, state_bytes_;
   int64_t block_size_;
   Lru lru_;
   std::unordered_map<BlockHash, std::vector<Lru::iterator>, BlockHashHasher> by_anchor_;
   mutable SnapshotStats counters_;
+  DiskTier* disk_ = nullptr;
+  DiskIo* io_ = nullptr;
+  bool write_through_ = false;
 };
+
+// A block-aligned snapshot's disk record key: the chain hash at its position, hashed
+// once more over kDiskMark (no token id is negative, so no K/V block hashes the same).
+inline constexpr int32_t kDiskMark = -0x5354;  // "ST"
+BlockHash snapshot_disk_key(const BlockHash& anchor);
 
 }  // namespace pagoda

@@ -124,10 +124,9 @@ EngineConfig checked(EngineConfig c, const Model& m) {
   // the snapshots that make their prefix cache work (a cached K/V prefix is useless
   // without the state at the same position); the pool gets what is left.
   if (m.config().hybrid()) {
-    if (!c.disk.dir.empty())
-      throw Error("--prompt-cache-dir: not supported for hybrid models (" + m.config().arch_name +
-                  ") yet: their recurrent-state snapshots are kept in RAM only");
     c.kv.budget_bytes = resolve_kv_budget(c.kv);
+    // A snapshot goes to disk through the I/O thread's queue in one piece.
+    c.disk.write_queue_bytes = std::max<uint64_t>(c.disk.write_queue_bytes, 2 * recurrent_state_bytes(m.config()));
     const uint64_t budget = c.kv.budget_bytes;
     const uint64_t running = static_cast<uint64_t>(c.parallel) * recurrent_state_bytes(m.config());
     if (!c.cache.enabled) c.state_snapshot_bytes = 0;
@@ -175,6 +174,7 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& con
     });
     cache_.set_disk_io(disk_io_.get());
   }
+  if (snapshots_) snapshots_->set_disk(disk_.get(), disk_io_.get(), config_.disk.policy == DiskTierConfig::Policy::All);
   // LongRoPE models pick their factors by the context size (model.h).
   model_.set_context_size(config_.ctx_size);
   n_text_vocab_ = n_vocab_;
@@ -231,7 +231,7 @@ void Engine::stop() {
     // Never started: this thread is the only one left to finish what was submitted.
     drain_inbox();
     while (!owned_.empty()) finish(owned_.back().get(), FinishReason::Cancelled);
-    cache_.flush_to_disk();
+    flush_to_disk();
     publish_stats();
   }
 }
@@ -392,8 +392,13 @@ void Engine::loop() {
   }
   drain_inbox();
   while (!owned_.empty()) finish(owned_.back().get(), FinishReason::Cancelled);
-  cache_.flush_to_disk();  // a clean shutdown keeps the RAM tier's blocks for the next run
+  flush_to_disk();  // a clean shutdown keeps the RAM tier's blocks for the next run
   publish_stats();
+}
+
+void Engine::flush_to_disk() {
+  if (snapshots_) snapshots_->flush_to_disk();  // queued first: the K/V flush drains the queue
+  cache_.flush_to_disk();
 }
 
 void Engine::drain_inbox() {

@@ -340,6 +340,8 @@ class Engine {
 
   void loop();
   void drain_inbox();
+  // A clean shutdown: the RAM tier's blocks and state snapshots to the disk tier.
+  void flush_to_disk();
   void expire_deadlines();
   void step();
   void sample_and_stream(Seq* s, std::span<float> logits);

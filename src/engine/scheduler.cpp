@@ -39,11 +39,21 @@ void Scheduler::save_snapshot(SchedSeq* s) {
                    states.data(s->seq_id));
 }
 
+int64_t Scheduler::prompt_boundary(const SchedSeq* s) const {
+  if (!snapshots_ || !snapshots_->has_disk() || s->generated() > 0) return 0;
+  const int64_t block = store_.pool().block_size();
+  return (s->n_prompt - 1) / block * block;
+}
+
 void Scheduler::release_kv(SchedSeq* s) {
   if (!s->admitted) return;
   // The state at the end of the sequence, for the next turn that resends it (or this one,
   // preempted, when it is admitted again); only where its K/V is vouched for and indexed.
   if (s->n_checked == s->n_computed) save_snapshot(s);
+  // A write-through disk tier keeps the sequence's last block-aligned state (its K/V
+  // blocks up to there go to disk as they are indexed below).
+  if (s->boundary_snapshot > 0 && s->n_checked >= s->boundary_snapshot)
+    snapshots_->persist(s->key.ns, std::span<const int32_t>(s->tokens.data(), static_cast<size_t>(s->boundary_snapshot)));
   if (s->n_checked > 0) {
     SeqTables& t = store_.mutable_tables(s->seq_id);
     cache_.insert(s->key, std::span<const int32_t>(s->tokens.data(), static_cast<size_t>(s->n_checked)), t.main,
@@ -120,6 +130,8 @@ void Scheduler::add_chunk(SchedSeq* s, int64_t& budget) {
   // always leaves the last prompt token to recompute. One extra step of one token.
   if (snapshots_ && s->generated() == 0 && s->n_computed < s->n_prompt - 1 && s->n_computed + n >= s->n_prompt)
     n = s->n_prompt - 1 - s->n_computed;
+  // With a disk tier it also stops at the prompt's last block boundary (see the constructor).
+  if (const int64_t b = prompt_boundary(s); b > s->n_computed && b < s->n_computed + n) n = b - s->n_computed;
   // A leader's prefill stops at its next checkpoint (none is needed at the prompt end,
   // which is indexed anyway).
   bool checkpoint = false;
@@ -258,14 +270,19 @@ const SchedulerOutput& Scheduler::schedule() {
       // The K/V alone is useless to a hybrid model: the hit goes back to the longest
       // snapshot it covers, whose state is restored (a copy: the snapshot stays).
       RecurrentStates& states = store_.recurrent_states();
-      const int64_t p = hit.cached_tokens > 0 ? snapshots_->find(s->key.ns, s->tokens, hit.cached_tokens) : 0;
-          cache_.shorten(hit, p);
       states.erase(sid);
       states.ensure(sid);
+      const int64_t p =
+          hit.cached_tokens > 0 ? snapshots_->restore_longest(s->key.ns, s->tokens, hit.cached_tokens, states.data(sid))
+                                : 0;
+      cache_.shorten(hit, p);
       if (p > 0) {
-        snapshots_->restore(s->key.ns, s->tokens, p, states.data(sid));
         states.set_pos(sid, p);
+      } else {
+        states.erase(sid);  // what a failed read left there
+        states.ensure(sid);
       }
+      s->boundary_snapshot = 0;
     }
     store_.adopt(sid, std::move(hit.table), std::move(hit.local));
     const AllocResult r = store_.reserve(sid, static_cast<int64_t>(s->tokens.size()));
@@ -324,10 +341,22 @@ void Scheduler::computed(SchedSeq* s, int64_t n_tokens, bool checked) {
   // Hybrid models: snapshots where a later request can start (see the constructor).
   const int64_t interval = config_.state_snapshot_interval;
   const bool crossed = interval > 0 && s->n_computed / interval > (s->n_computed - n_tokens) / interval;
+  const bool at_prompt_boundary = s->n_computed > 0 && s->n_computed == prompt_boundary(s);
   if (snapshots_ && was_prefill &&
       (s->n_computed == s->n_prompt - 1 || (crossed && s->n_computed < s->n_prompt - 1) ||
-       (checked && s->n_computed < s->n_prompt)))
+       (checked && s->n_computed < s->n_prompt) || at_prompt_boundary))
     save_snapshot(s);
+  if (at_prompt_boundary)
+    snapshots_->persist(s->key.ns, std::span<const int32_t>(s->tokens.data(), static_cast<size_t>(s->n_computed)));
+  // With a disk tier, each block boundary a decode crosses replaces the sequence's
+  // previous decode boundary snapshot: one per sequence, its latest.
+  if (snapshots_ && snapshots_->has_disk() && !was_prefill && s->n_computed % store_.pool().block_size() == 0) {
+    if (s->boundary_snapshot > 0)
+      snapshots_->erase(s->key.ns,
+                        std::span<const int32_t>(s->tokens.data(), static_cast<size_t>(s->boundary_snapshot)));
+    save_snapshot(s);
+    s->boundary_snapshot = s->n_computed;
+  }
   if (!checked) return;
   s->n_checked = s->n_computed;
   // A checked prefill chunk ends at the prompt end or at a checkpoint: index it, so

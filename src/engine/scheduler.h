@@ -134,6 +134,9 @@ struct SchedSeq {
   // whether this admission tried one already.
   uint64_t restore = 0;
   bool restore_tried = false;
+  // Hybrid models with a disk tier: the position of this sequence's latest block-aligned
+  // decode snapshot (0: none), replaced by the next one (scheduler.h, save_snapshot).
+  int64_t boundary_snapshot = 0;
 
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
   // Everything but the last token is computed and that token is sampled: feed it.
@@ -174,6 +177,9 @@ class Scheduler {
   // a resent prompt, whose last token is always recomputed, finds it), at the end of a
   // sequence (the next turn of a conversation resends it), at prefill checkpoints (a
   // deferred follower's share, block-aligned) and every state_snapshot_interval tokens.
+  // With a disk tier, whose K/V hits end at block boundaries, also at the last block
+  // boundary of the prompt and of the sequence (each decode boundary replaces the
+  // sequence's previous one); with a write-through tier those two go to disk at once.
   Scheduler(const SchedulerConfig& config, PagedKvStore& store, PrefixCache& cache,
             StateSnapshots* snapshots = nullptr);
   Scheduler(const Scheduler&) = delete;
@@ -215,6 +221,9 @@ class Scheduler {
   // Hybrid models: a snapshot of s's state (tokens[0, n_computed)) when its K/V up to there
   // is indexed or will be by release.
   void save_snapshot(SchedSeq* s);
+  // With a disk tier, the last block boundary of s's prompt short of its last token (a
+  // prefill stops there to snapshot); else 0.
+  int64_t prompt_boundary(const SchedSeq* s) const;
 
   SchedulerConfig config_;
   PagedKvStore& store_;

@@ -85,7 +85,8 @@ json state_snapshots_json(const SnapshotStats& s) {
   return json{{"snapshots", s.snapshots},           {"bytes", s.bytes},
               {"capacity_bytes", s.capacity_bytes}, {"state_bytes", s.state_bytes},
               {"saves", s.saves},                   {"restores", s.restores},
-              {"restored_tokens", s.restored_tokens}, {"evictions", s.evictions}};
+              {"restored_tokens", s.restored_tokens}, {"evictions", s.evictions},
+              {"disk_writes", s.disk_writes},       {"disk_restores", s.disk_restores}};
 }
 
 json cache_stats_json(const CacheStats& c) {

@@ -8,6 +8,8 @@
 // forward pass refuses a batch that does not continue a sequence's state.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "engine_harness.h"
 #include "kv/paged_kv_store.h"
 
@@ -151,6 +153,48 @@ TEST(HybridEngine, EachTurnOfAConversationReusesTheHistoryAndMatchesCacheOff) {
   EXPECT_LE(st.cache.state_snapshots.bytes, st.cache.state_snapshots.capacity_bytes);
   cached.stop();
   plain.stop();
+}
+
+// A restart on the same --prompt-cache-dir: the disk tier keeps full K/V blocks only, so
+// the next turn resumes at the last block boundary the previous turn reached (its decode
+// snapshot there went to disk at the clean stop), not from zero.
+TEST(HybridEngine, AConversationResumesFromTheDiskTierAfterARestart) {
+  const Loaded l = load_hybrid();
+  const int32_t V = static_cast<int32_t>(l.model->config().n_vocab);
+  const std::string dir = (std::filesystem::temp_directory_path() / ("pagoda_hybrid_disk_" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  for (const DiskTierConfig::Policy policy : {DiskTierConfig::Policy::Evict, DiskTierConfig::Policy::All}) {
+    std::filesystem::remove_all(dir);
+    EngineConfig c = hybrid_config(*l.model, 1, 256, 64, /*n_snapshots=*/8);
+    c.disk.dir = dir;
+    c.disk.policy = policy;
+    std::vector<int32_t> history = random_tokens(200, V, 900);
+    std::vector<int32_t> answer;
+    {
+      Engine e(*l.model, nullptr, c);
+      e.start();
+      serve(e, greedy(history, 16), &answer);
+      e.stop();
+    }
+    history = concat(concat(history, answer), random_tokens(12, V, 901));  // 228 tokens
+    std::vector<int32_t> got, want;
+    std::vector<float> got_lp, want_lp;
+    Engine plain(*l.model, nullptr, hybrid_config(*l.model, 1, 256, 64));
+    plain.start();
+    serve(plain, greedy(history, 16), &want, &want_lp);
+    plain.stop();
+    Engine e(*l.model, nullptr, c);
+    e.start();
+    const RequestResult r = serve(e, greedy(history, 16), &got, &got_lp);
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(got_lp, want_lp);
+    // 215 tokens computed in turn 1 (200 + 16 - 1): K/V blocks and the decode snapshot at 208.
+    EXPECT_EQ(r.cached_tokens, 208) << "policy " << static_cast<int>(policy);
+    const EngineStats st = e.stats();
+    EXPECT_EQ(st.cache.state_snapshots.disk_restores, 1);
+    e.stop();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // The same prompt again (a retry, a regenerate): everything but its last token comes back.
