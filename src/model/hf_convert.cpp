@@ -12,6 +12,7 @@
 // those merges from SentencePiece scores in the first place). Rejected:
 // llama.cpp's LlamaHfVocab fallback, which writes every score as -1000 and so
 // tokenizes differently from tokenizer.json.
+#include <filesystem>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -196,6 +197,22 @@ void write_tokenizer(const HfModelDir& d, gguf::GgufWriter& w) {
 }
 
 }  // namespace
+
+void write_hf_tokenizer_gguf(const std::string& tokenizer_json, const std::string& out_path) {
+  HfModelDir d;
+  d.tokenizer_json = tokenizer_json;
+  const std::filesystem::path config = std::filesystem::path(tokenizer_json).parent_path() / "tokenizer_config.json";
+  if (std::filesystem::exists(config)) d.tokenizer_config_json = config.string();
+  gguf::GgufWriter w;
+  w.set("general.architecture", Value::str("tokenizer"));
+  write_tokenizer(d, w);
+  if (!d.tokenizer_config_json.empty()) {
+    const json cfg = read_json_file(d.tokenizer_config_json);
+    if (cfg.contains("chat_template") && cfg["chat_template"].is_string())
+      w.set("tokenizer.chat_template", Value::str(cfg["chat_template"].get<std::string>()));
+  }
+  w.write(out_path);
+}
 
 void convert_hf_to_gguf(const HfModelDir& d, const std::string& out_path, std::optional<GgmlType> type) {
   std::shared_ptr<const WeightSource> weights = load_hf_weights(d);

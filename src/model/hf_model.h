@@ -98,4 +98,10 @@ std::shared_ptr<const WeightSource> load_hf_weights(const HfModelDir& dir);
 // tensors as F32. Throws pagoda::Error.
 void convert_hf_to_gguf(const HfModelDir& dir, const std::string& out_path, std::optional<GgmlType> type);
 
+// Writes a GGUF holding only a tokenizer (tokenizer.ggml.* and, when tokenizer_config.json
+// beside it has one, tokenizer.chat_template) from a Hugging Face tokenizer.json, for
+// `pagoda synth --vocab-from` (a random-weight model with a real vocabulary and template).
+// Throws pagoda::Error.
+void write_hf_tokenizer_gguf(const std::string& tokenizer_json, const std::string& out_path);
+
 }  // namespace pagoda

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "common/error.h"
@@ -10,6 +11,7 @@
 #include "kernels/ops.h"
 #include "model/arch_table.h"
 #include "model/config.h"
+#include "model/hf_model.h"
 #include "tensor/file_type.h"
 
 namespace pagoda {
@@ -180,7 +182,18 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   // The copied vocabulary sets n_vocab before any shape is derived from it.
   std::optional<gguf::GgufFile> vocab_src;
   if (!spec.vocab_from.empty()) {
-    vocab_src.emplace(gguf::GgufFile::open(spec.vocab_from));
+    // A Hugging Face tokenizer.json (or a directory holding one) goes through a GGUF of
+    // its own first, written beside the output and removed after.
+    std::string from = spec.vocab_from;
+    if (std::filesystem::is_directory(from)) from = (std::filesystem::path(from) / "tokenizer.json").string();
+    if (from.ends_with(".json")) {
+      const std::string tmp = path + ".vocab.tmp";
+      write_hf_tokenizer_gguf(from, tmp);
+      vocab_src.emplace(gguf::GgufFile::open(tmp));
+      std::filesystem::remove(tmp);  // the open file keeps its bytes
+    } else {
+      vocab_src.emplace(gguf::GgufFile::open(from));
+    }
     const gguf::Array* toks = vocab_src->get_array("tokenizer.ggml.tokens");
     if (!toks) throw Error(spec.vocab_from + ": has no tokenizer.ggml.tokens to copy");
     spec.n_vocab = static_cast<int64_t>(toks->items.size());
