@@ -36,7 +36,7 @@ constexpr int64_t kMaxConcurrency = 4096;          // one thread per worker
 struct Opts {
   std::string url, api_key, endpoint = "chat", model, workload, tokenizer, out, plot, label;
   std::vector<std::string> compare;
-  int64_t concurrency = 0, requests = 0, input_len = 0, output_len = 128, prefix_len = 2000, turns = 5,
+  int64_t concurrency = 0, requests = 0, input_len = 0, output_len = 128, prefix_len = 2000, system_len = 0, turns = 5,
           conversations = 4;
   double rate = 0, duration = 0, timeout = 60, hangup_fraction = 0;
   int64_t hangup_after = 4;
@@ -102,6 +102,7 @@ int run(const Opts& o) {
                                                                  : 64;
   w.output_len = o.output_len;
   w.prefix_len = o.prefix_len;
+  w.system_len = o.system_len;
   w.turns = multi_turn ? o.turns : 1;
   w.seed = o.seed;
 
@@ -197,6 +198,10 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--output-len", o->output_len, "max_tokens = min_tokens, with ignore_eos")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--system-len", o->system_len,
+                 "multi-turn: tokens in each conversation's own system prompt (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--prefix-len", o->prefix_len, "shared-prefix: tokens in the shared system prompt")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -119,6 +119,7 @@ ojson config_to_json(const BenchConfig& c) {
   j["input_len"] = c.workload.input_len;
   j["output_len"] = c.workload.output_len;
   j["prefix_len"] = c.workload.prefix_len;
+  j["system_len"] = c.workload.system_len;
   j["turns"] = c.workload.turns;
   j["seed"] = c.workload.seed;
   j["concurrency"] = c.concurrency;
@@ -149,6 +150,7 @@ BenchConfig config_from_json(const nlohmann::json& j) {
   c.workload.input_len = get_or<int64_t>(j, "input_len", 0);
   c.workload.output_len = get_or<int64_t>(j, "output_len", 0);
   c.workload.prefix_len = get_or<int64_t>(j, "prefix_len", 0);
+  c.workload.system_len = get_or<int64_t>(j, "system_len", 0);
   c.workload.turns = get_or<int64_t>(j, "turns", 1);
   c.workload.seed = get_or<uint64_t>(j, "seed", 0);
   c.concurrency = get_or<int64_t>(j, "concurrency", 1);

@@ -179,6 +179,10 @@ Job Workload::job(int64_t job_idx) const {
   if (options_.kind == WorkloadKind::kSharedPrefix) {
     job.system = shared_prefix_;
     job.system_tokens = shared_prefix_tokens_;
+  } else if (options_.kind == WorkloadKind::kMultiTurn && options_.system_len > 0) {
+    Text text = make_text(rng, options_.system_len, counter_);
+    job.system = std::move(text.text);
+    job.system_tokens = text.tokens;
   }
   for (int t = 0; t < turns_per_job(); ++t) {
     Text text = make_text(rng, len, counter_);

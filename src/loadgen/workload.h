@@ -12,7 +12,9 @@
 //   * random: one user message of uniform(0.8, 1.2) x input_len tokens.
 //   * shared-prefix: the same system prompt of prefix_len tokens in every job
 //     (drawn once from the seed) + a distinct question of input_len tokens.
-//   * multi-turn: `turns` user messages of input_len tokens each; the caller
+//   * multi-turn: an optional system prompt of system_len tokens, its own in each
+//     conversation (an agent's instructions, a document discussed), then `turns` user
+//     messages of input_len tokens each; the caller
 //     re-sends the whole history (system, users, the assistant's answers as
 //     returned) with each turn.
 // - Token counts: with a TokenCounter (the model's tokenizer) a text is grown or
@@ -45,6 +47,7 @@ struct WorkloadOptions {
   int64_t input_len = 256;    // tokens per user message (random: the mean)
   int64_t output_len = 128;   // max_tokens (= min_tokens, ignore_eos) per request
   int64_t prefix_len = 2000;  // shared-prefix: system prompt tokens
+  int64_t system_len = 0;     // multi-turn: each conversation's own system prompt tokens (0: none)
   int64_t turns = 5;          // multi-turn: turns per conversation
   uint64_t seed = 0;
 };

@@ -110,6 +110,19 @@ TEST(BenchWorkload, MultiTurnJobsHaveTurnsDistinctMessages) {
   EXPECT_EQ(distinct.size(), 4u);
 }
 
+TEST(BenchWorkload, MultiTurnSystemPromptsAreEachConversationsOwn) {
+  WorkloadOptions o = opts(WorkloadKind::kMultiTurn, 9);
+  o.system_len = 300;
+  Workload w(o, nullptr);
+  const Job a = w.job(0), b = w.job(1);
+  EXPECT_NEAR(static_cast<double>(a.system_tokens), 300, 2);
+  EXPECT_NE(a.system, b.system);
+  EXPECT_EQ(w.job(0).system, a.system) << "not a pure function of the job index";
+  const auto body = nlohmann::json::parse(request_body(Endpoint::kChat, "", a, 0, {}, 16, true));
+  EXPECT_EQ(body["messages"][0]["role"], "system");
+  EXPECT_EQ(body["messages"][0]["content"], a.system);
+}
+
 TEST(BenchRequestBody, ChatCarriesHistoryAndFixedOutputLength) {
   Job j;
   j.system = "sys";
