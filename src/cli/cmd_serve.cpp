@@ -260,6 +260,7 @@ Runner add_serve(CLI::App& app) {
     double responses_store_ttl = 3600;
     std::string responses_store_bytes = "256MiB";
     std::string grammar_cache_bytes = "64MiB";
+    std::string answer_tokens_bytes = "32MiB";
     bool no_log = false;
     bool verbose = false;
     std::string log_format = "text", log_file;
@@ -347,6 +348,10 @@ Runner add_serve(CLI::App& app) {
                  "Most bytes of memory compiled grammars (JSON schemas, GBNF, regexes) kept for reuse hold, "
                  "their token-mask caches included")
       ->capture_default_str();
+  app.add_option("--answer-tokens-bytes", o->answer_tokens_bytes,
+                 "Most bytes of memory the token ids of recent chat answers hold; a conversation that sends an "
+                 "answer back is fed the ids the model produced, so its prefix stays cached (0: off)")
+      ->capture_default_str();
   app.add_flag("--embeddings", o->embeddings, "Serve /v1/embeddings and /v1/rerank (reranker models)");
   app.add_flag("--strict-model-names", o->strict_model_names,
                "Answer 404 to a request naming another model (default: serve it with the loaded model and log the name)");
@@ -425,6 +430,7 @@ Runner add_serve(CLI::App& app) {
     ao.responses_store_ttl_ms = static_cast<int64_t>(o->responses_store_ttl * 1000);
     ao.responses_store_bytes = parse_byte_size(o->responses_store_bytes, "--responses-store-bytes");
     ao.grammar_cache_bytes = parse_byte_size(o->grammar_cache_bytes, "--grammar-cache-bytes");
+    ao.answer_tokens_bytes = parse_byte_size(o->answer_tokens_bytes, "--answer-tokens-bytes");
     ao.embeddings = o->embeddings;
     ao.busy_status = o->busy_status;
     ao.strict_model_names = o->strict_model_names;

@@ -89,6 +89,15 @@ json state_snapshots_json(const SnapshotStats& s) {
               {"disk_writes", s.disk_writes},       {"disk_restores", s.disk_restores}};
 }
 
+// The token ids of recent chat answers (answer_tokens.h).
+json answer_tokens_json(const AnswerTokensStats& a) {
+  return json{{"entries", a.entries},
+              {"bytes", a.bytes},
+              {"capacity_bytes", a.capacity_bytes},
+              {"remembered", a.remembered},
+              {"spliced", a.spliced}};
+}
+
 json cache_stats_json(const CacheStats& c) {
   auto unlimited_bytes = [](uint64_t v) -> json {
     return v == PrefixCacheConfig::kUnlimitedBytes ? json(nullptr) : json(v);
@@ -139,6 +148,7 @@ HttpResponse anthropic_route_error(int status, std::string_view message) {
 ApiServer::ApiServer(ApiServerOptions options)
     : options_(std::move(options)),
       grammars_(64, options_.grammar_cache_bytes),
+      answers_(options_.answer_tokens_bytes),
       access_log_(logger(), options_.log_requests),
       responses_store_(options_.responses_store_entries, options_.responses_store_ttl_ms,
                        options_.responses_store_bytes) {}
@@ -245,15 +255,6 @@ void ApiServer::handle_models(const HttpRequest&, std::shared_ptr<HttpExchange> 
 
 namespace {
 
-// The prompt tokens of a rendered chat or a completion prompt text: special tokens
-// spelled in the text become those tokens (templates write <|im_start|> etc.), and BOS
-// is added when the model wants one and the text does not already start with it.
-std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, const std::string& text) {
-  std::vector<int32_t> ids = tok.encode(text, /*add_special=*/false, /*parse_special=*/true);
-  if (tok.add_bos() && tok.bos() >= 0 && (ids.empty() || ids.front() != tok.bos())) ids.insert(ids.begin(), tok.bos());
-  return ids;
-}
-
 // OpenAI sends tool_calls[].function.arguments as a JSON string; chat templates
 // (Llama 3.1, Hermes, Qwen...) expect the object (they call |tojson or .items() on it).
 // As vLLM and llama-server do, an argument string that parses as a JSON object is
@@ -351,7 +352,7 @@ ApiServer::PreparedChat ApiServer::prepare_chat(const CompletionRequest& cr) {
   if (!cr.reasoning_effort.empty() && !(kwargs.is_object() && kwargs.contains("reasoning_effort")))
     kwargs["reasoning_effort"] = cr.reasoning_effort;
   const std::string prompt = render_chat(cr.messages, cr.tools, true, kwargs);
-  return PreparedChat{tokenize_prompt(*tokenizer_, prompt), output_parsing(cr, prompt, "call_")};
+  return PreparedChat{tokenize_chat(*tokenizer_, prompt, cr.messages, &answers_), output_parsing(cr, prompt, "call_")};
 }
 
 std::string ApiServer::render_anthropic(const AnthropicRequest& ar) const {
@@ -366,7 +367,8 @@ void ApiServer::handle_messages(const HttpRequest& req, std::shared_ptr<HttpExch
     AnthropicRequest ar = parse_anthropic_request(req.body, n_vocab(), sampling_defaults_);
     const std::string prompt = render_anthropic(ar);
     // Reasoning goes out as thinking blocks, tool calls as tool_use blocks.
-    start_generation(req, ex, ar.chat, tokenize_prompt(*tokenizer_, prompt), output_parsing(ar.chat, prompt, "toolu_"),
+    start_generation(req, ex, ar.chat, tokenize_chat(*tokenizer_, prompt, ar.chat.messages, &answers_),
+                     output_parsing(ar.chat, prompt, "toolu_"),
                      WireProtocol::Anthropic);
   } catch (const ApiError& err) {
     ex->respond(api_error_response(WireProtocol::Anthropic, err.status, err.what()));
@@ -519,6 +521,7 @@ void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<H
   p.metrics = &metrics_;
   p.parse = parse;
   p.format = chat_format_;
+  if (cr.kind == ApiKind::Chat) p.answers = &answers_;
   const bool stream = cr.stream;
 
   auto sink = std::make_shared<CompletionSink>(std::move(p), ex);
@@ -632,6 +635,7 @@ void ApiServer::handle_cache_stats(const HttpRequest&, std::shared_ptr<HttpExcha
   json body{{"replica_id", options_.replica_id},
             {"pool", pool_stats_json(s.pool)},
             {"prefix_cache", cache_stats_json(s.cache)},
+            {"answer_tokens", answer_tokens_json(answers_.stats())},
             {"engine",
              {{"running", s.running},
               {"waiting", s.waiting},

@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "server/answer_tokens.h"
 #include "server/access_log.h"
 #include "server/anthropic_protocol.h"
 #include "server/chat_template.h"
@@ -79,6 +80,9 @@ struct ApiServerOptions {
   uint64_t responses_store_bytes = 256ull << 20;  // --responses-store-bytes
   // Compiled grammars kept for reuse, booked at what they hold (structured_output.h).
   uint64_t grammar_cache_bytes = GrammarCache::kDefaultMaxBytes;  // --grammar-cache-bytes
+  // The token ids behind recent chat answers, fed back when a conversation re-sends them
+  // (answer_tokens.h); 0: off. --answer-tokens-bytes.
+  uint64_t answer_tokens_bytes = 32ull << 20;
   // Which replica this is (--replica-id): /v1/cache/stats reports it (and `pagoda serve`
   // tags every log line with it), so the replicas behind a load balancer can be told apart.
   std::string replica_id = "pagoda";
@@ -213,6 +217,7 @@ class ApiServer {
   const ChatTemplate* chat_template_ = nullptr;
   chat::ChatFormat chat_format_;                // detected from the template at attach()
   GrammarCache grammars_;
+  AnswerTokens answers_;
   SamplingDefaults sampling_defaults_;
   std::atomic<bool> draining_{false};
   std::atomic<bool> shutting_down_{false};

@@ -93,6 +93,7 @@ class CompletionSink final : public RequestSink {
     // Chat output parsed into content / reasoning_content / tool_calls.
     std::optional<chat::ParseOptions> parse;
     chat::ChatFormat format;
+    AnswerTokens* answers = nullptr;  // chat: remembers the answer's ids (null: not)
   };
   CompletionSink(Params p, std::shared_ptr<HttpExchange> ex) : p_(std::move(p)), ex_(std::move(ex)) {
     if (p_.parse && p_.stream) parser_.emplace(p_.format, *p_.parse);
@@ -119,6 +120,7 @@ class CompletionSink final : public RequestSink {
     // The engine decided end-of-generation (tokenizer EOS/EOT and generation_config's
     // extra ids alike): that token is neither reported in logprobs nor streamed.
     if (ev.eog) return;
+    if (p_.answers) ids_.push_back(ev.token_id);
     TokenLogprobInfo info;
     const bool with_lp = p_.logprobs;
     if (with_lp) {
@@ -150,6 +152,16 @@ class CompletionSink final : public RequestSink {
 
   void on_finish(const RequestResult& r) override {
     if (p_.metrics) p_.metrics->record_finished(r);
+    // The answer's ids, for the next turn that sends it back: only where the client gets
+    // the whole text as the message content (nothing parsed out of it).
+    if (p_.answers && p_.tokenizer && r.finish != FinishReason::Cancelled && !r.text.empty()) {
+      bool plain = !p_.parse;
+      if (!plain) {
+        const chat::ParsedMessage m = chat::parse_chat_output(p_.format, r.text, *p_.parse);
+        plain = m.tool_calls.empty() && m.reasoning_content.empty() && m.content == r.text;
+      }
+      if (plain) p_.answers->remember(*p_.tokenizer, r.text, ids_);
+    }
     // Before the answer: its completion (on_complete) then finds the record and logs.
     if (p_.access_log) p_.access_log->generation_done(p_.seq, generation_record(r, p_.stream, p_.id));
     Usage usage{r.prompt_tokens, r.generated_tokens, r.cached_tokens};
@@ -300,6 +312,7 @@ class CompletionSink final : public RequestSink {
 
   std::optional<chat::StreamingChatParser> parser_;  // streaming chat with parsing
   std::vector<TokenLogprobInfo> lps_;  // non-streaming: every token's logprobs
+  std::vector<int32_t> ids_;           // with answers: the generated ids (EOG left out)
   std::mutex mu_;                      // started_, pending_, pending_finish_ (handler vs engine thread)
   bool started_ = false;
   bool pending_finish_ = false;

@@ -182,5 +182,45 @@ TEST_F(HybridCacheE2E, ACorruptOrForeignSnapshotIsAMissNeverAState) {
   EXPECT_GT(json::parse(r.body)["prefix_cache"]["disk"]["corrupt"].get<int64_t>(), 0) << r.body;
 }
 
+// A chat conversation with a real vocabulary (Qwen3's, chatml): the answer comes back as
+// text, which a random-weight model's sampled ids almost never tokenize back to, yet the
+// next turn reuses the whole first turn (prompt and answer, all but the last sampled id,
+// never fed back) because the server feeds the answer back as the ids it produced; with
+// that memory off, the hit ends at the first turn's prompt.
+TEST_F(HybridCacheE2E, TheNextChatTurnReusesTheAnswerAsItsOwnIds) {
+  const std::string model = (dir_ / "q35_qwen3vocab.gguf").string();
+  const std::string cmd = std::string(PAGODA_BINARY) + " synth --arch qwen35 --shape tiny --type q8_0 --vocab-from " +
+                          std::string(PAGODA_SHARED_DIR) + "/models/qwen3-tokenizer -o " + model + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto chat = [](uint16_t port, const json& messages) {
+    const auto r = http(port, "POST", "/v1/chat/completions",
+                        json{{"messages", messages}, {"max_tokens", 48}, {"temperature", 0}, {"ignore_eos", true}}.dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    return json::parse(r.body);
+  };
+  json messages = json::array({{{"role", "user"}, {"content", "Tell me a story about a lighthouse keeper and a storm."}}});
+  for (const char* memory : {"32MiB", "0"}) {
+    ServerProcess s({"-m", model, "--threads", "1", "--chat-template", "chatml", "--answer-tokens-bytes", memory,
+                     "--no-log-requests"});
+    const uint16_t port = s.start();
+    ASSERT_NE(port, 0) << s.log();
+    const json first = chat(port, messages);
+    const int64_t prompt1 = first["usage"]["prompt_tokens"];
+    json turn2 = messages;
+    turn2.push_back({{"role", "assistant"}, {"content", first["choices"][0]["message"]["content"]}});
+    turn2.push_back({{"role", "user"}, {"content", "And then?"}});
+    const json second = chat(port, turn2);
+    const int64_t cached = second["usage"]["prompt_tokens_details"]["cached_tokens"];
+    if (std::string(memory) != "0") {
+      EXPECT_EQ(cached, prompt1 + 47) << second.dump();
+      const auto st = json::parse(http(port, "GET", "/v1/cache/stats").body)["answer_tokens"];
+      EXPECT_EQ(st["spliced"], 1) << st.dump();
+    } else {
+      EXPECT_LT(cached, prompt1 + 47) << "the answer round-tripped: pick another prompt for this check";
+      EXPECT_GE(cached, prompt1 - 1) << "the previous prompt's snapshot was not used";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pagoda
