@@ -746,6 +746,7 @@ void Engine::publish_stats() {
   st.restoring = scheduler_.restoring();
   st.blocks_held = scheduler_.blocks_held();
   st.pool = pool_.stats();
+  st.recurrent_state_bytes = store_.recurrent_states().bytes();
   st.cache = cache_.stats();
   if (snapshots_) st.cache.state_snapshots = snapshots_->stats();
   std::lock_guard<std::mutex> lk(mu_);

@@ -276,6 +276,7 @@ struct EngineStats {
   // The model's weights (constant): Model::resident_weight_bytes() and file_tensor_bytes().
   int64_t resident_weight_bytes = 0;
   int64_t file_tensor_bytes = 0;
+  uint64_t recurrent_state_bytes = 0;  // hybrid models: running sequences' states (RecurrentStates::bytes)
   PoolStats pool;
   CacheStats cache;
 };

@@ -649,6 +649,9 @@ void ApiServer::handle_cache_stats(const HttpRequest&, std::shared_ptr<HttpExcha
   const ProcessMemory mem = read_process_memory();
   body["memory"] = {{"resident_weight_bytes", s.resident_weight_bytes},
                     {"file_tensor_bytes", s.file_tensor_bytes},
+                    // Hybrid models: the running sequences' recurrent states, exact (their
+                    // share of the KV budget; the snapshots are under prefix_cache).
+                    {"recurrent_state_bytes", s.recurrent_state_bytes},
                     {"process_rss_bytes", mem.rss_bytes},
                     {"process_rss_anon_bytes", mem.anon_bytes},
                     {"process_rss_file_bytes", mem.file_bytes}};

@@ -233,6 +233,8 @@ std::string ServerMetrics::render(const EngineStats& stats, const GrammarCacheSt
   metric(out, "prefix_cache_entries", "gauge", "Sequences cached by the prefix cache.",
          d(cache.entries));
   if (const SnapshotStats& ss = cache.state_snapshots; ss.state_bytes > 0) {
+    metric(out, "recurrent_state_bytes", "gauge",
+           "Bytes of the running sequences' recurrent states (hybrid models).", d(stats.recurrent_state_bytes));
     metric(out, "prefix_cache_state_snapshots", "gauge",
            "Recurrent-state snapshots kept for hybrid models' prefix reuse.", d(ss.snapshots));
     metric(out, "prefix_cache_state_snapshot_bytes", "gauge", "Bytes of those snapshots (count x state size).",

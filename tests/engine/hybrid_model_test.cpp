@@ -151,6 +151,7 @@ TEST(HybridEngine, EachTurnOfAConversationReusesTheHistoryAndMatchesCacheOff) {
   EXPECT_EQ(st.cache.state_snapshots.bytes,
             static_cast<uint64_t>(st.cache.state_snapshots.snapshots) * state_bytes(*l.model));
   EXPECT_LE(st.cache.state_snapshots.bytes, st.cache.state_snapshots.capacity_bytes);
+  EXPECT_EQ(st.recurrent_state_bytes, 0u) << "a finished sequence's state outlived it";
   cached.stop();
   plain.stop();
 }
