@@ -388,7 +388,7 @@ Runner add_serve(CLI::App& app) {
     ec.cache = o->cache.resolve();
     ec.disk = o->cache.resolve_disk();
     ec.state_snapshot_bytes = o->cache.resolve_state_snapshot_bytes();
-    ec.state_snapshot_interval = o->cache.state_snapshot_interval;
+    ec.state_snapshot_interval = o->cache.resolve_state_snapshot_interval();
     ec.parallel = o->parallel;
     ec.max_queue = o->max_queue;
     ec.ctx_size = o->ctx_size;

@@ -1,5 +1,6 @@
 #include "cli/kv_options.h"
 
+#include <charconv>
 #include <cstdio>
 
 #include "common/error.h"
@@ -77,8 +78,19 @@ void PromptCacheOptions::add_to(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--state-snapshot-interval", state_snapshot_interval,
                  "Hybrid models: snapshot the recurrent state every N prompt tokens, so prompts sharing a long "
-                 "prefix resume near where they part (0: only at prompt and sequence ends)")
+                 "prefix resume near where they part (0: only at prompt and sequence ends; auto: the tokens whose "
+                 "K/V takes one snapshot's bytes)")
       ->capture_default_str();
+}
+
+int64_t PromptCacheOptions::resolve_state_snapshot_interval() const {
+  if (state_snapshot_interval == "auto") return -1;
+  int64_t n = -1;
+  const auto [end, ec] = std::from_chars(state_snapshot_interval.data(),
+                                         state_snapshot_interval.data() + state_snapshot_interval.size(), n);
+  if (ec != std::errc() || end != state_snapshot_interval.data() + state_snapshot_interval.size() || n < 0)
+    throw Error("--state-snapshot-interval must be a token count >= 0 or auto (got '" + state_snapshot_interval + "')");
+  return n;
 }
 
 uint64_t PromptCacheOptions::resolve_state_snapshot_bytes() const {

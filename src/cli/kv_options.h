@@ -51,7 +51,7 @@ struct PromptCacheOptions {
   // Hybrid models (qwen35): --state-snapshot-bytes (auto: a quarter of the KV budget) and
   // --state-snapshot-interval (engine.h, EngineConfig).
   std::string state_snapshot_bytes = "auto";
-  int64_t state_snapshot_interval = 2048;
+  std::string state_snapshot_interval = "auto";
 
   void add_to(CLI::App& app);
   // Validates the flags (pagoda::Error naming the flag).
@@ -59,6 +59,8 @@ struct PromptCacheOptions {
   DiskTierConfig resolve_disk() const;
   // --state-snapshot-bytes in bytes, 0 for auto.
   uint64_t resolve_state_snapshot_bytes() const;
+  // --state-snapshot-interval in tokens, -1 for auto.
+  int64_t resolve_state_snapshot_interval() const;
 };
 
 // A pool sized by `options` for `config`'s geometry, and a store over it.

@@ -118,8 +118,9 @@ EngineConfig checked(EngineConfig c, const Model& m) {
   if (c.threads < 1) throw Error("--threads must be >= 1");
   if (c.ctx_size <= 0) c.ctx_size = m.config().ctx_len;
   if (c.ctx_size < 2) throw Error("--ctx-size must be >= 2 (got " + std::to_string(c.ctx_size) + ")");
-  if (c.state_snapshot_interval < 0)
-    throw Error("--state-snapshot-interval must be >= 0 (got " + std::to_string(c.state_snapshot_interval) + ")");
+  if (c.state_snapshot_interval < -1)
+    throw Error("--state-snapshot-interval must be >= 0 or auto (got " + std::to_string(c.state_snapshot_interval) +
+                ")");
   // Hybrid models (qwen35): the budget books the running sequences' recurrent states and
   // the snapshots that make their prefix cache work (a cached K/V prefix is useless
   // without the state at the same position); the pool gets what is left.
@@ -163,6 +164,14 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& con
       scheduler_(SchedulerConfig{config_.parallel, config_.max_batch_tokens, config_.state_snapshot_interval}, store_,
                  cache_, snapshots_.get()) {
   configure_recurrent_states(model.config(), store_.recurrent_states());
+  if (config_.state_snapshot_interval < 0) {  // auto (engine.h): as many K/V bytes as a snapshot's
+    const int64_t block = pool_.block_size();
+    const double tokens = snapshots_ ? static_cast<double>(snapshots_->state_bytes()) / pool_.bytes_per_token() : 0.0;
+    config_.state_snapshot_interval =
+        snapshots_ ? std::max<int64_t>(block, static_cast<int64_t>(std::llround(tokens / static_cast<double>(block))) * block)
+                   : 0;
+    scheduler_.set_state_snapshot_interval(config_.state_snapshot_interval);
+  }
   cache_.set_disk_tier(disk_.get());
   if (disk_) {
     disk_io_ = std::make_unique<DiskIo>(*disk_, [this] {

@@ -154,9 +154,11 @@ struct EngineConfig {
   // Hybrid models (qwen35): the KV budget also books `parallel` running recurrent states
   // and this many bytes of state snapshots, the prefix cache's other half (0: a quarter of
   // the budget; state_snapshots.h); the pool gets the rest. A prefill snapshots the state
-  // every state_snapshot_interval tokens (0: only at prompt and sequence ends).
+  // every state_snapshot_interval tokens (0: only at prompt and sequence ends; -1, auto:
+  // the tokens whose K/V takes as many bytes as one snapshot, a block multiple, so the
+  // snapshots of a long prompt at most double its memory: ~1.6k tokens for Qwen 3.5 4B).
   uint64_t state_snapshot_bytes = 0;       // --state-snapshot-bytes
-  int64_t state_snapshot_interval = 2048;  // --state-snapshot-interval
+  int64_t state_snapshot_interval = -1;    // --state-snapshot-interval (auto)
   bool check_invariants = false;   // tests: check_invariants() (and the pool's and cache's)
                                    // after every step; always on in debug builds
 };

@@ -182,6 +182,8 @@ class Scheduler {
   // sequence's previous one); with a write-through tier those two go to disk at once.
   Scheduler(const SchedulerConfig& config, PagedKvStore& store, PrefixCache& cache,
             StateSnapshots* snapshots = nullptr);
+  // The engine resolves an automatic interval once the pool exists (before any step).
+  void set_state_snapshot_interval(int64_t n) { config_.state_snapshot_interval = n; }
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 

@@ -306,6 +306,17 @@ TEST(HybridEngine, TheBudgetBooksTheStatesAndRefusesOneTooSmallForThem) {
     EXPECT_EQ(st.pool.bytes_budget, hybrid_bytes_for_blocks(*l.model, 64)) << "the pool got more than its share";
     EXPECT_EQ(st.cache.state_snapshots.capacity_bytes, 6 * state_bytes(*l.model));
   }
+  {
+    // The automatic interval: the tokens whose K/V is one snapshot's bytes, in blocks.
+    EngineConfig a = c;
+    a.state_snapshot_interval = -1;
+    Engine e(*l.model, nullptr, a);
+    const double per_token = static_cast<double>(hybrid_bytes_for_blocks(*l.model, 1)) / kBlock;
+    const int64_t want = std::max<int64_t>(
+        kBlock, std::llround(static_cast<double>(state_bytes(*l.model)) / per_token / kBlock) * kBlock);
+    EXPECT_EQ(e.config().state_snapshot_interval, want);
+    EXPECT_GT(want, kBlock);
+  }
   c.kv.budget_bytes = 4 * state_bytes(*l.model) + c.state_snapshot_bytes;  // nothing left for K/V
   try {
     Engine e(*l.model, nullptr, c);
