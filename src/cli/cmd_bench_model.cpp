@@ -1,10 +1,12 @@
 // `pagoda bench-model`: prompt-processing and generation speed (median of
 // repeats) and the decode roofline (measured read bandwidth / bytes a decode
-// step streams: the weights, plus at a context depth the K/V attention reads).
+// step streams: the weights, plus at a context depth the K/V attention reads, plus a
+// hybrid model's recurrent state read and written).
 // `-d N` measures both at N tokens of context, as llama-bench's -d does: the
 // context is prefilled once, untimed, and every repeat runs from position N.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include <nlohmann/json.hpp>
 
@@ -72,10 +74,24 @@ Runner add_bench_model(CLI::App& app) {
     // windows paged apart the global layers' and the local layers' windows.
     const uint64_t kv_bytes_at_depth = d > 0 ? kv.pool->stats().bytes_in_use : 0;
     reserve_or_throw(kv, 0, ctx);
+    // Hybrid models: each phase starts from the recurrent state at the depth (a forward
+    // must continue its sequence's state), restored before it, outside the timing.
+    RecurrentStates& states = kv.store->recurrent_states();
+    std::vector<uint8_t> state_at_depth;
+    if (states.enabled()) {
+      states.ensure(0);
+      state_at_depth.assign(states.data(0), states.data(0) + states.bytes_per_state());
+    }
+    auto rewind_state = [&] {
+      if (state_at_depth.empty()) return;
+      std::memcpy(states.data(0), state_at_depth.data(), state_at_depth.size());
+      states.set_pos(0, d);
+    };
     std::vector<double> pp_rates, tg_rates;
     // One untimed warm-up of each phase: page in the weights, grow scratch.
     for (int r = -1; r < o->repeats; ++r) {
       if (o->n_prompt > 0) {
+        rewind_state();
         batch.clear();
         for (int64_t i = 0; i < o->n_prompt; ++i) batch.add(token_at(i), d + i, 0, i + 1 == o->n_prompt);
         double t0 = now_seconds();
@@ -84,6 +100,7 @@ Runner add_bench_model(CLI::App& app) {
         if (r >= 0) pp_rates.push_back(o->n_prompt / dt);
       }
       if (o->n_gen > 0) {
+        rewind_state();
         double t0 = now_seconds();
         for (int64_t i = 0; i < o->n_gen; ++i) {
           batch.clear();
@@ -109,7 +126,10 @@ Runner add_bench_model(CLI::App& app) {
     for (int64_t w : c.layer_windows())
       kv_step_tokens += (w > 0 ? std::min(avg_ctx, static_cast<double>(w)) : avg_ctx) / static_cast<double>(groups.page_layers);
     const size_t kv_step_bytes = static_cast<size_t>(kv.pool->bytes_per_token() * kv_step_tokens);
-    const size_t step_bytes = weight_bytes + (d > 0 ? kv_step_bytes : 0);
+    // Hybrid models: the recurrent state, read and written back (50 MiB each way for Qwen
+    // 3.5 4B, 2% of its Q4_K_M weights).
+    const size_t state_step_bytes = 2 * recurrent_state_bytes(c);
+    const size_t step_bytes = weight_bytes + (d > 0 ? kv_step_bytes : 0) + state_step_bytes;
     const double roofline = bw / static_cast<double>(step_bytes);
     const double pp = median(pp_rates), tg = median(tg_rates);
     if (o->json) {
@@ -133,6 +153,7 @@ Runner add_bench_model(CLI::App& app) {
                           {"weight_bytes", lm.model->weight_bytes()},
                           {"decode_step_bytes", step_bytes},
                           {"decode_step_weight_bytes", weight_bytes},
+                          {"decode_step_state_bytes", state_step_bytes},
                           {"n_expert", c.n_expert},
                           {"n_expert_used", c.n_expert_used},
                           {"read_bandwidth_bytes_per_s", bw},
@@ -151,7 +172,10 @@ Runner add_bench_model(CLI::App& app) {
     }
     std::printf("model: %s\n  %s\n  tensor bytes %.1f MiB, decode step streams %.1f MiB%s, %d threads, %s\n",
                 o->model.c_str(), c.summary().c_str(), lm.model->file_tensor_bytes() / 1048576.0,
-                step_bytes / 1048576.0, d > 0 ? " (weights and K/V)" : "", threads, cpu_features_string().c_str());
+                step_bytes / 1048576.0,
+                state_step_bytes > 0 ? (d > 0 ? " (weights, K/V, recurrent state in and out)" : " (weights, recurrent state in and out)")
+                                     : (d > 0 ? " (weights and K/V)" : ""),
+                threads, cpu_features_string().c_str());
     if (d > 0)
       std::printf("  at a context depth of %lld tokens: KV holds %.1f MiB (%.0f bytes a token; %s)\n",
                   static_cast<long long>(d), kv_bytes_at_depth / 1048576.0,

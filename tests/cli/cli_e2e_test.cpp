@@ -192,6 +192,23 @@ TEST_F(Cli, SynthRejectsUnknownTypeAndShape) {
   EXPECT_EQ(s.exit_code, 1);
 }
 
+// A hybrid model (qwen35): every repeat starts from the recurrent state at the depth (a
+// forward that does not continue it is refused), and the step bytes count that state read
+// and written back.
+TEST_F(Cli, BenchModelOnAHybridModelRewindsItsStateEachRepeat) {
+  fs::path model = dir_ / "q35.gguf";
+  ASSERT_EQ(run("synth --arch qwen35 --shape tiny --type q8_0 -o " + model.string()).exit_code, 0);
+  RunResult b = run("bench-model -m " + model.string() + " -p 8 -n 4 -d 20 -r 2 -t 2 --json");
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  auto j = nlohmann::json::parse(b.out);
+  EXPECT_EQ(j.at("gen_tokens_per_s_runs").size(), 2u);
+  const uint64_t state = j.at("decode_step_state_bytes").get<uint64_t>();
+  EXPECT_GT(state, 0u);
+  const double kv_per_token = j.at("kv_bytes_per_token").get<double>();
+  EXPECT_EQ(j.at("decode_step_bytes").get<uint64_t>(),
+            j.at("decode_step_weight_bytes").get<uint64_t>() + static_cast<uint64_t>(kv_per_token * (20 + 4 / 2)) + state);
+}
+
 // Every architecture of the table through the binary: synth --arch X --shape tiny, then generate;
 // phi3 with LongRoPE too, and LongRoPE refused where the architecture has none.
 TEST_F(Cli, SynthEveryArchitectureTinyThenGenerate) {
