@@ -472,11 +472,20 @@ void Model::set_context_size(int64_t n_ctx) {
   }
 }
 
+// The matrices of layer L that every token reads (all but the routed experts): attention or
+// Gated DeltaNet projections, a dense FFN, the router.
+size_t Model::dense_stream_bytes(const Layer& L) {
+  size_t b = 0;
+  for (const WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router, &L.w_ssm_qkv,
+                                &L.w_ssm_gate, &L.w_ssm_beta, &L.w_ssm_alpha, &L.w_ssm_out})
+    b += w->stream_bytes();
+  return b;
+}
+
 size_t Model::weight_bytes() const {
   size_t b = output_.stream_bytes();
   for (const auto& L : layers_) {
-    b += L->wq.stream_bytes() + L->wk.stream_bytes() + L->wv.stream_bytes() + L->wo.stream_bytes() +
-         L->w_gate.stream_bytes() + L->w_up.stream_bytes() + L->w_down.stream_bytes() + L->router.stream_bytes();
+    b += dense_stream_bytes(*L);
     for (size_t e = 0; e < L->exp_gate.size(); ++e)
       b += L->exp_gate[e].stream_bytes() + L->exp_up[e].stream_bytes() + L->exp_down[e].stream_bytes();
   }
@@ -488,8 +497,7 @@ size_t Model::decode_step_bytes() const {
   // One embedding row (dequantized per token) besides the matrices.
   size_t b = output_.stream_bytes() + row_bytes(token_embd_->type, c.dim);
   for (const auto& L : layers_) {
-    b += L->wq.stream_bytes() + L->wk.stream_bytes() + L->wv.stream_bytes() + L->wo.stream_bytes() +
-         L->w_gate.stream_bytes() + L->w_up.stream_bytes() + L->w_down.stream_bytes() + L->router.stream_bytes();
+    b += dense_stream_bytes(*L);
     // Experts of a layer are the same size: k of them are read per token.
     if (!L->exp_gate.empty())
       b += static_cast<size_t>(c.n_expert_used) *
@@ -504,7 +512,8 @@ size_t Model::resident_weight_bytes() const {
               rope_factors_short_.size()) *
              sizeof(float);
   for (const auto& L : layers_) {
-    for (const std::vector<float>* v : {&L->attn_norm, &L->ffn_norm, &L->q_norm, &L->k_norm, &L->bq, &L->bk, &L->bv})
+    for (const std::vector<float>* v : {&L->attn_norm, &L->ffn_norm, &L->q_norm, &L->k_norm, &L->bq, &L->bk, &L->bv,
+                                        &L->conv1d, &L->dt_bias, &L->ssm_a, &L->ssm_norm})
       b += v->size() * sizeof(float);
   }
   // The matrices: their repacked copy, or the file bytes they view.

@@ -144,6 +144,8 @@ class Model {
   // Mixture-of-experts FFN of layer L over the batch's T normed rows (scratch xn),
   // added into the residual (scratch x).
   void moe_ffn(const Layer& L, int64_t T, ThreadPool& pool);
+  // Bytes of layer L's matrices that every token streams (all but the routed experts).
+  static size_t dense_stream_bytes(const Layer& L);
   // The mixer's output (scratch tmp) added into the residual, then layer L's FFN block.
   void ffn_block(const Layer& L, int64_t T, ThreadPool& pool);
   // A Gated DeltaNet layer over the batch's normed rows (scratch xn) into scratch tmp,
