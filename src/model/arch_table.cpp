@@ -84,6 +84,61 @@ std::vector<TensorSpec> concat(std::vector<TensorSpec> a, const std::vector<Tens
 const std::vector<RopeScalingType> kAllScalings = {RopeScalingType::None, RopeScalingType::Linear,
                                                    RopeScalingType::Yarn};
 
+// qwen35 / qwen35moe: everything but the FFN's kind. Sets the row's flags and its global
+// tensors (no rope_freqs).
+void set_qwen35_trunk(ArchInfo& r) {
+  r.rope = RopeKind::Neox;
+  r.rope_scalings = kAllScalings;
+  r.qk_norm = true;
+  r.gated_attention = true;
+  r.linear_attention = true;
+  r.default_full_attention_interval = 4;
+  r.tensors = global_tensors();
+  r.tensors.pop_back();  // no rope_freqs
+}
+
+// One qwen35 layer with a dense FFN: the full-attention tensors (attention layers only),
+// the Gated DeltaNet ones (recurrent layers only), then the FFN every layer has.
+std::vector<TensorSpec> qwen35_block() {
+  using L = LayerKind;
+  return {
+      {Role::AttnNorm, "attn_norm.weight", "", true, {E::Dim}, K::Norm},
+      {Role::AttnQ, "attn_q.weight", "", true, {E::QGateDim, E::Dim}, K::Matrix, Presence::Required, Permute::None,
+       L::Attention},
+      {Role::AttnK, "attn_k.weight", "", true, {E::KvDim, E::Dim}, K::Matrix, Presence::Required, Permute::None,
+       L::Attention},
+      {Role::AttnV, "attn_v.weight", "", true, {E::KvDim, E::Dim}, K::Matrix, Presence::Required, Permute::None,
+       L::Attention},
+      {Role::AttnQNorm, "attn_q_norm.weight", "", true, {E::HeadDim}, K::Norm, Presence::Required, Permute::None,
+       L::Attention},
+      {Role::AttnKNorm, "attn_k_norm.weight", "", true, {E::HeadDim}, K::Norm, Presence::Required, Permute::None,
+       L::Attention},
+      {Role::AttnOut, "attn_output.weight", "", true, {E::Dim, E::QDim}, K::Matrix, Presence::Required,
+       Permute::None, L::Attention},
+      {Role::AttnQkv, "attn_qkv.weight", "", true, {E::SsmConvDim, E::Dim}, K::Matrix, Presence::Required,
+       Permute::None, L::Recurrent},
+      {Role::SsmGate, "attn_gate.weight", "", true, {E::SsmValueDim, E::Dim}, K::Matrix, Presence::Required,
+       Permute::None, L::Recurrent},
+      {Role::SsmConv1d, "ssm_conv1d.weight", "", true, {E::SsmConvDim, E::SsmConvKernel}, K::Router,
+       Presence::Required, Permute::None, L::Recurrent},
+      {Role::SsmDtBias, "ssm_dt.bias", "", true, {E::SsmVHeads}, K::Bias, Presence::Required, Permute::None,
+       L::Recurrent},
+      {Role::SsmA, "ssm_a", "", true, {E::SsmVHeads}, K::Decay, Presence::Required, Permute::None, L::Recurrent},
+      {Role::SsmBeta, "ssm_beta.weight", "", true, {E::SsmVHeads, E::Dim}, K::Router, Presence::Required,
+       Permute::None, L::Recurrent},
+      {Role::SsmAlpha, "ssm_alpha.weight", "", true, {E::SsmVHeads, E::Dim}, K::Router, Presence::Required,
+       Permute::None, L::Recurrent},
+      {Role::SsmNorm, "ssm_norm.weight", "", true, {E::SsmHeadDim}, K::Norm, Presence::Required, Permute::None,
+       L::Recurrent},
+      {Role::SsmOut, "ssm_out.weight", "", true, {E::Dim, E::SsmValueDim}, K::Matrix, Presence::Required,
+       Permute::None, L::Recurrent},
+      {Role::FfnNorm, "post_attention_norm.weight", "", true, {E::Dim}, K::Norm},
+      {Role::FfnGate, "ffn_gate.weight", "", true, {E::Ffn, E::Dim}, K::Matrix},
+      {Role::FfnUp, "ffn_up.weight", "", true, {E::Ffn, E::Dim}, K::Matrix},
+      {Role::FfnDown, "ffn_down.weight", "", true, {E::Dim, E::Ffn}, K::Matrix},
+  };
+}
+
 std::vector<ArchInfo> build_table() {
   std::vector<ArchInfo> rows;
   {
@@ -273,52 +328,25 @@ std::vector<ArchInfo> build_table() {
     // norm. Names and shapes as llama.cpp b10587 reads them (src/models/qwen35.cpp); the
     // multi-token-prediction blocks after the trunk (nextn) are not read.
     ArchInfo r{.arch = Arch::Qwen35, .gguf_name = "qwen35"};
-    r.rope = RopeKind::Neox;
-    r.rope_scalings = kAllScalings;
-    r.qk_norm = true;
-    r.gated_attention = true;
-    r.linear_attention = true;
-    r.default_full_attention_interval = 4;
-    r.tensors = global_tensors();
-    r.tensors.pop_back();  // no rope_freqs
-    using L = LayerKind;
-    const std::vector<TensorSpec> block = {
-        {Role::AttnNorm, "attn_norm.weight", "", true, {E::Dim}, K::Norm},
-        {Role::AttnQ, "attn_q.weight", "", true, {E::QGateDim, E::Dim}, K::Matrix, Presence::Required, Permute::None,
-         L::Attention},
-        {Role::AttnK, "attn_k.weight", "", true, {E::KvDim, E::Dim}, K::Matrix, Presence::Required, Permute::None,
-         L::Attention},
-        {Role::AttnV, "attn_v.weight", "", true, {E::KvDim, E::Dim}, K::Matrix, Presence::Required, Permute::None,
-         L::Attention},
-        {Role::AttnQNorm, "attn_q_norm.weight", "", true, {E::HeadDim}, K::Norm, Presence::Required, Permute::None,
-         L::Attention},
-        {Role::AttnKNorm, "attn_k_norm.weight", "", true, {E::HeadDim}, K::Norm, Presence::Required, Permute::None,
-         L::Attention},
-        {Role::AttnOut, "attn_output.weight", "", true, {E::Dim, E::QDim}, K::Matrix, Presence::Required,
-         Permute::None, L::Attention},
-        {Role::AttnQkv, "attn_qkv.weight", "", true, {E::SsmConvDim, E::Dim}, K::Matrix, Presence::Required,
-         Permute::None, L::Recurrent},
-        {Role::SsmGate, "attn_gate.weight", "", true, {E::SsmValueDim, E::Dim}, K::Matrix, Presence::Required,
-         Permute::None, L::Recurrent},
-        {Role::SsmConv1d, "ssm_conv1d.weight", "", true, {E::SsmConvDim, E::SsmConvKernel}, K::Router,
-         Presence::Required, Permute::None, L::Recurrent},
-        {Role::SsmDtBias, "ssm_dt.bias", "", true, {E::SsmVHeads}, K::Bias, Presence::Required, Permute::None,
-         L::Recurrent},
-        {Role::SsmA, "ssm_a", "", true, {E::SsmVHeads}, K::Decay, Presence::Required, Permute::None, L::Recurrent},
-        {Role::SsmBeta, "ssm_beta.weight", "", true, {E::SsmVHeads, E::Dim}, K::Router, Presence::Required,
-         Permute::None, L::Recurrent},
-        {Role::SsmAlpha, "ssm_alpha.weight", "", true, {E::SsmVHeads, E::Dim}, K::Router, Presence::Required,
-         Permute::None, L::Recurrent},
-        {Role::SsmNorm, "ssm_norm.weight", "", true, {E::SsmHeadDim}, K::Norm, Presence::Required, Permute::None,
-         L::Recurrent},
-        {Role::SsmOut, "ssm_out.weight", "", true, {E::Dim, E::SsmValueDim}, K::Matrix, Presence::Required,
-         Permute::None, L::Recurrent},
-        {Role::FfnNorm, "post_attention_norm.weight", "", true, {E::Dim}, K::Norm},
-        {Role::FfnGate, "ffn_gate.weight", "", true, {E::Ffn, E::Dim}, K::Matrix},
-        {Role::FfnUp, "ffn_up.weight", "", true, {E::Ffn, E::Dim}, K::Matrix},
-        {Role::FfnDown, "ffn_down.weight", "", true, {E::Dim, E::Ffn}, K::Matrix},
-    };
-    r.tensors.insert(r.tensors.end(), block.begin(), block.end());
+    set_qwen35_trunk(r);
+    r.tensors = concat(r.tensors, qwen35_block());
+    rows.push_back(std::move(r));
+  }
+  {
+    // Qwen 3.5 / 3.6 MoE (Qwen3.6-35B-A3B): qwen35's trunk with every layer's FFN a
+    // mixture of experts (src/models/qwen35moe.cpp): softmax over the experts, the top
+    // k renormalised (build_moe_ffn's norm_w, as qwen3moe), plus a shared expert gated
+    // by sigmoid(ffn_gate_inp_shexp · x) (MoeSpec::shared_expert). No HF names: like
+    // qwen35, only GGUF files are read.
+    ArchInfo r{.arch = Arch::Qwen35Moe, .gguf_name = "qwen35moe"};
+    set_qwen35_trunk(r);
+    r.moe = {.router = RouterKind::SoftmaxTopKRenormalized, .expert_ffn_key = true, .shared_expert = true};
+    std::vector<TensorSpec> block = with_experts(qwen35_block(), "", "", "", "");
+    block.push_back({Role::FfnGateInpShexp, "ffn_gate_inp_shexp.weight", "", true, {E::Dim}, K::Router});
+    block.push_back({Role::FfnGateShexp, "ffn_gate_shexp.weight", "", true, {E::FfnShexp, E::Dim}, K::Matrix});
+    block.push_back({Role::FfnUpShexp, "ffn_up_shexp.weight", "", true, {E::FfnShexp, E::Dim}, K::Matrix});
+    block.push_back({Role::FfnDownShexp, "ffn_down_shexp.weight", "", true, {E::Dim, E::FfnShexp}, K::Matrix});
+    r.tensors = concat(r.tensors, block);
     rows.push_back(std::move(r));
   }
   return rows;
@@ -445,6 +473,7 @@ std::vector<int64_t> resolve_shape(const TensorSpec& t, const ModelConfig& c) {
       case Extent::GateUpDim: out.push_back(2 * c.ffn_dim); break;
       case Extent::NExpert: out.push_back(c.n_expert); break;
       case Extent::FfnExp: out.push_back(c.expert_ffn_dim); break;
+      case Extent::FfnShexp: out.push_back(c.shared_expert_ffn_dim); break;
       case Extent::QGateDim: out.push_back(2 * c.q_dim()); break;
       case Extent::SsmConvDim: out.push_back(c.ssm_conv_dim()); break;
       case Extent::SsmValueDim: out.push_back(c.ssm_value_dim()); break;

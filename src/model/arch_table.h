@@ -35,7 +35,7 @@ struct ModelConfig;
 
 // Mixtral is GGUF architecture `llama` with experts: a row of its own (HF names,
 // tensors) that find_arch_by_gguf picks for a `llama` file with llama.expert_count.
-enum class Arch { Llama, Qwen2, Qwen3, Phi3, Gemma2, Gemma3, Qwen3Moe, Mixtral, Olmoe, Qwen35 };
+enum class Arch { Llama, Qwen2, Qwen3, Phi3, Gemma2, Gemma3, Qwen3Moe, Mixtral, Olmoe, Qwen35, Qwen35Moe };
 
 // RoPE context-extension scaling a model may declare (GGUF rope.scaling.type,
 // HF rope_scaling.type). Llama 3's scaling is carried by rope_freqs.weight and
@@ -99,6 +99,14 @@ struct MoeSpec {
   // num_local_experts) and one expert's FFN width ("" : intermediate_size is it).
   std::string_view hf_expert_count_key{};
   std::string_view hf_expert_ffn_key{};
+  // A shared expert beside the routed ones (qwen35moe, as llama.cpp's qwen2moe / qwen3next /
+  // qwen35moe graphs): every token's FFN output is the routed experts' weighted sum plus
+  // sigmoid(ffn_gate_inp_shexp · x) times a SwiGLU FFN of width
+  // {arch}.expert_shared_feed_forward_length (default feed_forward_length). Such rows read
+  // feed_forward_length as optional (llama.cpp does; Qwen 3.5's MoE config has no dense
+  // width) and, without expert_feed_forward_length, take feed_forward_length /
+  // expert_used_count as the expert width (llama.cpp's fallback).
+  bool shared_expert = false;
 };
 
 // A symbolic tensor extent, resolved by resolve_shape() against a ModelConfig.
@@ -114,7 +122,8 @@ enum class Extent {
   GateUpDim,  // 2 * ffn_dim (fused gate then up rows)
   NExpert,    // n_expert
   FfnExp,     // expert_ffn_dim (one expert's FFN width)
-  // Gated attention and Gated DeltaNet (qwen35; ModelConfig's ssm_* fields):
+  FfnShexp,   // shared_expert_ffn_dim (the shared expert's FFN width)
+  // Gated attention and Gated DeltaNet (qwen35, qwen35moe; ModelConfig's ssm_* fields):
   QGateDim,     // 2 * q_dim: each head's query followed by its output gate
   SsmConvDim,   // the convolved channels: 2 * key_dim + value_dim (Q, K, V of the linear layer)
   SsmValueDim,  // value_dim = n_v_heads * head_dim (ssm.inner_size)
@@ -132,6 +141,9 @@ enum class Role {
   FfnPostNorm,   // RMSNorm of the FFN output before the residual add (Gemma 2/3)
   FfnRouter,                          // [n_expert, dim] router logits (ffn_gate_inp)
   FfnGateExps, FfnUpExps, FfnDownExps, // [n_expert, ffn_exp, dim] / [n_expert, dim, ffn_exp]
+  // The shared expert (MoeSpec::shared_expert): its gate's projection and its SwiGLU FFN.
+  FfnGateInpShexp,                       // [dim] sigmoid(w · x) scales the shared expert's output
+  FfnGateShexp, FfnUpShexp, FfnDownShexp, // [ffn_shexp, dim] / [ffn_shexp, dim] / [dim, ffn_shexp]
   // Gated DeltaNet (linear attention) layers; their fused Q, K, V projection is AttnQkv.
   SsmGate,      // [value_dim, dim] z: the output gate (attn_gate)
   SsmConv1d,    // [conv_dim, conv_kernel] the depthwise causal convolution
@@ -151,7 +163,8 @@ enum class TensorKind {
   RopeFactors, // computed from the RoPE scaling, never random
   Router,      // 2-D like Matrix, but always F32 (llama.cpp's converter and quantizer
                // keep ffn_gate_inp F32: 128 x 2048 is 1 MiB a layer, and routing is
-               // a discrete choice that quantization noise would flip)
+               // a discrete choice that quantization noise would flip); 1-D for the
+               // shared expert's gate (ffn_gate_inp_shexp [dim], one logit per token)
   Experts,     // 3-D [n_expert, rows, cols]: n_expert matrices drawn like Matrix; in HF
                // directories one 2-D tensor per expert (the hf name's '*' is the index)
   Decay,       // 1-D, negative: -uniform(1, 16) (a DeltaNet's -exp(A_log)), always F32
@@ -227,10 +240,10 @@ struct ArchInfo {
   int64_t attn_scale_dim_over_heads_layers = 0;
   SlidingWindowSpec sliding_window{};
   MoeSpec moe{};
-  // Gated attention (qwen35): attn_q's rows hold, per head, the query and then a gate of
+  // Gated attention (qwen35, qwen35moe): attn_q's rows hold, per head, the query and then a gate of
   // head_dim; the attention output is multiplied by sigmoid(gate) before attn_output.
   bool gated_attention = false;
-  // Hybrid linear attention (qwen35): Gated DeltaNet layers beside full-attention ones,
+  // Hybrid linear attention (qwen35, qwen35moe): Gated DeltaNet layers beside full-attention ones,
   // read from {arch}.ssm.* keys; {arch}.attention.recurrent_layers (an array) says which
   // layers are linear, else {arch}.full_attention_interval (default below): layer i is
   // full attention when (i + 1) % interval == 0, as llama.cpp reads them.

@@ -173,7 +173,10 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
   c.name = f.get_string("general.name").value_or("");
   c.dim = require_positive(f, p + "embedding_length");
   c.n_layers = require_positive(f, p + "block_count");
-  c.ffn_dim = require_positive(f, p + "feed_forward_length");
+  // Shared-expert rows (qwen35moe) may lack feed_forward_length, as llama.cpp allows: 0
+  // until the MoE keys below fill it in.
+  c.ffn_dim = row->moe.shared_expert ? optional_positive(f, p + "feed_forward_length", 0)
+                                     : require_positive(f, p + "feed_forward_length");
   c.n_heads = require_positive(f, p + "attention.head_count");
   c.n_kv_heads = optional_positive(f, p + "attention.head_count_kv", c.n_heads);
   c.ctx_len = optional_positive(f, p + "context_length", 2048);
@@ -260,7 +263,24 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
     if (c.n_expert_used > c.n_expert || c.n_expert > 4096)
       throw Error(f.path() + ": " + p + "expert_used_count " + std::to_string(c.n_expert_used) +
                   " must be <= expert_count " + std::to_string(c.n_expert) + " (<= 4096)");
-    c.expert_ffn_dim = row->moe.expert_ffn_key ? require_positive(f, p + "expert_feed_forward_length") : c.ffn_dim;
+    if (!row->moe.expert_ffn_key) {
+      c.expert_ffn_dim = c.ffn_dim;
+    } else if (row->moe.shared_expert && !f.has(p + "expert_feed_forward_length") && c.ffn_dim > 0) {
+      // llama.cpp's qwen35moe fallback: n_ff / n_expert_used.
+      c.expert_ffn_dim = c.ffn_dim / c.n_expert_used;
+      if (c.expert_ffn_dim <= 0)
+        throw Error(f.path() + ": no " + p + "expert_feed_forward_length, and feed_forward_length " +
+                    std::to_string(c.ffn_dim) + " / expert_used_count " + std::to_string(c.n_expert_used) + " is 0");
+    } else {
+      c.expert_ffn_dim = require_positive(f, p + "expert_feed_forward_length");
+    }
+    if (row->moe.shared_expert) {
+      c.shared_expert_ffn_dim = optional_positive(f, p + "expert_shared_feed_forward_length", c.ffn_dim);
+      if (c.shared_expert_ffn_dim <= 0)
+        throw Error(f.path() + ": missing metadata key '" + p + "expert_shared_feed_forward_length' (and no " + p +
+                    "feed_forward_length to default it to)");
+      if (c.ffn_dim == 0) c.ffn_dim = c.shared_expert_ffn_dim;
+    }
   }
 
   if (row->linear_attention) read_linear_attention(f, p, *row, c);
@@ -294,7 +314,8 @@ std::string ModelConfig::summary() const {
     s += ", window " + std::to_string(sliding_window) + " (1 global layer in " + std::to_string(sw.period) + ")";
   if (n_expert > 0)
     s += ", " + std::to_string(n_expert_used) + " of " + std::to_string(n_expert) + " experts (ffn " +
-         std::to_string(expert_ffn_dim) + ")";
+         std::to_string(expert_ffn_dim) + ")" +
+         (shared_expert_ffn_dim > 0 ? " + a shared expert (ffn " + std::to_string(shared_expert_ffn_dim) + ")" : "");
   if (hybrid())
     s += ", " + std::to_string(n_recurrent_layers()) + " Gated DeltaNet layers (" + std::to_string(ssm_v_heads) +
          " heads of " + std::to_string(ssm_head_dim) + ")";

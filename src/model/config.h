@@ -32,7 +32,8 @@ struct ModelConfig {
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;    // attention.key_length, default dim / n_heads
-  int64_t ffn_dim = 0;     // feed_forward_length
+  int64_t ffn_dim = 0;     // feed_forward_length (shared-expert rows without the key: the
+                           // shared expert's width, which is what it sizes there)
   int64_t ctx_len = 0;     // context_length (trained context)
   int64_t n_rot = 0;       // rope.dimension_count, default head_dim
   float rms_eps = 1e-5f;
@@ -57,9 +58,11 @@ struct ModelConfig {
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
   int64_t expert_ffn_dim = 0;
+  // The shared expert's FFN width (rows with MoeSpec::shared_expert: qwen35moe); 0: none.
+  int64_t shared_expert_ffn_dim = 0;
   // {arch}.pooling_type: Unspecified when the file does not say (a plain causal LM).
   Pooling pooling = Pooling::Unspecified;
-  // Hybrid linear attention (rows with linear_attention: qwen35). Gated DeltaNet layers:
+  // Hybrid linear attention (rows with linear_attention: qwen35, qwen35moe). Gated DeltaNet layers:
   // a fused Q, K, V projection through a depthwise causal convolution of ssm_conv_kernel
   // taps, ssm_k_heads query / key heads and ssm_v_heads value heads of ssm_head_dim, a
   // recurrent ssm_head_dim x ssm_head_dim matrix per value head. 0 / empty otherwise.

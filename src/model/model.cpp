@@ -37,6 +37,11 @@ struct Model::Layer {
   std::vector<WeightMatrix> exp_gate;  // n_expert x [ffn_exp, dim]
   std::vector<WeightMatrix> exp_up;    // n_expert x [ffn_exp, dim]
   std::vector<WeightMatrix> exp_down;  // n_expert x [dim, ffn_exp]
+  // The shared expert (MoeSpec::shared_expert; empty otherwise).
+  std::vector<float> shexp_gate_inp;  // [dim]: sigmoid(w · x) scales its output
+  WeightMatrix shexp_gate;            // [ffn_shexp, dim]
+  WeightMatrix shexp_up;              // [ffn_shexp, dim]
+  WeightMatrix shexp_down;            // [dim, ffn_shexp]
   // Gated DeltaNet (a hybrid's recurrent layer; the attention matrices stay empty).
   bool recurrent = false;
   WeightMatrix w_ssm_qkv;    // [conv_dim, dim]: Q, K, V channels before the convolution
@@ -58,7 +63,7 @@ struct Model::Scratch {
   std::vector<float> k;     // [T, kv_dim]
   std::vector<float> v;     // [T, kv_dim]
   std::vector<float> attn;  // [T, q_dim]
-  std::vector<float> gate;  // [T, ffn]
+  std::vector<float> gate;  // [T, ffn] (the shared expert's: [T, ffn_shexp])
   std::vector<float> up;    // [T, ffn]
   std::vector<float> tmp;   // [T, dim]
   std::vector<float> rope_cos;  // [T, n_rot/2] per-token RoPE table, shared by all layers
@@ -73,7 +78,9 @@ struct Model::Scratch {
   std::vector<float> chosen_w;        // [T, k] their routing weights
   std::vector<int64_t> slot_of;       // [T, k] slot of (token, rank)
   std::vector<int64_t> expert_first;  // [n_expert + 1] first slot of each expert
-  std::vector<float> exp_in;          // [T * k, dim] the slots' normed inputs
+  std::vector<float> exp_in;          // [T * k (+ T), dim] the slots' normed inputs; with a
+                                      // shared expert, then every token's again (its rows)
+  std::vector<float> shexp_scale;     // [T] sigmoid of the shared expert's gate
   std::vector<float> exp_gate;        // [T * k, ffn_exp]
   std::vector<float> exp_up;          // [T * k, ffn_exp]
   std::vector<float> exp_out;         // [T * k, dim]
@@ -101,8 +108,8 @@ struct Model::Scratch {
     grow(k, T * c.kv_dim());
     grow(v, T * c.kv_dim());
     grow(attn, T * c.q_dim());
-    grow(gate, T * c.ffn_dim);
-    grow(up, T * c.ffn_dim);
+    grow(gate, T * std::max(c.ffn_dim, c.shared_expert_ffn_dim));
+    grow(up, T * std::max(c.ffn_dim, c.shared_expert_ffn_dim));
     grow(tmp, T * c.dim);
     grow(rope_cos, T * (c.n_rot / 2));
     grow(rope_sin, T * (c.n_rot / 2));
@@ -123,7 +130,8 @@ struct Model::Scratch {
       const size_t slots = T * c.n_expert_used;
       grow(router_logits, T * c.n_expert);
       grow(chosen_w, slots);
-      grow(exp_in, slots * c.dim);
+      grow(exp_in, (slots + (c.shared_expert_ffn_dim > 0 ? T : 0)) * c.dim);
+      grow(shexp_scale, T);
       grow(exp_gate, slots * c.expert_ffn_dim);
       grow(exp_up, slots * c.expert_ffn_dim);
       grow(exp_out, slots * c.dim);
@@ -259,6 +267,15 @@ void load_experts(const TensorLoader& ld, const ArchInfo& row, const ModelConfig
   stack(Role::FfnGateExps, c.expert_ffn_dim, c.dim, L.all_gate, L.exp_gate);
   stack(Role::FfnUpExps, c.expert_ffn_dim, c.dim, L.all_up, L.exp_up);
   stack(Role::FfnDownExps, c.dim, c.expert_ffn_dim, L.all_down, L.exp_down);
+  if (row.moe.shared_expert) {
+    // llama.cpp reads ffn_gate_inp_shexp as {n_embd}: one logit per token. Also accepted
+    // as [dim, 1] (the checker drops trailing 1s), which is how HF's Linear(dim, 1) reads.
+    L.shexp_gate_inp = ld.vector(row.gguf_tensor(Role::FfnGateInpShexp, i), c.dim);
+    L.shexp_gate = ld.matrix(row.gguf_tensor(Role::FfnGateShexp, i), c.shared_expert_ffn_dim, c.dim);
+    L.shexp_up = ld.matrix(row.gguf_tensor(Role::FfnUpShexp, i), c.shared_expert_ffn_dim, c.dim);
+    L.shexp_down = ld.matrix(row.gguf_tensor(Role::FfnDownShexp, i), c.dim, c.shared_expert_ffn_dim);
+    tick();
+  }
 }
 
 
@@ -361,7 +378,7 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
   auto name = [&](Role role, int64_t layer = 0) { return row.gguf_tensor(role, layer); };
   m->token_embd_ = &ld.require(name(Role::TokenEmbd), {c.dim, c.n_vocab});
   m->output_norm_ = ld.vector(name(Role::OutputNorm), c.dim);
-  const size_t total = static_cast<size_t>(c.n_layers) * (row.has_experts() ? 8 : 7) + 1;
+  const size_t total = static_cast<size_t>(c.n_layers) * (row.has_experts() ? 8 + row.moe.shared_expert : 7) + 1;
   size_t done = 0;
   auto tick = [&] {
     ++done;
@@ -473,11 +490,12 @@ void Model::set_context_size(int64_t n_ctx) {
 }
 
 // The matrices of layer L that every token reads (all but the routed experts): attention or
-// Gated DeltaNet projections, a dense FFN, the router.
+// Gated DeltaNet projections, a dense FFN, the router, the shared expert.
 size_t Model::dense_stream_bytes(const Layer& L) {
   size_t b = 0;
-  for (const WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router, &L.w_ssm_qkv,
-                                &L.w_ssm_gate, &L.w_ssm_beta, &L.w_ssm_alpha, &L.w_ssm_out})
+  for (const WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router, &L.shexp_gate,
+                                &L.shexp_up, &L.shexp_down, &L.w_ssm_qkv, &L.w_ssm_gate, &L.w_ssm_beta,
+                                &L.w_ssm_alpha, &L.w_ssm_out})
     b += w->stream_bytes();
   return b;
 }
@@ -513,7 +531,7 @@ size_t Model::resident_weight_bytes() const {
              sizeof(float);
   for (const auto& L : layers_) {
     for (const std::vector<float>* v : {&L->attn_norm, &L->ffn_norm, &L->q_norm, &L->k_norm, &L->bq, &L->bk, &L->bv,
-                                        &L->conv1d, &L->dt_bias, &L->ssm_a, &L->ssm_norm})
+                                        &L->shexp_gate_inp, &L->conv1d, &L->dt_bias, &L->ssm_a, &L->ssm_norm})
       b += v->size() * sizeof(float);
   }
   // The matrices: their repacked copy, or the file bytes they view.
@@ -682,10 +700,18 @@ void Model::linear_attention(const Layer& L, int64_t slot, const Batch& batch, R
 // all the tokens routed to it (a 512-token prefill with 8 of 128 experts sends
 // ~32 tokens to each, so each expert's matrices are streamed once, not 32
 // times), and a decode step reads only its k experts.
+//
+// A shared expert (qwen35moe) takes every token: its rows follow the routed slots in
+// s.exp_in, so its gate and up projections ride in the routed experts' grouped call (one
+// pool round trip for all of them); its down projection is a call of its own, as its width
+// may differ from the routed experts' (one more round trip per layer at decode, ~5 us).
+// Its output, times sigmoid(ffn_gate_inp_shexp · x), is added after the routed sum.
 void Model::moe_ffn(const Layer& L, int64_t T, ThreadPool& pool) {
   const ModelConfig& c = config_;
   Scratch& s = *scratch_;
   const int64_t dim = c.dim, n_exp = c.n_expert, k = c.n_expert_used, ffn = c.expert_ffn_dim;
+  const int64_t ffn_sh = c.shared_expert_ffn_dim;
+  const bool shared = !L.shexp_gate_inp.empty();
   const RouterKind kind = c.info().moe.router;
   matmul(L.router, s.xn.data(), T, s.router_logits.data(), pool);
   for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
@@ -702,12 +728,17 @@ void Model::moe_ffn(const Layer& L, int64_t T, ThreadPool& pool) {
     for (int64_t e = n_exp; e > 0; --e) s.expert_first[e] = s.expert_first[e - 1];
     s.expert_first[0] = 0;
   }
+  const int64_t n_slots = T * k;
   for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t)
+    for (int64_t t = t0; t < t1; ++t) {
       for (int64_t r = 0; r < k; ++r)
         std::memcpy(&s.exp_in[s.slot_of[t * k + r] * dim], &s.xn[t * dim], sizeof(float) * dim);
+      if (shared) {
+        std::memcpy(&s.exp_in[(n_slots + t) * dim], &s.xn[t * dim], sizeof(float) * dim);
+        s.shexp_scale[t] = sigmoid(dot_f32(L.shexp_gate_inp.data(), &s.xn[t * dim], dim));
+      }
+    }
   });
-  const int64_t n_slots = T * k;
   s.jobs.clear();
   for (int64_t e = 0; e < n_exp; ++e) {
     const int64_t n = s.expert_first[e + 1] - s.expert_first[e];
@@ -715,7 +746,11 @@ void Model::moe_ffn(const Layer& L, int64_t T, ThreadPool& pool) {
     s.jobs.push_back({&L.exp_gate[e], s.expert_first[e], n, &s.exp_gate[s.expert_first[e] * ffn]});
     s.jobs.push_back({&L.exp_up[e], s.expert_first[e], n, &s.exp_up[s.expert_first[e] * ffn]});
   }
-  matmul_grouped(s.jobs, s.exp_in.data(), n_slots, pool);
+  if (shared) {
+    s.jobs.push_back({&L.shexp_gate, n_slots, T, s.gate.data()});
+    s.jobs.push_back({&L.shexp_up, n_slots, T, s.up.data()});
+  }
+  matmul_grouped(s.jobs, s.exp_in.data(), n_slots + (shared ? T : 0), pool);
   for_token_ranges(pool, n_slots, [&](int64_t i0, int64_t i1) {
     swiglu(&s.exp_gate[i0 * ffn], &s.exp_up[i0 * ffn], &s.exp_gate[i0 * ffn], (i1 - i0) * ffn);
   });
@@ -725,7 +760,13 @@ void Model::moe_ffn(const Layer& L, int64_t T, ThreadPool& pool) {
     if (n > 0) s.jobs.push_back({&L.exp_down[e], s.expert_first[e], n, &s.exp_out[s.expert_first[e] * dim]});
   }
   matmul_grouped(s.jobs, s.exp_gate.data(), n_slots, pool);
-  // Weighted sum into the residual, per token in rank order.
+  if (shared) {
+    for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+      swiglu(&s.gate[t0 * ffn_sh], &s.up[t0 * ffn_sh], &s.gate[t0 * ffn_sh], (t1 - t0) * ffn_sh);
+    });
+    matmul(L.shexp_down, s.gate.data(), T, s.tmp.data(), pool);
+  }
+  // Weighted sum into the residual, per token in rank order, then the gated shared expert.
   for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       float* xt = &s.x[t * dim];
@@ -733,6 +774,11 @@ void Model::moe_ffn(const Layer& L, int64_t T, ThreadPool& pool) {
         const float w = s.chosen_w[t * k + r];
         const float* o = &s.exp_out[s.slot_of[t * k + r] * dim];
         for (int64_t j = 0; j < dim; ++j) xt[j] += w * o[j];
+      }
+      if (shared) {
+        const float g = s.shexp_scale[t];
+        const float* o = &s.tmp[t * dim];
+        for (int64_t j = 0; j < dim; ++j) xt[j] += g * o[j];
       }
     }
   });

@@ -142,7 +142,8 @@ class Model {
   struct Scratch;
   Model() = default;
   // Mixture-of-experts FFN of layer L over the batch's T normed rows (scratch xn),
-  // added into the residual (scratch x).
+  // added into the residual (scratch x): the routed experts, and the gated shared expert
+  // where the row has one.
   void moe_ffn(const Layer& L, int64_t T, ThreadPool& pool);
   // Bytes of layer L's matrices that every token streams (all but the routed experts).
   static size_t dense_stream_bytes(const Layer& L);

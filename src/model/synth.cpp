@@ -155,6 +155,10 @@ SynthSpec resolved_for_row(const SynthSpec& in, bool tiny_shape) {
     s.dim = 128, s.n_layers = 4, s.n_heads = 2, s.n_kv_heads = 1, s.head_dim = 64, s.ffn_dim = 256;
     s.ssm_head_dim = 32, s.ssm_k_heads = 2, s.ssm_v_heads = 4, s.ssm_conv_kernel = 4, s.n_nextn = 1;
   }
+  if (row->moe.shared_expert) {  // Qwen3.6-35B-A3B's ratios: experts and shared expert dim / 4 wide
+    if (s.expert_ffn_dim <= 0) s.expert_ffn_dim = std::max<int64_t>(32, s.dim / 4);
+    if (s.shared_expert_ffn_dim <= 0) s.shared_expert_ffn_dim = s.expert_ffn_dim;
+  }
   if (s.ssm_head_dim <= 0) s.ssm_head_dim = s.dim >= 1024 ? 128 : 64;
   if (s.ssm_v_heads <= 0) s.ssm_v_heads = std::max<int64_t>(2, (s.dim / 80 + 1) / 2 * 2);
   if (s.ssm_k_heads <= 0) s.ssm_k_heads = std::max<int64_t>(1, s.ssm_v_heads / 2);
@@ -224,6 +228,10 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
     c.n_expert = spec.n_expert;
     c.n_expert_used = spec.n_expert_used;
     c.expert_ffn_dim = spec.expert_ffn_dim > 0 ? spec.expert_ffn_dim : spec.ffn_dim;
+    if (row->moe.shared_expert) {
+      c.shared_expert_ffn_dim = spec.shared_expert_ffn_dim;
+      if (c.shared_expert_ffn_dim <= 0) throw Error("synth: the shared expert's FFN width must be positive");
+    }
     if (c.n_expert <= 0 || c.n_expert_used <= 0 || c.n_expert_used > c.n_expert)
       throw Error("synth: need 1 <= --experts-used (" + std::to_string(c.n_expert_used) + ") <= --experts (" +
                   std::to_string(c.n_expert) + ")");
@@ -251,7 +259,7 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   w.set(a + "context_length", Value::u32(static_cast<uint32_t>(spec.ctx_len)));
   w.set(a + "embedding_length", Value::u32(static_cast<uint32_t>(spec.dim)));
   w.set(a + "block_count", Value::u32(static_cast<uint32_t>(spec.n_layers + spec.n_nextn)));
-  w.set(a + "feed_forward_length", Value::u32(static_cast<uint32_t>(spec.ffn_dim)));
+  if (!row->moe.shared_expert) w.set(a + "feed_forward_length", Value::u32(static_cast<uint32_t>(spec.ffn_dim)));
   w.set(a + "attention.head_count", Value::u32(static_cast<uint32_t>(spec.n_heads)));
   w.set(a + "attention.head_count_kv", Value::u32(static_cast<uint32_t>(spec.n_kv_heads)));
   if (head_dim != spec.dim / spec.n_heads || spec.dim % spec.n_heads != 0) {
@@ -302,6 +310,8 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
     w.set(a + "expert_used_count", Value::u32(static_cast<uint32_t>(c.n_expert_used)));
     if (row->moe.expert_ffn_key)
       w.set(a + "expert_feed_forward_length", Value::u32(static_cast<uint32_t>(c.expert_ffn_dim)));
+    if (row->moe.shared_expert)
+      w.set(a + "expert_shared_feed_forward_length", Value::u32(static_cast<uint32_t>(c.shared_expert_ffn_dim)));
   }
   if (spec.rope_scaling == "linear") {
     w.set(a + "rope.scaling.type", Value::str("linear"));
@@ -338,7 +348,9 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
     const int64_t n = spec.n_layers;
     const bool more_bits = i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
     const bool head = t.role == Role::Output || (t.role == Role::TokenEmbd && spec.tied_embeddings);
-    const bool bumped = t.role == Role::AttnV || t.role == Role::FfnDown || t.role == Role::FfnDownExps;
+    // By name, as llama.cpp's quantizer matches "ffn_down" (ffn_down_exps, ffn_down_shexp too).
+    const bool bumped = t.role == Role::AttnV || t.role == Role::FfnDown || t.role == Role::FfnDownExps ||
+                        t.role == Role::FfnDownShexp;
     return head || (bumped && more_bits) ? GgmlType::Q6_K : spec.type;
   };
   if (!spec.pooling.empty()) {

@@ -25,11 +25,16 @@ struct SynthSpec {
   int64_t n_kv_heads = 2;
   int64_t head_dim = 0;  // 0: dim / n_heads (key_length written only when it differs)
   int64_t ffn_dim = 512;
-  // Mixture-of-experts rows (qwen3moe, mixtral): experts per layer, used per
-  // token, one expert's FFN width (0: ffn_dim). Ignored by dense rows.
+  // Mixture-of-experts rows (qwen3moe, mixtral, qwen35moe): experts per layer, used per
+  // token, one expert's FFN width (0: ffn_dim; qwen35moe: dim / 4, Qwen3.6-35B-A3B's
+  // 512 / 2048). Ignored by dense rows.
   int64_t n_expert = 8;
   int64_t n_expert_used = 2;
   int64_t expert_ffn_dim = 0;
+  // Rows with a shared expert (qwen35moe): its FFN width (0: expert_ffn_dim, as in the
+  // released models). Such files get no feed_forward_length: Qwen 3.5's MoE config has no
+  // dense width, and llama.cpp reads the key as optional.
+  int64_t shared_expert_ffn_dim = 0;
   int64_t n_vocab = 320;
   int64_t ctx_len = 2048;
   GgmlType type = GgmlType::F32;  // the 2-D projection matrices, embeddings and output
@@ -57,7 +62,7 @@ struct SynthSpec {
   // "query: {query}\ndocument: {document}\nrelevant:", as llama.cpp's converter marks
   // Qwen3-Reranker.
   std::string pooling;
-  // Hybrid linear attention (rows with linear_attention: qwen35). 0 / -1: derived from dim
+  // Hybrid linear attention (rows with linear_attention: qwen35, qwen35moe). 0 / -1: derived from dim
   // with the real models' ratios (Qwen3.5-4B: dim 2560, 32 value heads and 16 key heads of
   // 128, convolution 4): head dim 128 (64 below dim 1024), value heads dim / 80 rounded to
   // an even count >= 2, key heads half of them.
@@ -76,7 +81,8 @@ struct SynthSpec {
 SynthSpec resolved_for_row(const SynthSpec& spec, bool tiny_shape = false);
 
 // Named real shapes: tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b, phi3.5-mini, gemma2-2b,
-// gemma3-1b, gemma3-4b, qwen3-30b-a3b, mixtral-8x7b, stories260k, tiny.
+// gemma3-1b, gemma3-4b, qwen3-30b-a3b, mixtral-8x7b, qwen3.5-0.8b, qwen3.5-4b, qwen3.5-27b,
+// stories260k, tiny.
 // Returns nullopt for an unknown name. Sets arch-independent sizes only.
 std::optional<SynthSpec> synth_shape(const std::string& name);
 std::vector<std::string> synth_shape_names();

@@ -212,7 +212,7 @@ TEST_F(Cli, BenchModelOnAHybridModelRewindsItsStateEachRepeat) {
 // Every architecture of the table through the binary: synth --arch X --shape tiny, then generate;
 // phi3 with LongRoPE too, and LongRoPE refused where the architecture has none.
 TEST_F(Cli, SynthEveryArchitectureTinyThenGenerate) {
-  for (const char* arch : {"llama", "qwen2", "qwen3", "phi3", "qwen3moe", "mixtral", "olmoe"}) {
+  for (const char* arch : {"llama", "qwen2", "qwen3", "phi3", "qwen3moe", "mixtral", "olmoe", "qwen35", "qwen35moe"}) {
     const fs::path model = dir_ / (std::string(arch) + ".gguf");
     RunResult s = run(std::string("synth --arch ") + arch + " --shape tiny --type q8_0 -o " + model.string());
     ASSERT_EQ(s.exit_code, 0) << arch << ": " << s.err;

@@ -52,12 +52,17 @@ TEST(ArchTable, EveryRowNamesEachTensorOnceAndHasTheCoreRoles) {
       if (!t.hf.empty()) {
         EXPECT_TRUE(hf.insert(hf_tensor_name(t, 3)).second) << t.hf;
       }
+      // Routers are 2-D but for the shared expert's gate: one logit per token.
       const size_t rank = t.kind == TensorKind::Experts                                   ? 3u
+                          : t.role == Role::FfnGateInpShexp                               ? 1u
                           : t.kind == TensorKind::Matrix || t.kind == TensorKind::Router ? 2u
                                                                                           : 1u;
       EXPECT_EQ(t.shape.size(), rank) << t.gguf;
-      // Per-expert HF names carry the expert index; others none.
-      EXPECT_EQ(t.hf.find('*') != std::string_view::npos, t.kind == TensorKind::Experts) << t.hf;
+      // Per-expert HF names carry the expert index; others none (rows read only from
+      // GGUF, qwen35 / qwen35moe, have no HF names at all).
+      if (!t.hf.empty()) {
+        EXPECT_EQ(t.hf.find('*') != std::string_view::npos, t.kind == TensorKind::Experts) << t.hf;
+      }
       if (t.permute != Permute::None) {
         EXPECT_TRUE(r.permute_qk);
       }
@@ -68,6 +73,9 @@ TEST(ArchTable, EveryRowNamesEachTensorOnceAndHasTheCoreRoles) {
     EXPECT_EQ(r.has(Role::FfnDown), !r.has_experts());
     for (Role role : {Role::FfnRouter, Role::FfnGateExps, Role::FfnUpExps, Role::FfnDownExps})
       EXPECT_EQ(r.has(role), r.has_experts());
+    for (Role role : {Role::FfnGateInpShexp, Role::FfnGateShexp, Role::FfnUpShexp, Role::FfnDownShexp})
+      EXPECT_EQ(r.has(role), r.moe.shared_expert);
+    EXPECT_TRUE(!r.moe.shared_expert || r.has_experts());
     EXPECT_TRUE(r.supports(RopeScalingType::None));
   }
 }
@@ -114,6 +122,42 @@ TEST(ArchTable, ExpertTensorsStackExpertsFirstAndNameEachExpertInHf) {
   EXPECT_EQ(resolve_shape(*q.find(Role::FfnGateExps), c), (std::vector<int64_t>{8, 32, 64}));
   EXPECT_EQ(resolve_shape(*q.find(Role::FfnDownExps), c), (std::vector<int64_t>{8, 64, 32}));
   EXPECT_EQ(resolve_shape(*q.find(Role::FfnRouter), c), (std::vector<int64_t>{8, 64}));
+}
+
+// qwen35moe: qwen35's trunk (the same attention and Gated DeltaNet tensors, in the same
+// layers) with llama.cpp's qwen35moe FFN: routed experts, renormalised top k, and a shared
+// expert whose gate ffn_gate_inp_shexp is one [dim] vector.
+TEST(ArchTable, Qwen35MoeIsQwen35sTrunkWithRoutedAndSharedExperts) {
+  const ArchInfo& dense = arch_info(Arch::Qwen35);
+  const ArchInfo& moe = arch_info(Arch::Qwen35Moe);
+  EXPECT_EQ(moe.gguf_name, "qwen35moe");
+  EXPECT_EQ(find_arch_by_gguf("qwen35moe", true), &moe);
+  EXPECT_EQ(moe.moe.router, RouterKind::SoftmaxTopKRenormalized);
+  EXPECT_TRUE(moe.moe.expert_ffn_key);
+  EXPECT_TRUE(moe.linear_attention && moe.gated_attention && moe.qk_norm);
+  EXPECT_EQ(moe.default_full_attention_interval, dense.default_full_attention_interval);
+  for (const TensorSpec& t : dense.tensors) {
+    if (t.role == Role::FfnGate || t.role == Role::FfnUp || t.role == Role::FfnDown) {
+      EXPECT_FALSE(moe.has(t.role));
+      continue;
+    }
+    const TensorSpec* m = moe.find(t.role);
+    ASSERT_NE(m, nullptr) << t.gguf;
+    EXPECT_EQ(m->gguf, t.gguf);
+    EXPECT_EQ(m->shape, t.shape) << t.gguf;
+    EXPECT_EQ(m->layers, t.layers) << t.gguf;
+  }
+  EXPECT_EQ(moe.gguf_tensor(Role::FfnGateInpShexp, 2), "blk.2.ffn_gate_inp_shexp.weight");
+  EXPECT_EQ(moe.gguf_tensor(Role::FfnGateShexp, 2), "blk.2.ffn_gate_shexp.weight");
+  EXPECT_EQ(moe.gguf_tensor(Role::FfnUpShexp, 2), "blk.2.ffn_up_shexp.weight");
+  EXPECT_EQ(moe.gguf_tensor(Role::FfnDownShexp, 2), "blk.2.ffn_down_shexp.weight");
+  ModelConfig c;
+  c.arch = Arch::Qwen35Moe;
+  c.dim = 64, c.n_expert = 8, c.expert_ffn_dim = 32, c.shared_expert_ffn_dim = 48;
+  EXPECT_EQ(resolve_shape(*moe.find(Role::FfnGateInpShexp), c), (std::vector<int64_t>{64}));
+  EXPECT_EQ(resolve_shape(*moe.find(Role::FfnUpShexp), c), (std::vector<int64_t>{48, 64}));
+  EXPECT_EQ(resolve_shape(*moe.find(Role::FfnDownShexp), c), (std::vector<int64_t>{64, 48}));
+  EXPECT_EQ(resolve_shape(*moe.find(Role::FfnUpExps), c), (std::vector<int64_t>{8, 32, 64}));
 }
 
 // synth reads the table: its file holds exactly the row's required tensors

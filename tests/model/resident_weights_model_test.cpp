@@ -231,6 +231,20 @@ TEST_F(ResidentWeights, HybridModelIsResidentAboutOnceAndAccountedWithItsDeltaNe
   EXPECT_LE(r.file_growth, kAllowanceBytes);
 }
 
+// qwen35moe: the same trunk with 16 experts of width 512 a layer (repacked whole, sliced)
+// and a shared expert of width 1024 (3.4 MiB a layer in Q4_0, also counted).
+TEST_F(ResidentWeights, HybridMixtureOfExpertsIsResidentAboutOnce) {
+  SynthSpec s = hybrid_width("qwen35moe");
+  s.n_expert = 16;
+  s.n_expert_used = 4;
+  s.expert_ffn_dim = 512;
+  s.shared_expert_ffn_dim = 1024;
+  const Measured r = load_and_run(s);
+  ASSERT_GT(r.file_tensor_bytes, size_t{150} << 20);
+  expect_resident_once(r, unread_embedding(s));
+  EXPECT_LE(r.file_growth, kAllowanceBytes);
+}
+
 TEST_F(ResidentWeights, QuantizeAtLoadHoldsOneCopy) {
   // Written Q8_0, loaded as --quantize q4_0 does: requantize() makes Q4_0 copies,
   // Model::load repacks them and frees the copies; the Q8_0 file pages read to
