@@ -13,7 +13,7 @@ Runner add_synth(CLI::App& app) {
     int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, head_dim = 0;
     int64_t sliding_window = -1;
     float attn_softcap = -1.0f, final_softcap = -1.0f;
-    int64_t experts = 0, experts_used = 0, expert_ffn = 0;
+    int64_t experts = 0, experts_used = 0, expert_ffn = 0, shared_ffn = 0;
     bool tied = false;
     uint64_t seed = 1;
   };
@@ -32,9 +32,11 @@ Runner add_synth(CLI::App& app) {
   app.add_option("--head-dim", o->head_dim, "Head dim (default dim/heads)");
   app.add_option("--ffn", o->ffn, "Feed-forward width");
   app.add_option("--vocab", o->vocab, "Vocabulary size");
-  app.add_option("--experts", o->experts, "Experts per layer (qwen3moe, mixtral; default 8)");
+  app.add_option("--experts", o->experts, "Experts per layer (qwen3moe, mixtral, olmoe, qwen35moe; default 8)");
   app.add_option("--experts-used", o->experts_used, "Experts each token uses (default 2)");
-  app.add_option("--expert-ffn", o->expert_ffn, "One expert's FFN width (qwen3moe; default --ffn)");
+  app.add_option("--expert-ffn", o->expert_ffn,
+                 "One expert's FFN width (qwen3moe: default --ffn; qwen35moe: default dim / 4)");
+  app.add_option("--shared-ffn", o->shared_ffn, "The shared expert's FFN width (qwen35moe; default --expert-ffn)");
   app.add_option("--ctx", o->ctx, "Context length");
   app.add_flag("--tied", o->tied, "Tie output to token embeddings (no output.weight)");
   app.add_option("--rope-scaling", o->rope_scaling, "none|linear|llama3|yarn|longrope (phi3)")->capture_default_str();
@@ -72,6 +74,7 @@ Runner add_synth(CLI::App& app) {
     if (o->experts) s.n_expert = o->experts;
     if (o->experts_used) s.n_expert_used = o->experts_used;
     if (o->expert_ffn) s.expert_ffn_dim = o->expert_ffn;
+    if (o->shared_ffn) s.shared_expert_ffn_dim = o->shared_ffn;
     if (o->ctx) s.ctx_len = o->ctx;
     if (o->tied) s.tied_embeddings = true;
     if (o->rope_scaling != "none") s.rope_scaling = o->rope_scaling;

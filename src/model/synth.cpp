@@ -72,7 +72,7 @@ std::string synth_arch_names() {
 std::vector<std::string> synth_shape_names() {
   return {"tinyllama-1.1b", "llama3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b",   "phi3.5-mini",  "gemma2-2b",
           "gemma3-1b",      "gemma3-4b",   "qwen3-30b-a3b", "mixtral-8x7b", "qwen3.5-0.8b", "qwen3.5-4b",
-          "qwen3.5-27b",    "stories260k", "tiny"};
+          "qwen3.5-27b",    "qwen3.6-35b-a3b", "stories260k", "tiny"};
 }
 
 std::optional<SynthSpec> synth_shape(const std::string& name) {
@@ -134,6 +134,17 @@ std::optional<SynthSpec> synth_shape(const std::string& name) {
       s.dim = 5120, s.n_layers = 64, s.n_heads = 24, s.n_kv_heads = 4, s.ffn_dim = 17408;
       s.ssm_k_heads = 16, s.ssm_v_heads = 48;
     }
+  } else if (name == "qwen3.6-35b-a3b") {
+    // Qwen3.6-35B-A3B (the same text model as Qwen3.5-35B-A3B; its model card and
+    // config.json): dim 2048, 40 layers (10 x (3 Gated DeltaNet + 1 gated attention)),
+    // attention 16 query / 2 KV heads of 256 with a quarter rotary (64), DeltaNet 16 key /
+    // 32 value heads of 128 with a 4-tap conv, 256 experts of width 512 of which 8 are
+    // used plus a shared expert of width 512, one MTP block, untied output.
+    s.arch = "qwen35moe";
+    s.dim = 2048, s.n_layers = 40, s.n_heads = 16, s.n_kv_heads = 2, s.head_dim = 256, s.ffn_dim = 512;
+    s.ssm_head_dim = 128, s.ssm_k_heads = 16, s.ssm_v_heads = 32, s.ssm_conv_kernel = 4, s.n_nextn = 1;
+    s.n_expert = 256, s.n_expert_used = 8, s.expert_ffn_dim = 512, s.shared_expert_ffn_dim = 512;
+    s.n_vocab = 248320, s.ctx_len = 262144;
   } else if (name == "stories260k") {
     s.dim = 64, s.n_layers = 5, s.n_heads = 8, s.n_kv_heads = 4, s.ffn_dim = 172, s.n_vocab = 512;
     s.ctx_len = 512, s.tied_embeddings = true;
@@ -154,6 +165,8 @@ SynthSpec resolved_for_row(const SynthSpec& in, bool tiny_shape) {
   if (tiny_shape) {  // every feature, distinct sizes, a few layers
     s.dim = 128, s.n_layers = 4, s.n_heads = 2, s.n_kv_heads = 1, s.head_dim = 64, s.ffn_dim = 256;
     s.ssm_head_dim = 32, s.ssm_k_heads = 2, s.ssm_v_heads = 4, s.ssm_conv_kernel = 4, s.n_nextn = 1;
+    if (row->moe.shared_expert)  // k = 3 of 8; routed and shared widths differ (a stride mixup shows)
+      s.n_expert = 8, s.n_expert_used = 3, s.expert_ffn_dim = 64, s.shared_expert_ffn_dim = 96;
   }
   if (row->moe.shared_expert) {  // Qwen3.6-35B-A3B's ratios: experts and shared expert dim / 4 wide
     if (s.expert_ffn_dim <= 0) s.expert_ffn_dim = std::max<int64_t>(32, s.dim / 4);

@@ -77,12 +77,13 @@ struct SynthSpec {
 
 // A spec adapted to a row: for linear-attention rows the derived sizes above filled in,
 // and a `tiny` shape made hybrid (4 layers: 3 linear + 1 full, one MTP block, every head
-// count distinct). Called by write_synthetic_model; exposed for tests.
+// count distinct; qwen35moe: 8 experts of width 64, 3 used, a shared expert of width 96).
+// Called by write_synthetic_model; exposed for tests.
 SynthSpec resolved_for_row(const SynthSpec& spec, bool tiny_shape = false);
 
 // Named real shapes: tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b, phi3.5-mini, gemma2-2b,
 // gemma3-1b, gemma3-4b, qwen3-30b-a3b, mixtral-8x7b, qwen3.5-0.8b, qwen3.5-4b, qwen3.5-27b,
-// stories260k, tiny.
+// qwen3.6-35b-a3b, stories260k, tiny.
 // Returns nullopt for an unknown name. Sets arch-independent sizes only.
 std::optional<SynthSpec> synth_shape(const std::string& name);
 std::vector<std::string> synth_shape_names();

@@ -160,6 +160,50 @@ TEST(ArchTable, Qwen35MoeIsQwen35sTrunkWithRoutedAndSharedExperts) {
   EXPECT_EQ(resolve_shape(*moe.find(Role::FfnUpExps), c), (std::vector<int64_t>{8, 32, 64}));
 }
 
+// synth's qwen35moe shapes: the released Qwen3.6-35B-A3B config; tiny with every feature
+// (distinct routed / shared widths, k = 3 of 8, the hybrid trunk, an MTP block); --dim D
+// with experts and shared expert D / 4 wide. Files get no feed_forward_length.
+TEST(ArchTable, SynthQwen35MoeShapes) {
+  const SynthSpec a3b = *synth_shape("qwen3.6-35b-a3b");
+  EXPECT_EQ(a3b.arch, "qwen35moe");
+  EXPECT_EQ(std::vector<int64_t>({a3b.dim, a3b.n_layers, a3b.n_heads, a3b.n_kv_heads, a3b.head_dim}),
+            std::vector<int64_t>({2048, 40, 16, 2, 256}));
+  EXPECT_EQ(std::vector<int64_t>({a3b.ssm_head_dim, a3b.ssm_k_heads, a3b.ssm_v_heads, a3b.ssm_conv_kernel, a3b.n_nextn}),
+            std::vector<int64_t>({128, 16, 32, 4, 1}));
+  EXPECT_EQ(std::vector<int64_t>({a3b.n_expert, a3b.n_expert_used, a3b.expert_ffn_dim, a3b.shared_expert_ffn_dim}),
+            std::vector<int64_t>({256, 8, 512, 512}));
+  EXPECT_EQ(a3b.n_vocab, 248320);
+  EXPECT_FALSE(a3b.tied_embeddings);
+
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("pagoda_arch_q35moe_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto written = [&](const SynthSpec& s) {
+    const std::string path = (dir / "m.gguf").string();
+    write_synthetic_model(s, path);
+    const gguf::GgufFile f = gguf::GgufFile::open(path);
+    EXPECT_FALSE(f.has("qwen35moe.feed_forward_length"));
+    return ModelConfig::from_gguf(f);
+  };
+  SynthSpec tiny;
+  tiny.arch = "qwen35moe";
+  tiny = resolved_for_row(tiny, /*tiny_shape=*/true);
+  const ModelConfig t = written(tiny);
+  EXPECT_EQ(std::vector<int64_t>({t.n_expert, t.n_expert_used, t.expert_ffn_dim, t.shared_expert_ffn_dim}),
+            std::vector<int64_t>({8, 3, 64, 96}));
+  EXPECT_EQ(std::vector<int64_t>({t.n_layers, t.n_recurrent_layers(), t.n_nextn_layers, t.ssm_k_heads, t.ssm_v_heads}),
+            std::vector<int64_t>({4, 3, 1, 2, 4}));
+  SynthSpec d;  // --dim 512 --layers 8
+  d.arch = "qwen35moe";
+  d.dim = 512, d.n_layers = 8, d.n_vocab = 300;
+  const ModelConfig c = written(d);
+  EXPECT_EQ(std::vector<int64_t>({c.n_expert, c.n_expert_used, c.expert_ffn_dim, c.shared_expert_ffn_dim}),
+            std::vector<int64_t>({8, 2, 128, 128}));
+  EXPECT_EQ(std::vector<int64_t>({c.n_attention_layers(), c.ssm_head_dim, c.ssm_v_heads, c.ssm_k_heads}),
+            std::vector<int64_t>({2, 64, 6, 3}));
+  fs::remove_all(dir);
+}
+
 // synth reads the table: its file holds exactly the row's required tensors
 // (plus output.weight untied), under the row's GGUF names, with the resolved
 // shapes reversed into ggml order, and a config that loads back to the row.
