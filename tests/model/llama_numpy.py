@@ -234,6 +234,41 @@ def causal_attention(q, k, v, n_head_kv, scale=None, window=0, softcap=0.0):
     return np.einsum("hqk,khd->qhd", probs, v)
 
 
+def moe_routed(X, h, n_used, renormalize, mm=None):
+    """A mixture of experts' routed FFN. X: {"router": (N, E), "gate"/"up": (N, FE, E),
+    "down": (N, E, FE)}; h: (T, E) normed -> (out (T, E), gap). Per token, softmax over
+    the router logits, the n_used largest kept (ties to the lower expert id),
+    renormalised to sum 1 when `renormalize`, and the chosen experts' SwiGLU outputs
+    summed with those weights. Token by token, every expert computed densely: no
+    grouping. gap: (T,) the logit gap between the last chosen and the first unchosen
+    expert (None when every expert is used): where it is below an implementation's
+    logit error the choice may legitimately differ (the comparison skips those
+    positions). mm(x, w) = x @ w.T for every weight product (a numerics study can
+    substitute activation rounding); default plain numpy."""
+    if mm is None:
+        def mm(x, w):
+            return x @ w.T
+    N = X["router"].shape[0]
+    out = np.zeros_like(h)
+    logits = mm(h, X["router"])                                        # (T, N)
+    gap = None
+    if n_used < N:
+        srt = -np.sort(-logits, axis=1)
+        gap = srt[:, n_used - 1] - srt[:, n_used]
+    for t in range(h.shape[0]):
+        p = np.exp(logits[t] - logits[t].max())
+        p = p / p.sum()
+        top = np.argsort(-p, kind="stable")[:n_used]
+        w = p[top]
+        if renormalize:
+            w = w / w.sum()
+        ht = h[t:t + 1]
+        for e, we in zip(top, w):
+            ff = silu(mm(ht, X["gate"][e])) * mm(ht, X["up"][e])        # (1, FE)
+            out[t] += we * mm(ff, X["down"][e])[0]
+    return out, gap
+
+
 class LlamaModel:
     def __init__(self, gguf, n_ctx=None):
         """n_ctx: the context length the model runs with (LongRoPE picks its factors
@@ -397,30 +432,11 @@ class LlamaModel:
         return rms_norm(x, self.output_norm, cfg.rms_eps)                # (T, E)
 
     def moe_ffn(self, X, h):
-        """h: (T, E) normed -> (T, E): per token, softmax over the router logits, the
-        n_expert_used largest kept (ties to the lower expert id), renormalised for
-        RENORMALIZED_TOPK_ARCHS, and the chosen experts' SwiGLU outputs summed with
-        those weights. Token by token, every expert computed densely: no grouping."""
+        """h: (T, E) normed -> (T, E), through moe_routed; keeps the routing margins."""
         cfg = self.cfg
-        out = np.zeros_like(h)
-        logits = h @ X["router"].T                                     # (T, N)
-        # Routing margin: logit gap between the last chosen expert and the first
-        # not chosen. Where it is below an implementation's logit error the choice
-        # may legitimately differ (the comparison skips those positions).
-        if cfg.n_expert_used < cfg.n_expert:
-            srt = -np.sort(-logits, axis=1)
-            gap = srt[:, cfg.n_expert_used - 1] - srt[:, cfg.n_expert_used]
+        out, gap = moe_routed(X, h, cfg.n_expert_used, cfg.arch in RENORMALIZED_TOPK_ARCHS)
+        if gap is not None:
             self.route_gap = gap if self.route_gap is None else np.minimum(self.route_gap, gap)
-        for t in range(h.shape[0]):
-            p = np.exp(logits[t] - logits[t].max())
-            p = p / p.sum()
-            top = np.argsort(-p, kind="stable")[:cfg.n_expert_used]
-            w = p[top]
-            if cfg.arch in RENORMALIZED_TOPK_ARCHS:
-                w = w / w.sum()
-            for e, we in zip(top, w):
-                ff = silu(X["gate"][e] @ h[t]) * (X["up"][e] @ h[t])   # (FE,)
-                out[t] += we * (X["down"][e] @ ff)
         return out
 
     def greedy(self, prompt, n_new):

@@ -1,11 +1,12 @@
-"""Qwen 3.5 (GGUF architecture `qwen35`) forward pass in plain numpy (float64): the
-reference pagoda's hybrid Gated DeltaNet / full-attention forward pass is checked
-against (tests/model/numpy_reference_test.py).
+"""Qwen 3.5 / 3.6 (GGUF architectures `qwen35` and `qwen35moe`) forward pass in plain
+numpy (float64): the reference pagoda's hybrid Gated DeltaNet / full-attention forward
+pass is checked against (tests/model/numpy_reference_test.py).
 
-Written from llama.cpp b10587's graph (src/models/qwen35.cpp, delta-net-base.cpp)
-and ggml's CPU ops (ssm_conv, l2_norm, gated_delta_net, IMROPE), reading the GGUF
-through gguf_numpy.py; it shares no code with pagoda. The llama-family helpers
-(rms_norm, silu, NeoX rope, causal attention) come from llama_numpy.py.
+Written from llama.cpp b10587's graphs (src/models/qwen35.cpp, qwen35moe.cpp,
+delta-net-base.cpp, llm_graph_context::build_moe_ffn) and ggml's CPU ops (ssm_conv,
+l2_norm, gated_delta_net, IMROPE), reading the GGUF through gguf_numpy.py; it shares
+no code with pagoda. The llama-family helpers (rms_norm, silu, NeoX rope, causal
+attention, the routed experts) come from llama_numpy.py.
 
 Contract:
 - Qwen35Model(gguf_file) reads the hyperparameters and dequantizes every trunk
@@ -32,6 +33,16 @@ The model (each point is a place where an implementation can silently go wrong):
   says which are recurrent; every other trunk layer is Gated DeltaNet.
 - Every layer: h = x + mixer(rms_norm(x, attn_norm));
   x = h + ffn(rms_norm(h, post_attention_norm)), ffn = down(silu(gate) * up).
+- qwen35moe: the same trunk (every key and tensor above under `qwen35moe.`), every
+  layer's ffn a mixture of experts (llama.cpp's build_moe_ffn with softmax gating and
+  norm_w, then the shared expert as qwen35moe.cpp adds it): per token, softmax over
+  ffn_gate_inp's expert_count logits, the expert_used_count largest kept and
+  renormalised to sum 1 (no expert_weights_scale: qwen35moe does not read it), their
+  SwiGLU outputs (ffn_gate/up/down_exps, width expert_feed_forward_length, default
+  feed_forward_length / expert_used_count) summed with those weights (llama_numpy.
+  moe_routed), plus sigmoid(ffn_gate_inp_shexp . h) times the shared expert's SwiGLU
+  (ffn_gate/up/down_shexp, width expert_shared_feed_forward_length, default
+  feed_forward_length). feed_forward_length itself is optional there.
   Final rms_norm(x, output_norm), then output.weight (token_embd when absent).
   Norm weights are used as stored: llama.cpp's graph adds no 1 (a (1 + w) norm of the
   HF checkpoint is the converter's business, not the reader's).
@@ -93,15 +104,17 @@ def l2_norm(x, eps):
 
 
 class Qwen35Config:
-    """Hyperparameters, from `qwen35.*` GGUF metadata keys."""
+    """Hyperparameters, from `qwen35.*` / `qwen35moe.*` GGUF metadata keys."""
 
     def __init__(self, gguf):
         arch = gguf.get("general.architecture")
-        if arch != "qwen35":
-            raise ValueError("architecture %r is not qwen35" % arch)
+        if arch not in ("qwen35", "qwen35moe"):
+            raise ValueError("architecture %r is not qwen35 or qwen35moe" % arch)
+        self.arch = arch
+        self.moe = arch == "qwen35moe"
 
         def key(name, default=None, required=False):
-            full = "qwen35." + name
+            full = arch + "." + name
             if full not in gguf.metadata:
                 if required:
                     raise ValueError("missing metadata key %s" % full)
@@ -119,20 +132,30 @@ class Qwen35Config:
         self.head_dim = int(key("attention.key_length", self.n_embd // self.n_head))
         if int(key("attention.value_length", self.head_dim)) != self.head_dim:
             raise ValueError("attention.value_length != key_length is not supported (llama.cpp asserts it)")
-        self.n_ff = int(key("feed_forward_length", required=True))
+        self.n_ff = int(key("feed_forward_length", 0 if self.moe else None, required=not self.moe))
+        if self.moe:
+            self.n_expert = int(key("expert_count", required=True))
+            self.n_expert_used = int(key("expert_used_count", required=True))
+            if not 1 <= self.n_expert_used <= self.n_expert:
+                raise ValueError("expert_used_count %d not in [1, %d]" % (self.n_expert_used, self.n_expert))
+            self.n_ff_exp = int(key("expert_feed_forward_length", self.n_ff // self.n_expert_used))
+            self.n_ff_shexp = int(key("expert_shared_feed_forward_length", self.n_ff))
+            if self.n_ff_exp <= 0 or self.n_ff_shexp <= 0:
+                raise ValueError("expert widths %d / %d (keys or feed_forward_length missing)"
+                                 % (self.n_ff_exp, self.n_ff_shexp))
         self.rms_eps = float(key("attention.layer_norm_rms_epsilon", required=True))
         self.rope_base = float(key("rope.freq_base", 10000.0))
         self.n_rot = int(key("rope.dimension_count", self.head_dim))
         sections = key("rope.dimension_sections", None)
         if sections is None:
-            raise ValueError("missing qwen35.rope.dimension_sections (llama.cpp requires it)")
+            raise ValueError("missing %s.rope.dimension_sections (llama.cpp requires it)" % arch)
         if not isinstance(sections, list):
             sections = [sections] * 4
         self.rope_sections = [int(s) for s in (list(sections) + [0, 0, 0, 0])[:4]]
         for k in ("rope.scaling.type", "rope.scaling.factor", "rope.scale_linear"):
             v = key(k, None)
             if v not in (None, "none", 1.0):
-                raise ValueError("RoPE scaling (%s = %r) is not supported" % ("qwen35." + k, v))
+                raise ValueError("RoPE scaling (%s = %r) is not supported" % (arch + "." + k, v))
 
         self.conv_kernel = int(key("ssm.conv_kernel", required=True))
         self.d_state = int(key("ssm.state_size", required=True))
@@ -281,7 +304,9 @@ class Qwen35State:
 class Qwen35Model:
     def __init__(self, gguf):
         self.cfg = cfg = Qwen35Config(gguf)
-        self.route_gap = None  # dense: no routing margins (numpy_reference_test's interface)
+        # (T,) smallest routing margin over the layers of the last hidden_states call
+        # (llama_numpy.moe_routed); None for qwen35 (numpy_reference_test's interface).
+        self.route_gap = None
 
         def weight(name, shape=None, optional=False):
             if not gguf.has_tensor(name):
@@ -311,10 +336,24 @@ class Qwen35Model:
             L = {
                 "attn_norm": weight(p + "attn_norm.weight", (E,)),
                 "post_norm": weight(p + "post_attention_norm.weight", (E,)),
-                "w_gate": weight(p + "ffn_gate.weight", (F, E)),
-                "w_up": weight(p + "ffn_up.weight", (F, E)),
-                "w_down": weight(p + "ffn_down.weight", (E, F)),
             }
+            if cfg.moe:
+                N, FE, FS = cfg.n_expert, cfg.n_ff_exp, cfg.n_ff_shexp
+                L["experts"] = {
+                    "router": weight(p + "ffn_gate_inp.weight", (N, E)),
+                    "gate": weight(p + "ffn_gate_exps.weight", (N, FE, E)),
+                    "up": weight(p + "ffn_up_exps.weight", (N, FE, E)),
+                    "down": weight(p + "ffn_down_exps.weight", (N, E, FE)),
+                }
+                # llama.cpp reads ffn_gate_inp_shexp as {n_embd}: one row of E.
+                L["shexp_gate_inp"] = weight(p + "ffn_gate_inp_shexp.weight", (E,)).reshape(1, E)
+                L["shexp_gate"] = weight(p + "ffn_gate_shexp.weight", (FS, E))
+                L["shexp_up"] = weight(p + "ffn_up_shexp.weight", (FS, E))
+                L["shexp_down"] = weight(p + "ffn_down_shexp.weight", (E, FS))
+            else:
+                L["w_gate"] = weight(p + "ffn_gate.weight", (F, E))
+                L["w_up"] = weight(p + "ffn_up.weight", (F, E))
+                L["w_down"] = weight(p + "ffn_down.weight", (E, F))
             if cfg.is_recurrent[il]:
                 L.update({
                     "qkv": weight(p + "attn_qkv.weight", (cfg.conv_dim, E)),
@@ -362,6 +401,7 @@ class Qwen35Model:
         n_past = state.n_past if state is not None else 0
         angles = rope_angles(cfg, np.arange(n_past, n_past + tokens.size))
         x = self.token_embd[tokens]
+        self.route_gap = None
         for il, L in enumerate(self.layers):
             xn = rms_norm(x, L["attn_norm"], cfg.rms_eps)
             if cfg.is_recurrent[il]:
@@ -369,10 +409,20 @@ class Qwen35Model:
             else:
                 h = x + self.attention(L, xn, angles, state, il)
             hn = rms_norm(h, L["post_norm"], cfg.rms_eps)
-            x = h + self.mm(silu(self.mm(hn, L["w_gate"])) * self.mm(hn, L["w_up"]), L["w_down"])
+            x = h + (self.moe_ffn(L, hn) if cfg.moe else
+                     self.mm(silu(self.mm(hn, L["w_gate"])) * self.mm(hn, L["w_up"]), L["w_down"]))
         if state is not None:
             state.n_past += tokens.size
         return rms_norm(x, self.output_norm, cfg.rms_eps)
+
+    def moe_ffn(self, L, hn):
+        """qwen35moe's FFN on hn (T, E): the renormalised top-k routed experts plus the
+        shared expert times sigmoid(ffn_gate_inp_shexp . hn)."""
+        routed, gap = llama_numpy.moe_routed(L["experts"], hn, self.cfg.n_expert_used, True, mm=self.mm)
+        if gap is not None:
+            self.route_gap = gap if self.route_gap is None else np.minimum(self.route_gap, gap)
+        shared = self.mm(silu(self.mm(hn, L["shexp_gate"])) * self.mm(hn, L["shexp_up"]), L["shexp_down"])
+        return routed + sigmoid(self.mm(hn, L["shexp_gate_inp"])) * shared
 
     def attention(self, L, xn, angles, state, il):
         cfg = self.cfg
@@ -521,6 +571,45 @@ def write_odd_qwen35(path, seed=1):
     MTP block, tied output, head_dim != dim / heads, n_rot < head_dim with sections
     [2, 1, 1, 0], Hv = 3 Hk, a 3-tap conv, and slow decays (0.5..0.97 per token) so the
     state carries far between chunks. Returns the trunk's is_recurrent."""
+    keys, t, recurrent = _odd_qwen35(seed)
+    _write(path, "qwen35", keys, t)
+    return recurrent[:5]
+
+
+def write_odd_qwen35moe_pair(path_moe, path_dense, half, seed=1):
+    """write_odd_qwen35's file (path_dense) and a qwen35moe file (path_moe) with the same
+    trunk whose FFN gives exactly the dense one's, through one half of the MoE FFN while
+    the other half adds zero. half "routed": 5 experts, 2 used, each a copy of the dense
+    FFN (so any renormalised top-k mix is the dense FFN; weights that do not sum to 1
+    would scale it), router random, shared expert's down zero. half "shared": the routed
+    experts' down zero, ffn_gate_inp_shexp zero (sigmoid 1/2) and the shared expert the
+    dense FFN with its down doubled. No feed_forward_length (the widths come from the
+    expert keys), the routed and shared widths being the dense one."""
+    keys, t, _ = _odd_qwen35(seed)
+    _write(path_dense, "qwen35", keys, t)
+    rng = np.random.default_rng(seed + 100)
+    N, k = 5, 2
+    F = keys.pop("feed_forward_length")
+    keys.update({"expert_count": N, "expert_used_count": k, "expert_feed_forward_length": F,
+                 "expert_shared_feed_forward_length": F})
+    for il in range(keys["block_count"]):
+        p = "blk.%d." % il
+        gate, up, down = (t.pop(p + "ffn_%s.weight" % n) for n in ("gate", "up", "down"))
+        E = down.shape[0]
+        t[p + "ffn_gate_inp.weight"] = _matrix(rng, N, E) * 4.0     # peaked routing
+        t[p + "ffn_gate_exps.weight"] = np.stack([gate] * N)
+        t[p + "ffn_up_exps.weight"] = np.stack([up] * N)
+        t[p + "ffn_down_exps.weight"] = np.stack([down if half == "routed" else 0.0 * down] * N)
+        t[p + "ffn_gate_inp_shexp.weight"] = (rng.standard_normal(E) / np.sqrt(E) if half == "routed"
+                                              else np.zeros(E))
+        t[p + "ffn_gate_shexp.weight"] = gate
+        t[p + "ffn_up_shexp.weight"] = up
+        t[p + "ffn_down_shexp.weight"] = 0.0 * down if half == "routed" else 2.0 * down
+    _write(path_moe, "qwen35moe", keys, t)
+
+
+def _odd_qwen35(seed):
+    """write_odd_qwen35's keys, tensors and every block's is_recurrent."""
     rng = np.random.default_rng(seed)
     E, H, KV, D, F, V = 48, 3, 1, 20, 40, 50
     K, d, Hk, Hv = 3, 8, 2, 6
@@ -561,8 +650,7 @@ def write_odd_qwen35(path, seed=1):
             t[p + "nextn.eh_proj.weight"] = _matrix(rng, E, 2 * E)
             t[p + "nextn.enorm.weight"] = _norm_weight(rng, E)
             t[p + "nextn.hnorm.weight"] = _norm_weight(rng, E)
-    _write(path, "qwen35", keys, t)
-    return recurrent[:5]
+    return keys, t, recurrent
 
 
 def write_attention_only_pair(path35, path3, seed=2):
@@ -631,6 +719,18 @@ def self_test(workdir):
     err = np.abs(a - b).max() / np.abs(b).max()
     if not err < 1e-10:
         problems.append("all-attention qwen35 differs from the same weights as qwen3 (llama_numpy) by %.3g" % err)
+
+    for half in ("routed", "shared"):
+        pm = os.path.join(workdir, "qwen35moe-selftest-%s.gguf" % half)
+        pd = os.path.join(workdir, "qwen35moe-selftest-%s-dense.gguf" % half)
+        write_odd_qwen35moe_pair(pm, pd, half)
+        moe = Qwen35Model(gguf_numpy.GgufFile(pm))
+        a = moe.forward(tokens)
+        b = Qwen35Model(gguf_numpy.GgufFile(pd)).forward(tokens)
+        err = np.abs(a - b).max() / np.abs(b).max()
+        if not err < 1e-10:
+            problems.append("qwen35moe whose %s experts are the dense FFN differs from it by %.3g" % (half, err))
+        problems += ["qwen35moe (%s) file: %s" % (half, p) for p in self_test_model(moe, tokens)]
     return problems
 
 
