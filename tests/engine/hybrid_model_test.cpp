@@ -1,5 +1,8 @@
-// A hybrid model (qwen35: Gated DeltaNet layers beside full attention) through the Engine:
-// each sequence's recurrent state is its own, so requests run together, in chunked
+// A hybrid model (qwen35: Gated DeltaNet layers beside full attention; qwen35moe: the
+// same trunk with routed experts and a gated shared expert, whose tokens are grouped by
+// expert across the batch's sequences) through the Engine, every test on qwen35, qwen35moe
+// and qwen35moe with Q8_0 weights: each
+// sequence's recurrent state is its own, so requests run together, in chunked
 // prefills interleaved with decodes, give token for token and logprob for logprob what
 // each gives alone; a preempted sequence (its state dropped with its KV) is recomputed to
 // the same output; the prefix cache works for them through recurrent-state snapshots (a
@@ -18,15 +21,25 @@ namespace {
 
 using namespace engine_test;
 
-Loaded load_hybrid() {
+// synth's tiny shape of `arch` (qwen35moe: 8 experts of width 64, 3 used, a shared expert
+// of width 96); "qwen35moe_q8_0": with Q8_0 weights, so the routed and shared experts run
+// the quantized grouped kernels on batches of every size the scheduler makes.
+Loaded load_tiny(const std::string& name) {
   SynthSpec s;
-  s.arch = "qwen35";
+  const bool q8 = name.ends_with("_q8_0");
+  s.arch = q8 ? name.substr(0, name.size() - 5) : name;
   s = resolved_for_row(s, /*tiny_shape=*/true);
+  if (q8) s.type = GgmlType::Q8_0;
   s.n_vocab = 256;
   s.ctx_len = 1024;
   s.seed = 11;
-  return load_synth_spec(s, "qwen35_tiny");
+  return load_synth_spec(s, name + "_tiny");
 }
+
+class HybridEngine : public ::testing::TestWithParam<std::string> {
+ protected:
+  Loaded load_hybrid() const { return load_tiny(GetParam()); }
+};
 
 // KV budget in blocks of this model (only its full-attention layers have K/V).
 uint64_t hybrid_bytes_for_blocks(const Model& m, int64_t n_blocks) {
@@ -62,7 +75,7 @@ Request greedy(std::vector<int32_t> prompt, int64_t n) {
   return r;
 }
 
-TEST(HybridEngine, ConcurrentRequestsMatchEachAloneTokenForToken) {
+TEST_P(HybridEngine, ConcurrentRequestsMatchEachAloneTokenForToken) {
   const Loaded l = load_hybrid();
   const int32_t V = static_cast<int32_t>(l.model->config().n_vocab);
   std::vector<Request> rs;
@@ -83,7 +96,7 @@ TEST(HybridEngine, ConcurrentRequestsMatchEachAloneTokenForToken) {
   EXPECT_EQ(together.stats.cache.cached_blocks, 0);
 }
 
-TEST(HybridEngine, APreemptedSequenceIsRecomputedToTheSameOutput) {
+TEST_P(HybridEngine, APreemptedSequenceIsRecomputedToTheSameOutput) {
   const Loaded l = load_hybrid();
   const int32_t V = static_cast<int32_t>(l.model->config().n_vocab);
   std::vector<Request> rs;
@@ -117,7 +130,7 @@ std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& 
 // on, the history is served from the cache (its K/V and the state snapshot taken where
 // the previous turn ended), and every turn gives token for token and logprob for logprob
 // what a cache-off engine gives.
-TEST(HybridEngine, EachTurnOfAConversationReusesTheHistoryAndMatchesCacheOff) {
+TEST_P(HybridEngine, EachTurnOfAConversationReusesTheHistoryAndMatchesCacheOff) {
   const Loaded l = load_hybrid();
   const int32_t V = static_cast<int32_t>(l.model->config().n_vocab);
   Engine cached(*l.model, nullptr, hybrid_config(*l.model, 2, 256, 64, /*n_snapshots=*/8));
@@ -159,7 +172,7 @@ TEST(HybridEngine, EachTurnOfAConversationReusesTheHistoryAndMatchesCacheOff) {
 // A restart on the same --prompt-cache-dir: the disk tier keeps full K/V blocks only, so
 // the next turn resumes at the last block boundary the previous turn reached (its decode
 // snapshot there went to disk at the clean stop), not from zero.
-TEST(HybridEngine, AConversationResumesFromTheDiskTierAfterARestart) {
+TEST_P(HybridEngine, AConversationResumesFromTheDiskTierAfterARestart) {
   const Loaded l = load_hybrid();
   const int32_t V = static_cast<int32_t>(l.model->config().n_vocab);
   const std::string dir = (std::filesystem::temp_directory_path() / ("pagoda_hybrid_disk_" + std::to_string(::getpid()))).string();
@@ -199,7 +212,7 @@ TEST(HybridEngine, AConversationResumesFromTheDiskTierAfterARestart) {
 }
 
 // The same prompt again (a retry, a regenerate): everything but its last token comes back.
-TEST(HybridEngine, AResentPromptReusesAllButItsLastToken) {
+TEST_P(HybridEngine, AResentPromptReusesAllButItsLastToken) {
   const Loaded l = load_hybrid();
   const int32_t V = static_cast<int32_t>(l.model->config().n_vocab);
   Engine e(*l.model, nullptr, hybrid_config(*l.model, 1, 256, 32, /*n_snapshots=*/4));
@@ -224,7 +237,7 @@ TEST(HybridEngine, AResentPromptReusesAllButItsLastToken) {
 // A long shared document with different questions after it: the second request goes back
 // to the last periodic snapshot inside the document (every 64 tokens here) and recomputes
 // from there; the answers are the cache-off ones.
-TEST(HybridEngine, ADocumentSharedByDifferentQuestionsRestoresTheLastPeriodicSnapshot) {
+TEST_P(HybridEngine, ADocumentSharedByDifferentQuestionsRestoresTheLastPeriodicSnapshot) {
   const Loaded l = load_hybrid();
   const int32_t V = static_cast<int32_t>(l.model->config().n_vocab);
   const std::vector<int32_t> doc = random_tokens(300, V, 61);
@@ -246,7 +259,7 @@ TEST(HybridEngine, ADocumentSharedByDifferentQuestionsRestoresTheLastPeriodicSna
 // prefill to reach the fork (a checkpoint at the last block boundary before it indexes
 // the K/V and snapshots the state: a running sequence's partly written block is not
 // shared) and take both, instead of all computing the document at once.
-TEST(HybridEngine, FollowersOfASharedPrefillStartWhereTheLeaderForked) {
+TEST_P(HybridEngine, FollowersOfASharedPrefillStartWhereTheLeaderForked) {
   const Loaded l = load_hybrid();
   const int32_t V = static_cast<int32_t>(l.model->config().n_vocab);
   const std::vector<int32_t> doc = random_tokens(150, V, 81);
@@ -265,7 +278,7 @@ TEST(HybridEngine, FollowersOfASharedPrefillStartWhereTheLeaderForked) {
 // Snapshots are capped in bytes (here two; each request leaves one short of its prompt's
 // end and one at its sequence's end): many conversations evict the oldest, the bytes
 // never pass the cap, and an evicted history is recomputed to the same answer.
-TEST(HybridEngine, SnapshotsStayUnderTheirCapAndAnEvictedHistoryIsRecomputed) {
+TEST_P(HybridEngine, SnapshotsStayUnderTheirCapAndAnEvictedHistoryIsRecomputed) {
   const Loaded l = load_hybrid();
   const int32_t V = static_cast<int32_t>(l.model->config().n_vocab);
   std::vector<Request> rs;
@@ -283,7 +296,7 @@ TEST(HybridEngine, SnapshotsStayUnderTheirCapAndAnEvictedHistoryIsRecomputed) {
   EXPECT_GT(st.evictions, 0);
 }
 
-TEST(HybridEngine, APreemptedSequenceComesBackFromItsSnapshotToTheSameOutput) {
+TEST_P(HybridEngine, APreemptedSequenceComesBackFromItsSnapshotToTheSameOutput) {
   const Loaded l = load_hybrid();
   const int32_t V = static_cast<int32_t>(l.model->config().n_vocab);
   std::vector<Request> rs;
@@ -297,7 +310,7 @@ TEST(HybridEngine, APreemptedSequenceComesBackFromItsSnapshotToTheSameOutput) {
   }
 }
 
-TEST(HybridEngine, TheBudgetBooksTheStatesAndRefusesOneTooSmallForThem) {
+TEST_P(HybridEngine, TheBudgetBooksTheStatesAndRefusesOneTooSmallForThem) {
   const Loaded l = load_hybrid();
   EngineConfig c = hybrid_config(*l.model, 4, 64, 32, 6);
   {
@@ -331,7 +344,7 @@ TEST(HybridEngine, TheBudgetBooksTheStatesAndRefusesOneTooSmallForThem) {
   EXPECT_EQ(e.stats().cache.state_snapshots.capacity_bytes, (64ull << 20) / 4);
 }
 
-TEST(HybridEngine, AForwardThatDoesNotContinueTheRecurrentStateIsRefused) {
+TEST_P(HybridEngine, AForwardThatDoesNotContinueTheRecurrentStateIsRefused) {
   const Loaded l = load_hybrid();
   Model& m = *l.model;
   const ModelConfig& c = m.config();
@@ -365,6 +378,9 @@ TEST(HybridEngine, AForwardThatDoesNotContinueTheRecurrentStateIsRefused) {
   store.remove(0);
   EXPECT_EQ(store.recurrent_states().bytes(), 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Archs, HybridEngine, ::testing::Values("qwen35", "qwen35moe", "qwen35moe_q8_0"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace
 }  // namespace pagoda
