@@ -142,7 +142,13 @@ void read_linear_attention(const gguf::GgufFile& f, const std::string& p, const 
     for (int64_t l = 0; l < c.n_layers; ++l) c.recurrent[static_cast<size_t>(l)] = (l + 1) % interval != 0;
   }
   if (c.n_attention_layers() == 0)
-    throw Error(f.path() + ": " + p + "every layer is linear attention; at least one full-attention layer is needed");
+    throw Error(f.path() + ": " + p + (f.has(p + "attention.recurrent_layers") ? "attention.recurrent_layers" :
+                                       "full_attention_interval") +
+                " makes every layer linear attention; at least one full-attention layer is needed");
+  // No linear layer at all (full_attention_interval 1, or recurrent_layers all 0, which
+  // llama.cpp reads): an attention-only model with qwen35's gated attention, no recurrent
+  // state (else a store would be asked for zero state slots).
+  if (c.n_recurrent_layers() == 0) c.recurrent.clear();
   if (const gguf::Array* s = f.get_array(p + "rope.dimension_sections")) {
     int64_t sum = 0;
     for (const auto& v : s->items) {

@@ -819,6 +819,24 @@ def check_reference_qwen35(args):
     return result
 
 
+def check_qwen35_attention_only(args):
+    """pagoda on qwen35_numpy's all-attention qwen35 (full_attention_interval 1: no Gated
+    DeltaNet layer, which llama.cpp reads; pagoda once asked the store for zero recurrent
+    state slots and aborted) against the reference, 16 tokens of its 50-token vocabulary."""
+    result = Result("qwen35-f32-attention-only", "f32")
+    path = os.path.join(args.workdir, "qwen35-attention-only.gguf")
+    out = os.path.join(args.workdir, "qwen35-attention-only.f32")
+    tokens = [1, 7, 49, 0, 23, 23, 5, 31, 44, 2, 17, 38, 9, 12, 30, 3]
+    qwen35_numpy.write_attention_only_pair(path, os.path.join(args.workdir, "qwen35-attention-only-as-qwen3.gguf"))
+    ref = qwen35_numpy.Qwen35Model(gguf_numpy.GgufFile(path)).forward(tokens)
+    err = pagoda_logits(args, path, tokens, out)
+    if err:
+        result.error = err
+        return result
+    compare(result, ref, read_logits(out, len(tokens), ref.shape[1]), TOL_F32)
+    return result
+
+
 def check_reference_stories(args):
     """The reference must reproduce stories260K's known greedy continuation of BOS."""
     result = Result("reference: stories260K greedy", "f32")
@@ -964,6 +982,8 @@ def main():
         if not os.path.isfile(args.pagoda) or not os.access(args.pagoda, os.X_OK):
             print("warning: pagoda binary not found or not executable: %s" % args.pagoda)
         jobs = [lambda: check_pagoda_stories(args)] if args.filter in "stories260K-f32-real" else []
+        if args.filter in "qwen35-f32-attention-only":
+            jobs.append(lambda: check_qwen35_attention_only(args))
         jobs += [(lambda c=c: run_case(args, c)) for c in build_cases() if args.filter in c.name]
         f32_ref = F32Reference(args)
         jobs += [(lambda t=t: check_fidelity(args, f32_ref, t)) for t in WEIGHT_REL_RMS
