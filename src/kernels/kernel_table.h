@@ -67,7 +67,8 @@ using PagedAttendSoftcapFn = void (*)(const KvLayerView& view, const BlockId* bl
                                       float softcap, float* o, float* m, float* l);
 using PagedAttendTileFn = void (*)(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok,
                                    int64_t kv_head, const float* q, int64_t q_stride, int n_q, float scale,
-                                   float* out, int64_t out_stride, int64_t window, float softcap);
+                                   float* out, int64_t out_stride, int64_t window, float softcap,
+                                   const float* sinks);
 
 // The matmul kernels of one weight type at one level: `quant` for quantized types, `flt` for
 // F32 / F16 / BF16; `prefill`, where set, replaces `quant` on tiles of at least

@@ -70,7 +70,7 @@ void paged_attend_partial_softcap_ref(const KvLayerView& view, const BlockId* bl
 
 void paged_attend_tile_ref(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok,
                            int64_t kv_head, const float* q, int64_t q_stride, int n_q, float scale, float* out,
-                           int64_t out_stride, int64_t window, float softcap) {
+                           int64_t out_stride, int64_t window, float softcap, const float* sinks) {
   const int64_t hd = view.head_dim;
   std::vector<float> m(static_cast<size_t>(n_q)), l(static_cast<size_t>(n_q));
   for (int i = 0; i < n_tok; ++i) {
@@ -78,8 +78,10 @@ void paged_attend_tile_ref(const KvLayerView& view, const BlockId* blocks, int64
     const int64_t pos = pos0 + i;
     partial_ref(view, blocks, window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0, pos + 1, kv_head,
                 q + i * q_stride, n_q, scale, softcap, o, m.data(), l.data());
-    for (int h = 0; h < n_q; ++h)
-      for (int64_t d = 0; d < hd; ++d) o[h * hd + d] /= l[h];
+    for (int h = 0; h < n_q; ++h) {
+      const float den = attention_denominator(l[h], m[h], sinks ? sinks + h : nullptr);
+      for (int64_t d = 0; d < hd; ++d) o[h * hd + d] /= den;
+    }
   }
 }
 
@@ -87,9 +89,9 @@ void register_attention_kernels_scalar(KernelTable& t) {
   t.attention = {paged_attend_partial_ref, paged_attend_partial_softcap_ref,
                  [](const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,
                     const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride,
-                    int64_t window, float softcap) {
+                    int64_t window, float softcap, const float* sinks) {
                    paged_attend_tile_ref(view, blocks, pos0, n_tok, kv_head, q, q_stride, n_q, scale, out,
-                                         out_stride, window, softcap);
+                                         out_stride, window, softcap, sinks);
                  }};
 }
 
@@ -114,8 +116,9 @@ void paged_attend_partial(const KvLayerView& view, const BlockId* blocks, int64_
 
 void paged_attend_tile(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,
                        const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride,
-                       int64_t window, float softcap) {
-  active().attend_tile(view, blocks, pos0, n_tok, kv_head, q, q_stride, n_q, scale, out, out_stride, window, softcap);
+                       int64_t window, float softcap, const float* sinks) {
+  active().attend_tile(view, blocks, pos0, n_tok, kv_head, q, q_stride, n_q, scale, out, out_stride, window, softcap,
+                       sinks);
 }
 
 void paged_attend(const KvLayerView& view, const BlockId* blocks, int64_t n_ctx, int64_t kv_head,
@@ -136,7 +139,7 @@ void paged_attend(const KvLayerView& view, const BlockId* blocks, int64_t n_ctx,
 }
 
 void merge_attention_partials(int n_parts, const float* m, const float* l, const float* o, int n_q,
-                              int64_t hd, float* out) {
+                              int64_t hd, float* out, const float* sinks) {
   for (int h = 0; h < n_q; ++h) {
     float mx = -std::numeric_limits<float>::infinity();
     for (int p = 0; p < n_parts; ++p) mx = std::max(mx, m[p * n_q + h]);
@@ -150,7 +153,7 @@ void merge_attention_partials(int n_parts, const float* m, const float* l, const
       const float* op = o + (static_cast<int64_t>(p) * n_q + h) * hd;
       for (int64_t i = 0; i < hd; ++i) oh[i] += c * op[i];
     }
-    const float inv = 1.0f / sum;
+    const float inv = 1.0f / attention_denominator(sum, mx, sinks ? sinks + h : nullptr);
     for (int64_t i = 0; i < hd; ++i) oh[i] *= inv;
   }
 }

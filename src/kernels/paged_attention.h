@@ -26,6 +26,7 @@
 // whole prefix once per token: O(T²) bytes; tiles divide that by the tile's token count.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/cpu_features.h"
@@ -103,17 +104,31 @@ constexpr int kAttnTileRows = 64;
 // rows do not overlap.
 // (PagedAttendTileFn in kernel_table.h: the `attend_tile` entry of each level.)
 // Scalar reference: paged_attend_partial_ref (or its soft-capped form) per token, then normalized.
+// sinks: null, or the n_q heads' sink logits (gpt-oss): each head's softmax denominator
+// gains e^(sinks[h]) (see attention_denominator).
 void paged_attend_tile_ref(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok,
                            int64_t kv_head, const float* q, int64_t q_stride, int n_q, float scale, float* out,
-                           int64_t out_stride, int64_t window = 0, float softcap = 0.0f);
+                           int64_t out_stride, int64_t window = 0, float softcap = 0.0f,
+                           const float* sinks = nullptr);
 // Runs the active level's tile kernel (active_kernels().attention.attend_tile).
 void paged_attend_tile(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,
                        const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride,
-                       int64_t window = 0, float softcap = 0.0f);
+                       int64_t window = 0, float softcap = 0.0f, const float* sinks = nullptr);
 
 // out [n_q, head_dim] from n_parts partials laid out as m, l: [n_parts][n_q],
-// o: [n_parts][n_q][head_dim]. Requires: some part covers at least one position.
+// o: [n_parts][n_q][head_dim]; sinks (null or [n_q]) join each head's denominator.
+// Requires: some part covers at least one position.
 void merge_attention_partials(int n_parts, const float* m, const float* l, const float* o, int n_q,
-                              int64_t head_dim, float* out);
+                              int64_t head_dim, float* out, const float* sinks = nullptr);
+
+// The softmax denominator of a row whose partial result over its positions is (m, l), with
+// an attention sink (a logit s whose value row is zero) when `sink` is not null:
+// l + e^(s - m). The sink changes no score and no accumulator, only this sum, so every
+// kernel stays as it is and the callers that normalise add it (rejected: a sink parameter
+// in the decode and partial kernels, which would duplicate what the merge does anyway).
+// e^(s - m) overflowing to inf gives out = 0, the limit of a sink that dominates.
+inline float attention_denominator(float l, float m, const float* sink) {
+  return sink ? l + std::exp(*sink - m) : l;
+}
 
 }  // namespace pagoda

@@ -17,9 +17,9 @@ void attend_avx512(const KvLayerView& view, const BlockId* blocks, int64_t p_beg
 
 void attend_tile_avx512(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,
                  const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride,
-                 int64_t window, float softcap) {
+                 int64_t window, float softcap, const float* sinks) {
   paged_attend_tile_simd<simd_avx512::Vec>(view, blocks, pos0, n_tok, kv_head, q, q_stride, n_q, scale, out, out_stride,
-                                       window, softcap);
+                                       window, softcap, sinks);
 }
 
 void attend_softcap_avx512(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,

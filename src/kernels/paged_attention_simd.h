@@ -479,7 +479,7 @@ void paged_attend_simd(const KvLayerView& view, const BlockId* blocks, int64_t p
 template <class V>
 void attend_tile_rows(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,
                       const float* q, int64_t q_stride, int n_q, float scale, float* out, int64_t out_stride,
-                      int64_t window, float softcap) {
+                      int64_t window, float softcap, const float* sinks) {
   const int64_t hd = view.head_dim, bs = view.block_size;
   // Kᵀ is [hd][chunk]: 32 positions for head_dim <= 128, 16 up to 256 (16 KiB either way).
   const int64_t chunk = hd <= 128 ? kAttnChunk : kAttnChunk / 2;
@@ -532,13 +532,14 @@ void attend_tile_rows(const KvLayerView& view, const BlockId* blocks, int64_t po
     chunk_pv<V>(orow, r_begin, n_rows, s, Vr, n, hd);
     p += n;
   }
-  for (int r = 0; r < n_rows; ++r) scale_row<V>(orow[r], hd, 1.0f / l[r]);
+  for (int r = 0; r < n_rows; ++r)
+    scale_row<V>(orow[r], hd, 1.0f / attention_denominator(l[r], m[r], sinks ? sinks + r % n_q : nullptr));
 }
 
 template <class V>
 void paged_attend_tile_simd(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok,
                             int64_t kv_head, const float* q, int64_t q_stride, int n_q, float scale, float* out,
-                            int64_t out_stride, int64_t window, float softcap) {
+                            int64_t out_stride, int64_t window, float softcap, const float* sinks) {
   const int64_t hd = view.head_dim;
   if (hd > 256) {  // beyond the tile's Kᵀ buffer: token by token on the decode kernel
     float m[kAttnMaxGroup], l[kAttnMaxGroup];
@@ -549,8 +550,10 @@ void paged_attend_tile_simd(const KvLayerView& view, const BlockId* blocks, int6
         const int64_t pos = pos0 + i;
         paged_attend_simd<V>(view, blocks, window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0, pos + 1, kv_head,
                              q + i * q_stride + h0 * hd, g, scale, o, m, l, softcap);
-        for (int h = 0; h < g; ++h)
-          for (int64_t d = 0; d < hd; ++d) o[h * hd + d] /= l[h];
+        for (int h = 0; h < g; ++h) {
+          const float den = attention_denominator(l[h], m[h], sinks ? sinks + h0 + h : nullptr);
+          for (int64_t d = 0; d < hd; ++d) o[h * hd + d] /= den;
+        }
       }
     return;
   }
@@ -560,7 +563,8 @@ void paged_attend_tile_simd(const KvLayerView& view, const BlockId* blocks, int6
     const int tt = std::max(1, kAttnTileRows / nh);
     for (int i0 = 0; i0 < n_tok; i0 += tt)
       attend_tile_rows<V>(view, blocks, pos0 + i0, std::min(tt, n_tok - i0), kv_head, q + i0 * q_stride + h0 * hd,
-                          q_stride, nh, scale, out + i0 * out_stride + h0 * hd, out_stride, window, softcap);
+                          q_stride, nh, scale, out + i0 * out_stride + h0 * hd, out_stride, window, softcap,
+                          sinks ? sinks + h0 : nullptr);
   }
 }
 

@@ -18,7 +18,8 @@ void KvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool) {
     const int64_t t = task / b.n_kv_heads;
     const int g = static_cast<int>(task % b.n_kv_heads);
     attend(layer, b.seq_ids[t], b.positions[t], g, b.q + t * q_dim + g * hpk * b.head_dim,
-           static_cast<int>(hpk), b.scale, b.out + t * q_dim + g * hpk * b.head_dim, b.window, b.softcap);
+           static_cast<int>(hpk), b.scale, b.out + t * q_dim + g * hpk * b.head_dim, b.window, b.softcap,
+           b.sinks ? b.sinks + g * hpk : nullptr);
   });
 }
 
@@ -43,7 +44,8 @@ void ContiguousKvCache::store(int layer, SeqId seq, int64_t pos, const float* k,
 }
 
 void ContiguousKvCache::attend(int layer, SeqId seq, int64_t pos, int kv_head, const float* q,
-                               int n_q_heads, float scale, float* out, int64_t window, float softcap) const {
+                               int n_q_heads, float scale, float* out, int64_t window, float softcap,
+                               const float* sinks) const {
   PAGODA_CHECK(pos >= 0 && pos < ctx_, "attention position out of range");
   const int64_t hd = head_dim_;
   const size_t stride = static_cast<size_t>(n_kv_heads_ * hd);
@@ -54,8 +56,9 @@ void ContiguousKvCache::attend(int layer, SeqId seq, int64_t pos, int kv_head, c
     const float* qh = q + h * hd;
     float* oh = out + h * hd;
     std::fill(oh, oh + hd, 0.0f);
-    float m = -std::numeric_limits<float>::infinity();
-    float l = 0.0f;
+    // A sink is a logit with a zero value row: the softmax starts from it.
+    float m = sinks ? sinks[h] : -std::numeric_limits<float>::infinity();
+    float l = sinks ? 1.0f : 0.0f;
     for (int64_t p = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0; p <= pos; ++p) {
       float s = dot_f32(qh, kbase + p * stride, hd) * scale;
       if (softcap > 0.0f) s = softcap * std::tanh(s / softcap);

@@ -30,7 +30,9 @@ namespace pagoda {
 // token t attends to positions [0, positions[t]] of seq_ids[t] (with a window w > 0:
 // [max(0, positions[t] - w + 1), positions[t]], a local layer of Gemma); query head h
 // uses KV head h / (n_heads / n_kv_heads). Scores are q·k·scale, soft-capped to
-// softcap · tanh(s / softcap) when softcap > 0 (Gemma 2), then softmaxed.
+// softcap · tanh(s / softcap) when softcap > 0 (Gemma 2), then softmaxed; with sinks
+// (gpt-oss), head h's softmax has one more logit, sinks[h], that joins the denominator and
+// weighs no value: out = Σ e^(s_i) v_i / (Σ e^(s_i) + e^(sinks[h])).
 struct AttnBatch {
   int64_t n_tokens = 0;
   const SeqId* seq_ids = nullptr;    // [n_tokens]
@@ -43,6 +45,7 @@ struct AttnBatch {
   float scale = 1.0f;
   int64_t window = 0;    // 0: the whole causal prefix
   float softcap = 0.0f;  // 0: none
+  const float* sinks = nullptr;  // [n_heads] sink logits, or null: none
 };
 
 class KvStore {
@@ -51,11 +54,11 @@ class KvStore {
   // k, v: [n_kv_heads, head_dim] f32 of one token at `pos` (pos < capacity(seq)).
   virtual void store(int layer, SeqId seq, int64_t pos, const float* k, const float* v) = 0;
   // q: [n_heads_in_group, head_dim] f32 for the query heads that share KV head `kv_head`;
-  // out: same shape, softmax(q·Kᵀ * scale) · V over positions 0..pos of `seq` (window and
-  // softcap as in AttnBatch).
+  // out: same shape, softmax(q·Kᵀ * scale) · V over positions 0..pos of `seq` (window,
+  // softcap and sinks as in AttnBatch; sinks: the n_q_heads heads' own, or null).
   virtual void attend(int layer, SeqId seq, int64_t pos, int kv_head, const float* q,
                       int n_q_heads, float scale, float* out, int64_t window = 0,
-                      float softcap = 0.0f) const = 0;
+                      float softcap = 0.0f, const float* sinks = nullptr) const = 0;
   // Positions a sequence may hold.
   virtual int64_t capacity(SeqId seq) const = 0;
   // Requires: every token's K/V of this layer stored. Owner thread only.
@@ -79,7 +82,8 @@ class ContiguousKvCache final : public KvStore {
 
   void store(int layer, SeqId seq, int64_t pos, const float* k, const float* v) override;
   void attend(int layer, SeqId seq, int64_t pos, int kv_head, const float* q, int n_q_heads,
-              float scale, float* out, int64_t window = 0, float softcap = 0.0f) const override;
+              float scale, float* out, int64_t window = 0, float softcap = 0.0f,
+              const float* sinks = nullptr) const override;
   int64_t capacity(SeqId) const override { return ctx_; }
   size_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
   RecurrentStates* recurrent() override { return &recurrent_; }

@@ -236,11 +236,11 @@ int64_t window_begin(int64_t pos, int64_t window) { return window > 0 ? std::max
 }  // namespace
 
 void PagedKvStore::attend(int layer, SeqId seq, int64_t pos, int kv_head, const float* q, int n_q_heads,
-                          float scale, float* out, int64_t window, float softcap) const {
+                          float scale, float* out, int64_t window, float softcap, const float* sinks) const {
   const BlockTable& t = layer_table(seq, layer, pos, "attend");
   PAGODA_CHECK(pos >= 0 && pos < t.num_tokens(), "attend: position " + std::to_string(pos) + " not reserved");
   const KvLayerView view = pool_.layer_view(groups_.slot[static_cast<size_t>(layer)]);
-  if (window <= 0 && softcap <= 0.0f) {
+  if (window <= 0 && softcap <= 0.0f && !sinks) {
     paged_attend(view, t.blocks().data(), pos + 1, kv_head, q, n_q_heads, scale, out);
     return;
   }
@@ -251,8 +251,10 @@ void PagedKvStore::attend(int layer, SeqId seq, int64_t pos, int kv_head, const 
     const int g = std::min(kGroup, n_q_heads - h0);
     attend_range(view, t.blocks().data(), window_begin(pos, window), pos + 1, kv_head,
                  q + h0 * hd, g, scale, softcap, out + h0 * hd, m, l);
-    for (int h = 0; h < g; ++h)
-      for (int64_t i = 0; i < hd; ++i) out[(h0 + h) * hd + i] /= l[h];
+    for (int h = 0; h < g; ++h) {
+      const float inv = 1.0f / attention_denominator(l[h], m[h], sinks ? sinks + h0 + h : nullptr);
+      for (int64_t i = 0; i < hd; ++i) out[(h0 + h) * hd + i] *= inv;
+    }
   }
 }
 
@@ -354,7 +356,7 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
       const int64_t g = task % n_kv;
       const int64_t off = tl.first_token * q_dim + g * hpk * hd;
       paged_attend_tile(view, tl.blocks, tl.pos0, tl.n_tok, g, b.q + off, q_dim, static_cast<int>(hpk), b.scale,
-                        b.out + off, q_dim, b.window, b.softcap);
+                        b.out + off, q_dim, b.window, b.softcap, b.sinks ? b.sinks + g * hpk : nullptr);
       return;
     }
     task -= n_tile_tasks;
@@ -367,7 +369,7 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
       float m[kMaxGroup], l[kMaxGroup];
       attend_range(view, r.blocks, r.p_begin, r.n_ctx, g, q, static_cast<int>(hpk), b.scale, b.softcap, out, m, l);
       for (int64_t h = 0; h < hpk; ++h) {
-        const float inv = 1.0f / l[h];
+        const float inv = 1.0f / attention_denominator(l[h], m[h], b.sinks ? b.sinks + g * hpk + h : nullptr);
         for (int64_t i = 0; i < hd; ++i) out[h * hd + i] *= inv;
       }
       return;
@@ -385,7 +387,7 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
     const int64_t t = ri / n_kv, g = ri % n_kv;
     merge_attention_partials(r.n_parts, &part_m_[r.partial_offset * hpk], &part_l_[r.partial_offset * hpk],
                              &part_o_[r.partial_offset * hpk * hd], static_cast<int>(hpk), hd,
-                             b.out + t * q_dim + g * hpk * hd);
+                             b.out + t * q_dim + g * hpk * hd, b.sinks ? b.sinks + g * hpk : nullptr);
   });
 }
 

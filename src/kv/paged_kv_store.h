@@ -108,7 +108,8 @@ class PagedKvStore final : public KvStore {
   // Requires: pos < capacity(seq) (checked).
   void store(int layer, SeqId seq, int64_t pos, const float* k, const float* v) override;
   void attend(int layer, SeqId seq, int64_t pos, int kv_head, const float* q, int n_q_heads,
-              float scale, float* out, int64_t window = 0, float softcap = 0.0f) const override;
+              float scale, float* out, int64_t window = 0, float softcap = 0.0f,
+              const float* sinks = nullptr) const override;
   int64_t capacity(SeqId seq) const override;
   void attend_batch(int layer, const AttnBatch& batch, ThreadPool& pool) override;
   // Hybrid models: the recurrent states of its sequences, configured by the engine. A

@@ -242,7 +242,7 @@ TEST(PagedAttention, PrefillTilesMatchTheReferenceForEveryTypeShapeAndStart) {
             paged_attend_tile_ref(view, f.table.blocks().data(), pos0, n_tok, head, q.data(), stride, n_q, scale,
                                   want.data(), stride);
             fn(view, f.table.blocks().data(), pos0, n_tok, head, q.data(), stride, n_q, scale, got.data(), stride, 0,
-               0.0f);
+               0.0f, nullptr);
             for (size_t i = 0; i < want.size(); ++i)
               ASSERT_NEAR(got[i], want[i], 2e-5f * (1.0f + std::fabs(want[i])))
                   << isa_name(isa) << " k=" << kv_type_name(tc.k) << " v=" << kv_type_name(tc.v) << " hd=" << hd
@@ -269,22 +269,26 @@ TEST(PagedAttention, PrefillTilesWithWindowsAndSoftcapMatchTheReference) {
         Filled f;
         fill(f, t, t, hd, 2048, 16, static_cast<uint32_t>(hd + 3));
         const KvLayerView view = f.pool->layer_view(0);
+        // gpt-oss's sinks (one logit per query head in the denominator) ride along.
+        const float sink_values[] = {2.0f, -1.0f, 0.5f, 4.0f};
         for (int64_t window : {int64_t{1}, int64_t{5}, int64_t{16}, int64_t{40}, int64_t{4096}})
           for (float softcap : {0.0f, 1.5f})
             for (int n_q : {1, 4})
+              for (const float* sinks : {static_cast<const float*>(nullptr), sink_values})
               for (auto [pos0, n_tok] : spans) {
                 const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
                 const int64_t stride = (n_q + 1) * hd;
                 auto q = random_q(n_tok * stride, static_cast<uint32_t>(pos0 * 5 + n_tok + n_q + window));
                 std::vector<float> want(q.size(), -1.0f), got(q.size(), -1.0f);
                 paged_attend_tile_ref(view, f.table.blocks().data(), pos0, n_tok, 1, q.data(), stride, n_q, scale,
-                                      want.data(), stride, window, softcap);
+                                      want.data(), stride, window, softcap, sinks);
                 fn(view, f.table.blocks().data(), pos0, n_tok, 1, q.data(), stride, n_q, scale, got.data(), stride,
-                   window, softcap);
+                   window, softcap, sinks);
                 for (size_t i = 0; i < want.size(); ++i)
                   ASSERT_NEAR(got[i], want[i], 2e-5f * (1.0f + std::fabs(want[i])))
                       << isa_name(isa) << " " << kv_type_name(t) << " hd=" << hd << " window=" << window
-                      << " softcap=" << softcap << " n_q=" << n_q << " pos0=" << pos0 << " n_tok=" << n_tok
+                      << " softcap=" << softcap << " sinks=" << (sinks != nullptr) << " n_q=" << n_q << " pos0=" << pos0
+                      << " n_tok=" << n_tok
                       << " token " << i / stride << " index " << i % stride;
                 ++checked;
               }

@@ -40,7 +40,8 @@ Batch random_batch(const std::vector<std::pair<SeqId, std::pair<int64_t, int64_t
 }
 
 // Stores the batch in every layer, then returns layer 1's attention output.
-std::vector<float> run(KvStore& kv, const Batch& b, ThreadPool& pool, int64_t window = 0, float softcap = 0.0f) {
+std::vector<float> run(KvStore& kv, const Batch& b, ThreadPool& pool, int64_t window = 0, float softcap = 0.0f,
+                       const float* sinks = nullptr) {
   const int64_t T = static_cast<int64_t>(b.seqs.size());
   for (int layer = 0; layer < kLayers; ++layer)
     for (int64_t t = 0; t < T; ++t) {
@@ -60,6 +61,7 @@ std::vector<float> run(KvStore& kv, const Batch& b, ThreadPool& pool, int64_t wi
   ab.scale = 0.125f;
   ab.window = window;
   ab.softcap = softcap;
+  ab.sinks = sinks;
   kv.attend_batch(1, ab, pool);
   return out;
 }
@@ -163,6 +165,45 @@ TEST(PagedKvStore, SlidingWindowAndSoftcapMatchTheContiguousCache) {
         EXPECT_GT(max_diff, 0.1) << "window " << window;
       }
     }
+  }
+}
+
+// gpt-oss's attention sinks: one more logit per query head in the softmax, with no value.
+// The paged paths add e^(sink - m) to the denominator when they normalise (prefill tiles,
+// a decode row, the long-context split's merge); the contiguous cache's scalar loop starts
+// its online softmax from the sink instead (m = sink, l = 1): two formulations, one result.
+// Sinks from -3 (nearly no effect) to 6 (above most scores: most of the weight), with and
+// without a window.
+TEST(PagedKvStore, AttentionSinksMatchTheContiguousCacheOnEveryPath) {
+  ThreadPool threads(4);
+  const std::vector<float> sinks = {-3.0f, 0.0f, 1.5f, 6.0f, 0.5f, -1.0f, 2.0f, 3.5f};  // [kHeads]
+  for (int64_t window : {int64_t{0}, int64_t{16}}) {
+    PagedKvPool pool = make_pool(16, KvType::F32);
+    PagedKvStore paged(pool);
+    paged.set_split_min_tokens(32);
+    ContiguousKvCache flat(kLayers, kKvHeads, kHd, 2048, 2);
+    const int64_t n0 = 40, n1 = 300;
+    ASSERT_TRUE(paged.reserve(0, n0).ok());
+    ASSERT_TRUE(paged.reserve(1, n1).ok());
+    Batch b = random_batch({{0, {0, n0}}, {1, {0, n1}}}, 17);
+    const auto with = run(paged, b, threads, window, 0.0f, sinks.data());
+    expect_close(with, run(flat, b, threads, window, 0.0f, sinks.data()), 2e-5f, "prefill");
+    ASSERT_TRUE(paged.reserve(1, n1 + 1).ok());
+    Batch d = random_batch({{1, {n1, n1 + 1}}}, 18);  // one row per KV head: the split runs
+    expect_close(run(paged, d, threads, window, 0.0f, sinks.data()),
+                 run(flat, d, threads, window, 0.0f, sinks.data()), 2e-5f, "decode");
+    ASSERT_TRUE(paged.reserve(0, n0 + 1).ok());
+    Batch d0 = random_batch({{0, {n0, n0 + 1}}}, 19);  // a short row: no split
+    expect_close(run(paged, d0, threads, window, 0.0f, sinks.data()),
+                 run(flat, d0, threads, window, 0.0f, sinks.data()), 2e-5f, "short decode");
+    // The sinks matter: a large sink takes weight from every position.
+    PagedKvStore none(pool);
+    ASSERT_TRUE(none.reserve(0, n0).ok());
+    ASSERT_TRUE(none.reserve(1, n1).ok());
+    const auto without = run(none, b, threads, window);
+    double max_diff = 0;
+    for (size_t i = 0; i < with.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(with[i]) - without[i]));
+    EXPECT_GT(max_diff, 0.1) << "window " << window;
   }
 }
 
