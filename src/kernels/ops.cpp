@@ -64,6 +64,14 @@ void swiglu_ref(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+void swiglu_oai_ref(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], limit);
+    const float u = std::clamp(up[i], -limit, limit);
+    out[i] = g / (1.0f + std::exp(-alpha * g)) * (u + 1.0f);
+  }
+}
+
 void geglu_tanh(const float* gate, const float* up, float* out, int64_t n) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
   for (int64_t i = 0; i < n; ++i) {
@@ -166,7 +174,7 @@ void gated_delta_step_ref(float* m, int64_t d_v, int64_t d_k, const float* q, co
 namespace ops_internal {
 
 constinit const OpsKernels kOpsScalar = {
-    Isa::Scalar,    rms_norm_ref, softmax_ref,  swiglu_ref,    add_inplace_ref, rope_ref,
+    Isa::Scalar,    rms_norm_ref, softmax_ref,  swiglu_ref,    swiglu_oai_ref, add_inplace_ref, rope_ref,
     rope_apply_ref, dot_f32_ref,  axpy_f32_ref, scale_f32_ref, exp_f32_ref, gated_delta_step_ref,
 };
 
@@ -187,6 +195,9 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
 void softmax(float* x, int64_t n) { active().softmax(x, n); }
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   active().swiglu(gate, up, out, n);
+}
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit) {
+  active().swiglu_oai(gate, up, out, n, alpha, limit);
 }
 void add_inplace(float* y, const float* x, int64_t n) { active().add_inplace(y, x, n); }
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,

@@ -22,6 +22,12 @@ void softmax_ref(float* x, int64_t n);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void swiglu_ref(const float* gate, const float* up, float* out, int64_t n);
 
+// gpt-oss's clamped SwiGLU (ggml_swiglu_oai): g = min(gate[i], limit), u = clamp(up[i],
+// -limit, limit), out[i] = g · sigmoid(alpha · g) · (u + 1); out may alias gate or up.
+// llama.cpp's openai-moe graph uses alpha 1.702, limit 7.
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit);
+void swiglu_oai_ref(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit);
+
 // out[i] = gelu_tanh(gate[i]) * up[i], gelu_tanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x³)))
 // (Gemma's gelu_pytorch_tanh, ggml_gelu); out may alias gate or up. Scalar only: it is
 // O(ffn) per token against the O(ffn · dim) of the matmuls around it.

@@ -143,6 +143,30 @@ void swiglu_simd(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+// min(g, limit) · sigmoid(alpha · min(g, limit)) · (clamp(u, ±limit) + 1), as ggml's swiglu_oai.
+template <class V>
+inline typename V::Reg swiglu_oai_vec(typename V::Reg g, typename V::Reg u, typename V::Reg alpha,
+                                      typename V::Reg limit) {
+  g = V::min(g, limit);
+  u = V::max(V::min(u, limit), V::sub(V::zero(), limit));
+  const auto e = exp_vec<V>(V::mul(V::sub(V::zero(), alpha), g));
+  return V::mul(V::div(g, V::add(V::set1(1.0f), e)), V::add(u, V::set1(1.0f)));
+}
+
+template <class V>
+void swiglu_oai_simd(const float* gate, const float* up, float* out, int64_t n, float alpha_f, float limit_f) {
+  constexpr int64_t W = V::kWidth;
+  const typename V::Reg alpha = V::set1(alpha_f), limit = V::set1(limit_f);
+  int64_t i = 0;
+  for (; i + W <= n; i += W)
+    V::store(out + i, swiglu_oai_vec<V>(V::load(gate + i), V::load(up + i), alpha, limit));
+  if (i < n) {
+    const int64_t m = n - i;
+    V::store_partial(out + i,
+                     swiglu_oai_vec<V>(V::load_partial(gate + i, m), V::load_partial(up + i, m), alpha, limit), m);
+  }
+}
+
 template <class V>
 void add_inplace_simd(float* y, const float* x, int64_t n) {
   constexpr int64_t W = V::kWidth;
@@ -310,6 +334,7 @@ constexpr ops_internal::OpsKernels make_ops_kernels(Isa isa) {
           rms_norm_simd<V>,
           softmax_simd<V>,
           swiglu_simd<V>,
+          swiglu_oai_simd<V>,
           add_inplace_simd<V>,
           rope_simd<V>,
           rope_apply_simd<V>,

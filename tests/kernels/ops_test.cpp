@@ -88,7 +88,7 @@ std::string isa_param_name(const ::testing::TestParamInfo<Isa>& info) {
 std::vector<Isa> ops_levels() {
   return test::levels_with_own([](const KernelTable& t) {
     const OpsKernels& k = t.ops;
-    return std::tuple(k.rms_norm, k.softmax, k.swiglu, k.add_inplace, k.rope, k.rope_apply, k.dot_f32, k.axpy_f32,
+    return std::tuple(k.rms_norm, k.softmax, k.swiglu, k.swiglu_oai, k.add_inplace, k.rope, k.rope_apply, k.dot_f32, k.axpy_f32,
                       k.scale_f32, k.exp_f32, k.gated_delta_step);
   });
 }
@@ -254,6 +254,29 @@ TEST_P(FastOpsTest, SwigluMatchesReference) {
       ASSERT_EQ(alias_gate[i], got[i]) << "out aliases gate, n=" << n << " i=" << i;
       ASSERT_EQ(alias_up[i], got[i]) << "out aliases up, n=" << n << " i=" << i;
     }
+  }
+}
+
+// gpt-oss's clamped SwiGLU: gates and ups beyond the clamp (±7), both signs, the
+// saturated sigmoid; the vector min / max clamps must give the scalar's values.
+TEST_P(FastOpsTest, SwigluOaiMatchesReference) {
+  MaxErr err(tag("swiglu_oai vs ref"));
+  for (int64_t n : kSizes) {
+    std::vector<float> gate = random_vec(n, -60.0f, 20.0f, 140 + n);
+    const std::vector<float> up = random_vec(n, -12.0f, 12.0f, 150 + n);
+    if (n > 2) gate[0] = -100.0f, gate[1] = 100.0f, gate[2] = 7.0f;
+    std::vector<float> got(n + 1, -7.0f), want(n);
+    k().swiglu_oai(gate.data(), up.data(), got.data(), n, 1.702f, 7.0f);
+    swiglu_oai_ref(gate.data(), up.data(), want.data(), n, 1.702f, 7.0f);
+    ASSERT_TRUE(all_close(
+        got.data(), n, [&](int64_t i) { return want[i]; },
+        [&](int64_t i) { return 4 * kEps * std::abs(want[i]); },
+        [&](int64_t i) { return "gate=" + std::to_string(gate[i]) + " up=" + std::to_string(up[i]); },
+        &err));
+    EXPECT_EQ(got[n], -7.0f) << "wrote past the end, n=" << n;
+    std::vector<float> alias_gate = gate;
+    k().swiglu_oai(alias_gate.data(), up.data(), alias_gate.data(), n, 1.702f, 7.0f);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(alias_gate[i], got[i]) << "out aliases gate, n=" << n << " i=" << i;
   }
 }
 
@@ -526,6 +549,32 @@ TEST(OpsReferenceTest, SoftmaxSumsToOneAndMatchesDouble) {
         [&](int64_t i) { return (4 + std::abs(x[i] - mx)) * kEps * std::exp(x[i] - mx) / sum; },
         [&](int64_t i) { return "x=" + std::to_string(x[i]); }, &err));
   }
+}
+
+TEST(OpsReferenceTest, SwigluOaiMatchesDoubleFormula) {
+  MaxErr err("swiglu_oai_ref vs double");
+  for (int64_t n : kSizes) {
+    const std::vector<float> g = random_vec(n, -30.0f, 30.0f, 420 + n);
+    const std::vector<float> u = random_vec(n, -10.0f, 10.0f, 430 + n);
+    std::vector<float> y(n);
+    swiglu_oai_ref(g.data(), u.data(), y.data(), n, 1.702f, 7.0f);
+    auto want = [&](int64_t i) {
+      const double gd = std::min(static_cast<double>(g[i]), 7.0);
+      const double ud = std::clamp(static_cast<double>(u[i]), -7.0, 7.0);
+      return gd / (1.0 + std::exp(-1.702 * gd)) * (ud + 1.0);
+    };
+    ASSERT_TRUE(all_close(
+        // exp(-alpha g) carries alpha |g| ulp from rounding its argument (g = -20: 34 ulp).
+        y.data(), n, want,
+        [&](int64_t i) { return (8 + 1.702 * std::abs(std::min(g[i], 7.0f))) * kEps * std::abs(want(i)); },
+        [&](int64_t i) { return "gate=" + std::to_string(g[i]) + " up=" + std::to_string(u[i]); }, &err));
+  }
+  // The clamps: a gate of 100 counts as 7, an up of -100 as -7 (so the factor is -6).
+  const float g[2] = {100.0f, 1.0f}, u[2] = {0.0f, -100.0f};
+  float y[2];
+  swiglu_oai_ref(g, u, y, 2, 1.702f, 7.0f);
+  EXPECT_NEAR(y[0], 7.0 / (1.0 + std::exp(-1.702 * 7.0)), 1e-5);
+  EXPECT_NEAR(y[1], -6.0 / (1.0 + std::exp(-1.702)), 1e-5);
 }
 
 TEST(OpsReferenceTest, SwigluMatchesDoubleFormula) {
