@@ -349,6 +349,64 @@ std::vector<ArchInfo> build_table() {
     r.tensors = concat(r.tensors, block);
     rows.push_back(std::move(r));
   }
+  {
+    // SmolLM3 (SmolLM3-3B): a llama block on GGML's interleaved RoPE pairs (llama.cpp's
+    // converter permutes its Q/K rows as for llama: its rope type is NORM), every fourth
+    // layer attending without RoPE (NoPE), as llama.cpp b10587's smollm3 graph fixes it
+    // (n_no_rope_layer_step 4; no GGUF key). Tied embeddings in the released model.
+    ArchInfo r{.arch = Arch::Smollm3, .gguf_name = "smollm3"};
+    r.rope = RopeKind::Normal;
+    r.rope_scalings = kAllScalings;
+    r.permute_qk = true;
+    r.nope_interval = 4;
+    r.tensors = concat(global_tensors(), llama_block({.permute_qk = true}));
+    rows.push_back(std::move(r));
+  }
+  {
+    // gpt-oss (gpt-oss-20b / 120b), as llama.cpp b10587 reads it (src/models/openai-moe.cpp):
+    // q/k/v/o projections with biases, a learned sink logit per query head in every softmax,
+    // every other layer (even ones) a 128-token sliding window, NeoX RoPE with YaRN, and a
+    // mixture of experts on every layer: the router with its bias, the top-k logits
+    // softmaxed (equal to softmax then top-k renormalised), experts with biases and the
+    // clamped SwiGLU (swiglu_oai). post_attention_norm is the FFN's input norm.
+    ArchInfo r{.arch = Arch::GptOss, .gguf_name = "gpt-oss"};
+    r.rope = RopeKind::Neox;
+    r.rope_scalings = kAllScalings;
+    r.activation = Activation::SwigluOai;
+    r.qkv_bias = true;
+    r.tied_allowed = false;  // llama.cpp requires output.weight
+    r.sliding_window.pattern = SlidingWindowSpec::Pattern::EveryNthGlobal;
+    r.sliding_window.period = 2;  // set_swa_pattern(2): layer i local when i % 2 == 0
+    r.sliding_window.window_required = true;
+    r.sliding_window.period_key = true;
+    r.sliding_window.local_rope_base_key = true;
+    r.moe = {.router = RouterKind::SoftmaxTopKRenormalized, .expert_ffn_key = true};
+    r.tensors = global_tensors();
+    r.tensors.pop_back();  // no rope_freqs
+    const std::vector<TensorSpec> block = {
+        {Role::AttnNorm, "attn_norm.weight", "", true, {E::Dim}, K::Norm},
+        {Role::AttnQ, "attn_q.weight", "", true, {E::QDim, E::Dim}, K::Matrix},
+        {Role::AttnK, "attn_k.weight", "", true, {E::KvDim, E::Dim}, K::Matrix},
+        {Role::AttnV, "attn_v.weight", "", true, {E::KvDim, E::Dim}, K::Matrix},
+        {Role::AttnQBias, "attn_q.bias", "", true, {E::QDim}, K::Bias},
+        {Role::AttnKBias, "attn_k.bias", "", true, {E::KvDim}, K::Bias},
+        {Role::AttnVBias, "attn_v.bias", "", true, {E::KvDim}, K::Bias},
+        {Role::AttnOut, "attn_output.weight", "", true, {E::Dim, E::QDim}, K::Matrix},
+        {Role::AttnOutBias, "attn_output.bias", "", true, {E::Dim}, K::Bias},
+        {Role::AttnSinks, "attn_sinks.weight", "", true, {E::Heads}, K::Sinks},
+        {Role::FfnNorm, "post_attention_norm.weight", "", true, {E::Dim}, K::Norm},
+        {Role::FfnRouter, "ffn_gate_inp.weight", "", true, {E::NExpert, E::Dim}, K::Router},
+        {Role::FfnRouterBias, "ffn_gate_inp.bias", "", true, {E::NExpert}, K::Bias},
+        {Role::FfnGateExps, "ffn_gate_exps.weight", "", true, {E::NExpert, E::FfnExp, E::Dim}, K::Experts},
+        {Role::FfnGateExpsBias, "ffn_gate_exps.bias", "", true, {E::NExpert, E::FfnExp}, K::ExpertBias},
+        {Role::FfnUpExps, "ffn_up_exps.weight", "", true, {E::NExpert, E::FfnExp, E::Dim}, K::Experts},
+        {Role::FfnUpExpsBias, "ffn_up_exps.bias", "", true, {E::NExpert, E::FfnExp}, K::ExpertBias},
+        {Role::FfnDownExps, "ffn_down_exps.weight", "", true, {E::NExpert, E::Dim, E::FfnExp}, K::Experts},
+        {Role::FfnDownExpsBias, "ffn_down_exps.bias", "", true, {E::NExpert, E::Dim}, K::ExpertBias},
+    };
+    r.tensors.insert(r.tensors.end(), block.begin(), block.end());
+    rows.push_back(std::move(r));
+  }
   return rows;
 }
 
@@ -471,6 +529,7 @@ std::vector<int64_t> resolve_shape(const TensorSpec& t, const ModelConfig& c) {
       case Extent::RotHalf: out.push_back(c.n_rot / 2); break;
       case Extent::QkvDim: out.push_back(c.q_dim() + 2 * c.kv_dim()); break;
       case Extent::GateUpDim: out.push_back(2 * c.ffn_dim); break;
+      case Extent::Heads: out.push_back(c.n_heads); break;
       case Extent::NExpert: out.push_back(c.n_expert); break;
       case Extent::FfnExp: out.push_back(c.expert_ffn_dim); break;
       case Extent::FfnShexp: out.push_back(c.shared_expert_ffn_dim); break;

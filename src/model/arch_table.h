@@ -35,7 +35,7 @@ struct ModelConfig;
 
 // Mixtral is GGUF architecture `llama` with experts: a row of its own (HF names,
 // tensors) that find_arch_by_gguf picks for a `llama` file with llama.expert_count.
-enum class Arch { Llama, Qwen2, Qwen3, Phi3, Gemma2, Gemma3, Qwen3Moe, Mixtral, Olmoe, Qwen35, Qwen35Moe };
+enum class Arch { Llama, Qwen2, Qwen3, Phi3, Gemma2, Gemma3, Qwen3Moe, Mixtral, Olmoe, Qwen35, Qwen35Moe, Smollm3, GptOss };
 
 // RoPE context-extension scaling a model may declare (GGUF rope.scaling.type,
 // HF rope_scaling.type). Llama 3's scaling is carried by rope_freqs.weight and
@@ -50,6 +50,9 @@ enum class NormKind {
 enum class Activation {
   Silu,      // gated: down(silu(gate(x)) * up(x))
   GeluTanh,  // gated: down(gelu_tanh(gate(x)) * up(x)) (Gemma's gelu_pytorch_tanh)
+  // gpt-oss (ggml's swiglu_oai, alpha 1.702, limit 7): g = min(gate, 7), u = clamp(up, -7, 7),
+  // down(g * sigmoid(1.702 g) * (u + 1)).
+  SwigluOai,
 };
 
 enum class RopeKind {
@@ -80,6 +83,16 @@ struct SlidingWindowSpec {
   };
   Pattern pattern = Pattern::None;
   int64_t period = 0;  // EveryNthGlobal only
+  // The file must say its window ({arch}.attention.sliding_window): llama.cpp requires the
+  // key for gpt-oss (no default window).
+  bool window_required = false;
+  // The period may come from {arch}.attention.sliding_window_pattern (a number; 0: every
+  // layer local), as llama.cpp's openai-moe loader reads it (default `period`). That loader
+  // ignores an array there; pagoda refuses one that disagrees with the period it would use.
+  bool period_key = false;
+  // {arch}.rope.freq_base_swa, when present, is the local layers' RoPE base with the global
+  // scaling kept (gpt-oss: llama.cpp's rope_freq_scale_train_swa = the global scale).
+  bool local_rope_base_key = false;
   // Window when the file has no {arch}.attention.sliding_window key (llama.cpp's
   // gemma2 default 4096); 0: no key means no window (gemma3, as llama.cpp).
   int64_t default_window = 0;
@@ -120,6 +133,7 @@ enum class Extent {
   RotHalf,    // n_rot / 2
   QkvDim,     // q_dim + 2 * kv_dim (fused Q, K, V rows, in that order)
   GateUpDim,  // 2 * ffn_dim (fused gate then up rows)
+  Heads,      // n_heads (one value per query head: attention sinks)
   NExpert,    // n_expert
   FfnExp,     // expert_ffn_dim (one expert's FFN width)
   FfnShexp,   // shared_expert_ffn_dim (the shared expert's FFN width)
@@ -144,6 +158,9 @@ enum class Role {
   // The shared expert (MoeSpec::shared_expert): its gate's projection and its SwiGLU FFN.
   FfnGateInpShexp,                       // [dim] sigmoid(w · x) scales the shared expert's output
   FfnGateShexp, FfnUpShexp, FfnDownShexp, // [ffn_shexp, dim] / [ffn_shexp, dim] / [dim, ffn_shexp]
+  // gpt-oss: the attention output's bias, a learned logit per query head that joins every
+  // softmax (attn_sinks), the router's bias and each expert's biases ([n_expert, rows]).
+  AttnOutBias, AttnSinks, FfnRouterBias, FfnGateExpsBias, FfnUpExpsBias, FfnDownExpsBias,
   // Gated DeltaNet (linear attention) layers; their fused Q, K, V projection is AttnQkv.
   SsmGate,      // [value_dim, dim] z: the output gate (attn_gate)
   SsmConv1d,    // [conv_dim, conv_kernel] the depthwise causal convolution
@@ -168,6 +185,9 @@ enum class TensorKind {
   Experts,     // 3-D [n_expert, rows, cols]: n_expert matrices drawn like Matrix; in HF
                // directories one 2-D tensor per expert (the hf name's '*' is the index)
   Decay,       // 1-D, negative: -uniform(1, 16) (a DeltaNet's -exp(A_log)), always F32
+  ExpertBias,  // 2-D [n_expert, rows]: one bias row per expert (gpt-oss), small values, F32
+  Sinks,       // 1-D attention-sink logits, uniform with std 1, always F32 (as large as the
+               // scores they compete with, so a model that ignored them would show)
 };
 
 // Which layers of a hybrid model (ModelConfig::is_recurrent) hold a per-layer tensor.
@@ -249,6 +269,10 @@ struct ArchInfo {
   // full attention when (i + 1) % interval == 0, as llama.cpp reads them.
   bool linear_attention = false;
   int64_t default_full_attention_interval = 0;
+  // NoPE layers (SmolLM3): layer i skips RoPE when (i + 1) % nope_interval == 0. llama.cpp
+  // fixes it per architecture (n_no_rope_layer_step 4 for smollm3) and reads no GGUF key.
+  // 0: every layer rotates.
+  int64_t nope_interval = 0;
   std::vector<TensorSpec> tensors{};  // global tensors first, then one layer's, in synth's drawing order
 
   // The spec for `role`, or nullptr when the row has no such tensor.

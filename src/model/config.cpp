@@ -76,7 +76,12 @@ bool ModelConfig::layer_is_local(int64_t layer) const {
     case SlidingWindowSpec::Pattern::None:
     case SlidingWindowSpec::Pattern::Ignored: return false;
     case SlidingWindowSpec::Pattern::AllLayers: return true;
-    case SlidingWindowSpec::Pattern::EveryNthGlobal: return (layer + 1) % sw.period != 0;
+    case SlidingWindowSpec::Pattern::EveryNthGlobal: {
+      // llama.cpp's set_swa_pattern(n): local when il % n < n - 1, i.e. (il + 1) % n != 0;
+      // n == 0 makes every layer local.
+      const int64_t period = swa_period >= 0 ? swa_period : sw.period;
+      return period == 0 || (layer + 1) % period != 0;
+    }
   }
   return false;
 }
@@ -160,6 +165,38 @@ void read_linear_attention(const gguf::GgufFile& f, const std::string& p, const 
       throw Error(f.path() + ": " + p + "rope.dimension_sections sum to " + std::to_string(sum) +
                   " pairs, more than rope.dimension_count / 2 (" + std::to_string(c.n_rot / 2) + ")");
   }
+}
+
+// {arch}.attention.sliding_window_pattern of rows that read it (SlidingWindowSpec::
+// period_key): a number is the period. llama.cpp's openai-moe loader reads only a number and
+// ignores an array, running its default period; an array that marks any layer otherwise than
+// that period would run differently here and there, so it is refused, naming the layer.
+void read_window_pattern(const gguf::GgufFile& f, const std::string& p, const ArchInfo& row, ModelConfig& c) {
+  const std::string key = p + "attention.sliding_window_pattern";
+  const gguf::Value* value = f.find(key);
+  if (!value) return;
+  if (const gguf::Array* a = value->as_array()) {
+    if (static_cast<int64_t>(a->items.size()) != c.n_layers)
+      throw Error(f.path() + ": " + key + " has " + std::to_string(a->items.size()) + " entries for block_count " +
+                  std::to_string(c.n_layers));
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const gguf::Value& v = a->items[static_cast<size_t>(l)];
+      std::optional<int64_t> flag = v.as_int();
+      if (!flag)
+        if (auto b = v.as_bool()) flag = *b ? 1 : 0;
+      if (!flag) throw Error(f.path() + ": " + key + " holds a non-integer, non-boolean entry");
+      if ((*flag != 0) != c.layer_is_local(l))
+        throw Error(f.path() + ": " + key + " marks layer " + std::to_string(l) + (*flag ? " local" : " global") +
+                    ", but " + std::string(row.gguf_name) + " alternates every " +
+                    std::to_string(row.sliding_window.period) +
+                    " layers (llama.cpp reads only a number there and would not follow the array)");
+    }
+    return;
+  }
+  const std::optional<int64_t> n = value->as_int();
+  if (!n || *n < 0 || *n > (int64_t{1} << 32))
+    throw Error(f.path() + ": " + key + " must be a period >= 0 or an array of per-layer flags");
+  c.swa_period = *n;
 }
 
 }  // namespace
@@ -246,6 +283,19 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
   c.sliding_window = f.get_int(p + "attention.sliding_window").value_or(sw.default_window);
   if (c.sliding_window < 0 || c.sliding_window > (int64_t{1} << 32))
     throw Error(f.path() + ": attention.sliding_window has invalid value " + std::to_string(c.sliding_window));
+  if (sw.window_required && !f.has(p + "attention.sliding_window"))
+    throw Error(f.path() + ": missing metadata key '" + p + "attention.sliding_window' (" + *arch +
+                " needs its window)");
+  if (sw.window_required && c.sliding_window == 0)
+    throw Error(f.path() + ": " + p + "attention.sliding_window must be > 0");
+  if (sw.period_key) read_window_pattern(f, p, *row, c);
+  if (sw.local_rope_base_key && c.sliding_window > 0) {
+    if (auto base = f.get_float(p + "rope.freq_base_swa")) {
+      c.rope_theta_local = static_cast<float>(*base);
+      c.rope_local_scaled = true;
+      if (!(c.rope_theta_local > 1.0f)) throw Error(f.path() + ": rope.freq_base_swa must be > 1");
+    }
+  }
   if (sw.local_rope_theta > 0.0f && c.sliding_window > 0) {
     c.rope_theta_local = static_cast<float>(f.get_float(p + "rope.freq_base_swa").value_or(sw.local_rope_theta));
     if (!(c.rope_theta_local > 1.0f)) throw Error(f.path() + ": rope.freq_base_swa must be > 1");
@@ -258,6 +308,10 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
   if (row->attn_softcap) c.attn_softcap = softcap("attn_logit_softcapping", row->attn_softcap_default);
   if (row->final_softcap) c.final_softcap = softcap("final_logit_softcapping", row->final_softcap_default);
   c.attn_scale = c.gguf_attention_scale();
+  // llama.cpp's openai-moe graph takes n_rot as the head size (Q/K/V reshape, 1/sqrt(n_rot)).
+  if (row->arch == Arch::GptOss && c.n_rot != c.head_dim)
+    throw Error(f.path() + ": rope.dimension_count " + std::to_string(c.n_rot) + " differs from the head size " +
+                std::to_string(c.head_dim) + " (" + *arch + " rotates whole heads)");
   // A mixture-of-experts file of a dense row fails here rather than on a missing ffn_gate.
   c.n_expert = f.get_int(p + "expert_count").value_or(0);
   if (c.n_expert > 0 && !row->has_experts())
@@ -317,7 +371,10 @@ std::string ModelConfig::summary() const {
                   ", vocab " + std::to_string(n_vocab) + ", ctx " + std::to_string(ctx_len);
   const SlidingWindowSpec& sw = info().sliding_window;
   if (sliding_window > 0 && sw.pattern == SlidingWindowSpec::Pattern::EveryNthGlobal)
-    s += ", window " + std::to_string(sliding_window) + " (1 global layer in " + std::to_string(sw.period) + ")";
+    s += ", window " + std::to_string(sliding_window) + " (1 global layer in " +
+         std::to_string(swa_period >= 0 ? swa_period : sw.period) + ")";
+  if (info().nope_interval > 0) s += ", no RoPE on 1 layer in " + std::to_string(info().nope_interval);
+  if (info().has(Role::AttnSinks)) s += ", attention sinks";
   if (n_expert > 0)
     s += ", " + std::to_string(n_expert_used) + " of " + std::to_string(n_expert) + " experts (ffn " +
          std::to_string(expert_ffn_dim) + ")" +

@@ -48,6 +48,11 @@ struct ModelConfig {
   // RoPE of the local layers (rows with SlidingWindowSpec::local_rope_theta: gemma3):
   // this base and no scaling. 0: local layers use the global RoPE.
   float rope_theta_local = 0.0f;
+  // The local layers' base keeps the global scaling (gpt-oss's rope.freq_base_swa).
+  bool rope_local_scaled = false;
+  // EveryNthGlobal rows: the period read from {arch}.attention.sliding_window_pattern
+  // (SlidingWindowSpec::period_key; 0: every layer local); -1: the row's period.
+  int64_t swa_period = -1;
   // Attention score scale (q·k * attn_scale); 0: 1 / sqrt(head_dim).
   float attn_scale = 0.0f;
   // Soft-capping c * tanh(x / c) of attention scores and of the final logits; 0: none.
@@ -113,6 +118,11 @@ struct ModelConfig {
   float attention_scale() const;
   // True when `layer` attends only to the last sliding_window positions.
   bool layer_is_local(int64_t layer) const;
+  // False for a NoPE layer (ArchInfo::nope_interval: SmolLM3's every fourth).
+  bool layer_uses_rope(int64_t layer) const {
+    const int64_t n = info().nope_interval;
+    return n <= 0 || (layer + 1) % n != 0;
+  }
   // The window `layer` attends over (0: the whole context).
   int64_t layer_window(int64_t layer) const { return layer_is_local(layer) ? sliding_window : 0; }
   // layer_window of every layer with a KV cache (every layer, or a hybrid's attention

@@ -20,6 +20,8 @@ struct Model::Layer {
   std::vector<float> q_norm;     // [head_dim] (qwen3), [q_dim] (olmoe: qk_norm_full)
   std::vector<float> k_norm;     // [head_dim] (qwen3), [kv_dim] (olmoe)
   std::vector<float> bq, bk, bv; // [q_dim], [kv_dim], [kv_dim] (qwen2)
+  std::vector<float> bo;         // [dim] attention output bias (gpt-oss) or empty
+  std::vector<float> sinks;      // [n_heads] attention sink logits (gpt-oss) or empty
   WeightMatrix wq;      // [q_dim, dim]
   WeightMatrix wk;      // [kv_dim, dim]
   WeightMatrix wv;      // [kv_dim, dim]
@@ -29,6 +31,9 @@ struct Model::Layer {
   WeightMatrix w_down;  // [dim, ffn]
   // Mixture of experts (rows with has_experts(); the dense w_gate/w_up/w_down stay empty).
   WeightMatrix router;  // [n_expert, dim]
+  // gpt-oss's biases: the router's [n_expert] and each expert's [n_expert, rows] (empty
+  // for other rows).
+  std::vector<float> router_bias, exp_gate_bias, exp_up_bias, exp_down_bias;
   // The 3-D GGUF tensors as [n_expert * rows, cols] matrices, repacked once as a
   // whole (empty when the expert's rows are not a multiple of kSliceRowAlign:
   // then each expert is prepared alone).
@@ -225,6 +230,19 @@ class TensorLoader {
     return out;
   }
 
+  // A small 2-D tensor [rows, cols] (row-major) as f32 values, checked finite: per-expert
+  // biases.
+  std::vector<float> table(const std::string& name, int64_t rows, int64_t cols) const {
+    const gguf::TensorInfo& t = require(name, {cols, rows});
+    std::vector<float> out(static_cast<size_t>(rows * cols));
+    const size_t rb = row_bytes(t.type, cols);
+    for (int64_t r = 0; r < rows; ++r) dequantize_row(t.type, t.data + r * rb, &out[r * cols], cols);
+    for (size_t i = 0; i < out.size(); ++i)
+      if (!std::isfinite(out[i]))
+        throw Error(f_.path() + ": tensor '" + name + "' holds a non-finite value at index " + std::to_string(i));
+    return out;
+  }
+
   // Bytes release() handed back (freed copies, or dropped file pages).
   size_t released() const { return released_; }
 
@@ -241,6 +259,12 @@ template <class Layer, class Tick>
 void load_experts(const TensorLoader& ld, const ArchInfo& row, const ModelConfig& c, int64_t i, Layer& L,
                   Tick&& tick) {
   L.router = ld.matrix(row.gguf_tensor(Role::FfnRouter, i), c.n_expert, c.dim);
+  if (row.has(Role::FfnRouterBias)) L.router_bias = ld.vector(row.gguf_tensor(Role::FfnRouterBias, i), c.n_expert);
+  if (row.has(Role::FfnGateExpsBias)) {
+    L.exp_gate_bias = ld.table(row.gguf_tensor(Role::FfnGateExpsBias, i), c.n_expert, c.expert_ffn_dim);
+    L.exp_up_bias = ld.table(row.gguf_tensor(Role::FfnUpExpsBias, i), c.n_expert, c.expert_ffn_dim);
+    L.exp_down_bias = ld.table(row.gguf_tensor(Role::FfnDownExpsBias, i), c.n_expert, c.dim);
+  }
   tick();
   // One prepare of the whole tensor, then row slices: the repacked experts sit
   // in one huge-page buffer. Qwen3-30B-A3B's 768 x 2048 Q4_0 expert is 864 KiB,
@@ -316,6 +340,9 @@ void load_attention(const TensorLoader& ld, const ModelConfig& c, int64_t i, Lay
     tick();
   }
   L.wo = ld.matrix(name(Role::AttnOut), c.dim, c.q_dim());
+  if (row.has(Role::AttnOutBias)) L.bo = ld.vector(name(Role::AttnOutBias), c.dim);
+  // A sink is a logit beside q·k scores: any finite value is valid (ld.vector checks).
+  if (row.has(Role::AttnSinks)) L.sinks = ld.vector(name(Role::AttnSinks), c.n_heads);
   tick();
 }
 
@@ -483,9 +510,13 @@ void Model::set_context_size(int64_t n_ctx) {
   rope_inv_freq_.resize(c.n_rot / 2);
   rope_attn_factor_ = rope_scaled_inv_freq(rope_inv_freq_.data(), c.n_rot, c.rope_theta, scaling, factors);
   rope_inv_freq_local_.clear();
+  rope_attn_factor_local_ = 1.0f;
   if (c.rope_theta_local > 0.0f) {
     rope_inv_freq_local_.resize(c.n_rot / 2);
-    rope_scaled_inv_freq(rope_inv_freq_local_.data(), c.n_rot, c.rope_theta_local, RopeScaling{}, nullptr);
+    // gemma3's local layers drop the scaling; gpt-oss's rope.freq_base_swa keeps it.
+    rope_attn_factor_local_ = rope_scaled_inv_freq(rope_inv_freq_local_.data(), c.n_rot, c.rope_theta_local,
+                                                   c.rope_local_scaled ? scaling : RopeScaling{},
+                                                   c.rope_local_scaled ? factors : nullptr);
   }
 }
 
@@ -531,7 +562,9 @@ size_t Model::resident_weight_bytes() const {
              sizeof(float);
   for (const auto& L : layers_) {
     for (const std::vector<float>* v : {&L->attn_norm, &L->ffn_norm, &L->q_norm, &L->k_norm, &L->bq, &L->bk, &L->bv,
-                                        &L->shexp_gate_inp, &L->conv1d, &L->dt_bias, &L->ssm_a, &L->ssm_norm})
+                                        &L->shexp_gate_inp, &L->conv1d, &L->dt_bias, &L->ssm_a, &L->ssm_norm, &L->bo,
+                                        &L->sinks, &L->router_bias, &L->exp_gate_bias, &L->exp_up_bias,
+                                        &L->exp_down_bias})
       b += v->size() * sizeof(float);
   }
   // The matrices: their repacked copy, or the file bytes they view.
@@ -715,8 +748,10 @@ void Model::moe_ffn(const Layer& L, int64_t T, ThreadPool& pool) {
   const RouterKind kind = c.info().moe.router;
   matmul(L.router, s.xn.data(), T, s.router_logits.data(), pool);
   for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t)
+    for (int64_t t = t0; t < t1; ++t) {
+      if (!L.router_bias.empty()) add_inplace(&s.router_logits[t * n_exp], L.router_bias.data(), n_exp);
       route_token(&s.router_logits[t * n_exp], n_exp, k, kind, &s.chosen[t * k], &s.chosen_w[t * k]);
+    }
   });
   // Counting sort of the T * k (token, rank) pairs by expert.
   std::fill(s.expert_first.begin(), s.expert_first.end(), 0);
@@ -751,8 +786,23 @@ void Model::moe_ffn(const Layer& L, int64_t T, ThreadPool& pool) {
     s.jobs.push_back({&L.shexp_up, n_slots, T, s.up.data()});
   }
   matmul_grouped(s.jobs, s.exp_in.data(), n_slots + (shared ? T : 0), pool);
+  // Slot i's expert, for the per-expert biases (slots are sorted by expert).
+  auto expert_of_slot = [&](int64_t i) {
+    return static_cast<int64_t>(std::upper_bound(s.expert_first.begin(), s.expert_first.end(), i) -
+                                s.expert_first.begin()) - 1;
+  };
+  const bool oai = c.info().activation == Activation::SwigluOai;
   for_token_ranges(pool, n_slots, [&](int64_t i0, int64_t i1) {
-    swiglu(&s.exp_gate[i0 * ffn], &s.exp_up[i0 * ffn], &s.exp_gate[i0 * ffn], (i1 - i0) * ffn);
+    if (!L.exp_gate_bias.empty())
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t e = expert_of_slot(i);
+        add_inplace(&s.exp_gate[i * ffn], &L.exp_gate_bias[e * ffn], ffn);
+        add_inplace(&s.exp_up[i * ffn], &L.exp_up_bias[e * ffn], ffn);
+      }
+    if (oai)  // llama.cpp's openai-moe constants (LLM_FFN_SWIGLU_OAI_MOE)
+      swiglu_oai(&s.exp_gate[i0 * ffn], &s.exp_up[i0 * ffn], &s.exp_gate[i0 * ffn], (i1 - i0) * ffn, 1.702f, 7.0f);
+    else
+      swiglu(&s.exp_gate[i0 * ffn], &s.exp_up[i0 * ffn], &s.exp_gate[i0 * ffn], (i1 - i0) * ffn);
   });
   s.jobs.clear();
   for (int64_t e = 0; e < n_exp; ++e) {
@@ -766,6 +816,10 @@ void Model::moe_ffn(const Layer& L, int64_t T, ThreadPool& pool) {
     });
     matmul(L.shexp_down, s.gate.data(), T, s.tmp.data(), pool);
   }
+  if (!L.exp_down_bias.empty())
+    for_token_ranges(pool, n_slots, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) add_inplace(&s.exp_out[i * dim], &L.exp_down_bias[expert_of_slot(i) * dim], dim);
+    });
   // Weighted sum into the residual, per token in rank order, then the gated shared expert.
   for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -879,7 +933,7 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
   if (!rope_inv_freq_local_.empty())
     for (int64_t t = 0; t < T; ++t)
       rope_table(&s.rope_cos_local[t * half_rot], &s.rope_sin_local[t * half_rot], c.n_rot, batch.positions[t],
-                 rope_inv_freq_local_.data());
+                 rope_inv_freq_local_.data(), rope_attn_factor_local_);
 
   // Hybrid models: each sequence's tokens of this batch, which must continue its recurrent
   // state (consecutive positions from the state's), checked before any state changes.
@@ -918,6 +972,7 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
     const bool local_rope = window > 0 && !rope_inv_freq_local_.empty();
     const float* rope_cos = local_rope ? s.rope_cos_local.data() : s.rope_cos.data();
     const float* rope_sin = local_rope ? s.rope_sin_local.data() : s.rope_sin.data();
+    const bool use_rope = c.layer_uses_rope(layer);
     // --- attention ---
     for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) rms_norm(&s.x[t * dim], L.attn_norm.data(), &s.xn[t * dim], dim, c.rms_eps);
@@ -951,6 +1006,7 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
           for (int64_t h = 0; h < c.n_kv_heads; ++h)
             rms_norm(kt + h * hd, L.k_norm.data(), kt + h * hd, hd, c.rms_eps);
         }
+        if (!use_rope) continue;  // a NoPE layer (SmolLM3)
         const float* rc = &rope_cos[t * half_rot];
         const float* rs = &rope_sin[t * half_rot];
         rope_apply(qt, c.n_heads, hd, c.n_rot, rc, rs, neox);
@@ -974,6 +1030,7 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
     ab.scale = attn_scale;
     ab.window = window;
     ab.softcap = c.attn_softcap;
+    ab.sinks = L.sinks.empty() ? nullptr : L.sinks.data();
     kv.attend_batch(kv_layer, ab, pool);
     if (row.gated_attention) {  // out *= sigmoid(gate), per head
       for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
@@ -986,6 +1043,10 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
       });
     }
     matmul(L.wo, s.attn.data(), T, s.tmp.data(), pool);
+    if (!L.bo.empty())
+      for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) add_inplace(&s.tmp[t * dim], L.bo.data(), dim);
+      });
     ffn_block(L, T, pool);
   }
   if (states)

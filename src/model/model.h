@@ -170,6 +170,7 @@ class Model {
   // Local (sliding-window) layers with their own RoPE (gemma3: base 10000, unscaled);
   // empty when local layers use the global one.
   std::vector<float> rope_inv_freq_local_;  // [n_rot/2] or empty
+  float rope_attn_factor_local_ = 1.0f;     // YaRN's magnitude on scaled local layers (gpt-oss)
   std::vector<float> rope_freq_factors_;   // [n_rot/2] rope_freqs.weight (llama3), or empty
   std::vector<float> rope_factors_long_;   // [n_rot/2] LongRoPE, or empty
   std::vector<float> rope_factors_short_;  // [n_rot/2] LongRoPE, or empty

@@ -72,7 +72,7 @@ std::string synth_arch_names() {
 std::vector<std::string> synth_shape_names() {
   return {"tinyllama-1.1b", "llama3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b",   "phi3.5-mini",  "gemma2-2b",
           "gemma3-1b",      "gemma3-4b",   "qwen3-30b-a3b", "mixtral-8x7b", "qwen3.5-0.8b", "qwen3.5-4b",
-          "qwen3.5-27b",    "qwen3.6-35b-a3b", "stories260k", "tiny"};
+          "qwen3.5-27b",    "qwen3.6-35b-a3b", "smollm3-3b",  "gpt-oss-20b",   "gpt-oss-120b", "stories260k",  "tiny"};
 }
 
 std::optional<SynthSpec> synth_shape(const std::string& name) {
@@ -145,6 +145,20 @@ std::optional<SynthSpec> synth_shape(const std::string& name) {
     s.ssm_head_dim = 128, s.ssm_k_heads = 16, s.ssm_v_heads = 32, s.ssm_conv_kernel = 4, s.n_nextn = 1;
     s.n_expert = 256, s.n_expert_used = 8, s.expert_ffn_dim = 512, s.shared_expert_ffn_dim = 512;
     s.n_vocab = 248320, s.ctx_len = 262144;
+  } else if (name == "smollm3-3b") {
+    // SmolLM3-3B's config.json: rope_theta 5e6, 64k context, tied embeddings.
+    s.arch = "smollm3";
+    s.dim = 2048, s.n_layers = 36, s.n_heads = 16, s.n_kv_heads = 4, s.ffn_dim = 11008, s.n_vocab = 128256;
+    s.ctx_len = 65536, s.tied_embeddings = true;
+  } else if (name == "gpt-oss-20b" || name == "gpt-oss-120b") {
+    // gpt-oss's config.json: 64 heads of 64 (q_dim 4096 > dim 2880), 8 KV heads, experts of
+    // width 2880 (4 used), vocab 201088, 128-token windows on every other layer, YaRN 32 over
+    // an original 4096 (131072 context), rope_theta 150000 (the row's synth defaults).
+    s.arch = "gpt-oss";
+    s.dim = 2880, s.n_heads = 64, s.n_kv_heads = 8, s.head_dim = 64, s.ffn_dim = 2880, s.expert_ffn_dim = 2880;
+    s.n_expert_used = 4, s.n_vocab = 201088, s.ctx_len = 131072, s.sliding_window = 128;
+    s.n_layers = name == "gpt-oss-20b" ? 24 : 36;
+    s.n_expert = name == "gpt-oss-20b" ? 32 : 128;
   } else if (name == "stories260k") {
     s.dim = 64, s.n_layers = 5, s.n_heads = 8, s.n_kv_heads = 4, s.ffn_dim = 172, s.n_vocab = 512;
     s.ctx_len = 512, s.tied_embeddings = true;
@@ -161,6 +175,15 @@ std::optional<SynthSpec> synth_shape(const std::string& name) {
 SynthSpec resolved_for_row(const SynthSpec& in, bool tiny_shape) {
   SynthSpec s = in;
   const ArchInfo* row = find_arch_by_name(s.arch);
+  if (row && row->nope_interval > 0 && tiny_shape) s.n_layers = row->nope_interval;  // one NoPE layer, the last
+  if (row && row->arch == Arch::GptOss) {
+    if (tiny_shape) {  // every feature at distinct sizes: q_dim != dim, windows shorter than a reply
+      s.dim = 128, s.n_layers = 4, s.n_heads = 8, s.n_kv_heads = 2, s.head_dim = 32, s.ffn_dim = 128;
+      s.n_expert = 8, s.n_expert_used = 4, s.expert_ffn_dim = 96, s.sliding_window = 16;
+    }
+    if (s.sliding_window < 0) s.sliding_window = 128;
+    if (s.rope_scaling == "none") s.rope_scaling = "yarn";  // the model's own (factor 32)
+  }
   if (!row || !row->linear_attention) return s;
   if (tiny_shape) {  // every feature, distinct sizes, a few layers
     s.dim = 128, s.n_layers = 4, s.n_heads = 2, s.n_kv_heads = 1, s.head_dim = 64, s.ffn_dim = 256;
@@ -285,12 +308,16 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   w.set(a + "rope.freq_base", Value::f32(spec.rope_scaling == "llama3" ? 500000.0f
                                          : row->arch == Arch::Gemma3 ? 1000000.0f
                                          : row->linear_attention     ? 10000000.0f
-                                                                     : 10000.0f));
+                                         : row->arch == Arch::Smollm3 ? 5000000.0f
+                                         : row->arch == Arch::GptOss  ? 150000.0f
+                                                                      : 10000.0f));
   if (row->sliding_window.pattern == SlidingWindowSpec::Pattern::EveryNthGlobal) {
     const int64_t window = spec.sliding_window >= 0 ? spec.sliding_window
                            : row->sliding_window.default_window > 0 ? row->sliding_window.default_window
                                                                      : 1024;
     if (window > 0) w.set(a + "attention.sliding_window", Value::u32(static_cast<uint32_t>(window)));
+    else if (row->sliding_window.window_required)
+      throw Error("synth: " + spec.arch + " always has a window (llama.cpp requires the key)");
     else if (row->sliding_window.default_window > 0)
       throw Error("synth: " + spec.arch + " always has a window (llama.cpp's default " +
                   std::to_string(row->sliding_window.default_window) + " applies without the key)");
@@ -330,9 +357,12 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
     w.set(a + "rope.scaling.type", Value::str("linear"));
     w.set(a + "rope.scaling.factor", Value::f32(row->arch == Arch::Gemma3 ? 8.0f : 4.0f));  // Gemma 3 4B+: 8
   } else if (spec.rope_scaling == "yarn") {
+    // gpt-oss: its own 32 (131072 over 4096); otherwise a 4x extension.
+    const int64_t factor = row->arch == Arch::GptOss ? 32 : 4;
     w.set(a + "rope.scaling.type", Value::str("yarn"));
-    w.set(a + "rope.scaling.factor", Value::f32(4.0f));
-    w.set(a + "rope.scaling.original_context_length", Value::u32(static_cast<uint32_t>(spec.ctx_len / 4)));
+    w.set(a + "rope.scaling.factor", Value::f32(static_cast<float>(factor)));
+    w.set(a + "rope.scaling.original_context_length",
+          Value::u32(static_cast<uint32_t>(std::max<int64_t>(1, spec.ctx_len / factor))));
   } else if (spec.rope_scaling == "longrope") {
     // Phi-3 style: a 4x context extension; the attention factor as llama.cpp's
     // converter computes it, sqrt(1 + ln(scale) / ln(original context)).
@@ -357,6 +387,10 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
     w.set("general.file_type", Value::u32(static_cast<uint32_t>(*ft)));
   // The Q4_K_M mix's larger type for tensor t of layer i (see SynthSpec::q4_k_m).
   auto matrix_type = [&](const TensorSpec& t, int64_t i) {
+    // gpt-oss in MXFP4 as llama.cpp ships it (MOSTLY_MXFP4_MOE): the experts MXFP4, the other
+    // matrices Q8_0.
+    if (spec.type == GgmlType::MXFP4 && row->arch == Arch::GptOss && t.kind != TensorKind::Experts)
+      return GgmlType::Q8_0;
     if (!spec.q4_k_m) return spec.type;
     const int64_t n = spec.n_layers;
     const bool more_bits = i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
@@ -450,7 +484,9 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
       case TensorKind::Decay:  // -exp(A_log) with A_log in [0, ln 16]: decay rates of trained models
         for (float& x : buf) x = -std::exp(std::log(16.0f) * 0.5f * (rng.uniform() + 1.0f));
         break;
-      case TensorKind::Bias: fill(rng, buf, 0.1f); break;
+      case TensorKind::Bias:
+      case TensorKind::ExpertBias: fill(rng, buf, 0.1f); break;
+      case TensorKind::Sinks: fill(rng, buf, 1.0f); break;
       case TensorKind::RopeFactors:
         if (t.role == Role::RopeFreqs) {
           // Llama 3.1 frequency factors (factor 8, low 1, high 4, original context 8192),

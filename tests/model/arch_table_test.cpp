@@ -55,7 +55,9 @@ TEST(ArchTable, EveryRowNamesEachTensorOnceAndHasTheCoreRoles) {
       // Routers are 2-D but for the shared expert's gate: one logit per token.
       const size_t rank = t.kind == TensorKind::Experts                                   ? 3u
                           : t.role == Role::FfnGateInpShexp                               ? 1u
-                          : t.kind == TensorKind::Matrix || t.kind == TensorKind::Router ? 2u
+                          : t.kind == TensorKind::Matrix || t.kind == TensorKind::Router ||
+                                    t.kind == TensorKind::ExpertBias
+                              ? 2u
                                                                                           : 1u;
       EXPECT_EQ(t.shape.size(), rank) << t.gguf;
       // Per-expert HF names carry the expert index; others none (rows read only from

@@ -2,7 +2,7 @@
 C++ forward pass is checked against (tests/model/numpy_reference_test.py).
 
 Architectures: `llama` (with experts: Mixtral), `qwen2`, `qwen3`, `phi3`,
-`qwen3moe`, `olmoe`, read from GGUF metadata.
+`qwen3moe`, `olmoe`, `smollm3`, read from GGUF metadata.
 Written from the model definitions (llama.cpp's llama/qwen2/qwen3/phi3 graphs,
 Meta's, Qwen's and Microsoft's reference models in transformers), sharing no
 code with pagoda.
@@ -44,6 +44,9 @@ Conventions (each is a place where an implementation can silently go wrong):
   rope.scaling.original_context_length, else by the short one (llama.cpp's
   choice, fixed per context), and cos/sin are multiplied by
   rope.scaling.attn_factor.
+- smollm3 (SmolLM3, llama.cpp's smollm3 graph): a llama whose layer il attends without
+  RoPE (NoPE: q and k not rotated at all) when (il + 1) % 4 == 0; llama.cpp fixes the 4
+  (no GGUF key). Its Q/K rows are permuted like llama's (adjacent-pair rope).
 - gemma2 / gemma3 (Google's Gemma 2 and Gemma 3 text models, llama.cpp's graphs
   and transformers' modeling_gemma2/3):
   * norm weights are used as the GGUF stores them: llama.cpp's converter already
@@ -65,7 +68,9 @@ Conventions (each is a place where an implementation can silently go wrong):
 
 import numpy as np
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe", "olmoe")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe", "olmoe", "smollm3")
+# Every NOPE_STEP-th layer skips RoPE (SmolLM3's n_no_rope_layer_step in llama.cpp).
+NOPE_STEP = {"smollm3": 4}
 NEOX_ROPE_ARCHS = ("qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe", "olmoe")
 GEMMA_ARCHS = ("gemma2", "gemma3")
 # Mixture-of-experts architectures whose top-k routing weights are renormalised to
@@ -116,6 +121,7 @@ class LlamaConfig:
         self.n_rot = int(key("rope.dimension_count", self.head_dim))
         self.n_ctx = int(key("context_length", 0))
         self.rope_neox = arch in NEOX_ROPE_ARCHS
+        self.nope_step = NOPE_STEP.get(arch, 0)
         self.rope_orig_ctx = int(key("rope.scaling.original_context_length", self.n_ctx))
         self.rope_attn_factor = float(key("rope.scaling.attn_factor", 1.0))
 
@@ -409,8 +415,9 @@ class LlamaModel:
                 q = rms_norm(q, L["q_norm"], cfg.rms_eps)
             if L["k_norm"] is not None and cfg.arch != "olmoe":
                 k = rms_norm(k, L["k_norm"], cfg.rms_eps)
-            q = apply_rope(q, ang, cfg.n_rot, cfg.rope_neox, cfg.rope_attn_factor)
-            k = apply_rope(k, ang, cfg.n_rot, cfg.rope_neox, cfg.rope_attn_factor)
+            if not (cfg.nope_step and (il + 1) % cfg.nope_step == 0):
+                q = apply_rope(q, ang, cfg.n_rot, cfg.rope_neox, cfg.rope_attn_factor)
+                k = apply_rope(k, ang, cfg.n_rot, cfg.rope_neox, cfg.rope_attn_factor)
             attn = causal_attention(q, k, v, KV, scale=cfg.attn_scale, window=cfg.sliding_window if local else 0,
                                     softcap=cfg.attn_softcap).reshape(T, H * D)
             a = attn @ L["wo"].T

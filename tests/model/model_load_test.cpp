@@ -245,6 +245,72 @@ TEST_F(ModelLoad, GemmaKeysAreCheckedAndDefaulted) {
   }
 }
 
+// gpt-oss's own keys and tensors (synth's tiny gpt-oss: 4 layers, even ones local): a
+// missing sink tensor names it; a sliding_window_pattern array must have one entry per
+// block and mark exactly the layers llama.cpp makes local (it reads only a number there);
+// a number is the period (0: every layer local); the window key is required; the head
+// must be rotated whole. Each a one-line error.
+TEST_F(ModelLoad, GptOssSinksAndWindowLayoutAreChecked) {
+  SynthSpec s = resolved_for_row([] {
+    SynthSpec t = *synth_shape("tiny");
+    t.arch = "gpt-oss";
+    return t;
+  }(), /*tiny_shape=*/true);
+  write_synthetic_model(s, base_);
+  {
+    const ModelConfig c = ModelConfig::from_gguf(gguf::GgufFile::open(base_));
+    EXPECT_EQ(c.sliding_window, 16);
+    EXPECT_TRUE(c.layer_is_local(0));
+    EXPECT_FALSE(c.layer_is_local(1));
+    EXPECT_TRUE(c.layer_is_local(2));
+    EXPECT_EQ(c.rope_scaling, RopeScalingType::Yarn);
+  }
+  auto no_sinks = rewrite("nosinks.gguf", nullptr,
+                          [](gguf::TensorInfo& t, auto&) { return t.name != "blk.1.attn_sinks.weight"; });
+  EXPECT_NE(load_error(no_sinks).find("missing tensor 'blk.1.attn_sinks.weight'"), std::string::npos);
+  auto with_key = [&](const std::string& key, gguf::Value value) {
+    auto p = rewrite("key.gguf", nullptr, nullptr);
+    gguf::GgufFile f = gguf::GgufFile::open(p);
+    gguf::GgufWriter w;
+    for (auto [k, v] : f.metadata()) w.set(k, v);
+    w.set("gpt-oss." + key, value);
+    for (gguf::TensorInfo t : f.tensors())
+      w.add_tensor(t.name, t.type, t.dims, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+    const std::string out = (dir_ / "withkey.gguf").string();
+    w.write(out);
+    return out;
+  };
+  const std::string bad_layer = load_error(with_key("attention.sliding_window_pattern",
+                                                    gguf::Value::i32_array({1, 0, 0, 0})));
+  EXPECT_NE(bad_layer.find("sliding_window_pattern marks layer 2 global"), std::string::npos) << bad_layer;
+  const std::string bad_len = load_error(with_key("attention.sliding_window_pattern",
+                                                  gguf::Value::i32_array({1, 0, 1})));
+  EXPECT_NE(bad_len.find("has 3 entries for block_count 4"), std::string::npos) << bad_len;
+  {  // the array llama.cpp's layout agrees with loads; a number sets the period
+    auto agree = with_key("attention.sliding_window_pattern", gguf::Value::i32_array({1, 0, 1, 0}));
+    EXPECT_TRUE(ModelConfig::from_gguf(gguf::GgufFile::open(agree)).layer_is_local(2));
+    auto all_local = with_key("attention.sliding_window_pattern", gguf::Value::u32(0));
+    const ModelConfig c = ModelConfig::from_gguf(gguf::GgufFile::open(all_local));
+    for (int64_t l = 0; l < 4; ++l) EXPECT_TRUE(c.layer_is_local(l)) << l;
+  }
+  auto no_window = rewrite("nowin.gguf", [](std::string& k, gguf::Value&) {
+    return k != "gpt-oss.attention.sliding_window";
+  }, nullptr);
+  EXPECT_NE(load_error(no_window).find("missing metadata key 'gpt-oss.attention.sliding_window'"), std::string::npos);
+  const std::string part_rot = load_error(with_key("rope.dimension_count", gguf::Value::u32(16)));
+  EXPECT_NE(part_rot.find("rope.dimension_count 16 differs from the head size 32"), std::string::npos) << part_rot;
+}
+
+// SmolLM3: every fourth layer without RoPE, no key involved (llama.cpp fixes it).
+TEST_F(ModelLoad, SmolLm3SkipsRopeOnEveryFourthLayer) {
+  SynthSpec s = *synth_shape("tiny");
+  s.arch = "smollm3";
+  s.dim = 64, s.ffn_dim = 96, s.n_vocab = 300, s.n_layers = 8;
+  write_synthetic_model(s, base_);
+  const ModelConfig c = ModelConfig::from_gguf(gguf::GgufFile::open(base_));
+  for (int64_t l = 0; l < 8; ++l) EXPECT_EQ(c.layer_uses_rope(l), l != 3 && l != 7) << l;
+}
+
 TEST_F(ModelLoad, UnsupportedWeightTypeListsTheSupportedOnes) {
   // Q8_K (a known type, but activations only: 292 bytes per 256 values) in place of an
   // F32 matrix.

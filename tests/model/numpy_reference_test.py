@@ -49,6 +49,7 @@ import numpy as np
 sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_numpy  # noqa: E402
+import gptoss_numpy  # noqa: E402
 import llama_numpy  # noqa: E402
 import phi3_hf_numpy  # noqa: E402
 import qwen35_numpy  # noqa: E402
@@ -446,6 +447,40 @@ def build_cases():
     cases.append(Case("olmoe-q8_0-greedy-64-decode", "olmoe", "q8_0", SHAPE, extra=omoe,
                       logits_extra=["--one-by-one"], greedy_steps=64,
                       expect=with_checks(expect_arch_and_type("olmoe", "q8_0"), *omoe_has)))
+    # smollm3: a llama whose every fourth layer has no RoPE (4 layers: layer 3 is NoPE).
+    smol_checks = ("4 blocks, so layer 3 is a NoPE layer", lambda g: g.get("smollm3.block_count") == 4)
+    shape4 = [x if x != "2" or i == 0 or SHAPE[i - 1] != "--layers" else "4" for i, x in enumerate(SHAPE)]
+    cases.append(Case("smollm3-f32-nope", "smollm3", "f32", shape4, tokens=LONG_TOKENS,
+                      expect=with_checks(expect_arch_and_type("smollm3", "f32"), smol_checks)))
+    cases.append(Case("smollm3-q8_0-greedy-64-decode", "smollm3", "q8_0", shape4, logits_extra=["--one-by-one"],
+                      greedy_steps=64, expect=with_checks(expect_arch_and_type("smollm3", "q8_0"), smol_checks)))
+    # gpt-oss (synth's tiny shape: 4 layers, even ones a 16-token window, 8 heads of 32 over
+    # dim 128, sinks, YaRN 32 over an original 16, 4 of 8 experts with biases): prefill over 96
+    # positions, decode one by one (the sinks on the decode path), and 64 greedy steps in
+    # MXFP4 (experts MXFP4, the rest Q8_0, as llama.cpp ships it).
+    def gptoss_checks(weight_type):
+        mx = weight_type == "mxfp4"
+        t_exp = gguf_numpy.MXFP4 if mx else gguf_numpy.F32
+        t_attn = gguf_numpy.Q8_0 if mx else gguf_numpy.F32
+        return (("architecture gpt-oss", lambda g: g.get("general.architecture") == "gpt-oss"),
+                ("attn_sinks [8] F32 in every block", lambda g: all(
+                    tuple(g.tensors["blk.%d.attn_sinks.weight" % i].dims) == (8,)
+                    and g.tensors["blk.%d.attn_sinks.weight" % i].ggml_type == gguf_numpy.F32 for i in range(4))),
+                ("sliding_window 16 and yarn 32", lambda g: g.get("gpt-oss.attention.sliding_window") == 16
+                 and g.get("gpt-oss.rope.scaling.type") == "yarn" and g.get("gpt-oss.rope.scaling.factor") == 32.0),
+                ("8 experts, 4 used, biases", lambda g: g.get("gpt-oss.expert_count") == 8
+                 and g.get("gpt-oss.expert_used_count") == 4 and g.has_tensor("blk.0.ffn_gate_inp.bias")
+                 and tuple(g.tensors["blk.0.ffn_down_exps.bias"].dims) == (128, 8)),
+                ("experts %s, attention %s" % (weight_type, "q8_0" if mx else weight_type),
+                 lambda g: g.tensors["blk.1.ffn_up_exps.weight"].ggml_type == t_exp
+                 and g.tensors["blk.1.attn_q.weight"].ggml_type == t_attn))
+    tiny = ["--shape", "tiny"]
+    cases.append(Case("gpt-oss-f32-tiny", "gpt-oss", "f32", tiny, tokens=LONG_TOKENS,
+                      expect=with_checks(lambda g: [], *gptoss_checks("f32"))))
+    cases.append(Case("gpt-oss-f32-decode", "gpt-oss", "f32", tiny, logits_extra=["--one-by-one"], tokens=LONG_TOKENS,
+                      expect=with_checks(lambda g: [], *gptoss_checks("f32"))))
+    cases.append(Case("gpt-oss-mxfp4-greedy-64-decode", "gpt-oss", "mxfp4", tiny, logits_extra=["--one-by-one"],
+                      greedy_steps=64, expect=with_checks(lambda g: [], *gptoss_checks("mxfp4"))))
     # The decode path: one token per forward call, through the KV cache.
     cases.append(Case("llama-f32-decode", "llama", "f32", SHAPE, logits_extra=["--one-by-one"], expect=llama_f32,
                       tokens=LONG_TOKENS))
@@ -677,6 +712,15 @@ def pagoda_logits(args, model_path, tokens, out_path, extra=()):
     return run(cmd + list(extra))
 
 
+def reference_model(g, n_ctx):
+    """The numpy reference for the file's architecture."""
+    if g.get("general.architecture") == "gpt-oss":
+        return gptoss_numpy.GptOssModel(g)
+    if g.get("general.architecture") in QWEN35_ARCHS:
+        return qwen35_numpy.Qwen35Model(g)
+    return llama_numpy.LlamaModel(g, n_ctx=n_ctx)
+
+
 def run_case(args, case):
     result = Result(case.name, case.weight_type)
     model_path = os.path.join(args.workdir, case.name + ".gguf")
@@ -695,10 +739,7 @@ def run_case(args, case):
         if problems:
             result.error = "synth file does not fit the case: " + "; ".join(problems)
             return result
-        if case.arch in QWEN35_ARCHS:
-            model = qwen35_numpy.Qwen35Model(g)
-        else:
-            model = llama_numpy.LlamaModel(g, n_ctx=case.ref_ctx)
+        model = reference_model(g, case.ref_ctx)
         greedy_ids = None
         if case.greedy_steps:
             greedy_ids = model.greedy([1], case.greedy_steps)
