@@ -43,6 +43,12 @@ std::optional<server::ChatTemplate> model_chat_template(const LoadedModel& lm, s
       throw Error(std::string(e.what()) + " (use --chat-template-file to supply a template pagoda supports)");
     }
   }
+  // gpt-oss speaks only harmony: a file without its template (a synth) gets the built-in
+  // harmony template, not ChatML.
+  if (lm.tokenizer && lm.model && lm.model->config().arch == Arch::GptOss) {
+    source = "built-in gpt-oss (harmony) template (the model has no chat template)";
+    return server::ChatTemplate::builtin("gpt-oss");
+  }
   if (lm.tokenizer) {
     source = "ChatML fallback (the model has no chat template)";
     return server::ChatTemplate::chatml();

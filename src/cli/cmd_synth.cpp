@@ -45,7 +45,9 @@ Runner add_synth(CLI::App& app) {
   app.add_option("--attn-softcap", o->attn_softcap, "Attention logit soft-cap (gemma2; default 50, 0: none)");
   app.add_option("--final-softcap", o->final_softcap, "Final logit soft-cap (gemma2 default 30, gemma3 none)");
   app.add_option("--seed", o->seed, "Weight seed")->capture_default_str();
-  app.add_option("--vocab-from", o->vocab_from, "Copy the tokenizer (and chat template) from this GGUF, or from a Hugging Face tokenizer.json (or its directory)");
+  app.add_option("--vocab-from", o->vocab_from,
+                 "Copy the tokenizer (and chat template) from this GGUF, or from a Hugging Face BPE tokenizer.json "
+                 "or its directory (with the tokenizer_config.json beside it, if any, and its chat template)");
   app.add_option("--pooling", o->pooling,
                  "Write {arch}.pooling_type (none|mean|cls|last|rank); rank adds a reranker head cls.output.weight")
       ->check(CLI::IsMember({"none", "mean", "cls", "last", "rank"}));

@@ -193,6 +193,8 @@ class GgufWriter {
   void write(const std::string& path) const;
   // The serialized bytes (what write() stores).
   std::vector<uint8_t> serialize() const;
+  // The keys set so far, in order.
+  const std::vector<std::pair<std::string, Value>>& metadata() const { return kv_; }
 
  private:
   struct PendingTensor {

@@ -56,8 +56,11 @@ bool has_type(const std::vector<const json*>& steps, const char* type) {
 
 constexpr const char* kSpace = "\xE2\x96\x81";  // '▁'
 
-void write_tokenizer(const HfModelDir& d, gguf::GgufWriter& w) {
-  const std::string& path = d.tokenizer_json;
+}  // namespace
+
+void write_hf_tokenizer(const std::string& tokenizer_json, const std::string& tokenizer_config_json,
+                        int64_t min_vocab, gguf::GgufWriter& w) {
+  const std::string& path = tokenizer_json;
   const json j = read_json_file(path);
   const json& model = j.contains("model") ? j["model"] : json();
   if (!model.is_object() || model.value("type", "") != "BPE")
@@ -82,7 +85,7 @@ void write_tokenizer(const HfModelDir& d, gguf::GgufWriter& w) {
     }
   }
   if (by_id.empty()) throw Error(path + ": empty vocabulary");
-  const int64_t n_tok = std::max(by_id.rbegin()->first + 1, d.config.n_vocab);
+  const int64_t n_tok = std::max(by_id.rbegin()->first + 1, min_vocab);
   if (n_tok > (int64_t{1} << 24)) throw Error(path + ": vocabulary too large");
   std::vector<std::string> tokens(static_cast<size_t>(n_tok));
   std::vector<int32_t> types(static_cast<size_t>(n_tok), 5);
@@ -116,7 +119,7 @@ void write_tokenizer(const HfModelDir& d, gguf::GgufWriter& w) {
   }
 
   // bos / eos / add_bos as the HF tokenizer itself resolves them.
-  std::unique_ptr<Tokenizer> hf = Tokenizer::from_hf_json(d.tokenizer_json, d.tokenizer_config_json);
+  std::unique_ptr<Tokenizer> hf = Tokenizer::from_hf_json(tokenizer_json, tokenizer_config_json);
 
   if (byte_level) {
     // Name the pre-tokenizer by what it does: the named GGUF row that cuts the
@@ -196,23 +199,13 @@ void write_tokenizer(const HfModelDir& d, gguf::GgufWriter& w) {
   w.set("tokenizer.ggml.add_eos_token", Value::boolean(hf->add_eos()));
 }
 
-}  // namespace
+namespace {
 
-void write_hf_tokenizer_gguf(const std::string& tokenizer_json, const std::string& out_path) {
-  HfModelDir d;
-  d.tokenizer_json = tokenizer_json;
-  const std::filesystem::path config = std::filesystem::path(tokenizer_json).parent_path() / "tokenizer_config.json";
-  if (std::filesystem::exists(config)) d.tokenizer_config_json = config.string();
-  gguf::GgufWriter w;
-  w.set("general.architecture", Value::str("tokenizer"));
-  write_tokenizer(d, w);
-  if (!d.tokenizer_config_json.empty()) {
-    const json cfg = read_json_file(d.tokenizer_config_json);
-    if (cfg.contains("chat_template") && cfg["chat_template"].is_string())
-      w.set("tokenizer.chat_template", Value::str(cfg["chat_template"].get<std::string>()));
-  }
-  w.write(out_path);
+void write_tokenizer(const HfModelDir& d, gguf::GgufWriter& w) {
+  write_hf_tokenizer(d.tokenizer_json, d.tokenizer_config_json, d.config.n_vocab, w);
 }
+
+}  // namespace
 
 void convert_hf_to_gguf(const HfModelDir& d, const std::string& out_path, std::optional<GgmlType> type) {
   std::shared_ptr<const WeightSource> weights = load_hf_weights(d);

@@ -98,10 +98,11 @@ std::shared_ptr<const WeightSource> load_hf_weights(const HfModelDir& dir);
 // tensors as F32. Throws pagoda::Error.
 void convert_hf_to_gguf(const HfModelDir& dir, const std::string& out_path, std::optional<GgmlType> type);
 
-// Writes a GGUF holding only a tokenizer (tokenizer.ggml.* and, when tokenizer_config.json
-// beside it has one, tokenizer.chat_template) from a Hugging Face tokenizer.json, for
-// `pagoda synth --vocab-from` (a random-weight model with a real vocabulary and template).
-// Throws pagoda::Error.
-void write_hf_tokenizer_gguf(const std::string& tokenizer_json, const std::string& out_path);
+// The tokenizer.ggml.* keys convert writes for a BPE tokenizer.json (and its
+// tokenizer_config.json, "" when absent): at least min_vocab tokens (padding past the
+// file's). synth --vocab-from uses it for tokenizers that come without a model (the
+// o200k_harmony tokenizer.json of gpt-oss). Throws pagoda::Error.
+void write_hf_tokenizer(const std::string& tokenizer_json, const std::string& tokenizer_config_json,
+                        int64_t min_vocab, gguf::GgufWriter& w);
 
 }  // namespace pagoda

@@ -4,7 +4,10 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "gguf/gguf.h"
@@ -221,19 +224,25 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   if (head_dim % 2 != 0) throw Error("synth: head dim must be even");
   // The copied vocabulary sets n_vocab before any shape is derived from it.
   std::optional<gguf::GgufFile> vocab_src;
-  if (!spec.vocab_from.empty()) {
-    // A Hugging Face tokenizer.json (or a directory holding one) goes through a GGUF of
-    // its own first, written beside the output and removed after.
-    std::string from = spec.vocab_from;
-    if (std::filesystem::is_directory(from)) from = (std::filesystem::path(from) / "tokenizer.json").string();
-    if (from.ends_with(".json")) {
-      const std::string tmp = path + ".vocab.tmp";
-      write_hf_tokenizer_gguf(from, tmp);
-      vocab_src.emplace(gguf::GgufFile::open(tmp));
-      std::filesystem::remove(tmp);  // the open file keeps its bytes
-    } else {
-      vocab_src.emplace(gguf::GgufFile::open(from));
+  gguf::GgufWriter hf_vocab;  // the tokenizer.ggml.* keys of a tokenizer.json (vocab_from)
+  namespace fs = std::filesystem;
+  std::string vocab_from = spec.vocab_from;
+  if (!vocab_from.empty() && fs::is_directory(vocab_from)) vocab_from = (fs::path(vocab_from) / "tokenizer.json").string();
+  const bool vocab_from_json = vocab_from.size() >= 5 && vocab_from.ends_with(".json");
+  if (vocab_from_json) {
+    const fs::path cfg = fs::path(vocab_from).parent_path() / "tokenizer_config.json";
+    write_hf_tokenizer(vocab_from, fs::is_regular_file(cfg) ? cfg.string() : "", 0, hf_vocab);
+    for (const auto& [key, value] : hf_vocab.metadata())
+      if (key == "tokenizer.ggml.tokens") spec.n_vocab = static_cast<int64_t>(value.as_array()->items.size());
+    // The template tokenizer_config.json carries (Qwen3's, ...), as convert writes it.
+    if (fs::is_regular_file(cfg)) {
+      std::ifstream in(cfg);
+      const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("chat_template") && j["chat_template"].is_string())
+        hf_vocab.set("tokenizer.chat_template", gguf::Value::str(j["chat_template"].get<std::string>()));
     }
+  } else if (!vocab_from.empty()) {
+    vocab_src.emplace(gguf::GgufFile::open(vocab_from));
     const gguf::Array* toks = vocab_src->get_array("tokenizer.ggml.tokens");
     if (!toks) throw Error(spec.vocab_from + ": has no tokenizer.ggml.tokens to copy");
     spec.n_vocab = static_cast<int64_t>(toks->items.size());
@@ -415,6 +424,8 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   if (vocab_src) {
     for (const auto& [key, value] : vocab_src->metadata())
       if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
+  } else if (vocab_from_json) {
+    for (const auto& [key, value] : hf_vocab.metadata()) w.set(key, value);
   } else if (spec.n_vocab >= 259 + 3) {
     // A SentencePiece-style vocabulary: <unk> <s> </s>, 256 byte tokens, then
     // filler pieces. Enough for `pagoda generate` to run end to end.

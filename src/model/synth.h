@@ -53,7 +53,9 @@ struct SynthSpec {
   float attn_softcap = -1.0f;
   float final_softcap = -1.0f;
   uint64_t seed = 1;
-  std::string vocab_from;  // GGUF whose tokenizer.* metadata is copied (sets n_vocab)
+  // GGUF whose tokenizer.* metadata is copied, or a BPE tokenizer.json (a path ending in
+  // .json) converted as `convert` does (model/hf_model.h write_hf_tokenizer); sets n_vocab.
+  std::string vocab_from;
   std::string name = "synthetic";
   // Embedding / reranker models: "" writes no {arch}.pooling_type; none|mean|cls|last|rank
   // write it. rank also writes a reranker head cls.output.weight [2, dim] (type f32,

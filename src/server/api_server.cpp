@@ -621,7 +621,7 @@ void ApiServer::handle_apply_template(const HttpRequest& req, std::shared_ptr<Ht
   try {
     if (!tokenizer_ || !chat_template_) throw ApiError(400, "this model has no tokenizer or chat template");
     ApplyTemplateRequest ar = parse_apply_template_request(req.body);
-    const std::string prompt = render_chat(ar.messages, ar.tools, ar.add_generation_prompt, nullptr);
+    const std::string prompt = render_chat(ar.messages, ar.tools, ar.add_generation_prompt, ar.template_kwargs);
     ex->respond(json_response(200, json{{"prompt", prompt}}));
   } catch (const ApiError& err) {
     ex->respond(error_response(err.status, err.what(), err.param));

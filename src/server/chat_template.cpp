@@ -110,6 +110,77 @@ const char* kPhi3 =
     "{{- '<|' + message['role'] + '|>\n' + (message['content'] or '') + '<|end|>\n' -}}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|assistant|>\n' -}}{%- endif -%}";
+// gpt-oss's harmony format, written from OpenAI's description of it (not a copy of the
+// model's own template, which real GGUFs carry and which takes precedence): a system
+// message with the identity, knowledge cutoff, date, `Reasoning: <reasoning_effort>`
+// (default medium) and the valid channels; a developer message with the request's system /
+// developer text as "# Instructions" and the tools as a TypeScript namespace `functions`;
+// user turns; an assistant's reasoning (reasoning_content or thinking) on the analysis
+// channel, its answer on final, each tool call as `<|start|>assistant
+// to=functions.NAME<|channel|>commentary json<|message|>ARGS<|call|>`; a tool result as
+// `<|start|>functions.NAME to=assistant<|channel|>commentary<|message|>...<|end|>`, NAME the
+// last call's. The generation prompt is `<|start|>assistant`. Parameters become
+// TypeScript types by their JSON schema (string enums as unions, arrays as T[], other
+// objects as `object`), required ones without `?`.
+const char* kGptOss =
+    "{%- macro ts_type(p) -%}"
+    "{%- if p.enum is defined and p.enum -%}{{- '\"' + (p.enum | join('\" | \"')) + '\"' -}}"
+    "{%- elif p.type == 'string' -%}string"
+    "{%- elif p.type == 'integer' or p.type == 'number' -%}number"
+    "{%- elif p.type == 'boolean' -%}boolean"
+    "{%- elif p.type == 'array' -%}{{- (ts_type(p['items']) if p['items'] is defined else 'any') + '[]' -}}"
+    "{%- elif p.type == 'object' -%}object"
+    "{%- else -%}any{%- endif -%}"
+    "{%- endmacro -%}"
+    "{{- '<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\\n"
+    "Knowledge cutoff: 2024-06\\nCurrent date: ' + strftime_now('%Y-%m-%d') + '\\n\\nReasoning: ' + "
+    "(reasoning_effort if reasoning_effort is defined and reasoning_effort else 'medium') + '\\n\\n"
+    "# Valid channels: analysis, commentary, final. Channel must be included for every message.' -}}"
+    "{%- if tools -%}{{- \"\\nCalls to these tools must go to the commentary channel: 'functions'.\" -}}{%- endif -%}"
+    "{{- '<|end|>' -}}"
+    "{%- set ns = namespace(instructions='', last_call='') -%}"
+    "{%- for m in messages -%}{%- if m.role == 'system' or m.role == 'developer' -%}"
+    "{%- set ns.instructions = ns.instructions + ('\\n\\n' if ns.instructions else '') + (m.content or '') -%}"
+    "{%- endif -%}{%- endfor -%}"
+    "{%- if ns.instructions or tools -%}"
+    "{{- '<|start|>developer<|message|>' -}}"
+    "{%- if ns.instructions -%}{{- '# Instructions\\n\\n' + ns.instructions + '\\n\\n' -}}{%- endif -%}"
+    "{%- if tools -%}"
+    "{{- '# Tools\\n\\n## functions\\n\\nnamespace functions {\\n\\n' -}}"
+    "{%- for t in tools -%}{%- set f = t.function if t.function is defined else t -%}"
+    "{%- if f.description -%}{{- '// ' + f.description + '\\n' -}}{%- endif -%}"
+    "{%- if f.parameters and f.parameters.properties -%}"
+    "{{- 'type ' + f.name + ' = (_: {\\n' -}}"
+    "{%- for name, p in f.parameters.properties.items() -%}"
+    "{%- if p.description -%}{{- '// ' + p.description + '\\n' -}}{%- endif -%}"
+    "{{- name + ('' if name in (f.parameters.required or []) else '?') + ': ' + ts_type(p) + ',\\n' -}}"
+    "{%- endfor -%}"
+    "{{- '}) => any;\\n\\n' -}}"
+    "{%- else -%}{{- 'type ' + f.name + ' = () => any;\\n\\n' -}}{%- endif -%}"
+    "{%- endfor -%}"
+    "{{- '} // namespace functions' -}}"
+    "{%- endif -%}"
+    "{{- '<|end|>' -}}"
+    "{%- endif -%}"
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'user' -%}{{- '<|start|>user<|message|>' + (m.content or '') + '<|end|>' -}}"
+    "{%- elif m.role == 'assistant' -%}"
+    "{%- set thinking = m.reasoning_content or m.thinking or '' -%}"
+    "{%- if thinking -%}{{- '<|start|>assistant<|channel|>analysis<|message|>' + thinking + '<|end|>' -}}{%- endif -%}"
+    "{%- if m.tool_calls -%}"
+    "{%- for c in m.tool_calls -%}{%- set f = c.function if c.function is defined else c -%}"
+    "{{- '<|start|>assistant to=functions.' + f.name + '<|channel|>commentary json<|message|>' + "
+    "(f.arguments if f.arguments is string else (f.arguments | tojson)) + '<|call|>' -}}"
+    "{%- set ns.last_call = f.name -%}"
+    "{%- endfor -%}"
+    "{%- elif m.content -%}{{- '<|start|>assistant<|channel|>final<|message|>' + m.content + '<|end|>' -}}"
+    "{%- endif -%}"
+    "{%- elif m.role == 'tool' -%}"
+    "{{- '<|start|>functions.' + (m.name or ns.last_call) + ' to=assistant<|channel|>commentary<|message|>' + "
+    "(m.content if m.content is string else (m.content | tojson)) + '<|end|>' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|start|>assistant' -}}{%- endif -%}";
 }  // namespace
 
 std::optional<ChatTemplate> ChatTemplate::builtin(const std::string& name) {
@@ -117,10 +188,11 @@ std::optional<ChatTemplate> ChatTemplate::builtin(const std::string& name) {
   if (name == "llama3") return ChatTemplate(kLlama3, "llama3");
   if (name == "gemma") return ChatTemplate(kGemma, "gemma");
   if (name == "phi3") return ChatTemplate(kPhi3, "phi3");
+  if (name == "gpt-oss") return ChatTemplate(kGptOss, "gpt-oss");
   return std::nullopt;
 }
 
-std::string ChatTemplate::builtin_names() { return "chatml, llama3, gemma, phi3"; }
+std::string ChatTemplate::builtin_names() { return "chatml, llama3, gemma, phi3, gpt-oss"; }
 
 std::string ChatTemplate::apply(const Inputs& in) const {
   using jinja::Value;

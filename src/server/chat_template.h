@@ -61,9 +61,10 @@ class ChatTemplate {
   // The ChatML fallback for models without a template.
   static ChatTemplate chatml();
   // A built-in template by llama-server's --chat-template name: chatml, llama3, gemma,
-  // phi3 (content only: no tools beyond ChatML's generic ones); nullopt for another name.
+  // phi3 (content only: no tools beyond ChatML's generic ones), gpt-oss (harmony: tools,
+  // reasoning_effort, analysis / final / commentary channels); nullopt for another name.
   static std::optional<ChatTemplate> builtin(const std::string& name);
-  // "chatml, llama3, gemma, phi3", for messages.
+  // "chatml, llama3, gemma, phi3, gpt-oss", for messages.
   static std::string builtin_names();
 
   struct Inputs {

@@ -226,6 +226,8 @@ struct ApplyTemplateRequest {
   ordered_json messages;
   ordered_json tools;
   bool add_generation_prompt = true;
+  // chat_template_kwargs, with reasoning_effort added as /v1/chat/completions adds it.
+  ordered_json template_kwargs;
 };
 ApplyTemplateRequest parse_apply_template_request(std::string_view body);
 

