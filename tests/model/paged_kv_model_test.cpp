@@ -139,14 +139,16 @@ SynthSpec synth_spec(const std::string& arch) {
   if (arch == "qwen3") s.head_dim = 64;  // q_dim 512 != dim, as real qwen3
   // Windows shorter than the prompts and not a multiple of any block size, so local layers
   // mask inside blocks; gemma3 needs six layers for one global layer.
-  if (arch == "gemma2" || arch == "gemma3") s.sliding_window = 12;
+  if (arch == "gemma2" || arch == "gemma3" || arch == "gpt-oss") s.sliding_window = 12;
   if (arch == "gemma3") s.n_layers = 6;
+  if (arch == "smollm3") s.n_layers = 4;  // layer 3 without RoPE
+  if (arch == "gpt-oss") s.n_expert = 4, s.n_expert_used = 2, s.expert_ffn_dim = 128;  // + sinks, YaRN
   if (std::filesystem::exists(kStories)) s.vocab_from = kStories;
   return s;
 }
 
 TEST(PagedKvModel, SyntheticModelsGreedyThroughThePoolEqualTheContiguousCache) {
-  for (const std::string arch : {"llama", "qwen2", "qwen3", "gemma2", "gemma3"}) {
+  for (const std::string arch : {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "smollm3", "gpt-oss"}) {
     const std::string path = synth_path(arch);
     write_synthetic_model(synth_spec(arch), path);
     Loaded l = load(path);
