@@ -149,13 +149,18 @@ namespace pagoda::chat {
 // grammar with a `root` rule) extended with rules that allow, before `root`, a thinking
 // block: "<think>" (unless the prompt already opened it: `opened`), any text without
 // "</think>", "</think>", up to three blanks or newlines. The result's start rule is
-// kReasoningRoot. Only for ReasoningFormat::Think; returns body_gbnf unchanged (and
-// "root" as the start rule) for other formats.
+// kReasoningRoot. gpt-oss (ReasoningFormat::GptOss, harmony): an analysis message
+// "<|channel|>analysis<|message|>" (unless opened), any text without "<|end|>", then
+// "<|end|><|start|>assistant", before the body; a body that is not tool calls
+// (`tool_calls` false: a schema, regex or choice) is the final channel's message, so it
+// gets "<|channel|>final<|message|>" in front (the harmony parser reads it as content).
+// Other formats: body_gbnf unchanged and "root" as the start rule.
 inline constexpr const char* kReasoningRoot = "pagoda-reasoning-root";
 struct ReasoningGrammar {
   std::string gbnf;
   std::string root;
 };
-ReasoningGrammar with_reasoning_prefix(const ChatFormat& f, const std::string& body_gbnf, bool opened);
+ReasoningGrammar with_reasoning_prefix(const ChatFormat& f, const std::string& body_gbnf, bool opened,
+                                       bool tool_calls = false);
 
 }  // namespace pagoda::chat

@@ -49,7 +49,20 @@ std::string text_until_marker_rules(const std::string& prefix, const std::string
 
 }  // namespace
 
-ReasoningGrammar with_reasoning_prefix(const ChatFormat& f, const std::string& body_gbnf, bool opened) {
+ReasoningGrammar with_reasoning_prefix(const ChatFormat& f, const std::string& body_gbnf, bool opened,
+                                       bool tool_calls) {
+  if (f.reasoning == ReasoningFormat::GptOss) {
+    // Harmony: "<|end|>" has its '<' once, as the marker automaton needs.
+    const std::string block = "pagoda-analysis-block";
+    std::string out = body_gbnf;
+    if (!out.empty() && out.back() != '\n') out += '\n';
+    out += text_until_marker_rules(block, "<|end|>");
+    const std::string next = block + " \"<|start|>assistant\"";
+    const std::string body = tool_calls ? "root" : "\"<|channel|>final<|message|>\" root";
+    out += std::string(kReasoningRoot) + " ::= " +
+           (opened ? next + " " + body : "(\"<|channel|>analysis<|message|>\" " + next + ")? " + body) + "\n";
+    return {out, kReasoningRoot};
+  }
   if (f.reasoning != ReasoningFormat::Think) return {body_gbnf, "root"};
   const std::string block = "pagoda-reasoning-block";
   std::string out = body_gbnf;

@@ -422,7 +422,8 @@ std::shared_ptr<const grammar::Grammar> ApiServer::output_grammar(const Completi
   // and leave a thinking model its reasoning first, as vLLM's reasoning parsers do.
   const bool raw_gbnf = !tools && cr.constraint.kind == OutputConstraint::Kind::Grammar;
   if (parse && parse->extract_reasoning && !raw_gbnf) {
-    const chat::ReasoningGrammar rg = chat::with_reasoning_prefix(chat_format_, gbnf, parse->thinking_open_at_start);
+    const chat::ReasoningGrammar rg =
+        chat::with_reasoning_prefix(chat_format_, gbnf, parse->thinking_open_at_start, tools);
     return grammars_.get(rg.gbnf, param, rg.root);
   }
   return grammars_.get(gbnf, param);

@@ -54,6 +54,30 @@ TEST(ReasoningGrammar, OpenedBlockMustBeClosedFirst) {
   EXPECT_FALSE(accepts(g, "<think>x</think>{}x</think>{}"));
 }
 
+// gpt-oss (harmony): an optional analysis message before the body, ended by <|end|> and
+// followed by the next message's <|start|>assistant; a non-tool body is the final channel's
+// message; a tool-call body (which spells its own commentary header) stands as it is.
+TEST(ReasoningGrammar, HarmonyAnalysisMessageBeforeTheBody) {
+  const ChatFormat oss{ToolCallFormat::GptOss, ReasoningFormat::GptOss};
+  const std::string kFinal = "<|channel|>final<|message|>";
+  ReasoningGrammar g = with_reasoning_prefix(oss, kBody, false);
+  EXPECT_EQ(g.root, kReasoningRoot);
+  EXPECT_TRUE(accepts(g, kFinal + "{x}"));
+  EXPECT_TRUE(accepts(g, "<|channel|>analysis<|message|>a < b, <|en <|end <|<|end|><|start|>assistant" + kFinal + "{}"));
+  EXPECT_TRUE(accepts(g, "<|channel|>analysis<|message|><|end|><|start|>assistant" + kFinal + "{}"));
+  EXPECT_FALSE(accepts(g, "{x}"));  // the answer is a final-channel message
+  EXPECT_FALSE(accepts(g, "<|channel|>analysis<|message|>x<|end|>" + kFinal + "{}"));  // no <|start|>assistant
+  EXPECT_FALSE(accepts(g, "<|channel|>analysis<|message|>x<|end|>y<|end|><|start|>assistant" + kFinal + "{}"));
+  ReasoningGrammar opened = with_reasoning_prefix(oss, kBody, true);
+  EXPECT_TRUE(accepts(opened, "thinking<|end|><|start|>assistant" + kFinal + "{}"));
+  EXPECT_FALSE(accepts(opened, kFinal + "{}"));
+  const std::string calls = "root ::= \"<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>\"\n";
+  ReasoningGrammar tools = with_reasoning_prefix(oss, calls, false, /*tool_calls=*/true);
+  EXPECT_TRUE(accepts(tools, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>"));
+  EXPECT_TRUE(accepts(tools, "<|channel|>analysis<|message|>Need f.<|end|><|start|>assistant"
+                             "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>"));
+}
+
 TEST(ReasoningGrammar, MatchesARegexWithLookaheadOnRandomStrings) {
   ReasoningGrammar opened = with_reasoning_prefix(kThink, kBody, true);
   ReasoningGrammar optional = with_reasoning_prefix(kThink, kBody, false);
