@@ -355,6 +355,8 @@ std::vector<ArchInfo> build_table() {
     // layer attending without RoPE (NoPE), as llama.cpp b10587's smollm3 graph fixes it
     // (n_no_rope_layer_step 4; no GGUF key). Tied embeddings in the released model.
     ArchInfo r{.arch = Arch::Smollm3, .gguf_name = "smollm3"};
+    r.hf_model_types = {"smollm3"};
+    r.hf_architectures = {"SmolLM3ForCausalLM"};
     r.rope = RopeKind::Normal;
     r.rope_scalings = kAllScalings;
     r.permute_qk = true;

@@ -342,6 +342,29 @@ ModelConfig parse_config(const json& j, const std::string& path, HfModelDir& d) 
     }
   }
   if (row->hf_norm_shift != 0.0f) parse_gemma(cfg, *row, c);
+  if (row->nope_interval > 0) {
+    // SmolLM3: config.json's no_rope_layers (1: the layer uses RoPE) and
+    // no_rope_layer_interval; llama.cpp (and so the GGUF) fixes every fourth layer NoPE, so a
+    // checkpoint saying otherwise cannot be converted faithfully: refused, naming the layer.
+    const int64_t n = row->nope_interval;
+    if (auto iv = cfg.opt_int(j, "no_rope_layer_interval"); iv && *iv != n)
+      throw Error(path + ": no_rope_layer_interval " + std::to_string(*iv) + " is not " + std::to_string(n) + " (" +
+                  d.model_type + " as llama.cpp reads it)");
+    if (auto it = j.find("no_rope_layers"); it != j.end() && !it->is_null()) {
+      if (!it->is_array() || static_cast<int64_t>(it->size()) != c.n_layers)
+        throw Error(path + ": no_rope_layers must list one 0/1 per layer (" + std::to_string(c.n_layers) + ")");
+      for (int64_t l = 0; l < c.n_layers; ++l) {
+        const json& v = (*it)[static_cast<size_t>(l)];
+        if (!v.is_number_integer() && !v.is_boolean())
+          throw Error(path + ": no_rope_layers holds something other than 0 / 1");
+        const bool rope = v.is_boolean() ? v.get<bool>() : v.get<int64_t>() != 0;
+        if (rope != c.layer_uses_rope(l))
+          throw Error(path + ": no_rope_layers gives layer " + std::to_string(l) + (rope ? " RoPE" : " no RoPE") +
+                      ", but " + d.model_type + " leaves RoPE out on every " + std::to_string(n) +
+                      "th layer only (as llama.cpp fixes it)");
+      }
+    }
+  }
   if (row->has_experts()) parse_experts(cfg, *row, d, c);
   if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) throw Error(path + ": rope_scaling is not an object");

@@ -64,6 +64,14 @@ std::vector<Case> cases() {
       {"UnknownModelType",
        [](const fs::path& d) { rewrite_json(d / "config.json", [](auto& j) { j["model_type"] = "gpt_neox"; }); },
        "config.json", "unsupported model_type 'gpt_neox'"},
+      {"SmolLm3RopeLayersOtherThanEveryFourth",
+       [](const fs::path& d) {
+         rewrite_json(d / "config.json", [](auto& j) {
+           j["model_type"] = "smollm3";
+           j["no_rope_layers"] = {1, 0};  // layer 1 without RoPE: llama.cpp would rotate it
+         });
+       },
+       "config.json", "no_rope_layers gives layer 1 no RoPE, but smollm3 leaves RoPE out on every 4th layer only"},
       {"MissingHiddenSize",
        [](const fs::path& d) { rewrite_json(d / "config.json", [](auto& j) { j.erase("hidden_size"); }); },
        "config.json", "'hidden_size' is missing"},

@@ -15,7 +15,7 @@
 namespace pagoda::test {
 
 struct HfSpec {
-  std::string model_type = "llama";  // llama | mistral | qwen2 | qwen3 | phi3 | gemma2 | gemma3_text | qwen3_moe | mixtral | olmoe
+  std::string model_type = "llama";  // llama | mistral | qwen2 | qwen3 | phi3 | gemma2 | gemma3_text | qwen3_moe | mixtral | olmoe | smollm3
   int64_t dim = 32, n_layers = 2, n_heads = 4, n_kv_heads = 2, head_dim = 0, ffn = 48;
   int64_t vocab = 0;                 // 0: the tokenizer's size
   GgmlType dtype = GgmlType::F32;    // F32, F16 or BF16
@@ -184,6 +184,13 @@ inline nlohmann::json hf_config(const HfSpec& s, int64_t vocab) {
     c["mlp_only_layers"] = nlohmann::json::array();
   }
   if (s.model_type == "mixtral") c["num_local_experts"] = s.n_expert;
+  if (s.model_type == "smollm3") {  // HuggingFaceTB/SmolLM3-3B's keys: RoPE left out of every 4th layer
+    nlohmann::json layers = nlohmann::json::array();
+    for (int64_t i = 0; i < s.n_layers; ++i) layers.push_back((i + 1) % 4 == 0 ? 0 : 1);
+    c["no_rope_layers"] = layers;
+    c["no_rope_layer_interval"] = 4;
+    c["architectures"] = {"SmolLM3ForCausalLM"};
+  }
   if (s.model_type == "olmoe") {
     c["num_experts"] = s.n_expert;
     c["norm_topk_prob"] = false;

@@ -166,6 +166,7 @@ test::HfSpec spec(std::string type, GgmlType dt, bool tied, std::string tok, std
                   int64_t head_dim = 0) {
   test::HfSpec s;
   if (type == "gemma3_text") s.n_layers = 6;  // five local layers, then one global
+  if (type == "smollm3") s.n_layers = 4;       // layer 3 without RoPE
   s.model_type = std::move(type);
   s.dtype = dt;
   s.tied = tied;
@@ -206,7 +207,8 @@ INSTANTIATE_TEST_SUITE_P(
                       spec("qwen3_moe", GgmlType::BF16, false, "qwen3-tokenizer", "yarn", 16),
                       spec("mixtral", GgmlType::F32, false, "mistral-7b-v0.1-tokenizer"),
                       spec("mixtral", GgmlType::BF16, true, "mistral-7b-v0.1-tokenizer"),
-                      spec("olmoe", GgmlType::BF16, false, "qwen3-tokenizer")),
+                      spec("olmoe", GgmlType::BF16, false, "qwen3-tokenizer"),
+                      spec("smollm3", GgmlType::BF16, true, "llama3-tokenizer")),
     [](const auto& info) {
       const test::HfSpec& s = info.param;
       return s.model_type + "_" + type_name(s.dtype) + (s.tied ? "_tied" : "_untied") + "_" +
