@@ -6,9 +6,14 @@
 # vocabulary (chatml), written to OUTDIR/qwen35-d512.gguf once. The workload: 2 conversations
 # x 4 turns, each opening with its own 600-token system prompt, 40-token user messages and
 # 64-token answers (ignore_eos): ~1k tokens by turn 4. Both servers: chatml, 2 slots, 2
-# threads. Writes OUTDIR/{pagoda,llama}.json, the side-by-side table (--compare) and
+# threads. pagoda is measured on /v1/chat/completions (its answers fed back as their own ids:
+# src/server/answer_tokens.h) and, side by side with llama-server, on /v1/completions with the
+# conversation rendered as text by the bench (llama-server's chat route ends a stream with an
+# error when its output parser meets a random model's text, --skip-chat-parsing or not).
+# Writes OUTDIR/{pagoda-chat,pagoda,llama}.json, the side-by-side table (--compare) and
 # OUTDIR/ttft.svg; the servers use port 18490. LLAMA_SERVER defaults to the peer's portable
-# build (../shared/peer/build-peer.sh; the native AMX build crashed loading this model here).
+# build (../shared/peer/build-peer.sh; the native AMX build crashed loading this model here),
+# with OMP_WAIT_POLICY=passive (its busy-waiting threads stall on a shared 2-core machine).
 set -euo pipefail
 out="$1"; threads="${2:-2}"
 llama="${3:-$HOME/.cache/pagoda-peer/portable/bin/llama-server}"
@@ -28,7 +33,7 @@ wait_ready() {
 }
 stop() { kill -INT "$server_pid"; wait "$server_pid" || true; }
 bench() {
-  "$pagoda" bench --quiet --url "http://127.0.0.1:$port" -m "$model" --seed 1 --workload multi-turn \
+  "$pagoda" bench --quiet --url "http://127.0.0.1:$port" -m "$model" --seed "${SEED:-1}" --workload multi-turn \
     --conversations 2 --turns 4 --system-len 600 --input-len 40 --output-len 64 --timeout 600 "$@"
 }
 
@@ -36,14 +41,16 @@ bench() {
   --chat-template chatml --no-log-requests 2>>"$out/pagoda.log" &
 server_pid=$!
 wait_ready
-bench --label pagoda --out "$out/pagoda.json" | tee "$out/pagoda.txt"
+bench --label pagoda-chat --out "$out/pagoda-chat.json" | tee "$out/pagoda-chat.txt"
+curl -sf -X POST "http://127.0.0.1:$port/v1/cache/reset" >/dev/null
+bench --endpoint completions --label pagoda --out "$out/pagoda.json" | tee "$out/pagoda.txt"
 curl -sf "http://127.0.0.1:$port/v1/cache/stats" > "$out/pagoda-cache-stats.json"
 stop
 
-"$llama" -m "$model" -t "$threads" --port "$port" -np 2 -c 8192 --chat-template chatml 2>>"$out/llama.log" >&2 &
+OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} "$llama" -m "$model" -t "$threads" --port "$port" -np 2 -c 8192 --chat-template chatml 2>>"$out/llama.log" >&2 &
 server_pid=$!
 wait_ready
-bench --label llama-server --out "$out/llama.json" | tee "$out/llama.txt"
+bench --endpoint completions --label llama-server --out "$out/llama.json" | tee "$out/llama.txt"
 stop
 
 "$pagoda" bench --compare "$out/llama.json" "$out/pagoda.json" --plot "$out/ttft.svg" | tee "$out/compare.txt"
