@@ -21,20 +21,43 @@ uint64_t round_up(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
 PagedKvPool::PagedKvPool(const KvGeometry& geometry, const KvConfig& config)
     : geo_(geometry), block_size_(config.block_size), k_type_(config.k_type), v_type_(config.v_type) {
   validate_kv_block_size(config.block_size);
-  if (geo_.n_layers < 1 || geo_.n_kv_heads < 1 || geo_.head_dim < 1 || geo_.n_groups < 1)
+  const bool per_slot = !geo_.slot_shapes.empty();
+  if (geo_.n_layers < 1 || geo_.n_groups < 1 || (!per_slot && (geo_.n_kv_heads < 1 || geo_.head_dim < 1)) ||
+      (per_slot && static_cast<int64_t>(geo_.slot_shapes.size()) != geo_.n_groups))
     throw Error("KV pool: invalid geometry (" + std::to_string(geo_.n_layers) + " layers, " +
                 std::to_string(geo_.n_kv_heads) + " KV heads, head_dim " + std::to_string(geo_.head_dim) + ")");
-  for (KvType t : {k_type_, v_type_})
-    if (!kv_type_supports(t, geo_.head_dim))
-      throw Error(std::string("KV type ") + kv_type_name(t) + " cannot store head_dim " +
-                  std::to_string(geo_.head_dim) + " (q4 needs a multiple of 8)");
-  k_row_bytes_ = kv_row_bytes(k_type_, geo_.head_dim);
-  v_row_bytes_ = kv_row_bytes(v_type_, geo_.head_dim);
-  k_side_row_bytes_ = kv_row_sidecar_bytes(k_type_, geo_.head_dim);
-  v_side_row_bytes_ = kv_row_sidecar_bytes(v_type_, geo_.head_dim);
-  const size_t rows = static_cast<size_t>(block_size_ * geo_.n_kv_heads);
-  layer_bytes_ = rows * (k_row_bytes_ + k_side_row_bytes_ + v_row_bytes_ + v_side_row_bytes_);
-  bytes_per_block_ = layer_bytes_ * static_cast<size_t>(geo_.n_layers);
+  layout_.resize(static_cast<size_t>(geo_.n_groups));
+  bytes_per_block_ = 0;
+  for (int32_t g = 0; g < geo_.n_groups; ++g) {
+    const int64_t n_slots = per_slot ? static_cast<int64_t>(geo_.slot_shapes[static_cast<size_t>(g)].size()) : geo_.n_layers;
+    if (n_slots < 1 || n_slots > geo_.n_layers)
+      throw Error("KV pool: layer group " + std::to_string(g) + " has " + std::to_string(n_slots) +
+                  " slots (1 to " + std::to_string(geo_.n_layers) + ")");
+    size_t offset = 0;
+    for (int64_t s = 0; s < n_slots; ++s) {
+      const KvSlotShape shape = per_slot ? geo_.slot_shapes[static_cast<size_t>(g)][static_cast<size_t>(s)]
+                                         : KvSlotShape{geo_.n_kv_heads, geo_.head_dim};
+      if (shape.n_kv_heads < 1 || shape.head_dim < 1)
+        throw Error("KV pool: invalid slot shape (" + std::to_string(shape.n_kv_heads) + " KV heads, head_dim " +
+                    std::to_string(shape.head_dim) + ")");
+      for (KvType t : {k_type_, v_type_})
+        if (!kv_type_supports(t, shape.head_dim))
+          throw Error(std::string("KV type ") + kv_type_name(t) + " cannot store head_dim " +
+                      std::to_string(shape.head_dim) + " (q4 needs a multiple of 8)");
+      SlotLayout l;
+      l.offset = offset;
+      l.n_kv_heads = shape.n_kv_heads;
+      l.head_dim = shape.head_dim;
+      l.k_row = kv_row_bytes(k_type_, shape.head_dim);
+      l.v_row = kv_row_bytes(v_type_, shape.head_dim);
+      l.k_side = kv_row_sidecar_bytes(k_type_, shape.head_dim);
+      l.v_side = kv_row_sidecar_bytes(v_type_, shape.head_dim);
+      l.bytes = static_cast<size_t>(block_size_ * shape.n_kv_heads) * (l.k_row + l.k_side + l.v_row + l.v_side);
+      offset += l.bytes;
+      layout_[static_cast<size_t>(g)].push_back(l);
+    }
+    bytes_per_block_ = std::max(bytes_per_block_, offset);
+  }
   if (config.budget_bytes == 0) throw Error("KV pool: the budget is not resolved (0 bytes)");
   const uint64_t blocks = config.budget_bytes / bytes_per_block_;
   if (blocks < 1)
@@ -62,10 +85,15 @@ PagedKvPool::~PagedKvPool() {
   if (base_) munmap(base_, map_bytes_);
 }
 
-size_t PagedKvPool::real_block_bytes(int layer) const {
-  PAGODA_CHECK(layer >= 0 && layer < geo_.n_layers, "layer " + std::to_string(layer) + " out of range");
-  return layer_bytes_;
+const PagedKvPool::SlotLayout& PagedKvPool::slot_layout(int layer, int32_t group) const {
+  PAGODA_CHECK(group >= 0 && group < geo_.n_groups, "layer group " + std::to_string(group) + " out of range");
+  const std::vector<SlotLayout>& slots = layout_[static_cast<size_t>(group)];
+  PAGODA_CHECK(layer >= 0 && static_cast<size_t>(layer) < slots.size(),
+               "layer " + std::to_string(layer) + " out of range (" + std::to_string(slots.size()) + " slots)");
+  return slots[static_cast<size_t>(layer)];
 }
+
+size_t PagedKvPool::real_block_bytes(int layer, int32_t group) const { return slot_layout(layer, group).bytes; }
 
 // ---- free and evictable lists ----------------------------------------------------------
 
@@ -440,24 +468,24 @@ int64_t PagedKvPool::release_before(BlockTable& table, int64_t pos) {
 
 // ---- data --------------------------------------------------------------------------------
 
-KvLayerView PagedKvPool::layer_view(int layer) const {
-  PAGODA_CHECK(layer >= 0 && layer < geo_.n_layers, "layer " + std::to_string(layer) + " out of range");
+KvLayerView PagedKvPool::layer_view(int layer, int32_t group) const {
+  const SlotLayout& sl = slot_layout(layer, group);
   KvLayerView v;
-  v.base = base_ + static_cast<size_t>(layer) * layer_bytes_;
+  v.base = base_ + sl.offset;
   v.block_stride = bytes_per_block_;
   v.k_type = k_type_;
   v.v_type = v_type_;
   v.block_size = block_size_;
-  v.n_kv_heads = geo_.n_kv_heads;
-  v.head_dim = geo_.head_dim;
-  v.k_row_bytes = k_row_bytes_;
-  v.v_row_bytes = v_row_bytes_;
-  v.k_side_row_bytes = k_side_row_bytes_;
-  v.v_side_row_bytes = v_side_row_bytes_;
-  const size_t rows = static_cast<size_t>(block_size_ * geo_.n_kv_heads);
-  v.v_offset = rows * k_row_bytes_;
-  v.k_side_offset = v.v_offset + rows * v_row_bytes_;
-  v.v_side_offset = v.k_side_offset + rows * k_side_row_bytes_;
+  v.n_kv_heads = sl.n_kv_heads;
+  v.head_dim = sl.head_dim;
+  v.k_row_bytes = sl.k_row;
+  v.v_row_bytes = sl.v_row;
+  v.k_side_row_bytes = sl.k_side;
+  v.v_side_row_bytes = sl.v_side;
+  const size_t rows = static_cast<size_t>(block_size_ * sl.n_kv_heads);
+  v.v_offset = rows * sl.k_row;
+  v.k_side_offset = v.v_offset + rows * sl.v_row;
+  v.v_side_offset = v.k_side_offset + rows * sl.k_side;
   return v;
 }
 
@@ -471,32 +499,32 @@ void PagedKvPool::write_token(const BlockTable& table, int layer, int64_t pos, c
   PAGODA_CHECK(meta(idx(b)).refcount == 1 && !meta(idx(b)).cached,
                "write_token: block " + std::to_string(idx(b)) + " is shared (refcount " +
                    std::to_string(meta(idx(b)).refcount) + ") or cached; append_tokens makes it private first");
-  const KvLayerView lv = layer_view(layer);
+  const KvLayerView lv = layer_view(layer, table.group_);
   uint8_t* lb = const_cast<uint8_t*>(lv.layer(b));
   const int64_t slot = pos % block_size_;
-  const int64_t hd = geo_.head_dim;
-  for (int64_t h = 0; h < geo_.n_kv_heads; ++h) {
+  const int64_t hd = lv.head_dim;
+  for (int64_t h = 0; h < lv.n_kv_heads; ++h) {
     const int64_t row = h * block_size_ + slot;
-    kv_quantize_row(k_type_, k + h * hd, hd, lb + row * k_row_bytes_, lb + lv.k_side_offset + row * k_side_row_bytes_);
-    kv_quantize_row(v_type_, v + h * hd, hd, lb + lv.v_offset + row * v_row_bytes_,
-                    lb + lv.v_side_offset + row * v_side_row_bytes_);
+    kv_quantize_row(k_type_, k + h * hd, hd, lb + row * lv.k_row_bytes, lb + lv.k_side_offset + row * lv.k_side_row_bytes);
+    kv_quantize_row(v_type_, v + h * hd, hd, lb + lv.v_offset + row * lv.v_row_bytes,
+                    lb + lv.v_side_offset + row * lv.v_side_row_bytes);
   }
 }
 
 void PagedKvPool::read_row(const BlockTable& table, int layer, int64_t pos, int64_t kv_head, bool value,
                            float* out) const {
-  PAGODA_CHECK(pos >= 0 && pos < table.num_tokens_ && kv_head >= 0 && kv_head < geo_.n_kv_heads,
+  const KvLayerView lv = layer_view(layer, table.group_);
+  PAGODA_CHECK(pos >= 0 && pos < table.num_tokens_ && kv_head >= 0 && kv_head < lv.n_kv_heads,
                "read_row: out of range");
   PAGODA_CHECK(table.holds(pos / block_size_), "read_row: position " + std::to_string(pos) + " was released");
   const BlockId b = table.blocks_[static_cast<size_t>(pos / block_size_)];
-  const KvLayerView lv = layer_view(layer);
   const int64_t slot = pos % block_size_;
   if (!value)
-    kv_dequantize_row_ref(k_type_, lv.k_rows(b, kv_head) + slot * k_row_bytes_,
-                          lv.k_side(b, kv_head) + slot * k_side_row_bytes_, geo_.head_dim, out);
+    kv_dequantize_row_ref(k_type_, lv.k_rows(b, kv_head) + slot * lv.k_row_bytes,
+                          lv.k_side(b, kv_head) + slot * lv.k_side_row_bytes, lv.head_dim, out);
   else
-    kv_dequantize_row_ref(v_type_, lv.v_rows(b, kv_head) + slot * v_row_bytes_,
-                          lv.v_side(b, kv_head) + slot * v_side_row_bytes_, geo_.head_dim, out);
+    kv_dequantize_row_ref(v_type_, lv.v_rows(b, kv_head) + slot * lv.v_row_bytes,
+                          lv.v_side(b, kv_head) + slot * lv.v_side_row_bytes, lv.head_dim, out);
 }
 
 // ---- accounting --------------------------------------------------------------------------

@@ -16,7 +16,9 @@
 //   an uncommitted block faults instead of silently committing memory.
 // - Layout: block b is one slab at base + b × bytes_per_block; inside it, per layer:
 //   K data [n_kv_heads][block_size][kv_row_bytes(k_type)], V data likewise, K sidecar
-//   [n_kv_heads][block_size][kv_row_sidecar_bytes(k_type)], V sidecar likewise. Head-major
+//   [n_kv_heads][block_size][kv_row_sidecar_bytes(k_type)], V sidecar likewise (with
+//   per-slot shapes, KvGeometry::slot_shapes, each slot its own; a block of a group whose
+//   slots take fewer bytes than bytes_per_block leaves the rest unused). Head-major
 //   inside a block, so attention for one KV head streams block_size rows contiguously.
 //   A slab holding all layers makes one commit, one COW memcpy and one page-exact byte
 //   count per block; the per-layer "K array" is the stride-bytes_per_block view
@@ -72,6 +74,7 @@
 #include "kv/block_table.h"
 #include "kernels/paged_attention.h"
 #include "kv/kv_config.h"
+#include "kv/kv_layer_groups.h"
 #include "tensor/kv_types.h"
 
 namespace pagoda {
@@ -81,6 +84,10 @@ struct KvGeometry {
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
   int32_t n_groups = 1;  // layer groups the blocks are booked to (kv_layer_groups.h)
+  // [n_groups][slots] each slot's head shape when layers differ in it (Gemma 4;
+  // KvLayerGroups::slot_shapes); then n_kv_heads / head_dim are unused. Empty: every slot
+  // of every group is n_kv_heads x head_dim, n_layers of them.
+  std::vector<std::vector<KvSlotShape>> slot_shapes{};
 };
 
 // Every figure exact; read in O(1).
@@ -93,7 +100,7 @@ struct PoolStats {
   int64_t blocks_evictable = 0;  // cached with refcount 0 (kept for the prefix cache)
   int64_t blocks_free = 0;       // budget - live - evictable (free list + never used)
   int64_t blocks_available = 0;  // budget - live: what append_tokens may take (evicting)
-  uint64_t bytes_per_block = 0;  // sum over layers of real_block_bytes(layer)
+  uint64_t bytes_per_block = 0;  // sum over a page's slots of real_block_bytes (the largest group's)
   uint64_t bytes_budget = 0;     // blocks_budget × bytes_per_block (address space only)
   uint64_t bytes_reserved = 0;   // committed memory: round_up(committed × per block, page)
   uint64_t bytes_in_use = 0;     // (blocks_live + blocks_evictable) × bytes_per_block:
@@ -150,8 +157,9 @@ class PagedKvPool {
   int64_t block_size() const { return block_size_; }
   KvType k_type() const { return k_type_; }
   KvType v_type() const { return v_type_; }
-  // block_size × n_kv_heads × (kv_row_bytes + kv_row_sidecar_bytes) for K, plus V.
-  size_t real_block_bytes(int layer) const;
+  // block_size × n_kv_heads × (kv_row_bytes + kv_row_sidecar_bytes) for K, plus V, of
+  // slot `layer` of a page of group `group`.
+  size_t real_block_bytes(int layer, int32_t group = 0) const;
   size_t bytes_per_block() const { return bytes_per_block_; }
   // KV bytes one token costs in a full block, all layers (bytes_per_block / block_size).
   double bytes_per_token() const { return static_cast<double>(bytes_per_block_) / block_size_; }
@@ -228,14 +236,15 @@ class PagedKvPool {
   std::optional<std::string> never_fits(int64_t n_tokens) const;
 
   // ---- data ------------------------------------------------------------------------------
-  // Stores one token's k, v ([n_kv_heads, head_dim] f32 each) at `pos` of `table` in
-  // `layer`, converting to the pool's types. Requires: pos < table.num_tokens(), the
-  // block holding pos has refcount 1 (always checked).
+  // Stores one token's k, v ([n_kv_heads, head_dim] f32 each, the slot's shape) at `pos` of
+  // `table` in slot `layer` of the table's group, converting to the pool's types.
+  // Requires: pos < table.num_tokens(), the block holding pos has refcount 1 (always checked).
   void write_token(const BlockTable& table, int layer, int64_t pos, const float* k, const float* v);
   // Decodes one stored row to f32 [head_dim] (tests, debugging; scalar).
   void read_row(const BlockTable& table, int layer, int64_t pos, int64_t kv_head, bool value,
                 float* out) const;
-  KvLayerView layer_view(int layer) const;
+  // Slot `layer` of a page of group `group`.
+  KvLayerView layer_view(int layer, int32_t group = 0) const;
   // Raw slab of block b (bytes_per_block bytes). Requires: b < blocks_committed.
   const uint8_t* block_bytes(BlockId b) const;
   // The writable slab of a freshly acquired block, for filling it with bytes saved from
@@ -298,12 +307,20 @@ class PagedKvPool {
   void set_num_tokens(int32_t i, int32_t n);
   uint8_t* slab(BlockId b) const { return base_ + static_cast<size_t>(idx(b)) * bytes_per_block_; }
 
+  // One slot of a page: where it starts in the block and its rows' shape and bytes.
+  struct SlotLayout {
+    size_t offset = 0;
+    int64_t n_kv_heads = 0, head_dim = 0;
+    size_t k_row = 0, v_row = 0, k_side = 0, v_side = 0;  // bytes of one row
+    size_t bytes = 0;                                     // real_block_bytes
+  };
+  const SlotLayout& slot_layout(int layer, int32_t group) const;
+
   KvGeometry geo_;
   int64_t block_size_;
   KvType k_type_, v_type_;
-  size_t k_row_bytes_, v_row_bytes_, k_side_row_bytes_, v_side_row_bytes_;
-  size_t layer_bytes_;      // real_block_bytes of every layer (uniform geometry)
-  size_t bytes_per_block_;  // n_layers × layer_bytes_
+  std::vector<std::vector<SlotLayout>> layout_;  // [n_groups][slots of the group's page]
+  size_t bytes_per_block_;  // the largest group's page
   int64_t blocks_budget_;
   size_t page_bytes_;
 

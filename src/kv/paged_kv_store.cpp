@@ -7,10 +7,22 @@
 
 namespace pagoda {
 
-PagedKvStore::PagedKvStore(PagedKvPool& pool) : PagedKvStore(pool, KvLayerGroups::uniform(pool.geometry().n_layers)) {}
+namespace {
+
+// One group of the pool's slots (their shapes too, when they differ).
+KvLayerGroups one_group(const PagedKvPool& pool) {
+  KvLayerGroups g = KvLayerGroups::uniform(pool.geometry().n_layers);
+  g.slot_shapes = pool.geometry().slot_shapes;
+  return g;
+}
+
+}  // namespace
+
+PagedKvStore::PagedKvStore(PagedKvPool& pool) : PagedKvStore(pool, one_group(pool)) {}
 
 PagedKvStore::PagedKvStore(PagedKvPool& pool, KvLayerGroups groups) : pool_(pool), groups_(std::move(groups)) {
-  PAGODA_CHECK(groups_.page_layers == pool_.geometry().n_layers && groups_.n_groups() == pool_.geometry().n_groups,
+  PAGODA_CHECK(groups_.page_layers == pool_.geometry().n_layers && groups_.n_groups() == pool_.geometry().n_groups &&
+                   groups_.slot_shapes == pool_.geometry().slot_shapes,
                "PagedKvStore: the layer groups (" + std::to_string(groups_.n_groups()) + " of " +
                    std::to_string(groups_.page_layers) + " slots) do not match the pool's geometry");
 }
@@ -239,14 +251,14 @@ void PagedKvStore::attend(int layer, SeqId seq, int64_t pos, int kv_head, const 
                           float scale, float* out, int64_t window, float softcap, const float* sinks) const {
   const BlockTable& t = layer_table(seq, layer, pos, "attend");
   PAGODA_CHECK(pos >= 0 && pos < t.num_tokens(), "attend: position " + std::to_string(pos) + " not reserved");
-  const KvLayerView view = pool_.layer_view(groups_.slot[static_cast<size_t>(layer)]);
+  const KvLayerView view = pool_.layer_view(groups_.slot[static_cast<size_t>(layer)], groups_.group[static_cast<size_t>(layer)]);
   if (window <= 0 && softcap <= 0.0f && !sinks) {
     paged_attend(view, t.blocks().data(), pos + 1, kv_head, q, n_q_heads, scale, out);
     return;
   }
   constexpr int kGroup = 64;
   float m[kGroup], l[kGroup];
-  const int64_t hd = pool_.geometry().head_dim;
+  const int64_t hd = view.head_dim;
   for (int h0 = 0; h0 < n_q_heads; h0 += kGroup) {
     const int g = std::min(kGroup, n_q_heads - h0);
     attend_range(view, t.blocks().data(), window_begin(pos, window), pos + 1, kv_head,
@@ -260,8 +272,9 @@ void PagedKvStore::attend(int layer, SeqId seq, int64_t pos, int kv_head, const 
 
 void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool) {
   const int64_t n_kv = b.n_kv_heads, hd = b.head_dim;
-  PAGODA_CHECK(n_kv == pool_.geometry().n_kv_heads && hd == pool_.geometry().head_dim &&
-                   b.n_heads % n_kv == 0,
+  PAGODA_CHECK(layer >= 0 && layer < groups_.n_layers(), "attend_batch: layer " + std::to_string(layer) + " out of range");
+  const KvLayerView view = pool_.layer_view(groups_.slot[static_cast<size_t>(layer)], groups_.group[static_cast<size_t>(layer)]);
+  PAGODA_CHECK(n_kv == view.n_kv_heads && hd == view.head_dim && b.n_heads % n_kv == 0,
                "attend_batch: head geometry does not match the pool");
   const int64_t hpk = b.n_heads / n_kv;
   const int64_t q_dim = b.n_heads * hd;
@@ -349,7 +362,6 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
     grow(part_o_, static_cast<size_t>(n_partials * hpk * hd));
   }
 
-  const KvLayerView view = pool_.layer_view(groups_.slot[static_cast<size_t>(layer)]);
   pool.parallel_for(n_tile_tasks + n_tasks, [&](int64_t task, int) {
     if (task < n_tile_tasks) {
       const Tile& tl = tiles_[static_cast<size_t>(task / n_kv)];

@@ -171,3 +171,80 @@ TEST(KvWindowStore, ALongDecodeOutgrowsTheFullSizeLimitOnceItsWindowIsReleased) 
 
 }  // namespace
 }  // namespace pagoda
+
+namespace pagoda {
+namespace {
+
+// Gemma 4 E4B's layers with their own K/V (24 of 42: the last 18 share): every sixth
+// global with 2 KV heads of 512, the rest local with 2 KV heads of 256, window 512.
+std::vector<KvLayerShape> e4b_kv_layers() {
+  std::vector<KvLayerShape> v;
+  for (int64_t l = 0; l < 24; ++l)
+    v.push_back((l + 1) % 6 == 0 ? KvLayerShape{0, {2, 512}} : KvLayerShape{512, {2, 256}});
+  return v;
+}
+
+TEST(KvLayerGroups, MixedHeadShapesFillALocalPageWithAsManyLocalSlotsAsTheGlobalPageHolds) {
+  const KvLayerGroups g = KvLayerGroups::for_layers(e4b_kv_layers());
+  // Group 0: 4 global slots of 2 x 512; local pages: 8 slots of 2 x 256 (the same 4096
+  // values a token), 20 local layers in 3 groups, the last with 4 padding slots.
+  EXPECT_EQ(g.page_layers, 8);
+  ASSERT_EQ(g.n_groups(), 4);
+  EXPECT_EQ(g.used_slots, (std::vector<int32_t>{4, 8, 8, 4}));
+  ASSERT_EQ(g.slot_shapes.size(), 4u);
+  EXPECT_EQ(g.slot_shapes[0], (std::vector<KvSlotShape>(4, KvSlotShape{2, 512})));
+  for (int k = 1; k < 4; ++k) EXPECT_EQ(g.slot_shapes[static_cast<size_t>(k)], (std::vector<KvSlotShape>(8, KvSlotShape{2, 256})));
+  EXPECT_EQ(g.group[5], 0);
+  EXPECT_EQ(g.slot[23], 3);
+  EXPECT_EQ(g.group[0], 1);
+  EXPECT_EQ(g.group[9], 2);   // the 9th local layer
+  EXPECT_EQ(g.slot[9], 0);
+  EXPECT_EQ(g.describe(), "24 layers: 1 global group of 4, 3 local groups of 8 (window 512), 4 padding slots");
+  // One shape everywhere gives exactly for_windows' layout, no per-slot shapes.
+  std::vector<KvLayerShape> same = e4b_kv_layers();
+  for (KvLayerShape& l : same) l.shape = {2, 256};
+  const KvLayerGroups u = KvLayerGroups::for_layers(same);
+  EXPECT_TRUE(u.slot_shapes.empty());
+  EXPECT_EQ(u.page_layers, 4);
+}
+
+TEST(KvLayerGroups, MixedHeadShapesWithoutWindowsKeepEachLayersShapeInOnePage) {
+  const KvLayerGroups g = KvLayerGroups::for_layers(e4b_kv_layers(), /*swa_full=*/true);
+  ASSERT_EQ(g.n_groups(), 1);
+  EXPECT_EQ(g.page_layers, 24);
+  ASSERT_EQ(g.slot_shapes.size(), 1u);
+  EXPECT_EQ(g.slot_shapes[0][5], (KvSlotShape{2, 512}));
+  EXPECT_EQ(g.slot_shapes[0][6], (KvSlotShape{2, 256}));
+  EXPECT_EQ(g.describe(), "24 layers: 1 group (every layer keeps the whole context), head shapes differ by layer");
+}
+
+TEST(KvWindowPool, PerSlotShapesGiveEachSlotItsOwnRowsAndPagesOneSize) {
+  KvConfig c;
+  c.block_size = 16;
+  c.budget_bytes = 64 << 20;
+  c.k_type = c.v_type = KvType::F16;
+  const KvLayerGroups g = KvLayerGroups::for_layers(e4b_kv_layers());
+  PagedKvPool pool(KvGeometry{g.page_layers, 2, 512, g.n_groups(), g.slot_shapes}, c);
+  // f16: 16 tokens x 2 heads x (512 + 512) x 2 B per global slot; the local pages equal it.
+  EXPECT_EQ(pool.real_block_bytes(0, 0), 16u * 2 * 1024 * 2);
+  EXPECT_EQ(pool.real_block_bytes(0, 1), 16u * 2 * 512 * 2);
+  EXPECT_EQ(pool.bytes_per_block(), 4 * pool.real_block_bytes(0, 0));
+  EXPECT_EQ(pool.bytes_per_block(), 8 * pool.real_block_bytes(7, 3));
+  // A token written in a local slot reads back from that slot only, in its own shape.
+  PagedKvStore store(pool, g);
+  ASSERT_TRUE(store.reserve(0, 3).ok());
+  std::vector<float> k(2 * 256), v(2 * 256), kg(2 * 512), vg(2 * 512), out(512);
+  for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>(i % 7), v[i] = -static_cast<float>(i % 5);
+  for (size_t i = 0; i < kg.size(); ++i) kg[i] = 0.5f * static_cast<float>(i % 3), vg[i] = 1.0f;
+  store.store(9, 0, 2, k.data(), v.data());     // local layer 9: group 2, slot 0
+  store.store(11, 0, 2, kg.data(), vg.data());  // global layer 11: group 0, slot 1
+  pool.read_row(store.tables(0).group(2), 0, 2, 1, false, out.data());
+  for (int i = 0; i < 256; ++i) ASSERT_EQ(out[static_cast<size_t>(i)], k[static_cast<size_t>(256 + i)]) << i;
+  pool.read_row(store.tables(0).group(0), 1, 2, 1, true, out.data());
+  for (int i = 0; i < 512; ++i) ASSERT_EQ(out[static_cast<size_t>(i)], 1.0f) << i;
+  store.remove(0);
+  pool.check_invariants();
+}
+
+}  // namespace
+}  // namespace pagoda
