@@ -122,10 +122,15 @@ Runner add_bench_model(CLI::App& app) {
     // A local (sliding-window) layer reads only its window, in either KV layout.
     const KvLayerGroups& groups = kv.store->groups();
     const double avg_ctx = static_cast<double>(d) + o->n_gen / 2.0;
-    double kv_step_tokens = 0.0;  // tokens read per step, in units of one page's layers
-    for (int64_t w : c.layer_windows())
-      kv_step_tokens += (w > 0 ? std::min(avg_ctx, static_cast<double>(w)) : avg_ctx) / static_cast<double>(groups.page_layers);
-    const size_t kv_step_bytes = static_cast<size_t>(kv.pool->bytes_per_token() * kv_step_tokens);
+    double kv_step_bytes_f = 0.0;  // each KV layer's bytes per token times the tokens it reads
+    const std::vector<int64_t> windows = c.layer_windows();
+    for (size_t l = 0; l < windows.size(); ++l) {
+      const int64_t w = windows[l];
+      const double per_token = static_cast<double>(kv.pool->real_block_bytes(groups.slot[l], groups.group[l])) /
+                               static_cast<double>(kv.pool->block_size());
+      kv_step_bytes_f += (w > 0 ? std::min(avg_ctx, static_cast<double>(w)) : avg_ctx) * per_token;
+    }
+    const size_t kv_step_bytes = static_cast<size_t>(kv_step_bytes_f);
     // Hybrid models: the recurrent state, read and written back (50 MiB each way for Qwen
     // 3.5 4B, 2% of its Q4_K_M weights).
     const size_t state_step_bytes = 2 * recurrent_state_bytes(c);

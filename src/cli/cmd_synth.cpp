@@ -13,7 +13,7 @@ Runner add_synth(CLI::App& app) {
     int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, head_dim = 0;
     int64_t sliding_window = -1;
     float attn_softcap = -1.0f, final_softcap = -1.0f;
-    int64_t experts = 0, experts_used = 0, expert_ffn = 0, shared_ffn = 0;
+    int64_t experts = 0, experts_used = 0, expert_ffn = 0, shared_ffn = 0, kv_shared = -1;
     bool tied = false;
     uint64_t seed = 1;
   };
@@ -38,6 +38,8 @@ Runner add_synth(CLI::App& app) {
                  "One expert's FFN width (qwen3moe: default --ffn; qwen35moe: default dim / 4)");
   app.add_option("--shared-ffn", o->shared_ffn, "The shared expert's FFN width (qwen35moe; default --expert-ffn)");
   app.add_option("--ctx", o->ctx, "Context length");
+  app.add_option("--kv-shared", o->kv_shared,
+                 "Layers at the end that reuse earlier layers' K/V (gemma4; default the shape's)");
   app.add_flag("--tied", o->tied, "Tie output to token embeddings (no output.weight)");
   app.add_option("--rope-scaling", o->rope_scaling, "none|linear|llama3|yarn|longrope (phi3)")->capture_default_str();
   app.add_option("--sliding-window", o->sliding_window,
@@ -78,6 +80,7 @@ Runner add_synth(CLI::App& app) {
     if (o->expert_ffn) s.expert_ffn_dim = o->expert_ffn;
     if (o->shared_ffn) s.shared_expert_ffn_dim = o->shared_ffn;
     if (o->ctx) s.ctx_len = o->ctx;
+    if (o->kv_shared >= 0) s.kv_shared = o->kv_shared;
     if (o->tied) s.tied_embeddings = true;
     if (o->rope_scaling != "none") s.rope_scaling = o->rope_scaling;
     if (o->sliding_window >= 0) s.sliding_window = o->sliding_window;

@@ -125,8 +125,9 @@ KvCache make_kv_cache(const Model& model, const KvOptions& options) {
   KvCache kv;
   const ModelConfig& c = model.config();
   const KvConfig kc = options.resolve_for(model);
-  KvLayerGroups groups = KvLayerGroups::for_windows(c.layer_windows(), kc.swa_full);
-  kv.pool = std::make_unique<PagedKvPool>(KvGeometry{groups.page_layers, c.n_kv_heads, c.head_dim, groups.n_groups()}, kc);
+  KvLayerGroups groups = KvLayerGroups::for_layers(c.kv_layer_shapes(), kc.swa_full);
+  kv.pool = std::make_unique<PagedKvPool>(
+      KvGeometry{groups.page_layers, c.n_kv_heads, c.head_dim, groups.n_groups(), groups.slot_shapes}, kc);
   kv.store = std::make_unique<PagedKvStore>(*kv.pool, std::move(groups));
   configure_recurrent_states(c, kv.store->recurrent_states());
   return kv;

@@ -94,7 +94,7 @@ KvConfig resolved(const KvConfig& kv) {
 }
 
 KvGeometry geometry_of(const ModelConfig& c, const KvLayerGroups& g) {
-  return KvGeometry{g.page_layers, c.n_kv_heads, c.head_dim, g.n_groups()};
+  return KvGeometry{g.page_layers, c.n_kv_heads, c.head_dim, g.n_groups(), g.slot_shapes};
 }
 
 std::unique_ptr<DiskTier> open_disk_tier(const EngineConfig& c, const KvLayerGroups& groups) {
@@ -152,7 +152,7 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& con
       config_(checked(config, model)),
       n_vocab_(static_cast<int32_t>(model.config().n_vocab)),
       threads_(config_.threads),
-      kv_groups_(KvLayerGroups::for_windows(model.config().layer_windows(), config_.kv.swa_full)),
+      kv_groups_(KvLayerGroups::for_layers(model.config().kv_layer_shapes(), config_.kv.swa_full)),
       pool_(geometry_of(model.config(), kv_groups_), resolved(config_.kv)),
       store_(pool_, kv_groups_),
       disk_(open_disk_tier(config_, kv_groups_)),

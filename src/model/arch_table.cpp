@@ -409,6 +409,82 @@ std::vector<ArchInfo> build_table() {
     r.tensors.insert(r.tensors.end(), block.begin(), block.end());
     rows.push_back(std::move(r));
   }
+  {
+    // Gemma 4 (E2B, E4B, 26B-A4B, 31B), as llama.cpp b10587 reads it (src/models/gemma4.cpp,
+    // llama-model.cpp's gemma4 hparams). Per layer: sliding or global by the
+    // sliding_window_pattern array; local layers have their own head size
+    // (key_length_swa), RoPE base (freq_base_swa) and rotary dims (dimension_count_swa);
+    // global layers rotate all of key_length with rope_freqs.weight's factors (1 for the
+    // rotated quarter, 1e30 for the rest: HF's "proportional" RoPE). Q and K RMS-normed per
+    // head with weights, V without, score scale 1. The last shared_kv_layers layers reuse
+    // earlier layers' K/V (no attn_k / attn_v). Per-layer token embeddings (E2B / E4B): a
+    // row of per_layer_token_embd per token plus a projection of its embedding, gated into
+    // each layer's output. A layer with ffn_gate_inp (26B-A4B) adds a mixture of experts
+    // beside its dense FFN, each with its own norms. Norms are stored as applied (the
+    // converter's norm_shift is 0), tied output, final soft-cap when the file has one.
+    ArchInfo r{.arch = Arch::Gemma4, .gguf_name = "gemma4"};
+    r.activation = Activation::GeluTanh;
+    r.rope = RopeKind::Neox;
+    r.qk_norm = true;
+    r.v_norm = true;
+    r.embed_scale = true;
+    r.final_softcap = true;
+    r.fixed_attn_scale = 1.0f;
+    r.sliding_window.pattern = SlidingWindowSpec::Pattern::PerLayerArray;
+    r.sliding_window.local_rope_theta = 10000.0f;  // llama.cpp's rope_freq_base_train_swa default
+    r.moe = {.router = RouterKind::SoftmaxTopKRenormalized, .expert_ffn_key = true};
+    using L = LayerKind;
+    const auto P = Presence::Required;
+    const auto N = Permute::None;
+    r.tensors = {
+        {Role::TokenEmbd, "token_embd.weight", "", false, {E::Vocab, E::Dim}, K::Matrix},
+        {Role::PerLayerTokenEmbd, "per_layer_token_embd.weight", "", false, {E::Vocab, E::PerLayerAll}, K::Matrix, P,
+         N, L::PerLayerInput},
+        {Role::PerLayerModelProj, "per_layer_model_proj.weight", "", false, {E::PerLayerAll, E::Dim}, K::Matrix, P,
+         N, L::PerLayerInput},
+        {Role::PerLayerProjNorm, "per_layer_proj_norm.weight", "", false, {E::PerLayerDim}, K::Norm, P, N,
+         L::PerLayerInput},
+        {Role::OutputNorm, "output_norm.weight", "", false, {E::Dim}, K::Norm},
+        {Role::Output, "output.weight", "", false, {E::Vocab, E::Dim}, K::Matrix, Presence::Untied},
+        {Role::RopeFreqs, "rope_freqs.weight", "", false, {E::RotHalf}, K::RopeFactors},
+        {Role::AttnNorm, "attn_norm.weight", "", true, {E::Dim}, K::Norm},
+        {Role::AttnQ, "attn_q.weight", "", true, {E::QDim, E::Dim}, K::Matrix},
+        {Role::AttnK, "attn_k.weight", "", true, {E::KvDim, E::Dim}, K::Matrix, P, N, L::OwnKv},
+        {Role::AttnV, "attn_v.weight", "", true, {E::KvDim, E::Dim}, K::Matrix, P, N, L::OwnV},
+        {Role::AttnQNorm, "attn_q_norm.weight", "", true, {E::HeadDim}, K::Norm},
+        {Role::AttnKNorm, "attn_k_norm.weight", "", true, {E::HeadDim}, K::Norm, P, N, L::OwnKv},
+        {Role::AttnOut, "attn_output.weight", "", true, {E::Dim, E::QDim}, K::Matrix},
+        {Role::AttnPostNorm, "post_attention_norm.weight", "", true, {E::Dim}, K::Norm},
+        {Role::FfnNorm, "ffn_norm.weight", "", true, {E::Dim}, K::Norm},
+        {Role::FfnGate, "ffn_gate.weight", "", true, {E::Ffn, E::Dim}, K::Matrix},
+        {Role::FfnUp, "ffn_up.weight", "", true, {E::Ffn, E::Dim}, K::Matrix},
+        {Role::FfnDown, "ffn_down.weight", "", true, {E::Dim, E::Ffn}, K::Matrix},
+        {Role::FfnPostNorm, "post_ffw_norm.weight", "", true, {E::Dim}, K::Norm},
+        {Role::FfnRouter, "ffn_gate_inp.weight", "", true, {E::NExpert, E::Dim}, K::Router, P, N, L::Moe},
+        {Role::FfnRouterScale, "ffn_gate_inp.scale", "", true, {E::Dim}, K::Norm, P, N, L::Moe},
+        {Role::FfnPreNorm2, "pre_ffw_norm_2.weight", "", true, {E::Dim}, K::Norm, P, N, L::Moe},
+        {Role::FfnPostNorm1, "post_ffw_norm_1.weight", "", true, {E::Dim}, K::Norm, P, N, L::Moe},
+        {Role::FfnPostNorm2, "post_ffw_norm_2.weight", "", true, {E::Dim}, K::Norm, P, N, L::Moe},
+        // The converter writes HF's fused experts.gate_up_proj; split gate / up tensors
+        // (ffn_gate_exps, ffn_up_exps) are read too (Model::load), as llama.cpp does.
+        {Role::FfnGateUpExps, "ffn_gate_up_exps.weight", "", true, {E::NExpert, E::GateUpExp, E::Dim}, K::Experts,
+         P, N, L::Moe},
+        {Role::FfnGateExps, "ffn_gate_exps.weight", "", true, {E::NExpert, E::FfnExp, E::Dim}, K::Experts,
+         Presence::Optional, N, L::Moe},
+        {Role::FfnUpExps, "ffn_up_exps.weight", "", true, {E::NExpert, E::FfnExp, E::Dim}, K::Experts,
+         Presence::Optional, N, L::Moe},
+        {Role::FfnDownExps, "ffn_down_exps.weight", "", true, {E::NExpert, E::Dim, E::FfnExp}, K::Experts, P, N,
+         L::Moe},
+        {Role::FfnDownExpsScale, "ffn_down_exps.scale", "", true, {E::NExpert}, K::Norm, Presence::Optional, N,
+         L::Moe},
+        {Role::PerLayerInpGate, "inp_gate.weight", "", true, {E::PerLayerDim, E::Dim}, K::Matrix, P, N,
+         L::PerLayerInput},
+        {Role::PerLayerProj, "proj.weight", "", true, {E::Dim, E::PerLayerDim}, K::Matrix, P, N, L::PerLayerInput},
+        {Role::PerLayerPostNorm, "post_norm.weight", "", true, {E::Dim}, K::Norm, P, N, L::PerLayerInput},
+        {Role::LayerOutScale, "layer_output_scale.weight", "", true, {E::One}, K::Norm, Presence::Optional},
+    };
+    rows.push_back(std::move(r));
+  }
   return rows;
 }
 
@@ -517,17 +593,17 @@ std::string hf_tensor_name(const TensorSpec& t, int64_t layer, int64_t expert) {
   return "model.layers." + std::to_string(layer) + "." + name;
 }
 
-std::vector<int64_t> resolve_shape(const TensorSpec& t, const ModelConfig& c) {
+std::vector<int64_t> resolve_shape(const TensorSpec& t, const ModelConfig& c, int64_t layer) {
   std::vector<int64_t> out;
   out.reserve(t.shape.size());
   for (Extent e : t.shape) {
     switch (e) {
       case Extent::Vocab: out.push_back(c.n_vocab); break;
       case Extent::Dim: out.push_back(c.dim); break;
-      case Extent::QDim: out.push_back(c.q_dim()); break;
-      case Extent::KvDim: out.push_back(c.kv_dim()); break;
-      case Extent::HeadDim: out.push_back(c.head_dim); break;
-      case Extent::Ffn: out.push_back(c.ffn_dim); break;
+      case Extent::QDim: out.push_back(c.q_dim_of(layer)); break;
+      case Extent::KvDim: out.push_back(c.kv_dim_of(layer)); break;
+      case Extent::HeadDim: out.push_back(c.head_dim_of(layer)); break;
+      case Extent::Ffn: out.push_back(c.ffn_of(layer)); break;
       case Extent::RotHalf: out.push_back(c.n_rot / 2); break;
       case Extent::QkvDim: out.push_back(c.q_dim() + 2 * c.kv_dim()); break;
       case Extent::GateUpDim: out.push_back(2 * c.ffn_dim); break;
@@ -541,6 +617,10 @@ std::vector<int64_t> resolve_shape(const TensorSpec& t, const ModelConfig& c) {
       case Extent::SsmVHeads: out.push_back(c.ssm_v_heads); break;
       case Extent::SsmHeadDim: out.push_back(c.ssm_head_dim); break;
       case Extent::SsmConvKernel: out.push_back(c.ssm_conv_kernel); break;
+      case Extent::PerLayerDim: out.push_back(c.per_layer_dim); break;
+      case Extent::PerLayerAll: out.push_back(c.per_layer_dim * c.n_layers); break;
+      case Extent::GateUpExp: out.push_back(2 * c.expert_ffn_dim); break;
+      case Extent::One: out.push_back(1); break;
     }
   }
   return out;

@@ -35,7 +35,7 @@ struct ModelConfig;
 
 // Mixtral is GGUF architecture `llama` with experts: a row of its own (HF names,
 // tensors) that find_arch_by_gguf picks for a `llama` file with llama.expert_count.
-enum class Arch { Llama, Qwen2, Qwen3, Phi3, Gemma2, Gemma3, Qwen3Moe, Mixtral, Olmoe, Qwen35, Qwen35Moe, Smollm3, GptOss };
+enum class Arch { Llama, Qwen2, Qwen3, Phi3, Gemma2, Gemma3, Qwen3Moe, Mixtral, Olmoe, Qwen35, Qwen35Moe, Smollm3, GptOss, Gemma4 };
 
 // RoPE context-extension scaling a model may declare (GGUF rope.scaling.type,
 // HF rope_scaling.type). Llama 3's scaling is carried by rope_freqs.weight and
@@ -80,6 +80,8 @@ struct SlidingWindowSpec {
                  // whole context, as llama.cpp does for phi3 (its loader disables phi3 SWA)
     AllLayers,   // every layer uses the window
     EveryNthGlobal,  // layer i is global when (i + 1) % period == 0, local otherwise
+    PerLayerArray,   // {arch}.attention.sliding_window_pattern: one bool per layer, true =
+                     // local (Gemma 4; llama.cpp's get_key_or_arr: a scalar means every layer)
   };
   Pattern pattern = Pattern::None;
   int64_t period = 0;  // EveryNthGlobal only
@@ -144,6 +146,11 @@ enum class Extent {
   SsmVHeads,    // value heads (ssm.time_step_rank)
   SsmHeadDim,   // head_dim of the linear layer's heads (ssm.state_size)
   SsmConvKernel,  // the causal convolution's width (ssm.conv_kernel)
+  // Gemma 4:
+  PerLayerDim,  // per_layer_dim (embedding_length_per_layer_input)
+  PerLayerAll,  // per_layer_dim * n_layers: one token's per-layer embeddings, every layer
+  GateUpExp,    // 2 * expert_ffn_dim (fused expert gate then up rows)
+  One,          // 1 (a scalar stored as a 1-element tensor)
 };
 
 // What a tensor is for: Model::load and synth look tensors up by role.
@@ -170,6 +177,21 @@ enum class Role {
   SsmAlpha,     // [n_v_heads, dim] the decay's projection
   SsmNorm,      // [head_dim] the gated RMSNorm of the output
   SsmOut,       // [dim, value_dim] the output projection
+  // Gemma 4. Per-layer token embeddings: per token a row of per_layer_dim values for every
+  // layer, mixed with a projection of the token's embedding, gated into each layer's output.
+  PerLayerTokenEmbd,  // [n_vocab, n_layers * per_layer_dim] read by rows, never repacked
+  PerLayerModelProj,  // [n_layers * per_layer_dim, dim]
+  PerLayerProjNorm,   // [per_layer_dim]
+  PerLayerInpGate,    // [per_layer_dim, dim] (per layer)
+  PerLayerProj,       // [dim, per_layer_dim] (per layer)
+  PerLayerPostNorm,   // [dim] (per layer)
+  LayerOutScale,      // [1] the layer's output (the whole residual) times this scalar
+  FfnRouterScale,     // [dim] ffn_gate_inp.scale: the router's input (RMS-normed, / sqrt(dim)) times it
+  FfnPreNorm2,        // [dim] the experts' input norm (pre_ffw_norm_2)
+  FfnPostNorm1,       // [dim] the dense FFN's output norm in a MoE layer (post_ffw_norm_1)
+  FfnPostNorm2,       // [dim] the experts' output norm (post_ffw_norm_2)
+  FfnGateUpExps,      // [n_expert, 2 ffn_exp, dim] gate rows then up rows of each expert
+  FfnDownExpsScale,   // [n_expert] each expert's output times this (ffn_down_exps.scale)
 };
 
 // How synth fills a tensor (and how convert stores it: everything but Matrix is 1-D F32).
@@ -195,6 +217,11 @@ enum class LayerKind {
   All,
   Attention,  // full-attention layers only
   Recurrent,  // linear-attention (Gated DeltaNet) layers only
+  OwnKv,      // layers that write their own K/V (not Gemma 4's shared-KV layers)
+  OwnV,       // OwnKv layers with a V projection (not attention_k_eq_v global layers)
+  Moe,        // layers with a mixture of experts (ModelConfig::moe_layers)
+  PerLayerInput,  // present when the model has per-layer token embeddings (per_layer_dim
+                  // > 0; also for global tensors)
 };
 
 enum class Presence {
@@ -258,6 +285,11 @@ struct ArchInfo {
   // block count), 1/sqrt(head_dim) otherwise; it has no GGUF key (HF: query_pre_attn_scalar,
   // which equals those numbers). 0: always 1/sqrt(head_dim).
   int64_t attn_scale_dim_over_heads_layers = 0;
+  // A fixed attention score scale (gemma4: 1, its q and k are RMS-normed per head, as
+  // llama.cpp's f_attention_scale); 0: the rules above.
+  float fixed_attn_scale = 0.0f;
+  // V RMS-normed per head without a weight before it is stored (gemma4).
+  bool v_norm = false;
   SlidingWindowSpec sliding_window{};
   MoeSpec moe{};
   // Gated attention (qwen35, qwen35moe): attn_q's rows hold, per head, the query and then a gate of
@@ -304,8 +336,9 @@ std::string supported_hf_model_types();
 // Full names of a spec at `layer` (and, for Experts tensors in HF, `expert`).
 std::string gguf_tensor_name(const TensorSpec& t, int64_t layer);
 std::string hf_tensor_name(const TensorSpec& t, int64_t layer, int64_t expert = 0);
-// Row-major (HF) shape of `t` for config `c`.
-std::vector<int64_t> resolve_shape(const TensorSpec& t, const ModelConfig& c);
+// Row-major (HF) shape of `t` for config `c` at `layer` (per-layer extents: Gemma 4's
+// heads and FFN widths differ by layer).
+std::vector<int64_t> resolve_shape(const TensorSpec& t, const ModelConfig& c, int64_t layer = 0);
 
 const char* rope_scaling_name(RopeScalingType t);
 

@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -36,8 +37,15 @@ float ModelConfig::gguf_attention_scale() const {
 std::vector<int64_t> ModelConfig::layer_windows() const {
   std::vector<int64_t> w;
   for (int64_t l = 0; l < n_layers; ++l)
-    if (!is_recurrent(l)) w.push_back(layer_window(l));
+    if (has_own_kv(l)) w.push_back(layer_window(l));
   return w;
+}
+
+std::vector<KvLayerShape> ModelConfig::kv_layer_shapes() const {
+  std::vector<KvLayerShape> v;
+  for (int64_t l = 0; l < n_layers; ++l)
+    if (has_own_kv(l)) v.push_back({layer_window(l), {kv_heads_of(l), head_dim_of(l)}});
+  return v;
 }
 
 int64_t ModelConfig::n_attention_layers() const {
@@ -46,10 +54,17 @@ int64_t ModelConfig::n_attention_layers() const {
   return n;
 }
 
+int64_t ModelConfig::n_kv_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < n_layers; ++l) n += has_own_kv(l) ? 1 : 0;
+  return n;
+}
+
 int64_t ModelConfig::kv_layer(int64_t layer) const {
   if (is_recurrent(layer)) return -1;
+  const int64_t source = kv_source(layer);
   int64_t n = 0;
-  for (int64_t l = 0; l < layer; ++l) n += is_recurrent(l) ? 0 : 1;
+  for (int64_t l = 0; l < source; ++l) n += has_own_kv(l) ? 1 : 0;
   return n;
 }
 
@@ -65,6 +80,10 @@ bool ModelConfig::layer_has(const TensorSpec& t, int64_t layer) const {
     case LayerKind::All: return true;
     case LayerKind::Attention: return !is_recurrent(layer);
     case LayerKind::Recurrent: return is_recurrent(layer);
+    case LayerKind::OwnKv: return has_own_kv(layer);
+    case LayerKind::OwnV: return has_own_kv(layer) && !layer_v_from_k(layer);
+    case LayerKind::Moe: return is_moe_layer(layer);
+    case LayerKind::PerLayerInput: return per_layer_dim > 0;
   }
   return true;
 }
@@ -82,6 +101,8 @@ bool ModelConfig::layer_is_local(int64_t layer) const {
       const int64_t period = swa_period >= 0 ? swa_period : sw.period;
       return period == 0 || (layer + 1) % period != 0;
     }
+    case SlidingWindowSpec::Pattern::PerLayerArray:
+      return !local_layers.empty() && local_layers[static_cast<size_t>(layer)] != 0;
   }
   return false;
 }
@@ -199,6 +220,108 @@ void read_window_pattern(const gguf::GgufFile& f, const std::string& p, const Ar
   c.swa_period = *n;
 }
 
+// A key that is one integer for every layer or an array of one per layer (llama.cpp's
+// get_key_or_arr): n_layers values, each in [lo, 2^32]. nullopt when the key is absent.
+std::optional<std::vector<int64_t>> per_layer_ints(const gguf::GgufFile& f, const std::string& key, int64_t n_layers,
+                                                   int64_t lo) {
+  std::vector<int64_t> v;
+  const gguf::Value* raw = f.find(key);
+  if (!raw) return std::nullopt;
+  if (const gguf::Array* a = raw->as_array()) {
+    if (static_cast<int64_t>(a->items.size()) != n_layers)
+      throw Error(f.path() + ": " + key + " has " + std::to_string(a->items.size()) + " entries for block_count " +
+                  std::to_string(n_layers));
+    for (const gguf::Value& x : a->items) {
+      std::optional<int64_t> i = x.as_int();
+      if (!i)
+        if (auto b = x.as_bool()) i = *b ? 1 : 0;
+      if (!i || *i < lo || *i > (int64_t{1} << 32))
+        throw Error(f.path() + ": " + key + " holds an invalid entry (each must be an integer >= " +
+                    std::to_string(lo) + ")");
+      v.push_back(*i);
+    }
+    return v;
+  }
+  std::optional<int64_t> one = raw->as_int();
+  if (!one)
+    if (auto b = raw->as_bool()) one = *b ? 1 : 0;
+  if (!one) throw Error(f.path() + ": metadata key '" + key + "' is neither an integer nor an array");
+  if (*one < lo || *one > (int64_t{1} << 32))
+    throw Error(f.path() + ": metadata key '" + key + "' has invalid value " + std::to_string(*one));
+  return std::vector<int64_t>(static_cast<size_t>(n_layers), *one);
+}
+
+// Gemma 4's per-layer layout (SlidingWindowSpec::Pattern::PerLayerArray), read as llama.cpp
+// b10587's gemma4 loader reads it and checked so that every derived shape is consistent:
+// which layers are local, the local heads' size and rotary dims, the shared-KV layers and
+// the layer each one reads, the per-layer embedding width, which layers have experts.
+void read_per_layer_layout(const gguf::GgufFile& f, const std::string& p, ModelConfig& c) {
+  const std::string pattern_key = p + "attention.sliding_window_pattern";
+  auto pattern = per_layer_ints(f, pattern_key, c.n_layers, 0);
+  if (!pattern) throw Error(f.path() + ": missing metadata key '" + pattern_key + "'");
+  c.local_layers.clear();
+  for (int64_t x : *pattern) {
+    if (x > 1) throw Error(f.path() + ": " + pattern_key + " holds " + std::to_string(x) + " (each entry is a bool)");
+    c.local_layers.push_back(static_cast<uint8_t>(x));
+  }
+  if (!f.has(p + "attention.sliding_window"))
+    throw Error(f.path() + ": missing metadata key '" + p + "attention.sliding_window'");
+  const bool any_local = std::find(c.local_layers.begin(), c.local_layers.end(), 1) != c.local_layers.end();
+  if (any_local && c.sliding_window <= 0)
+    throw Error(f.path() + ": " + pattern_key + " marks local layers but attention.sliding_window is 0");
+  c.head_dim_local = require_positive(f, p + "attention.key_length_swa");
+  const int64_t v_local = require_positive(f, p + "attention.value_length_swa");
+  if (v_local != c.head_dim_local)
+    throw Error(f.path() + ": attention.value_length_swa " + std::to_string(v_local) + " differs from key_length_swa " +
+                std::to_string(c.head_dim_local) + " (unsupported)");
+  c.n_rot_local = optional_positive(f, p + "rope.dimension_count_swa", c.n_rot);
+  if (c.n_rot_local % 2 != 0 || c.n_rot_local > c.head_dim_local)
+    throw Error(f.path() + ": rope.dimension_count_swa " + std::to_string(c.n_rot_local) +
+                " must be even and <= key_length_swa " + std::to_string(c.head_dim_local));
+  c.per_layer_dim = f.get_int(p + "embedding_length_per_layer_input").value_or(-1);
+  if (c.per_layer_dim < 0 || c.per_layer_dim > 65536)
+    throw Error(f.path() + ": " + p + "embedding_length_per_layer_input is " +
+                (f.has(p + "embedding_length_per_layer_input") ? "out of range [0, 65536]" : "missing"));
+  const int64_t shared = f.get_int(p + "attention.shared_kv_layers").value_or(0);
+  if (shared < 0 || shared > c.n_layers)
+    throw Error(f.path() + ": attention.shared_kv_layers " + std::to_string(shared) + " is outside [0, block_count " +
+                std::to_string(c.n_layers) + "]");
+  c.n_kv_shared = shared;
+  // Each shared layer reads an earlier layer of its own kind that writes K/V (else its
+  // heads, window and RoPE would not match what is stored).
+  for (int64_t l = c.n_kv_layers_from_start(); l < c.n_layers; ++l) {
+    const int64_t src = c.kv_source(l);
+    const char* kind = c.layer_is_local(l) ? "local" : "global";
+    if (src < 0 || src >= l || !c.has_own_kv(src))
+      throw Error(f.path() + ": attention.shared_kv_layers " + std::to_string(shared) + " of " +
+                  std::to_string(c.n_layers) + " layers: shared layer " + std::to_string(l) + " (" + kind +
+                  ") would reuse the K/V of layer " + std::to_string(src) +
+                  ", which is not an earlier layer with K/V of its own");
+    if (c.layer_is_local(src) != c.layer_is_local(l))
+      throw Error(f.path() + ": attention.shared_kv_layers " + std::to_string(shared) + ": shared layer " +
+                  std::to_string(l) + " (" + kind + ") would reuse the K/V of layer " + std::to_string(src) + ", a " +
+                  (c.layer_is_local(src) ? "local" : "global") + " layer (another head size and window)");
+  }
+  // Which layers have experts, which take V from K, and how the expert tensors are stored:
+  // by the tensors present, as llama.cpp decides (ffn_gate_inp, attn_v, ffn_gate_up_exps).
+  auto has = [&](const std::string& name) { return f.find_tensor(name) != nullptr; };
+  c.moe_layers.assign(static_cast<size_t>(c.n_layers), 0);
+  c.v_from_k.assign(static_cast<size_t>(c.n_layers), 0);
+  int64_t n_moe = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    c.moe_layers[static_cast<size_t>(l)] = has(b + "ffn_gate_inp.weight");
+    n_moe += c.moe_layers[static_cast<size_t>(l)];
+    c.v_from_k[static_cast<size_t>(l)] = c.has_own_kv(l) && !has(b + "attn_v.weight");
+    if (c.moe_layers[static_cast<size_t>(l)] && n_moe == 1) c.fused_gate_up_exps = has(b + "ffn_gate_up_exps.weight");
+  }
+  if (n_moe > 0 && c.n_expert == 0)
+    throw Error(f.path() + ": layers have experts (ffn_gate_inp) but " + p + "expert_count is missing");
+  if (n_moe == 0 && c.n_expert > 0)
+    throw Error(f.path() + ": " + p + "expert_count is " + std::to_string(c.n_expert) +
+                " but no layer has experts (ffn_gate_inp)");
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
@@ -216,12 +339,31 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
   c.name = f.get_string("general.name").value_or("");
   c.dim = require_positive(f, p + "embedding_length");
   c.n_layers = require_positive(f, p + "block_count");
-  // Shared-expert rows (qwen35moe) may lack feed_forward_length, as llama.cpp allows: 0
-  // until the MoE keys below fill it in.
-  c.ffn_dim = row->moe.shared_expert ? optional_positive(f, p + "feed_forward_length", 0)
-                                     : require_positive(f, p + "feed_forward_length");
+  // Gemma 4: feed_forward_length and head_count_kv may be per-layer arrays.
+  const bool per_layer = row->sliding_window.pattern == SlidingWindowSpec::Pattern::PerLayerArray;
+  if (per_layer) {
+    c.ffn_by_layer = per_layer_ints(f, p + "feed_forward_length", c.n_layers, 1)
+                         .value_or(std::vector<int64_t>{});
+    if (c.ffn_by_layer.empty()) throw Error(f.path() + ": missing metadata key '" + p + "feed_forward_length'");
+    c.ffn_dim = *std::max_element(c.ffn_by_layer.begin(), c.ffn_by_layer.end());
+  } else {
+    // Shared-expert rows (qwen35moe) may lack feed_forward_length, as llama.cpp allows: 0
+    // until the MoE keys below fill it in.
+    c.ffn_dim = row->moe.shared_expert ? optional_positive(f, p + "feed_forward_length", 0)
+                                       : require_positive(f, p + "feed_forward_length");
+  }
   c.n_heads = require_positive(f, p + "attention.head_count");
-  c.n_kv_heads = optional_positive(f, p + "attention.head_count_kv", c.n_heads);
+  if (per_layer) {
+    c.n_kv_heads_by_layer = per_layer_ints(f, p + "attention.head_count_kv", c.n_layers, 1)
+                                .value_or(std::vector<int64_t>(static_cast<size_t>(c.n_layers), c.n_heads));
+    c.n_kv_heads = *std::max_element(c.n_kv_heads_by_layer.begin(), c.n_kv_heads_by_layer.end());
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      if (c.n_heads % c.n_kv_heads_by_layer[static_cast<size_t>(l)] != 0)
+        throw Error(f.path() + ": head_count " + std::to_string(c.n_heads) + " is not a multiple of layer " +
+                    std::to_string(l) + "'s head_count_kv " + std::to_string(c.n_kv_heads_by_layer[static_cast<size_t>(l)]));
+  } else {
+    c.n_kv_heads = optional_positive(f, p + "attention.head_count_kv", c.n_heads);
+  }
   c.ctx_len = optional_positive(f, p + "context_length", 2048);
   if (c.dim % c.n_heads != 0 && !f.has(p + "attention.key_length"))
     throw Error(f.path() + ": embedding_length " + std::to_string(c.dim) +
@@ -307,7 +449,7 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
   };
   if (row->attn_softcap) c.attn_softcap = softcap("attn_logit_softcapping", row->attn_softcap_default);
   if (row->final_softcap) c.final_softcap = softcap("final_logit_softcapping", row->final_softcap_default);
-  c.attn_scale = c.gguf_attention_scale();
+  c.attn_scale = row->fixed_attn_scale > 0.0f ? row->fixed_attn_scale : c.gguf_attention_scale();
   // llama.cpp's openai-moe graph takes n_rot as the head size (Q/K/V reshape, 1/sqrt(n_rot)).
   if (row->arch == Arch::GptOss && c.n_rot != c.head_dim)
     throw Error(f.path() + ": rope.dimension_count " + std::to_string(c.n_rot) + " differs from the head size " +
@@ -317,7 +459,15 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
   if (c.n_expert > 0 && !row->has_experts())
     throw Error(f.path() + ": " + *arch + " with " + std::to_string(c.n_expert) +
                 " experts (mixture of experts) is not supported");
-  if (row->has_experts()) {
+  if (row->has_experts() && per_layer) {  // Gemma 4: experts only in 26B-A4B
+    if (c.n_expert > 0) {
+      c.n_expert_used = require_positive(f, p + "expert_used_count");
+      c.expert_ffn_dim = require_positive(f, p + "expert_feed_forward_length");
+      if (c.n_expert_used > c.n_expert || c.n_expert > 4096)
+        throw Error(f.path() + ": " + p + "expert_used_count " + std::to_string(c.n_expert_used) +
+                    " must be <= expert_count " + std::to_string(c.n_expert) + " (<= 4096)");
+    }
+  } else if (row->has_experts()) {
     c.n_expert = require_positive(f, p + "expert_count");
     c.n_expert_used = require_positive(f, p + "expert_used_count");
     if (c.n_expert_used > c.n_expert || c.n_expert > 4096)
@@ -344,6 +494,7 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& f) {
   }
 
   if (row->linear_attention) read_linear_attention(f, p, *row, c);
+  if (per_layer) read_per_layer_layout(f, p, c);
 
   if (auto pt = f.get_int(p + "pooling_type")) {
     if (*pt < 0 || *pt > 4)
@@ -379,6 +530,14 @@ std::string ModelConfig::summary() const {
     s += ", " + std::to_string(n_expert_used) + " of " + std::to_string(n_expert) + " experts (ffn " +
          std::to_string(expert_ffn_dim) + ")" +
          (shared_expert_ffn_dim > 0 ? " + a shared expert (ffn " + std::to_string(shared_expert_ffn_dim) + ")" : "");
+  if (!local_layers.empty()) {
+    int64_t n_local = 0;
+    for (uint8_t x : local_layers) n_local += x;
+    s += ", window " + std::to_string(sliding_window) + " (" + std::to_string(n_layers - n_local) +
+         " global layers, local head_dim " + std::to_string(head_dim_local) + ")";
+    if (n_kv_shared > 0) s += ", " + std::to_string(n_kv_shared) + " shared-KV layers";
+    if (per_layer_dim > 0) s += ", per-layer embeddings of " + std::to_string(per_layer_dim);
+  }
   if (hybrid())
     s += ", " + std::to_string(n_recurrent_layers()) + " Gated DeltaNet layers (" + std::to_string(ssm_v_heads) +
          " heads of " + std::to_string(ssm_head_dim) + ")";

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "kv/kv_layer_groups.h"
 #include "model/arch_table.h"
 
 namespace pagoda {
@@ -82,6 +83,60 @@ struct ModelConfig {
   // rope.dimension_sections (multi-section RoPE): with text positions every section
   // rotates by the same position, which is NeoX RoPE over n_rot; read and kept.
   std::vector<int64_t> rope_sections;
+  // Gemma 4 (rows with SlidingWindowSpec::Pattern::PerLayerArray). Empty / 0 for others,
+  // whose layers all have the scalars above. n_kv_heads, head_dim, ffn_dim are then the
+  // largest over layers (scratch sizes); the *_of(layer) accessors give each layer's.
+  std::vector<uint8_t> local_layers;        // [n_layers] attention.sliding_window_pattern: 1 local
+  std::vector<int64_t> n_kv_heads_by_layer; // [n_layers] an attention.head_count_kv array
+  std::vector<int64_t> ffn_by_layer;        // [n_layers] a feed_forward_length array (E2B: double
+                                            // width in the shared-KV layers)
+  int64_t head_dim_local = 0;  // attention.key_length_swa (the local layers' heads; 0: head_dim)
+  int64_t n_rot_local = 0;     // rope.dimension_count_swa (0: n_rot)
+  // attention.shared_kv_layers: the last n_kv_shared layers write no K/V; each reads the
+  // K/V of the last earlier layer of its kind with its own (llama.cpp's reuse rule: layer
+  // n_layers - n_kv_shared - 1 for global ones, - 2 for local ones; checked to be of the
+  // same kind when read).
+  int64_t n_kv_shared = 0;
+  // embedding_length_per_layer_input: the width of each layer's per-layer token embedding
+  // (per_layer_token_embd row slices); 0: none (26B, 31B).
+  int64_t per_layer_dim = 0;
+  std::vector<uint8_t> moe_layers;  // [n_layers] 1: the layer has a mixture of experts beside
+                                    // its dense FFN (blk.N.ffn_gate_inp present); empty: none
+  std::vector<uint8_t> v_from_k;    // [n_layers] 1: no attn_v, V is the K projection
+                                    // (attention_k_eq_v global layers); empty: none
+  // The expert FFN's gate and up projections are one tensor, ffn_gate_up_exps [n_expert,
+  // 2 ffn_exp, dim] (gate rows then up rows), as llama.cpp's converter writes Gemma 4's.
+  bool fused_gate_up_exps = false;
+
+  // Per-layer shapes (equal to the scalars for every row but Gemma 4).
+  int64_t head_dim_of(int64_t layer) const {
+    return head_dim_local > 0 && layer_is_local(layer) ? head_dim_local : head_dim;
+  }
+  int64_t kv_heads_of(int64_t layer) const {
+    return n_kv_heads_by_layer.empty() ? n_kv_heads : n_kv_heads_by_layer[static_cast<size_t>(layer)];
+  }
+  int64_t rot_of(int64_t layer) const { return n_rot_local > 0 && layer_is_local(layer) ? n_rot_local : n_rot; }
+  int64_t ffn_of(int64_t layer) const {
+    return ffn_by_layer.empty() ? ffn_dim : ffn_by_layer[static_cast<size_t>(layer)];
+  }
+  int64_t q_dim_of(int64_t layer) const { return n_heads * head_dim_of(layer); }
+  int64_t kv_dim_of(int64_t layer) const { return kv_heads_of(layer) * head_dim_of(layer); }
+  bool is_moe_layer(int64_t layer) const {
+    return n_expert > 0 && (moe_layers.empty() || moe_layers[static_cast<size_t>(layer)] != 0);
+  }
+  bool layer_v_from_k(int64_t layer) const { return !v_from_k.empty() && v_from_k[static_cast<size_t>(layer)] != 0; }
+  // Layers [0, n_kv_layers_from_start()) write K/V; the rest share (n_kv_shared).
+  int64_t n_kv_layers_from_start() const { return n_layers - n_kv_shared; }
+  bool has_own_kv(int64_t layer) const { return !is_recurrent(layer) && layer < n_kv_layers_from_start(); }
+  // The layer whose K/V `layer` attends to: itself, or for a shared layer the last earlier
+  // layer of its kind with its own K/V (requires: not recurrent).
+  int64_t kv_source(int64_t layer) const {
+    if (layer < n_kv_layers_from_start()) return layer;
+    return n_kv_layers_from_start() - (layer_is_local(layer) ? 2 : 1);
+  }
+  // Every layer with its own K/V in order: its window and head shape (the KV cache's layers,
+  // KvLayerGroups::for_layers).
+  std::vector<KvLayerShape> kv_layer_shapes() const;
 
   // Hybrid models: whether `layer` is a linear-attention (recurrent) layer; the layers
   // that have a KV cache (the others), counted and numbered among themselves.
@@ -90,9 +145,11 @@ struct ModelConfig {
   }
   bool hybrid() const { return !recurrent.empty(); }
   int64_t n_attention_layers() const;
-  // Index of attention `layer` among the attention layers (its KV cache layer); -1 for a
-  // recurrent layer.
+  // The KV cache layer `layer` writes and reads: the index of kv_source(layer) among the
+  // layers with their own K/V; -1 for a recurrent layer.
   int64_t kv_layer(int64_t layer) const;
+  // Layers with a KV cache of their own (attention layers not sharing another's K/V).
+  int64_t n_kv_layers() const;
   int64_t n_recurrent_layers() const { return n_layers - n_attention_layers(); }
   // Index of recurrent `layer` among the recurrent layers (its state slot); -1 otherwise.
   int64_t recurrent_slot(int64_t layer) const;
@@ -125,8 +182,8 @@ struct ModelConfig {
   }
   // The window `layer` attends over (0: the whole context).
   int64_t layer_window(int64_t layer) const { return layer_is_local(layer) ? sliding_window : 0; }
-  // layer_window of every layer with a KV cache (every layer, or a hybrid's attention
-  // layers in order: KvLayerGroups::for_windows pages the KV cache by it).
+  // layer_window of every layer with a KV cache of its own (every layer, a hybrid's
+  // attention layers, Gemma 4's unshared layers, in order).
   std::vector<int64_t> layer_windows() const;
   // The attention scale the GGUF reader derives for this row and shape (llama.cpp has
   // no GGUF key for Gemma's query_pre_attn_scalar); convert checks HF's value against it.

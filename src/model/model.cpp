@@ -58,6 +58,18 @@ struct Model::Layer {
   std::vector<float> dt_bias;  // [n_v_heads]
   std::vector<float> ssm_a;    // [n_v_heads] (negative)
   std::vector<float> ssm_norm; // [ssm_head_dim]
+  // Gemma 4 (the attention and dense FFN matrices above are per-layer sized: head_dim_of,
+  // q_dim_of, kv_dim_of, ffn_of). wk / wv empty in shared-KV layers, wv in V-from-K ones.
+  bool moe = false;                    // experts beside the dense FFN (ConfigModel::is_moe_layer)
+  std::vector<float> router_scale;     // [dim] ffn_gate_inp.scale (or empty: qwen3moe's plain router)
+  std::vector<float> ffn_pre_norm2;    // [dim] the experts' input norm
+  std::vector<float> ffn_post_norm1;   // [dim] the dense FFN's output norm in a MoE layer
+  std::vector<float> ffn_post_norm2;   // [dim] the experts' output norm
+  std::vector<float> down_exps_scale;  // [n_expert] each expert's output scale, or empty
+  WeightMatrix pl_gate;                // [per_layer_dim, dim] inp_gate
+  WeightMatrix pl_proj;                // [dim, per_layer_dim] proj
+  std::vector<float> pl_post_norm;     // [dim]
+  float out_scale = 1.0f;              // layer_output_scale (1 when absent)
 };
 
 // Activations of one forward call, grown to the largest batch seen.
@@ -99,6 +111,14 @@ struct Model::Scratch {
   std::vector<float> ssm_alpha;  // [T, n_v_heads]
   std::vector<float> ssm_out;    // [T, value_dim]
   std::vector<float> q_gate;     // [T, 2 q_dim] gated attention's q projection
+  // Gemma 4: each token's per-layer inputs (its per_layer_token_embd row mixed with the
+  // projection of its embedding), the per-layer gate, a MoE layer's dense and expert outputs
+  // and the router's input.
+  std::vector<float> pl_inp;     // [T, n_layers, per_layer_dim]
+  std::vector<float> pl_gate;    // [T, per_layer_dim]
+  std::vector<float> pl_row;     // [n_layers * per_layer_dim] one token's per_layer_token_embd row
+  std::vector<float> mlp;        // [T, dim]
+  std::vector<float> router_in;  // [T, dim]
   // Per sequence of the batch: its tokens in batch order (consecutive positions).
   std::vector<SeqId> seqs;
   std::vector<std::vector<int64_t>> seq_tokens;
@@ -109,18 +129,33 @@ struct Model::Scratch {
     };
     grow(x, T * c.dim);
     grow(xn, T * c.dim);
-    grow(q, T * c.q_dim());
-    grow(k, T * c.kv_dim());
-    grow(v, T * c.kv_dim());
-    grow(attn, T * c.q_dim());
+    int64_t q_dim = c.q_dim(), kv_dim = c.kv_dim();  // the largest layer's (Gemma 4: global or local)
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      q_dim = std::max(q_dim, c.q_dim_of(l));
+      kv_dim = std::max(kv_dim, c.kv_dim_of(l));
+    }
+    grow(q, T * q_dim);
+    grow(k, T * kv_dim);
+    grow(v, T * kv_dim);
+    grow(attn, T * q_dim);
     grow(gate, T * std::max(c.ffn_dim, c.shared_expert_ffn_dim));
     grow(up, T * std::max(c.ffn_dim, c.shared_expert_ffn_dim));
     grow(tmp, T * c.dim);
     grow(rope_cos, T * (c.n_rot / 2));
     grow(rope_sin, T * (c.n_rot / 2));
     if (c.rope_theta_local > 0.0f) {
-      grow(rope_cos_local, T * (c.n_rot / 2));
-      grow(rope_sin_local, T * (c.n_rot / 2));
+      const int64_t half_local = (c.n_rot_local > 0 ? c.n_rot_local : c.n_rot) / 2;
+      grow(rope_cos_local, T * half_local);
+      grow(rope_sin_local, T * half_local);
+    }
+    if (c.per_layer_dim > 0) {
+      grow(pl_inp, T * c.n_layers * c.per_layer_dim);
+      grow(pl_gate, T * c.per_layer_dim);
+      grow(pl_row, c.n_layers * c.per_layer_dim);
+    }
+    if (!c.moe_layers.empty()) {
+      grow(mlp, T * c.dim);
+      grow(router_in, T * c.dim);
     }
     if (c.hybrid()) {
       grow(ssm_qkv, T * c.ssm_conv_dim());
@@ -258,6 +293,7 @@ class TensorLoader {
 template <class Layer, class Tick>
 void load_experts(const TensorLoader& ld, const ArchInfo& row, const ModelConfig& c, int64_t i, Layer& L,
                   Tick&& tick) {
+  L.moe = true;
   L.router = ld.matrix(row.gguf_tensor(Role::FfnRouter, i), c.n_expert, c.dim);
   if (row.has(Role::FfnRouterBias)) L.router_bias = ld.vector(row.gguf_tensor(Role::FfnRouterBias, i), c.n_expert);
   if (row.has(Role::FfnGateExpsBias)) {
@@ -265,6 +301,14 @@ void load_experts(const TensorLoader& ld, const ArchInfo& row, const ModelConfig
     L.exp_up_bias = ld.table(row.gguf_tensor(Role::FfnUpExpsBias, i), c.n_expert, c.expert_ffn_dim);
     L.exp_down_bias = ld.table(row.gguf_tensor(Role::FfnDownExpsBias, i), c.n_expert, c.dim);
   }
+  if (row.has(Role::FfnRouterScale)) {  // Gemma 4: the router's scale and the two branches' norms
+    L.router_scale = ld.vector(row.gguf_tensor(Role::FfnRouterScale, i), c.dim);
+    L.ffn_pre_norm2 = ld.vector(row.gguf_tensor(Role::FfnPreNorm2, i), c.dim);
+    L.ffn_post_norm1 = ld.vector(row.gguf_tensor(Role::FfnPostNorm1, i), c.dim);
+    L.ffn_post_norm2 = ld.vector(row.gguf_tensor(Role::FfnPostNorm2, i), c.dim);
+  }
+  if (row.has(Role::FfnDownExpsScale))
+    L.down_exps_scale = ld.vector(row.gguf_tensor(Role::FfnDownExpsScale, i), c.n_expert, /*optional=*/true);
   tick();
   // One prepare of the whole tensor, then row slices: the repacked experts sit
   // in one huge-page buffer. Qwen3-30B-A3B's 768 x 2048 Q4_0 expert is 864 KiB,
@@ -288,8 +332,36 @@ void load_experts(const TensorLoader& ld, const ArchInfo& row, const ModelConfig
       ld.copied(t);
     tick();
   };
-  stack(Role::FfnGateExps, c.expert_ffn_dim, c.dim, L.all_gate, L.exp_gate);
-  stack(Role::FfnUpExps, c.expert_ffn_dim, c.dim, L.all_up, L.exp_up);
+  if (c.fused_gate_up_exps) {
+    // [n_expert, 2 ffn_exp, dim]: expert e's gate rows then its up rows, both row slices of
+    // one prepared matrix (or, unaligned, prepared per expert from the file's rows).
+    const int64_t f = c.expert_ffn_dim;
+    const gguf::TensorInfo& t = ld.require(row.gguf_tensor(Role::FfnGateUpExps, i), {c.dim, 2 * f, c.n_expert});
+    const size_t rb = row_bytes(t.type, c.dim);
+    L.exp_gate.clear();
+    L.exp_up.clear();
+    if (f % WeightMatrix::kSliceRowAlign == 0) {
+      L.all_gate = WeightMatrix::prepare(t.type, 2 * f * c.n_expert, c.dim, t.data);
+      for (int64_t e = 0; e < c.n_expert; ++e) {
+        L.exp_gate.push_back(L.all_gate.row_slice(2 * f * e, f));
+        L.exp_up.push_back(L.all_gate.row_slice(2 * f * e + f, f));
+      }
+    } else {
+      for (int64_t e = 0; e < c.n_expert; ++e) {
+        L.exp_gate.push_back(WeightMatrix::prepare(t.type, f, c.dim, t.data + rb * static_cast<size_t>(2 * f * e)));
+        L.exp_up.push_back(WeightMatrix::prepare(t.type, f, c.dim, t.data + rb * static_cast<size_t>(2 * f * e + f)));
+      }
+    }
+    auto own = [](const std::vector<WeightMatrix>& v) {
+      return std::all_of(v.begin(), v.end(), [](const WeightMatrix& w) { return w.reads_own_copy(); });
+    };
+    if (own(L.exp_gate) && own(L.exp_up)) ld.copied(t);
+    tick();
+    tick();
+  } else {
+    stack(Role::FfnGateExps, c.expert_ffn_dim, c.dim, L.all_gate, L.exp_gate);
+    stack(Role::FfnUpExps, c.expert_ffn_dim, c.dim, L.all_up, L.exp_up);
+  }
   stack(Role::FfnDownExps, c.dim, c.expert_ffn_dim, L.all_down, L.exp_down);
   if (row.moe.shared_expert) {
     // llama.cpp reads ffn_gate_inp_shexp as {n_embd}: one logit per token. Also accepted
@@ -303,43 +375,47 @@ void load_experts(const TensorLoader& ld, const ArchInfo& row, const ModelConfig
 }
 
 
-// A full-attention layer's projections and norms (every layer of a non-hybrid model).
+// A full-attention layer's projections and norms (every layer of a non-hybrid model), in
+// the layer's own shape (Gemma 4: head_dim_of / q_dim_of / kv_dim_of). A shared-KV layer
+// has no K / V projections, a V-from-K layer no V projection.
 template <class Layer, class Tick>
 void load_attention(const TensorLoader& ld, const ModelConfig& c, int64_t i, Layer& L, Tick&& tick) {
   const ArchInfo& row = c.info();
   auto name = [&](Role role) { return row.gguf_tensor(role, i); };
+  const int64_t hd = c.head_dim_of(i), q_dim = c.q_dim_of(i), kv_dim = c.kv_dim_of(i);
+  const bool own_kv = c.has_own_kv(i);
   if (row.qk_norm) {
-    L.q_norm = ld.vector(name(Role::AttnQNorm), c.head_dim);
-    L.k_norm = ld.vector(name(Role::AttnKNorm), c.head_dim);
+    L.q_norm = ld.vector(name(Role::AttnQNorm), hd);
+    if (own_kv) L.k_norm = ld.vector(name(Role::AttnKNorm), hd);
   } else if (row.qk_norm_full) {
-    L.q_norm = ld.vector(name(Role::AttnQNorm), c.q_dim());
-    L.k_norm = ld.vector(name(Role::AttnKNorm), c.kv_dim());
+    L.q_norm = ld.vector(name(Role::AttnQNorm), q_dim);
+    L.k_norm = ld.vector(name(Role::AttnKNorm), kv_dim);
   }
   if (row.qkv_bias) {
-    L.bq = ld.vector(name(Role::AttnQBias), c.q_dim());
-    L.bk = ld.vector(name(Role::AttnKBias), c.kv_dim());
-    L.bv = ld.vector(name(Role::AttnVBias), c.kv_dim());
+    L.bq = ld.vector(name(Role::AttnQBias), q_dim);
+    L.bk = ld.vector(name(Role::AttnKBias), kv_dim);
+    L.bv = ld.vector(name(Role::AttnVBias), kv_dim);
   }
   if (row.has(Role::AttnQkv) && !row.linear_attention) {
     // Fused [q_dim + 2 kv_dim, dim]: Q, K, V are consecutive row ranges, so
     // each is a view of the same bytes (no copy, one forward path).
-    const gguf::TensorInfo& t = ld.require(name(Role::AttnQkv), {c.dim, c.q_dim() + 2 * c.kv_dim()});
+    const gguf::TensorInfo& t = ld.require(name(Role::AttnQkv), {c.dim, q_dim + 2 * kv_dim});
     const size_t rb = row_bytes(t.type, c.dim);
-    L.wq = WeightMatrix::prepare(t.type, c.q_dim(), c.dim, t.data);
-    L.wk = WeightMatrix::prepare(t.type, c.kv_dim(), c.dim, t.data + rb * c.q_dim());
-    L.wv = WeightMatrix::prepare(t.type, c.kv_dim(), c.dim, t.data + rb * (c.q_dim() + c.kv_dim()));
+    L.wq = WeightMatrix::prepare(t.type, q_dim, c.dim, t.data);
+    L.wk = WeightMatrix::prepare(t.type, kv_dim, c.dim, t.data + rb * q_dim);
+    L.wv = WeightMatrix::prepare(t.type, kv_dim, c.dim, t.data + rb * (q_dim + kv_dim));
     if (L.wq.reads_own_copy() && L.wk.reads_own_copy() && L.wv.reads_own_copy()) ld.copied(t);
     for (int k = 0; k < 3; ++k) tick();
   } else {
     // Gated attention: each head's query rows then its gate rows, one [2 q_dim, dim] matrix.
-    L.wq = ld.matrix(name(Role::AttnQ), row.gated_attention ? 2 * c.q_dim() : c.q_dim(), c.dim);
+    L.wq = ld.matrix(name(Role::AttnQ), row.gated_attention ? 2 * q_dim : q_dim, c.dim);
     tick();
-    L.wk = ld.matrix(name(Role::AttnK), c.kv_dim(), c.dim);
+    if (own_kv) L.wk = ld.matrix(name(Role::AttnK), kv_dim, c.dim);
     tick();
-    L.wv = ld.matrix(name(Role::AttnV), c.kv_dim(), c.dim);
+    if (own_kv && !c.layer_v_from_k(i)) L.wv = ld.matrix(name(Role::AttnV), kv_dim, c.dim);
     tick();
   }
-  L.wo = ld.matrix(name(Role::AttnOut), c.dim, c.q_dim());
+  L.wo = ld.matrix(name(Role::AttnOut), c.dim, q_dim);
   if (row.has(Role::AttnOutBias)) L.bo = ld.vector(name(Role::AttnOutBias), c.dim);
   // A sink is a logit beside q·k scores: any finite value is valid (ld.vector checks).
   if (row.has(Role::AttnSinks)) L.sinks = ld.vector(name(Role::AttnSinks), c.n_heads);
@@ -446,6 +522,13 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
         if (!(x > 0.0f)) throw Error(m->weights_->path() + ": LongRoPE factors must be > 0");
   }
   m->set_context_size(c.ctx_len);
+  if (c.per_layer_dim > 0) {
+    const int64_t n_pl = c.n_layers * c.per_layer_dim;
+    m->per_layer_embd_ = &ld.require(name(Role::PerLayerTokenEmbd), {n_pl, c.n_vocab});
+    m->per_layer_proj_ = ld.matrix(name(Role::PerLayerModelProj), n_pl, c.dim);
+    m->per_layer_proj_norm_ = ld.vector(name(Role::PerLayerProjNorm), c.per_layer_dim);
+  }
+  m->ones_.assign(static_cast<size_t>(std::max({c.dim, c.head_dim, c.head_dim_local, c.per_layer_dim})), 1.0f);
 
   for (int64_t i = 0; i < c.n_layers; ++i) {
     auto L = std::make_unique<Layer>();
@@ -458,26 +541,34 @@ std::unique_ptr<Model> Model::load(const ModelConfig& config, std::shared_ptr<co
     } else {
       load_attention(ld, c, i, *L, tick);
     }
-    if (row.has_experts()) {
-      load_experts(ld, row, c, i, *L, tick);
-    } else if (row.has(Role::FfnGateUp)) {
+    const int64_t ffn = c.ffn_of(i);
+    if (c.is_moe_layer(i)) load_experts(ld, row, c, i, *L, tick);
+    if (row.has(Role::FfnGateUp)) {
       // Fused [2 ffn, dim]: gate rows first, then up (HF's gate_up_proj.chunk(2)).
-      const gguf::TensorInfo& t = ld.require(name(Role::FfnGateUp, i), {c.dim, 2 * c.ffn_dim});
+      const gguf::TensorInfo& t = ld.require(name(Role::FfnGateUp, i), {c.dim, 2 * ffn});
       const size_t rb = row_bytes(t.type, c.dim);
-      L->w_gate = WeightMatrix::prepare(t.type, c.ffn_dim, c.dim, t.data);
-      L->w_up = WeightMatrix::prepare(t.type, c.ffn_dim, c.dim, t.data + rb * c.ffn_dim);
+      L->w_gate = WeightMatrix::prepare(t.type, ffn, c.dim, t.data);
+      L->w_up = WeightMatrix::prepare(t.type, ffn, c.dim, t.data + rb * ffn);
       if (L->w_gate.reads_own_copy() && L->w_up.reads_own_copy()) ld.copied(t);
       for (int k = 0; k < 2; ++k) tick();
-    } else {
-      L->w_gate = ld.matrix(name(Role::FfnGate, i), c.ffn_dim, c.dim);
+    } else if (row.has(Role::FfnGate)) {  // dense FFN (Gemma 4's MoE layers have one too)
+      L->w_gate = ld.matrix(name(Role::FfnGate, i), ffn, c.dim);
       tick();
-      L->w_up = ld.matrix(name(Role::FfnUp, i), c.ffn_dim, c.dim);
-      tick();
-    }
-    if (!row.has_experts()) {
-      L->w_down = ld.matrix(name(Role::FfnDown, i), c.dim, c.ffn_dim);
+      L->w_up = ld.matrix(name(Role::FfnUp, i), ffn, c.dim);
       tick();
     }
+    if (row.has(Role::FfnDown)) {
+      L->w_down = ld.matrix(name(Role::FfnDown, i), c.dim, ffn);
+      tick();
+    }
+    if (c.per_layer_dim > 0) {
+      L->pl_gate = ld.matrix(name(Role::PerLayerInpGate, i), c.per_layer_dim, c.dim);
+      L->pl_proj = ld.matrix(name(Role::PerLayerProj, i), c.dim, c.per_layer_dim);
+      L->pl_post_norm = ld.vector(name(Role::PerLayerPostNorm, i), c.dim);
+    }
+    if (row.has(Role::LayerOutScale))
+      if (std::vector<float> sc = ld.vector(name(Role::LayerOutScale, i), 1, /*optional=*/true); !sc.empty())
+        L->out_scale = sc[0];
     m->layers_.push_back(std::move(L));
   }
   m->scratch_ = std::make_unique<Scratch>();
@@ -512,9 +603,10 @@ void Model::set_context_size(int64_t n_ctx) {
   rope_inv_freq_local_.clear();
   rope_attn_factor_local_ = 1.0f;
   if (c.rope_theta_local > 0.0f) {
-    rope_inv_freq_local_.resize(c.n_rot / 2);
+    const int64_t n_rot_local = c.n_rot_local > 0 ? c.n_rot_local : c.n_rot;  // Gemma 4: its own
+    rope_inv_freq_local_.resize(n_rot_local / 2);
     // gemma3's local layers drop the scaling; gpt-oss's rope.freq_base_swa keeps it.
-    rope_attn_factor_local_ = rope_scaled_inv_freq(rope_inv_freq_local_.data(), c.n_rot, c.rope_theta_local,
+    rope_attn_factor_local_ = rope_scaled_inv_freq(rope_inv_freq_local_.data(), n_rot_local, c.rope_theta_local,
                                                    c.rope_local_scaled ? scaling : RopeScaling{},
                                                    c.rope_local_scaled ? factors : nullptr);
   }
@@ -526,13 +618,13 @@ size_t Model::dense_stream_bytes(const Layer& L) {
   size_t b = 0;
   for (const WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router, &L.shexp_gate,
                                 &L.shexp_up, &L.shexp_down, &L.w_ssm_qkv, &L.w_ssm_gate, &L.w_ssm_beta,
-                                &L.w_ssm_alpha, &L.w_ssm_out})
+                                &L.w_ssm_alpha, &L.w_ssm_out, &L.pl_gate, &L.pl_proj})
     b += w->stream_bytes();
   return b;
 }
 
 size_t Model::weight_bytes() const {
-  size_t b = output_.stream_bytes();
+  size_t b = output_.stream_bytes() + per_layer_proj_.stream_bytes();
   for (const auto& L : layers_) {
     b += dense_stream_bytes(*L);
     for (size_t e = 0; e < L->exp_gate.size(); ++e)
@@ -544,7 +636,8 @@ size_t Model::weight_bytes() const {
 size_t Model::decode_step_bytes() const {
   const ModelConfig& c = config_;
   // One embedding row (dequantized per token) besides the matrices.
-  size_t b = output_.stream_bytes() + row_bytes(token_embd_->type, c.dim);
+  size_t b = output_.stream_bytes() + row_bytes(token_embd_->type, c.dim) + per_layer_proj_.stream_bytes();
+  if (per_layer_embd_) b += row_bytes(per_layer_embd_->type, c.n_layers * c.per_layer_dim);
   for (const auto& L : layers_) {
     b += dense_stream_bytes(*L);
     // Experts of a layer are the same size: k of them are read per token.
@@ -572,6 +665,8 @@ size_t Model::resident_weight_bytes() const {
   // The embedding is read from the file row by row, unless it is the output projection
   // (tied): then it is read from output_, repacked or viewing the same file bytes.
   if (!embd_from_output_ && output_.data() != token_embd_->data) b += token_embd_->n_bytes;
+  // Gemma 4's per-layer embeddings, read in place (counted whole: every row may be read).
+  if (per_layer_embd_) b += per_layer_embd_->n_bytes;
   return b;
 }
 
@@ -728,7 +823,8 @@ void Model::linear_attention(const Layer& L, int64_t slot, const Batch& batch, R
   matmul(L.w_ssm_out, s.ssm_out.data(), T, s.tmp.data(), pool);
 }
 
-// The mixture-of-experts FFN of one layer on s.xn (normed), added into s.x.
+// The mixture-of-experts FFN of one layer on `in` (normed), routed by `router_in`, added
+// into `out` (s.xn, s.xn, s.x but for Gemma 4's MoE layers).
 // Tokens are grouped by expert: expert e's weights are read once per call for
 // all the tokens routed to it (a 512-token prefill with 8 of 128 experts sends
 // ~32 tokens to each, so each expert's matrices are streamed once, not 32
@@ -739,18 +835,22 @@ void Model::linear_attention(const Layer& L, int64_t slot, const Batch& batch, R
 // pool round trip for all of them); its down projection is a call of its own, as its width
 // may differ from the routed experts' (one more round trip per layer at decode, ~5 us).
 // Its output, times sigmoid(ffn_gate_inp_shexp · x), is added after the routed sum.
-void Model::moe_ffn(const Layer& L, int64_t T, ThreadPool& pool) {
+void Model::moe_ffn(const Layer& L, int64_t T, const float* router_in, const float* in, float* out,
+                    ThreadPool& pool) {
   const ModelConfig& c = config_;
   Scratch& s = *scratch_;
   const int64_t dim = c.dim, n_exp = c.n_expert, k = c.n_expert_used, ffn = c.expert_ffn_dim;
   const int64_t ffn_sh = c.shared_expert_ffn_dim;
   const bool shared = !L.shexp_gate_inp.empty();
   const RouterKind kind = c.info().moe.router;
-  matmul(L.router, s.xn.data(), T, s.router_logits.data(), pool);
+  matmul(L.router, router_in, T, s.router_logits.data(), pool);
   for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       if (!L.router_bias.empty()) add_inplace(&s.router_logits[t * n_exp], L.router_bias.data(), n_exp);
       route_token(&s.router_logits[t * n_exp], n_exp, k, kind, &s.chosen[t * k], &s.chosen_w[t * k]);
+      // Gemma 4: each expert's output scale (ffn_down_exps.scale) folded into its weight.
+      if (!L.down_exps_scale.empty())
+        for (int64_t r = 0; r < k; ++r) s.chosen_w[t * k + r] *= L.down_exps_scale[s.chosen[t * k + r]];
     }
   });
   // Counting sort of the T * k (token, rank) pairs by expert.
@@ -767,10 +867,10 @@ void Model::moe_ffn(const Layer& L, int64_t T, ThreadPool& pool) {
   for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       for (int64_t r = 0; r < k; ++r)
-        std::memcpy(&s.exp_in[s.slot_of[t * k + r] * dim], &s.xn[t * dim], sizeof(float) * dim);
+        std::memcpy(&s.exp_in[s.slot_of[t * k + r] * dim], &in[t * dim], sizeof(float) * dim);
       if (shared) {
-        std::memcpy(&s.exp_in[(n_slots + t) * dim], &s.xn[t * dim], sizeof(float) * dim);
-        s.shexp_scale[t] = sigmoid(dot_f32(L.shexp_gate_inp.data(), &s.xn[t * dim], dim));
+        std::memcpy(&s.exp_in[(n_slots + t) * dim], &in[t * dim], sizeof(float) * dim);
+        s.shexp_scale[t] = sigmoid(dot_f32(L.shexp_gate_inp.data(), &in[t * dim], dim));
       }
     }
   });
@@ -801,6 +901,8 @@ void Model::moe_ffn(const Layer& L, int64_t T, ThreadPool& pool) {
       }
     if (oai)  // llama.cpp's openai-moe constants (LLM_FFN_SWIGLU_OAI_MOE)
       swiglu_oai(&s.exp_gate[i0 * ffn], &s.exp_up[i0 * ffn], &s.exp_gate[i0 * ffn], (i1 - i0) * ffn, 1.702f, 7.0f);
+    else if (c.info().activation == Activation::GeluTanh)  // Gemma 4
+      geglu_tanh(&s.exp_gate[i0 * ffn], &s.exp_up[i0 * ffn], &s.exp_gate[i0 * ffn], (i1 - i0) * ffn);
     else
       swiglu(&s.exp_gate[i0 * ffn], &s.exp_up[i0 * ffn], &s.exp_gate[i0 * ffn], (i1 - i0) * ffn);
   });
@@ -820,10 +922,10 @@ void Model::moe_ffn(const Layer& L, int64_t T, ThreadPool& pool) {
     for_token_ranges(pool, n_slots, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) add_inplace(&s.exp_out[i * dim], &L.exp_down_bias[expert_of_slot(i) * dim], dim);
     });
-  // Weighted sum into the residual, per token in rank order, then the gated shared expert.
+  // Weighted sum into `out`, per token in rank order, then the gated shared expert.
   for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      float* xt = &s.x[t * dim];
+      float* xt = &out[t * dim];
       for (int64_t r = 0; r < k; ++r) {
         const float w = s.chosen_w[t * k + r];
         const float* o = &s.exp_out[s.slot_of[t * k + r] * dim];
@@ -839,7 +941,11 @@ void Model::moe_ffn(const Layer& L, int64_t T, ThreadPool& pool) {
 }
 
 // The mixer's output (s.tmp) into the residual, then the feed-forward block (SwiGLU, or
-// GELU-tanh gated for Gemma; a mixture of experts) added into it.
+// GELU-tanh gated for Gemma; a mixture of experts) added into it. Gemma 4 (llama.cpp's
+// gemma4 graph): a MoE layer runs its dense FFN and its experts side by side on the
+// attention block's output h, out = post_ffw_norm(post_ffw_norm_1(dense(ffn_norm(h))) +
+// post_ffw_norm_2(experts(pre_ffw_norm_2(h)))), routed by router · (rms(h) / sqrt(dim) *
+// ffn_gate_inp.scale); then the per-layer embedding's gated term and layer_output_scale.
 void Model::ffn_block(const Layer& L, int64_t T, ThreadPool& pool) {
   const ModelConfig& c = config_;
   Scratch& s = *scratch_;
@@ -852,13 +958,13 @@ void Model::ffn_block(const Layer& L, int64_t T, ThreadPool& pool) {
     add_inplace(&s.x[t0 * dim], &s.tmp[t0 * dim], (t1 - t0) * dim);
     for (int64_t t = t0; t < t1; ++t) rms_norm(&s.x[t * dim], L.ffn_norm.data(), &s.xn[t * dim], dim, c.rms_eps);
   });
-  if (row.has_experts()) {
-    moe_ffn(L, T, pool);
+  if (L.moe && L.w_gate.n_rows() == 0) {  // experts only (qwen3moe, mixtral, olmoe)
+    moe_ffn(L, T, s.xn.data(), s.xn.data(), s.x.data(), pool);
     return;
   }
   const MatmulTarget gate_up[] = {{&L.w_gate, s.gate.data()}, {&L.w_up, s.up.data()}};
   matmul_multi(gate_up, s.xn.data(), T, pool);
-  const int64_t ffn = c.ffn_dim;
+  const int64_t ffn = L.w_gate.n_rows();
   for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
     if (row.activation == Activation::GeluTanh)
       geglu_tanh(&s.gate[t0 * ffn], &s.up[t0 * ffn], &s.gate[t0 * ffn], (t1 - t0) * ffn);
@@ -866,12 +972,87 @@ void Model::ffn_block(const Layer& L, int64_t T, ThreadPool& pool) {
       swiglu(&s.gate[t0 * ffn], &s.up[t0 * ffn], &s.gate[t0 * ffn], (t1 - t0) * ffn);
   });
   matmul(L.w_down, s.gate.data(), T, s.tmp.data(), pool);
+  if (L.moe) {  // Gemma 4: dense and experts side by side
+    const float inv_sqrt_dim = 1.0f / std::sqrt(static_cast<float>(dim));
+    for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const float* h = &s.x[t * dim];
+        rms_norm(&s.tmp[t * dim], L.ffn_post_norm1.data(), &s.tmp[t * dim], dim, c.rms_eps);
+        rms_norm(h, ones_.data(), &s.router_in[t * dim], dim, c.rms_eps);
+        for (int64_t j = 0; j < dim; ++j) s.router_in[t * dim + j] *= inv_sqrt_dim * L.router_scale[j];
+        rms_norm(h, L.ffn_pre_norm2.data(), &s.xn[t * dim], dim, c.rms_eps);
+      }
+      std::fill(&s.mlp[t0 * dim], &s.mlp[t1 * dim], 0.0f);
+    });
+    moe_ffn(L, T, s.router_in.data(), s.xn.data(), s.mlp.data(), pool);
+    for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        rms_norm(&s.mlp[t * dim], L.ffn_post_norm2.data(), &s.mlp[t * dim], dim, c.rms_eps);
+        add_inplace(&s.tmp[t * dim], &s.mlp[t * dim], dim);
+      }
+    });
+  }
   for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
     if (!L.ffn_post_norm.empty())
       for (int64_t t = t0; t < t1; ++t)
         rms_norm(&s.tmp[t * dim], L.ffn_post_norm.data(), &s.tmp[t * dim], dim, c.rms_eps);
     add_inplace(&s.x[t0 * dim], &s.tmp[t0 * dim], (t1 - t0) * dim);
   });
+}
+
+// Gemma 4's per-layer embedding term of layer `layer`: x += rms(proj · (gelu(inp_gate · x) *
+// pl_inp[layer])) * post_norm, then x *= layer_output_scale.
+void Model::per_layer_output(const Layer& L, int64_t layer, int64_t T, ThreadPool& pool) {
+  const ModelConfig& c = config_;
+  Scratch& s = *scratch_;
+  const int64_t dim = c.dim, pld = c.per_layer_dim;
+  if (pld > 0) {
+    matmul(L.pl_gate, s.x.data(), T, s.pl_gate.data(), pool);
+    for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        float* g = &s.pl_gate[t * pld];
+        geglu_tanh(g, &s.pl_inp[(t * c.n_layers + layer) * pld], g, pld);
+      }
+    });
+    matmul(L.pl_proj, s.pl_gate.data(), T, s.tmp.data(), pool);
+    for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        rms_norm(&s.tmp[t * dim], L.pl_post_norm.data(), &s.tmp[t * dim], dim, c.rms_eps);
+        add_inplace(&s.x[t * dim], &s.tmp[t * dim], dim);
+      }
+    });
+  }
+  if (L.out_scale != 1.0f)
+    for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) { scale_f32(&s.x[t0 * dim], L.out_scale, (t1 - t0) * dim); });
+}
+
+// Gemma 4's per-layer inputs (llama.cpp's build_inp_per_layer and project_per_layer_inputs):
+// per token, its per_layer_token_embd row times sqrt(per_layer_dim), plus the projection of
+// its scaled embedding times 1/sqrt(dim), RMS-normed per layer by per_layer_proj_norm; the
+// sum times 1/sqrt(2). Rows are dequantized from the file mapping as they are read.
+void Model::per_layer_inputs(const Batch& batch, ThreadPool& pool) {
+  const ModelConfig& c = config_;
+  Scratch& s = *scratch_;
+  const int64_t T = static_cast<int64_t>(batch.size());
+  const int64_t pld = c.per_layer_dim, n_pl = c.n_layers * pld;
+  matmul(per_layer_proj_, s.x.data(), T, s.pl_inp.data(), pool);
+  const float proj_scale = 1.0f / std::sqrt(static_cast<float>(c.dim));
+  const float embd_scale = std::sqrt(static_cast<float>(pld));
+  const float mix_scale = 1.0f / std::sqrt(2.0f);
+  const size_t rb = row_bytes(per_layer_embd_->type, n_pl);
+  // On this thread: a row dequantizes in ~10 us (E4B: 10,752 values), next to the
+  // projection's matmul over the batch; one scratch row, no allocation.
+  float* row = s.pl_row.data();
+  for (int64_t t = 0; t < T; ++t) {
+    dequantize_row(per_layer_embd_->type, per_layer_embd_->data + rb * static_cast<size_t>(batch.tokens[t]), row, n_pl);
+    float* p = &s.pl_inp[t * n_pl];
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      float* pl = p + l * pld;
+      scale_f32(pl, proj_scale, pld);
+      rms_norm(pl, per_layer_proj_norm_.data(), pl, pld, c.rms_eps);
+      for (int64_t j = 0; j < pld; ++j) pl[j] = (pl[j] + row[l * pld + j] * embd_scale) * mix_scale;
+    }
+  }
 }
 
 void Model::classify(const float* hidden, int64_t n, float* out, ThreadPool& pool) const {
@@ -907,7 +1088,7 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
 
   Scratch& s = *scratch_;
   s.reserve(c, static_cast<size_t>(T));
-  const int64_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
+  const int64_t dim = c.dim;
   const float attn_scale = c.attention_scale();
   const ArchInfo& row = c.info();
   const bool neox = row.rope == RopeKind::Neox;
@@ -923,6 +1104,7 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
     const float e = std::sqrt(static_cast<float>(dim));
     for (int64_t i = 0; i < T * dim; ++i) s.x[i] *= e;
   }
+  if (per_layer_embd_) per_layer_inputs(batch, pool);
 
   // RoPE angles depend only on the position: one cos/sin table per token serves
   // q and k of every layer (n_rot/2 sin+cos in double cost ~2 us per call).
@@ -930,10 +1112,11 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
   for (int64_t t = 0; t < T; ++t)
     rope_table(&s.rope_cos[t * half_rot], &s.rope_sin[t * half_rot], c.n_rot, batch.positions[t],
                rope_inv_freq_.data(), rope_attn_factor_);
+  const int64_t half_rot_local = static_cast<int64_t>(rope_inv_freq_local_.size());  // Gemma 4: its own n_rot
   if (!rope_inv_freq_local_.empty())
     for (int64_t t = 0; t < T; ++t)
-      rope_table(&s.rope_cos_local[t * half_rot], &s.rope_sin_local[t * half_rot], c.n_rot, batch.positions[t],
-                 rope_inv_freq_local_.data(), rope_attn_factor_local_);
+      rope_table(&s.rope_cos_local[t * half_rot_local], &s.rope_sin_local[t * half_rot_local], 2 * half_rot_local,
+                 batch.positions[t], rope_inv_freq_local_.data(), rope_attn_factor_local_);
 
   // Hybrid models: each sequence's tokens of this batch, which must continue its recurrent
   // state (consecutive positions from the state's), checked before any state changes.
@@ -969,7 +1152,13 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
     }
     const int kv_layer = static_cast<int>(c.kv_layer(layer));
     const int64_t window = c.layer_window(layer);
+    // This layer's shape (Gemma 4: local and global layers differ in head size, KV heads
+    // and rotary dims; a shared-KV layer projects only Q and reads an earlier layer's K/V).
+    const int64_t hd = c.head_dim_of(layer), n_kv = c.kv_heads_of(layer), n_rot = c.rot_of(layer);
+    const int64_t q_dim = c.n_heads * hd, kv_dim = n_kv * hd;
+    const bool own_kv = c.has_own_kv(layer);
     const bool local_rope = window > 0 && !rope_inv_freq_local_.empty();
+    const int64_t half = local_rope ? half_rot_local : half_rot;
     const float* rope_cos = local_rope ? s.rope_cos_local.data() : s.rope_cos.data();
     const float* rope_sin = local_rope ? s.rope_sin_local.data() : s.rope_sin.data();
     const bool use_rope = c.layer_uses_rope(layer);
@@ -977,9 +1166,14 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
     for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) rms_norm(&s.x[t * dim], L.attn_norm.data(), &s.xn[t * dim], dim, c.rms_eps);
     });
-    const MatmulTarget qkv[] = {{&L.wq, row.gated_attention ? s.q_gate.data() : s.q.data()}, {&L.wk, s.k.data()},
-                                {&L.wv, s.v.data()}};
-    matmul_multi(qkv, s.xn.data(), T, pool);
+    {
+      const MatmulTarget qkv[] = {{&L.wq, row.gated_attention ? s.q_gate.data() : s.q.data()}, {&L.wk, s.k.data()},
+                                  {&L.wv, s.v.data()}};
+      const size_t n_targets = !own_kv ? 1 : L.wv.n_rows() == 0 ? 2 : 3;
+      matmul_multi(std::span<const MatmulTarget>(qkv, n_targets), s.xn.data(), T, pool);
+    }
+    if (own_kv && L.wv.n_rows() == 0)  // Gemma 4 attention_k_eq_v: V is the K projection
+      std::memcpy(s.v.data(), s.k.data(), sizeof(float) * static_cast<size_t>(T * kv_dim));
     if (row.gated_attention) {  // each head's query then its gate: the queries to s.q
       for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t)
@@ -1003,19 +1197,22 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
         }
         if (row.qk_norm) {
           for (int64_t h = 0; h < c.n_heads; ++h) rms_norm(qt + h * hd, L.q_norm.data(), qt + h * hd, hd, c.rms_eps);
-          for (int64_t h = 0; h < c.n_kv_heads; ++h)
-            rms_norm(kt + h * hd, L.k_norm.data(), kt + h * hd, hd, c.rms_eps);
+          if (own_kv)
+            for (int64_t h = 0; h < n_kv; ++h) rms_norm(kt + h * hd, L.k_norm.data(), kt + h * hd, hd, c.rms_eps);
         }
+        if (row.v_norm && own_kv)
+          for (int64_t h = 0; h < n_kv; ++h) rms_norm(vt + h * hd, ones_.data(), vt + h * hd, hd, c.rms_eps);
         if (!use_rope) continue;  // a NoPE layer (SmolLM3)
-        const float* rc = &rope_cos[t * half_rot];
-        const float* rs = &rope_sin[t * half_rot];
-        rope_apply(qt, c.n_heads, hd, c.n_rot, rc, rs, neox);
-        rope_apply(kt, c.n_kv_heads, hd, c.n_rot, rc, rs, neox);
+        const float* rc = &rope_cos[t * half];
+        const float* rs = &rope_sin[t * half];
+        rope_apply(qt, c.n_heads, hd, n_rot, rc, rs, neox);
+        if (own_kv) rope_apply(kt, n_kv, hd, n_rot, rc, rs, neox);
       }
     });
     // The store stays on this thread: it may copy a shared block on write.
-    for (int64_t t = 0; t < T; ++t)
-      kv.store(kv_layer, batch.seq_ids[t], batch.positions[t], &s.k[t * kv_dim], &s.v[t * kv_dim]);
+    if (own_kv)
+      for (int64_t t = 0; t < T; ++t)
+        kv.store(kv_layer, batch.seq_ids[t], batch.positions[t], &s.k[t * kv_dim], &s.v[t * kv_dim]);
     // The whole batch's attention: the store fans out over (token, KV head) and, for
     // long contexts, over parts of the sequence (KvStore::attend_batch).
     AttnBatch ab;
@@ -1025,7 +1222,7 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
     ab.q = s.q.data();
     ab.out = s.attn.data();
     ab.n_heads = c.n_heads;
-    ab.n_kv_heads = c.n_kv_heads;
+    ab.n_kv_heads = n_kv;
     ab.head_dim = hd;
     ab.scale = attn_scale;
     ab.window = window;
@@ -1048,6 +1245,7 @@ void Model::forward(const Batch& batch, KvStore& kv, ThreadPool& pool, std::vect
         for (int64_t t = t0; t < t1; ++t) add_inplace(&s.tmp[t * dim], L.bo.data(), dim);
       });
     ffn_block(L, T, pool);
+    per_layer_output(L, layer, T, pool);
   }
   if (states)
     for (size_t q = 0; q < s.seqs.size(); ++q)

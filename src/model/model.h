@@ -141,12 +141,17 @@ class Model {
   struct Layer;
   struct Scratch;
   Model() = default;
-  // Mixture-of-experts FFN of layer L over the batch's T normed rows (scratch xn),
-  // added into the residual (scratch x): the routed experts, and the gated shared expert
-  // where the row has one.
-  void moe_ffn(const Layer& L, int64_t T, ThreadPool& pool);
+  // Mixture-of-experts FFN of layer L over the batch's T rows `in` ([T, dim], normed),
+  // routed by the router's logits of `router_in` ([T, dim]), added into `out` ([T, dim]):
+  // the routed experts, and the gated shared expert where the row has one.
+  void moe_ffn(const Layer& L, int64_t T, const float* router_in, const float* in, float* out, ThreadPool& pool);
   // Bytes of layer L's matrices that every token streams (all but the routed experts).
   static size_t dense_stream_bytes(const Layer& L);
+  // Gemma 4's per-layer embedding term of layer `layer` and its output scale, on scratch x.
+  void per_layer_output(const Layer& L, int64_t layer, int64_t T, ThreadPool& pool);
+  // Gemma 4's per-layer inputs of the batch (scratch pl_inp [T, n_layers, per_layer_dim])
+  // from its tokens and their scaled embeddings (scratch x).
+  void per_layer_inputs(const Batch& batch, ThreadPool& pool);
   // The mixer's output (scratch tmp) added into the residual, then layer L's FFN block.
   void ffn_block(const Layer& L, int64_t T, ThreadPool& pool);
   // A Gated DeltaNet layer over the batch's normed rows (scratch xn) into scratch tmp,
@@ -175,6 +180,13 @@ class Model {
   std::vector<float> rope_factors_long_;   // [n_rot/2] LongRoPE, or empty
   std::vector<float> rope_factors_short_;  // [n_rot/2] LongRoPE, or empty
   bool rope_long_in_use_ = false;
+  // Gemma 4's per-layer token embeddings: rows of [n_layers * per_layer_dim] read from the
+  // file mapping per token (never repacked or copied: 2.8 G values for E4B, of which a
+  // prompt touches its tokens' rows); the projection of the embedding and its norm.
+  const gguf::TensorInfo* per_layer_embd_ = nullptr;  // [n_vocab, n_layers * per_layer_dim]
+  WeightMatrix per_layer_proj_;                       // [n_layers * per_layer_dim, dim]
+  std::vector<float> per_layer_proj_norm_;            // [per_layer_dim]
+  std::vector<float> ones_;  // [max(dim, head_dim, per_layer_dim)] 1s: norms without a weight
   std::vector<std::unique_ptr<Layer>> layers_;
   std::unique_ptr<Scratch> scratch_;
 };

@@ -75,7 +75,8 @@ std::string synth_arch_names() {
 std::vector<std::string> synth_shape_names() {
   return {"tinyllama-1.1b", "llama3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b",   "phi3.5-mini",  "gemma2-2b",
           "gemma3-1b",      "gemma3-4b",   "qwen3-30b-a3b", "mixtral-8x7b", "qwen3.5-0.8b", "qwen3.5-4b",
-          "qwen3.5-27b",    "qwen3.6-35b-a3b", "smollm3-3b",  "gpt-oss-20b",   "gpt-oss-120b", "stories260k",  "tiny"};
+          "qwen3.5-27b",    "qwen3.6-35b-a3b", "smollm3-3b",  "gpt-oss-20b",   "gpt-oss-120b", "gemma4-e2b",
+          "gemma4-e4b",     "gemma4-26b-a4b", "gemma4-31b", "stories260k",  "tiny"};
 }
 
 std::optional<SynthSpec> synth_shape(const std::string& name) {
@@ -162,6 +163,29 @@ std::optional<SynthSpec> synth_shape(const std::string& name) {
     s.n_expert_used = 4, s.n_vocab = 201088, s.ctx_len = 131072, s.sliding_window = 128;
     s.n_layers = name == "gpt-oss-20b" ? 24 : 36;
     s.n_expert = name == "gpt-oss-20b" ? 32 : 128;
+  } else if (name.starts_with("gemma4-")) {
+    // Gemma 4 (text_config of the released config.json files, google/gemma-4-*): local
+    // heads of 256 and global heads of 512 with a quarter of the global dims rotated,
+    // rope bases 10000 / 1e6, final soft-cap 30 (the row's default when written), tied.
+    s.arch = "gemma4";
+    s.head_dim = 512, s.head_dim_local = 256, s.n_vocab = 262144, s.tied_embeddings = true;
+    s.final_softcap = 30.0f;
+    if (name == "gemma4-e2b") {
+      s.dim = 1536, s.n_layers = 35, s.n_heads = 8, s.n_kv_heads = 1, s.ffn_dim = 6144, s.ctx_len = 131072;
+      s.sliding_window = 512, s.global_period = 5, s.kv_shared = 20, s.double_wide_ffn = true, s.per_layer_dim = 256;
+    } else if (name == "gemma4-e4b") {
+      s.dim = 2560, s.n_layers = 42, s.n_heads = 8, s.n_kv_heads = 2, s.ffn_dim = 10240, s.ctx_len = 131072;
+      s.sliding_window = 512, s.global_period = 6, s.kv_shared = 18, s.per_layer_dim = 256;
+    } else if (name == "gemma4-26b-a4b") {
+      s.dim = 2816, s.n_layers = 30, s.n_heads = 16, s.n_kv_heads = 8, s.n_kv_heads_global = 2, s.ffn_dim = 2112;
+      s.n_expert = 128, s.n_expert_used = 8, s.expert_ffn_dim = 704, s.moe_period = 1;
+      s.ctx_len = 262144, s.sliding_window = 1024, s.global_period = 6, s.k_eq_v = true;
+    } else if (name == "gemma4-31b") {
+      s.dim = 5376, s.n_layers = 60, s.n_heads = 32, s.n_kv_heads = 16, s.n_kv_heads_global = 4, s.ffn_dim = 21504;
+      s.ctx_len = 262144, s.sliding_window = 1024, s.global_period = 6, s.k_eq_v = true;
+    } else {
+      return std::nullopt;
+    }
   } else if (name == "stories260k") {
     s.dim = 64, s.n_layers = 5, s.n_heads = 8, s.n_kv_heads = 4, s.ffn_dim = 172, s.n_vocab = 512;
     s.ctx_len = 512, s.tied_embeddings = true;
@@ -178,6 +202,16 @@ std::optional<SynthSpec> synth_shape(const std::string& name) {
 SynthSpec resolved_for_row(const SynthSpec& in, bool tiny_shape) {
   SynthSpec s = in;
   const ArchInfo* row = find_arch_by_name(s.arch);
+  if (row && row->arch == Arch::Gemma4 && tiny_shape) {
+    // Layers 2 and 5 global; 3, 4, 5 share K/V (3, 4 read local layer 1, 5 global layer 2);
+    // experts in layers 1 and 4; layer 2's V is its K; the shared layers' FFN doubled.
+    s.dim = 128, s.n_layers = 6, s.n_heads = 4, s.n_kv_heads = 2, s.n_kv_heads_global = 1;
+    s.head_dim = 64, s.head_dim_local = 32, s.ffn_dim = 256, s.global_period = 3, s.kv_shared = 3;
+    s.double_wide_ffn = true, s.per_layer_dim = 32, s.k_eq_v = true, s.moe_period = 3;
+    s.n_expert = 4, s.n_expert_used = 2, s.expert_ffn_dim = 64, s.sliding_window = 8, s.final_softcap = 30.0f;
+    s.tied_embeddings = true;
+    return s;
+  }
   if (row && row->nope_interval > 0 && tiny_shape) s.n_layers = row->nope_interval;  // one NoPE layer, the last
   if (row && row->arch == Arch::GptOss) {
     if (tiny_shape) {  // every feature at distinct sizes: q_dim != dim, windows shorter than a reply
@@ -268,8 +302,44 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
       throw Error("synth: " + std::to_string(spec.n_layers) + " layers with one full-attention layer in " +
                   std::to_string(spec.full_attention_interval) + " leaves none; give more layers");
   }
+  const bool gemma4 = row->arch == Arch::Gemma4;
+  if (gemma4) {
+    const int64_t hl = spec.head_dim_local > 0 ? spec.head_dim_local : head_dim;
+    if (hl % 2 != 0) throw Error("synth: the local head dim must be even");
+    if (spec.global_period < 1) throw Error("synth: --global-period must be >= 1");
+    const int64_t window = spec.sliding_window >= 0 ? spec.sliding_window : 512;
+    if (window <= 0) throw Error("synth: gemma4 needs a sliding window");
+    c.sliding_window = window;
+    c.head_dim_local = hl;
+    c.n_rot_local = hl;
+    c.n_kv_shared = spec.kv_shared;
+    c.per_layer_dim = spec.per_layer_dim;
+    const int64_t kv_global = spec.n_kv_heads_global > 0 ? spec.n_kv_heads_global : spec.n_kv_heads;
+    if (spec.n_heads % kv_global != 0) throw Error("synth: heads must be a multiple of the global KV heads");
+    for (int64_t l = 0; l < spec.n_layers; ++l) {
+      const bool local = (l + 1) % spec.global_period != 0;
+      c.local_layers.push_back(local ? 1 : 0);
+      c.n_kv_heads_by_layer.push_back(local ? spec.n_kv_heads : kv_global);
+      c.ffn_by_layer.push_back(spec.double_wide_ffn && l >= spec.n_layers - spec.kv_shared ? 2 * spec.ffn_dim
+                                                                                         : spec.ffn_dim);
+      c.moe_layers.push_back(spec.moe_period > 0 && l % spec.moe_period == 1 % spec.moe_period ? 1 : 0);
+    }
+    c.n_kv_heads = std::max(spec.n_kv_heads, kv_global);
+    c.ffn_dim = *std::max_element(c.ffn_by_layer.begin(), c.ffn_by_layer.end());
+    if (spec.kv_shared < 0 || spec.kv_shared > spec.n_layers - 2)
+      throw Error("synth: --kv-shared must leave at least 2 layers with their own K/V");
+    for (int64_t l = c.n_kv_layers_from_start(); l < spec.n_layers; ++l)
+      if (c.layer_is_local(c.kv_source(l)) != c.layer_is_local(l))
+        throw Error("synth: shared layer " + std::to_string(l) + " would read layer " +
+                    std::to_string(c.kv_source(l)) + " of the other kind (the last unshared layer must be global, "
+                    "the one before it local)");
+    for (int64_t l = 0; l < spec.n_layers; ++l)
+      c.v_from_k.push_back(spec.k_eq_v && c.has_own_kv(l) && !c.layer_is_local(l) ? 1 : 0);
+    if (spec.moe_period <= 0) c.moe_layers.clear();
+    c.fused_gate_up_exps = true;
+  }
   if (!row->has(Role::Output)) spec.tied_embeddings = true;  // Gemma: always tied
-  if (row->has_experts()) {
+  if (row->has_experts() && !(gemma4 && spec.moe_period <= 0)) {
     c.n_expert = spec.n_expert;
     c.n_expert_used = spec.n_expert_used;
     c.expert_ffn_dim = spec.expert_ffn_dim > 0 ? spec.expert_ffn_dim : spec.ffn_dim;
@@ -290,6 +360,7 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   const int64_t blk = traits(spec.type).block_size;
   for (const TensorSpec& t : row->tensors) {
     if (t.kind != TensorKind::Matrix && t.kind != TensorKind::Experts) continue;
+    if (t.per_layer ? !c.layer_has(t, 0) && !c.layer_has(t, spec.n_layers - 1) : !c.layer_has(t, 0)) continue;
     const int64_t cols = resolve_shape(t, c).back();
     if (cols % blk != 0)
       throw Error("synth: matrix width " + std::to_string(cols) + " (" + std::string(t.gguf) +
@@ -304,23 +375,45 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   w.set(a + "context_length", Value::u32(static_cast<uint32_t>(spec.ctx_len)));
   w.set(a + "embedding_length", Value::u32(static_cast<uint32_t>(spec.dim)));
   w.set(a + "block_count", Value::u32(static_cast<uint32_t>(spec.n_layers + spec.n_nextn)));
-  if (!row->moe.shared_expert) w.set(a + "feed_forward_length", Value::u32(static_cast<uint32_t>(spec.ffn_dim)));
+  auto u32_array = [](const auto& v) {
+    std::vector<int32_t> out;
+    for (auto x : v) out.push_back(static_cast<int32_t>(x));
+    return Value::i32_array(out);
+  };
+  // Gemma 4's converter writes arrays where layers differ (double-wide FFN, global KV heads).
+  if (gemma4 && spec.double_wide_ffn) w.set(a + "feed_forward_length", u32_array(c.ffn_by_layer));
+  else if (!row->moe.shared_expert) w.set(a + "feed_forward_length", Value::u32(static_cast<uint32_t>(spec.ffn_dim)));
   w.set(a + "attention.head_count", Value::u32(static_cast<uint32_t>(spec.n_heads)));
-  w.set(a + "attention.head_count_kv", Value::u32(static_cast<uint32_t>(spec.n_kv_heads)));
-  if (head_dim != spec.dim / spec.n_heads || spec.dim % spec.n_heads != 0) {
+  if (gemma4 && spec.n_kv_heads_global > 0 && spec.n_kv_heads_global != spec.n_kv_heads)
+    w.set(a + "attention.head_count_kv", u32_array(c.n_kv_heads_by_layer));
+  else w.set(a + "attention.head_count_kv", Value::u32(static_cast<uint32_t>(spec.n_kv_heads)));
+  if (gemma4) {
+    w.set(a + "attention.key_length_swa", Value::u32(static_cast<uint32_t>(c.head_dim_local)));
+    w.set(a + "attention.value_length_swa", Value::u32(static_cast<uint32_t>(c.head_dim_local)));
+    w.set(a + "rope.dimension_count_swa", Value::u32(static_cast<uint32_t>(c.n_rot_local)));
+    w.set(a + "rope.freq_base_swa", Value::f32(10000.0f));
+    std::vector<Value> pattern;
+    for (uint8_t x : c.local_layers) pattern.push_back(Value::boolean(x != 0));
+    w.set(a + "attention.sliding_window_pattern", Value::array(gguf::ValueType::BOOL, std::move(pattern)));
+    w.set(a + "attention.shared_kv_layers", Value::u32(static_cast<uint32_t>(c.n_kv_shared)));
+    w.set(a + "embedding_length_per_layer_input", Value::u32(static_cast<uint32_t>(c.per_layer_dim)));
+  }
+  if (gemma4 || head_dim != spec.dim / spec.n_heads || spec.dim % spec.n_heads != 0) {
     w.set(a + "attention.key_length", Value::u32(static_cast<uint32_t>(head_dim)));
     w.set(a + "attention.value_length", Value::u32(static_cast<uint32_t>(head_dim)));
   }
   const bool gemma = row->hf_norm_shift != 0.0f;
   // Gemma's configs: eps 1e-6; Gemma 3's global layers rope base 1e6 (local 10000 implied).
-  w.set(a + "attention.layer_norm_rms_epsilon", Value::f32(gemma ? 1e-6f : 1e-5f));
+  w.set(a + "attention.layer_norm_rms_epsilon", Value::f32(gemma || gemma4 ? 1e-6f : 1e-5f));
   w.set(a + "rope.freq_base", Value::f32(spec.rope_scaling == "llama3" ? 500000.0f
-                                         : row->arch == Arch::Gemma3 ? 1000000.0f
+                                         : row->arch == Arch::Gemma3 || gemma4 ? 1000000.0f
                                          : row->linear_attention     ? 10000000.0f
                                          : row->arch == Arch::Smollm3 ? 5000000.0f
                                          : row->arch == Arch::GptOss  ? 150000.0f
                                                                       : 10000.0f));
-  if (row->sliding_window.pattern == SlidingWindowSpec::Pattern::EveryNthGlobal) {
+  if (gemma4) {
+    w.set(a + "attention.sliding_window", Value::u32(static_cast<uint32_t>(c.sliding_window)));
+  } else if (row->sliding_window.pattern == SlidingWindowSpec::Pattern::EveryNthGlobal) {
     const int64_t window = spec.sliding_window >= 0 ? spec.sliding_window
                            : row->sliding_window.default_window > 0 ? row->sliding_window.default_window
                                                                      : 1024;
@@ -354,7 +447,7 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
                                                           static_cast<int32_t>(pairs - s0 - s1), 0}));
   }
   w.set(a + "vocab_size", Value::u32(static_cast<uint32_t>(spec.n_vocab)));
-  if (row->has_experts()) {
+  if (row->has_experts() && c.n_expert > 0) {
     w.set(a + "expert_count", Value::u32(static_cast<uint32_t>(c.n_expert)));
     w.set(a + "expert_used_count", Value::u32(static_cast<uint32_t>(c.n_expert_used)));
     if (row->moe.expert_ffn_key)
@@ -468,7 +561,7 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   // row's order stays).
   auto emit = [&](const TensorSpec& t, int64_t layer) {
     const std::string name = gguf_tensor_name(t, layer);
-    const std::vector<int64_t> shape = resolve_shape(t, c);
+    const std::vector<int64_t> shape = resolve_shape(t, c, layer);
     const std::vector<int64_t> dims(shape.rbegin(), shape.rend());  // ggml order
     int64_t n = 1;
     for (int64_t e : shape) n *= e;
@@ -480,18 +573,30 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
         // Embeddings std 1 (a row is the residual stream's start; Gemma's 1/sqrt(dim), which
         // its sqrt(dim) embedding scale brings back to 1, and which keeps its tied logits
         // O(1) as in the real models); projections 1/sqrt(fan_in).
+        // Gemma 4's per-layer embeddings likewise: 1/sqrt(per_layer_dim), which the forward's
+        // sqrt(per_layer_dim) brings back to 1.
         fill(rng, buf,
              t.role == Role::TokenEmbd ? (row->embed_scale ? 1.0f / std::sqrt(static_cast<float>(spec.dim)) : 1.0f)
-                                       : 1.0f / std::sqrt(static_cast<float>(shape.back())));
+             : t.role == Role::PerLayerTokenEmbd ? 1.0f / std::sqrt(static_cast<float>(c.per_layer_dim))
+                                                 : 1.0f / std::sqrt(static_cast<float>(shape.back())));
         type = matrix_type(t, layer);
         break;
       case TensorKind::Router:
         // Std 2/sqrt(dim): router logits of std ~2, a softmax as peaked as trained
         // routers' (1/sqrt(dim) makes experts near-equally likely, the top-k choice
         // a near-tie at many tokens; std 1 makes the top expert take all the weight).
-        fill(rng, buf, 2.0f / std::sqrt(static_cast<float>(shape.back())));
+        // Gemma 4's router reads rms(h) / sqrt(dim) (a vector of norm 1, not of RMS 1):
+        // std 2 gives it the same logit spread.
+        fill(rng, buf, gemma4 && t.role == Role::FfnRouter ? 2.0f : 2.0f / std::sqrt(static_cast<float>(shape.back())));
         break;
-      case TensorKind::Norm: buf = norm_weights(rng, n); break;
+      case TensorKind::Norm:
+        buf = norm_weights(rng, n);
+        // Gemma 4 scores q . k unscaled, q and k RMS-normed per head: q/k norm weights of
+        // d^-1/4 give scores of std ~1, as 1/sqrt(d) does elsewhere (weights of 1 make
+        // every softmax near one-hot, and the test models needlessly ill-conditioned).
+        if (gemma4 && (t.role == Role::AttnQNorm || t.role == Role::AttnKNorm))
+          for (float& x : buf) x /= std::sqrt(std::sqrt(static_cast<float>(n)));
+        break;
       case TensorKind::Decay:  // -exp(A_log) with A_log in [0, ln 16]: decay rates of trained models
         for (float& x : buf) x = -std::exp(std::log(16.0f) * 0.5f * (rng.uniform() + 1.0f));
         break;
@@ -499,7 +604,12 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
       case TensorKind::ExpertBias: fill(rng, buf, 0.1f); break;
       case TensorKind::Sinks: fill(rng, buf, 1.0f); break;
       case TensorKind::RopeFactors:
-        if (t.role == Role::RopeFreqs) {
+        if (t.role == Role::RopeFreqs && gemma4) {
+          // HF's "proportional" RoPE as llama.cpp's converter writes it: the first
+          // global_rotary of the pairs turn (factor 1), the rest are held still (1e30).
+          const int64_t turning = static_cast<int64_t>(static_cast<float>(n) * spec.global_rotary);
+          for (int64_t i = 0; i < n; ++i) buf[i] = i < turning ? 1.0f : 1e30f;
+        } else if (t.role == Role::RopeFreqs) {
           // Llama 3.1 frequency factors (factor 8, low 1, high 4, original context 8192),
           // computed as the reference converter writes rope_freqs.weight.
           llama3_freq_factors(buf.data(), head_dim, 500000.0f, 8.0f, 1.0f, 4.0f, 8192);
@@ -520,13 +630,14 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
       case Presence::Required: return true;
       case Presence::Untied: return !spec.tied_embeddings;
       case Presence::Optional:
-        return (t.role == Role::RopeFreqs && spec.rope_scaling == "llama3") ||
+        return (gemma4 && (t.role == Role::LayerOutScale || t.role == Role::FfnDownExpsScale)) ||
+               (t.role == Role::RopeFreqs && spec.rope_scaling == "llama3") ||
                ((t.role == Role::RopeFactorsLong || t.role == Role::RopeFactorsShort) && wants_longrope);
     }
     return false;
   };
   for (const TensorSpec& t : row->tensors)
-    if (!t.per_layer && wanted(t)) emit(t, 0);
+    if (!t.per_layer && wanted(t) && c.layer_has(t, 0)) emit(t, 0);
   for (int64_t i = 0; i < spec.n_layers; ++i)
     for (const TensorSpec& t : row->tensors)
       if (t.per_layer && wanted(t) && c.layer_has(t, i)) emit(t, i);

@@ -75,17 +75,38 @@ struct SynthSpec {
   int64_t full_attention_interval = 0;  // 0: the row's (4)
   int64_t n_rot = 0;                    // rope.dimension_count; 0: head_dim (linear-attention rows: head_dim / 4)
   int64_t n_nextn = 0;                  // multi-token-prediction blocks written after the trunk
+  // Gemma 4 (gemma4): head_dim is the global layers' (key_length); the local layers have
+  // head_dim_local (key_length_swa, rope.dimension_count_swa); layer i is global when
+  // (i + 1) % global_period == 0 (written as the sliding_window_pattern array); the global
+  // layers' KV heads n_kv_heads_global (0: n_kv_heads; a head_count_kv array otherwise) and
+  // rotary fraction global_rotary (rope_freqs.weight: 1 for the rotated pairs, 1e30 for the
+  // rest); the last kv_shared layers reuse earlier K/V; double_wide_ffn doubles their FFN
+  // (E2B); per_layer_dim > 0 writes per-layer token embeddings; k_eq_v drops the global
+  // layers' attn_v; moe_period > 0 gives layer i experts (fused ffn_gate_up_exps) when
+  // i % moe_period == 1 % moe_period (1: every layer; 3: layers 1, 4, 7, ...).
+  int64_t head_dim_local = 0;
+  int64_t global_period = 6;
+  int64_t n_kv_heads_global = 0;
+  float global_rotary = 0.25f;
+  int64_t kv_shared = 0;
+  bool double_wide_ffn = false;
+  int64_t per_layer_dim = 0;
+  bool k_eq_v = false;
+  int64_t moe_period = 0;
 };
 
 // A spec adapted to a row: for linear-attention rows the derived sizes above filled in,
 // and a `tiny` shape made hybrid (4 layers: 3 linear + 1 full, one MTP block, every head
-// count distinct; qwen35moe: 8 experts of width 64, 3 used, a shared expert of width 96).
+// count distinct; qwen35moe: 8 experts of width 64, 3 used, a shared expert of width 96);
+// for gemma4 a `tiny` shape with every Gemma 4 feature (6 layers, two global, three
+// sharing K/V, per-layer embeddings, experts in two layers, V from K in a global layer,
+// local and global heads of different sizes and counts, window 8).
 // Called by write_synthetic_model; exposed for tests.
 SynthSpec resolved_for_row(const SynthSpec& spec, bool tiny_shape = false);
 
 // Named real shapes: tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b, phi3.5-mini, gemma2-2b,
 // gemma3-1b, gemma3-4b, qwen3-30b-a3b, mixtral-8x7b, qwen3.5-0.8b, qwen3.5-4b, qwen3.5-27b,
-// qwen3.6-35b-a3b, stories260k, tiny.
+// qwen3.6-35b-a3b, gemma4-e2b, gemma4-e4b, gemma4-26b-a4b, gemma4-31b, stories260k, tiny.
 // Returns nullopt for an unknown name. Sets arch-independent sizes only.
 std::optional<SynthSpec> synth_shape(const std::string& name);
 std::vector<std::string> synth_shape_names();

@@ -71,8 +71,9 @@ TEST(ArchTable, EveryRowNamesEachTensorOnceAndHasTheCoreRoles) {
     }
     for (Role role : {Role::TokenEmbd, Role::OutputNorm, Role::AttnNorm, Role::AttnOut, Role::FfnNorm})
       EXPECT_TRUE(r.has(role));
-    // A dense FFN or a routed one, never both.
-    EXPECT_EQ(r.has(Role::FfnDown), !r.has_experts());
+    // A dense FFN or a routed one, never both (but Gemma 4, whose MoE layers keep a dense
+    // FFN beside the experts).
+    EXPECT_EQ(r.has(Role::FfnDown), !r.has_experts() || r.arch == Arch::Gemma4);
     for (Role role : {Role::FfnRouter, Role::FfnGateExps, Role::FfnUpExps, Role::FfnDownExps})
       EXPECT_EQ(r.has(role), r.has_experts());
     for (Role role : {Role::FfnGateInpShexp, Role::FfnGateShexp, Role::FfnUpShexp, Role::FfnDownShexp})
@@ -220,6 +221,7 @@ TEST(ArchTable, SynthWritesExactlyTheRowsTensors) {
     s.dim = 64, s.ffn_dim = 96, s.n_vocab = 300, s.n_layers = 2;
     if (r.linear_attention) s.n_layers = 4, s.n_nextn = 1;  // 3 recurrent, 1 full, 1 MTP block (not listed)
     s.n_expert = 4, s.n_expert_used = 2, s.expert_ffn_dim = r.moe.expert_ffn_key ? 32 : 0;
+    if (r.arch == Arch::Gemma4) s = resolved_for_row(s, /*tiny_shape=*/true);  // every Gemma 4 feature
     const std::string path = (dir / (s.arch + ".gguf")).string();
     write_synthetic_model(s, path);
     const gguf::GgufFile f = gguf::GgufFile::open(path);
@@ -228,19 +230,24 @@ TEST(ArchTable, SynthWritesExactlyTheRowsTensors) {
     if (r.has_experts()) {
       EXPECT_EQ(c.n_expert, 4);
       EXPECT_EQ(c.n_expert_used, 2);
-      EXPECT_EQ(c.expert_ffn_dim, r.moe.expert_ffn_key ? 32 : 96);
-      EXPECT_EQ(f.find_tensor(r.gguf_tensor(Role::FfnRouter, 0))->type, GgmlType::F32);
+      EXPECT_EQ(c.expert_ffn_dim, r.moe.expert_ffn_key ? (r.arch == Arch::Gemma4 ? 64 : 32) : 96);
+      const int64_t moe_layer = r.arch == Arch::Gemma4 ? 1 : 0;  // Gemma 4's tiny: experts in layers 1 and 4
+      EXPECT_EQ(f.find_tensor(r.gguf_tensor(Role::FfnRouter, moe_layer))->type, GgmlType::F32);
     }
     std::set<std::string> want;
     for (const TensorSpec& t : r.tensors) {
-      if (t.presence == Presence::Optional) continue;
+      // Optional tensors synth writes: Gemma 4's layer output scales and expert scales (the
+      // converter writes both for the released models).
+      const bool written = r.arch == Arch::Gemma4 && (t.role == Role::LayerOutScale || t.role == Role::FfnDownExpsScale);
+      if (t.presence == Presence::Optional && !written) continue;
+      if (t.presence == Presence::Untied && s.tied_embeddings) continue;
       for (int64_t i = 0; i < (t.per_layer ? c.n_layers : 1); ++i) {
-        if (t.per_layer && !c.layer_has(t, i)) continue;  // hybrids: attention / recurrent layers only
+        if (!c.layer_has(t, i)) continue;  // hybrids: attention / recurrent layers only; Gemma 4's kinds
         const std::string name = gguf_tensor_name(t, i);
         want.insert(name);
         const gguf::TensorInfo* ti = f.find_tensor(name);
         ASSERT_NE(ti, nullptr) << name;
-        const std::vector<int64_t> shape = resolve_shape(t, c);
+        const std::vector<int64_t> shape = resolve_shape(t, c, i);
         EXPECT_EQ(ti->dims, std::vector<int64_t>(shape.rbegin(), shape.rend())) << name;
       }
     }

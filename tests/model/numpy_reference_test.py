@@ -9,7 +9,9 @@ cover llama (GQA, tied embeddings, llama3 and linear RoPE scaling, head_dim !=
 dim/heads), qwen2 (q/k/v biases), qwen3 (q/k norm), phi3 (fused QKV and
 gate-up, LongRoPE with long and short factors, 64 greedy steps), gemma2 and
 gemma3 (sliding windows shorter than the tokens, soft-caps, post-norms, local
-and global RoPE, 64 greedy steps), mixture of experts (qwen3moe, mixtral,
+and global RoPE, 64 greedy steps), gemma4 (through gemma4_numpy.py: per-layer
+window pattern and head sizes, shared-KV layers, per-layer embeddings, experts
+beside the dense FFN, prefill, decode, 64 greedy steps, Q8_0), mixture of experts (qwen3moe, mixtral,
 olmoe: router, top-k, grouped prefill and decode, 64 greedy steps), qwen35
 (Qwen 3.5's hybrid of Gated DeltaNet and gated full attention, through
 qwen35_numpy.py: prefill, decode, 64 greedy steps, Hv = 2 Hk value heads, an
@@ -53,6 +55,7 @@ import gptoss_numpy  # noqa: E402
 import llama_numpy  # noqa: E402
 import phi3_hf_numpy  # noqa: E402
 import qwen35_numpy  # noqa: E402
+import gemma4_numpy  # noqa: E402
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEFAULT_MODELS = os.path.join(REPO_ROOT, "..", "shared", "models")
@@ -195,6 +198,20 @@ TOL_QWEN35MOE_QUANT = Tolerance(max_rel=0.6, min_corr=0.995, min_route_gap=0.03)
 
 QWEN35_ARCHS = ("qwen35", "qwen35moe")
 
+# gemma4 with quantized weights. Every branch's output is RMS-normed before it joins
+# the residual (post_attention_norm, post_ffw_norm, post_ffw_norm_1/2, the per-layer
+# embedding's post_norm) and V is RMS-normed per head, so a branch whose raw output
+# nearly cancels at some position has its activations' 8-bit rounding blown up to full
+# size there. Simulated as above (gemma4_numpy.ACT_ROUND rounding every quantized
+# matmul's input to Q8_0 blocks, float32) on 20 seeds of the tiny shape (Q8_0, 16 and
+# 96 tokens, routing near-ties skipped): worst max|diff| / max|ref| 0.218 (typical
+# 0.02-0.05, the worst always one or two positions, coming from different branches on
+# different seeds), 1 - corr 5.3e-3; pagoda on the same 20 files 0.228 and 1.5e-3.
+# (With synth's q/k norm weights at 1 instead of d^-1/4 every softmax is near one-hot
+# and the same study gave 0.31 / 8.8e-3.) Bounds: max_rel 0.45 (2x), correlation >
+# 0.988 (2.3x in 1 - corr). Structure is checked by the f32 cases at TOL_F32.
+TOL_GEMMA4_QUANT = Tolerance(max_rel=0.45, min_corr=0.988, min_route_gap=0.03)
+
 
 # Fidelity: a quantized model against the f32 model it was quantized from (synth
 # draws the same weights for a seed whatever the type), i.e. how much the weight
@@ -277,7 +294,8 @@ def expect_arch_and_type(arch, weight_type):
         if g.get("general.architecture") != arch:
             problems.append("architecture is %r, want %r" % (g.get("general.architecture"), arch))
         first = "blk.0.attn_qkv.weight" if arch in ("phi3", "qwen35", "qwen35moe") else "blk.0.attn_q.weight"
-        down = "blk.0.ffn_down_exps.weight" if g.get(arch + ".expert_count") else "blk.0.ffn_down.weight"
+        down = ("blk.0.ffn_down_exps.weight" if g.get(arch + ".expert_count") and arch != "gemma4"
+                else "blk.0.ffn_down.weight")
         # qwen35(moe): layers 0-2 are Gated DeltaNet (attn_qkv, ssm_out); 3 is full attention.
         attn_out = "blk.3.attn_output.weight" if arch in ("qwen35", "qwen35moe") else "blk.1.attn_output.weight"
         for name in (first, down, attn_out):
@@ -493,7 +511,59 @@ def build_cases():
                       expect=expect_arch_and_type("llama", "q3_k"), tokens=LONG_TOKENS))
     cases += qwen35_cases()
     cases += qwen35moe_cases()
+    cases += gemma4_cases()
     return cases
+
+
+def gemma4_cases():
+    """Gemma 4 (gemma4_numpy): synth's tiny shape has every Gemma 4 feature: 6 layers, 2
+    and 5 global (heads of 64 on 1 KV head, a quarter of the pairs turning through
+    rope_freqs.weight) and the rest local (heads of 32 on 2 KV heads, window 8, their own
+    RoPE base); layers 3-5 reuse K/V (3 and 4 that of local layer 1, 5 that of global
+    layer 2) and have a double-width FFN; layer 2's V is its K (no attn_v); experts (4,
+    2 used, fused gate/up, per-expert output scales) beside the dense FFN in layers 1
+    and 4; per-layer token embeddings of 32; layer output scales; final soft-cap 30.
+    Prefill, decode (one token per call), 96 tokens (windows and shared layers far past
+    the window), 64 greedy steps, Q8_0; and without sharing (--kv-shared 0)."""
+    tiny = ["--shape", "tiny"]
+
+    def has(shared):
+        checks = [
+            ("sliding_window_pattern [1, 1, 0, 1, 1, 0], window 8",
+             lambda g: list(g.get("gemma4.attention.sliding_window_pattern")) == [1, 1, 0, 1, 1, 0]
+             and g.get("gemma4.attention.sliding_window") == 8),
+            ("shared_kv_layers %d" % shared, lambda g: g.get("gemma4.attention.shared_kv_layers") == shared),
+            ("per-layer embeddings", lambda g: g.has_tensor("per_layer_token_embd.weight")
+             and g.has_tensor("blk.0.inp_gate.weight")),
+            ("experts in layers 1 and 4 only", lambda g: [g.has_tensor("blk.%d.ffn_gate_inp.weight" % i)
+                                                         for i in range(6)] == [0, 1, 0, 0, 1, 0]),
+            ("layer 2 without attn_v", lambda g: not g.has_tensor("blk.2.attn_v.weight")),
+            ("local heads of 32, global of 64", lambda g: g.get("gemma4.attention.key_length_swa") == 32
+             and g.get("gemma4.attention.key_length") == 64),
+        ]
+        if shared:
+            checks.append(("layers 3-5 without attn_k", lambda g: not any(
+                g.has_tensor("blk.%d.attn_k.weight" % i) for i in (3, 4, 5))))
+        return checks
+
+    def expect(t, shared=3):
+        return with_checks(expect_arch_and_type("gemma4", t), *has(shared))
+    return [
+        Case("gemma4-f32-tiny", "gemma4", "f32", tiny, expect=expect("f32")),
+        Case("gemma4-f32-tiny-long", "gemma4", "f32", tiny, tokens=LONG_TOKENS, expect=expect("f32")),
+        Case("gemma4-f32-tiny-decode", "gemma4", "f32", tiny, logits_extra=["--one-by-one"], tokens=LONG_TOKENS,
+             expect=expect("f32")),
+        Case("gemma4-f32-greedy-64-decode", "gemma4", "f32", tiny, logits_extra=["--one-by-one"], greedy_steps=64,
+             expect=expect("f32")),
+        Case("gemma4-f32-tiny-unshared", "gemma4", "f32", tiny, extra=["--kv-shared", "0"], tokens=LONG_TOKENS,
+             expect=expect("f32", 0)),
+        Case("gemma4-q8_0-tiny", "gemma4", "q8_0", tiny, tokens=LONG_TOKENS, expect=expect("q8_0"),
+             tol=TOL_GEMMA4_QUANT),
+    ]
+
+
+def qwen35_checks(n_layer, attention_layers, n_nextn, k_heads, v_heads, state, tied):
+    """What a qwen35 synth file must contain for the case to test what it says."""
 
 
 def qwen35_checks(n_layer, attention_layers, n_nextn, k_heads, v_heads, state, tied, arch="qwen35"):
@@ -718,6 +788,8 @@ def reference_model(g, n_ctx):
         return gptoss_numpy.GptOssModel(g)
     if g.get("general.architecture") in QWEN35_ARCHS:
         return qwen35_numpy.Qwen35Model(g)
+    if g.get("general.architecture") == "gemma4":
+        return gemma4_numpy.Gemma4Model(g)
     return llama_numpy.LlamaModel(g, n_ctx=n_ctx)
 
 
