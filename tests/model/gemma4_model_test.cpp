@@ -1,5 +1,5 @@
 // Gemma 4 (gemma4): what its GGUF layout reads as (the tiny synth's every feature), the
-// KV cache's bytes per token with shared-KV
+// one-line errors for inconsistent layouts, the KV cache's bytes per token with shared-KV
 // layers counted once (against the formula, with and without windows), and the per-layer
 // token embeddings read in place from the file mapping (RSS, not the model's accounting).
 // The forward pass itself is checked against gemma4_numpy.py and llama.cpp
@@ -124,6 +124,70 @@ std::string write_metadata(const std::string& path, int64_t n_layers, int64_t pe
     w.add_tensor_f32("blk." + std::to_string(l) + ".attn_v.weight", GgmlType::F32, {16}, one.data());
   w.write(path);
   return path;
+}
+
+std::string load_error(const std::string& path) {
+  try {
+    (void)ModelConfig::from_gguf(gguf::GgufFile::open(path));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST_F(Gemma4, InconsistentLayoutsAreOneLineErrors) {
+  struct BadCase {
+    const char* name;
+    int64_t n_layers, period, shared;
+    std::function<void(gguf::GgufWriter&)> edit;
+    const char* says;
+  };
+  const std::vector<BadCase> cases = {
+      {"pattern-short", 6, 3, 0,
+       [](gguf::GgufWriter& w) {
+         w.set("gemma4.attention.sliding_window_pattern",
+               Value::array(gguf::ValueType::BOOL, {Value::boolean(true), Value::boolean(false)}));
+       },
+       "attention.sliding_window_pattern has 2 entries for block_count 6"},
+      {"pattern-not-bool", 6, 3, 0,
+       [](gguf::GgufWriter& w) { w.set("gemma4.attention.sliding_window_pattern", Value::i32_array({1, 1, 2, 1, 1, 0})); },
+       "attention.sliding_window_pattern holds 2 (each entry is a bool)"},
+      {"pattern-missing", 6, 3, 0,
+       [](gguf::GgufWriter& w) { w.set("gemma4.attention.sliding_window_pattern", Value::str("x")); },
+       "is neither an integer nor an array"},
+      {"window-zero", 6, 3, 0, [](gguf::GgufWriter& w) { w.set("gemma4.attention.sliding_window", Value::u32(0)); },
+       "marks local layers but attention.sliding_window is 0"},
+      {"kv-heads-array-short", 6, 3, 0,
+       [](gguf::GgufWriter& w) { w.set("gemma4.attention.head_count_kv", Value::i32_array({2, 2, 1})); },
+       "attention.head_count_kv has 3 entries for block_count 6"},
+      {"ffn-array-short", 6, 3, 0,
+       [](gguf::GgufWriter& w) { w.set("gemma4.feed_forward_length", Value::i32_array({512, 512})); },
+       "feed_forward_length has 2 entries for block_count 6"},
+      {"value-length-swa", 6, 3, 0,
+       [](gguf::GgufWriter& w) { w.set("gemma4.attention.value_length_swa", Value::u32(128)); },
+       "attention.value_length_swa 128 differs from key_length_swa 256"},
+      {"rot-swa-too-wide", 6, 3, 0,
+       [](gguf::GgufWriter& w) { w.set("gemma4.rope.dimension_count_swa", Value::u32(512)); },
+       "rope.dimension_count_swa 512 must be even and <= key_length_swa 256"},
+      // 2 shared of 6 (period 3): layer 4 (local) would read layer 2, which is global.
+      {"shared-other-kind", 6, 3, 2, {},
+       "shared layer 4 (local) would reuse the K/V of layer 2, a global layer (another head size and window)"},
+      // Every layer shared: layer 0 would read layer -2, before it and without K/V.
+      {"shared-points-forward", 6, 3, 6, {},
+       "shared layer 0 (local) would reuse the K/V of layer -2, which is not an earlier layer with K/V of its own"},
+      {"shared-too-many", 6, 3, 7, {}, "attention.shared_kv_layers 7 is outside [0, block_count 6]"},
+  };
+  for (const BadCase& bc : cases) {
+    SCOPED_TRACE(bc.name);
+    const std::string msg = load_error(write_metadata(path(std::string(bc.name) + ".gguf"), bc.n_layers, bc.period,
+                                                      bc.shared, bc.edit));
+    EXPECT_NE(msg.find(bc.says), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    EXPECT_NE(msg.find(bc.name), std::string::npos) << "names the file: " << msg;
+  }
+  // The same layout with sharing that reads its own kind loads (3 shared of 6: layers 3, 4
+  // read local layer 1, layer 5 global layer 2).
+  EXPECT_EQ(load_error(write_metadata(path("ok.gguf"), 6, 3, 3)), "(no error)");
 }
 
 // KV bytes one sequence holds at 8k context, from PoolStats, for E4B's KV geometry (42
