@@ -20,6 +20,7 @@ const char* tool_call_format_name(ToolCallFormat f) {
     case ToolCallFormat::DeepSeekV3: return "deepseek_v3";
     case ToolCallFormat::DeepSeekR1: return "deepseek_r1";
     case ToolCallFormat::GptOss: return "gpt_oss";
+    case ToolCallFormat::Gemma4: return "gemma4";
   }
   return "unknown";
 }
@@ -29,6 +30,7 @@ const char* reasoning_format_name(ReasoningFormat f) {
     case ReasoningFormat::None: return "none";
     case ReasoningFormat::Think: return "think";
     case ReasoningFormat::GptOss: return "gpt_oss";
+    case ReasoningFormat::Gemma4: return "gemma4";
   }
   return "unknown";
 }
@@ -41,6 +43,12 @@ ChatFormat detect_chat_format(std::string_view src, std::string_view architectur
   if (has("<|channel|>") || architecture == "gpt-oss") {
     f.tools = ToolCallFormat::GptOss;
     f.reasoning = ReasoningFormat::GptOss;
+    return f;
+  }
+  // Gemma 4: its calls' "<|tool_call>call:" (llama.cpp's test) or its turn and channel markers.
+  if (has("<|tool_call>call:") || (has("<|turn>") && has("<|channel>")) || architecture == "gemma4") {
+    f.tools = ToolCallFormat::Gemma4;
+    f.reasoning = ReasoningFormat::Gemma4;
     return f;
   }
   if (think) f.reasoning = ReasoningFormat::Think;
@@ -82,7 +90,24 @@ bool prompt_opens_thinking(const ChatFormat& f, std::string_view prompt) {
   while (!prompt.empty() && detail::is_ws(prompt.back())) prompt.remove_suffix(1);
   if (f.reasoning == ReasoningFormat::Think) return prompt.ends_with("<think>");
   if (f.reasoning == ReasoningFormat::GptOss) return prompt.ends_with("<|channel|>analysis<|message|>");
+  if (f.reasoning == ReasoningFormat::Gemma4) return prompt.ends_with("<|channel>thought");
   return false;
+}
+
+bool prompt_closes_thinking(const ChatFormat& f, std::string_view prompt) {
+  while (!prompt.empty() && detail::is_ws(prompt.back())) prompt.remove_suffix(1);
+  return f.reasoning == ReasoningFormat::Gemma4 &&
+         (prompt.ends_with("<|channel>thought\n<channel|>") || prompt.ends_with("<|channel>thought<channel|>"));
+}
+
+namespace detail {
+nlohmann::json gemma4_tool_responses(const nlohmann::json& messages);  // gemma4_parser.cpp
+}  // namespace detail
+
+nlohmann::json messages_for_template(const ChatFormat& f, std::string_view src, const nlohmann::json& messages) {
+  if (f.tools == ToolCallFormat::Gemma4 && src.find("OpenAI Chat Completions:") == std::string_view::npos)
+    return detail::gemma4_tool_responses(messages);
+  return messages;
 }
 
 namespace detail {
@@ -138,6 +163,7 @@ MessageParts parse_message_parts(const ChatFormat& f, std::string_view text, con
                                  bool partial) {
   if (f.reasoning == ReasoningFormat::GptOss || f.tools == ToolCallFormat::GptOss)
     return parse_harmony(text, opts, partial);
+  if (f.tools == ToolCallFormat::Gemma4) return parse_gemma4(text, opts, partial);
 
   MessageParts out;
   if (f.reasoning != ReasoningFormat::Think) {

@@ -48,12 +48,14 @@ enum class ToolCallFormat {
   DeepSeekV3,  // <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{..}\n```<｜tool▁call▁end｜>
   DeepSeekR1,  // as V3 (R1's template); reasoning in <think>
   GptOss,      // harmony: <|channel|>commentary to=functions.NAME ... <|message|>{..}<|call|>
+  Gemma4,      // <|tool_call>call:NAME{key:<|"|>text<|"|>,n:1}<tool_call|> (Gemma's value syntax)
 };
 
 enum class ReasoningFormat {
   None,   // no reasoning markers
   Think,  // <think>...</think> (Qwen3, DeepSeek-R1 and its distills, QwQ, ...)
   GptOss, // harmony analysis channel
+  Gemma4, // <|channel>thought ... <channel|>
 };
 
 // Which spelling of its family a template writes. The parsers accept every spelling of
@@ -76,6 +78,15 @@ const char* reasoning_format_name(ReasoningFormat f);
 
 ChatFormat detect_chat_format(std::string_view template_source, std::string_view architecture = "");
 
+// `messages` (OpenAI shape, tool-call arguments already objects) as the format's template
+// reads them. Gemma 4 templates that predate the official one reading role "tool" (their
+// source lacks its "OpenAI Chat Completions:" note; llama.cpp tells them apart the same
+// way) take an assistant turn's tool results as its `tool_responses` ([{name, response}],
+// a result's JSON text parsed) and the answer after them in the same turn, as llama.cpp's
+// convert_tool_responses_gemma4 does. Every other format: unchanged.
+nlohmann::json messages_for_template(const ChatFormat& f, std::string_view template_source,
+                                     const nlohmann::json& messages);
+
 struct ParseOptions {
   bool parse_tool_calls = false;   // the request has tools and tool_choice != none
   bool extract_reasoning = true;   // --reasoning-format auto; false: thinking stays in content
@@ -83,6 +94,10 @@ struct ParseOptions {
   // "<think>\n": DeepSeek-R1 distills, Qwen3 thinking templates), so the output
   // starts inside it.
   bool thinking_open_at_start = false;
+  // The rendered prompt closed an empty thinking block, i.e. thinking is off (Gemma 4's
+  // template without enable_thinking ends in "<|channel>thought\n<channel|>"): a constrained
+  // output then gets no thinking prefix (a forced call does not wander off into a thought).
+  bool thinking_off = false;
   // ids given to calls: prefix + running index (the server passes a unique prefix).
   std::string call_id_prefix = "call_";
   // The request's `tools` (OpenAI shape). A call naming a function not among them is not
@@ -97,6 +112,9 @@ struct ParseOptions {
 
 // True when the prompt ends with an opened, unclosed thinking block.
 bool prompt_opens_thinking(const ChatFormat& f, std::string_view rendered_prompt);
+// True when the prompt ends with an empty, closed thinking block that turns thinking off
+// (Gemma 4 only: Think formats keep their optional block, as before).
+bool prompt_closes_thinking(const ChatFormat& f, std::string_view rendered_prompt);
 
 struct ToolCall {
   std::string id;

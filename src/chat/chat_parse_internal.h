@@ -35,6 +35,13 @@ void parse_content_region(const ChatFormat& f, std::string_view text, const Pars
 // gpt-oss harmony: channels, reasoning and calls in one pass.
 MessageParts parse_harmony(std::string_view text, const ParseOptions& opts, bool partial);
 
+// GBNF rules for "any text without the marker m, then m" as rule `prefix` (and helpers
+// named prefix-t<i>, prefix-e<i>). Requires: m[0] occurs once in m (reasoning_grammar.cpp).
+std::string text_until_marker_rules(const std::string& prefix, const std::string& m);
+
+// Gemma 4: thinking channels, content and <|tool_call> calls in one pass (gemma4_parser.cpp).
+MessageParts parse_gemma4(std::string_view text, const ParseOptions& opts, bool partial);
+
 MessageParts parse_message_parts(const ChatFormat& f, std::string_view text, const ParseOptions& opts,
                                  bool partial);
 

@@ -15,7 +15,7 @@
 
 namespace pagoda::chat {
 
-namespace {
+namespace detail {
 
 // One code point (here: an ASCII byte) inside a GBNF character class.
 std::string class_char(char c) {
@@ -47,7 +47,7 @@ std::string text_until_marker_rules(const std::string& prefix, const std::string
   return out;
 }
 
-}  // namespace
+}  // namespace detail
 
 ReasoningGrammar with_reasoning_prefix(const ChatFormat& f, const std::string& body_gbnf, bool opened,
                                        bool tool_calls) {
@@ -56,18 +56,28 @@ ReasoningGrammar with_reasoning_prefix(const ChatFormat& f, const std::string& b
     const std::string block = "pagoda-analysis-block";
     std::string out = body_gbnf;
     if (!out.empty() && out.back() != '\n') out += '\n';
-    out += text_until_marker_rules(block, "<|end|>");
+    out += detail::text_until_marker_rules(block, "<|end|>");
     const std::string next = block + " \"<|start|>assistant\"";
     const std::string body = tool_calls ? "root" : "\"<|channel|>final<|message|>\" root";
     out += std::string(kReasoningRoot) + " ::= " +
            (opened ? next + " " + body : "(\"<|channel|>analysis<|message|>\" " + next + ")? " + body) + "\n";
     return {out, kReasoningRoot};
   }
+  if (f.reasoning == ReasoningFormat::Gemma4) {
+    // "<|channel>thought" (unless the prompt opened it), text, "<channel|>".
+    const std::string block = "pagoda-reasoning-block";
+    std::string out = body_gbnf;
+    if (!out.empty() && out.back() != '\n') out += '\n';
+    out += detail::text_until_marker_rules(block, "<channel|>");
+    out += std::string(kReasoningRoot) + " ::= " +
+           (opened ? block + " root" : "(\"<|channel>thought\" " + block + ")? root") + "\n";
+    return {out, kReasoningRoot};
+  }
   if (f.reasoning != ReasoningFormat::Think) return {body_gbnf, "root"};
   const std::string block = "pagoda-reasoning-block";
   std::string out = body_gbnf;
   if (!out.empty() && out.back() != '\n') out += '\n';
-  out += text_until_marker_rules(block, "</think>");
+  out += detail::text_until_marker_rules(block, "</think>");
   const std::string after = "([ \\t] | \"\\n\"){0,3}";
   out += std::string(kReasoningRoot) + " ::= " +
          (opened ? block + " " + after + " root" : "(\"<think>\" " + block + " " + after + ")? root") + "\n";

@@ -2,6 +2,7 @@
 // tool). The grammar is the whole output; markers that are special tokens in the
 // model's vocabulary ([TOOL_CALLS], DeepSeek's ｜tool▁...｜) are spelled as their text,
 // since the matcher works on the bytes tokens produce.
+#include <algorithm>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -80,6 +81,59 @@ std::string parameter_list(GbnfBuilder& b, const Tool& t, size_t i, const json& 
   return body.empty() ? "\"\"" : body;
 }
 
+// Gemma 4's arguments for one tool, in Gemma's value syntax: with simple properties, a
+// dict of them in sorted order (the template writes past calls with dictsort), required
+// ones present, each scalar typed by its schema (string -> <|"|>text<|"|> or an enum's
+// values, integer / number / boolean as JSON spells them, anything else any value);
+// otherwise any dict. Commas: `first_k` starts at property k with nothing written yet,
+// `then_k` after something was.
+std::string gemma4_value_rule(GbnfBuilder& b, const json& schema, const std::string& name) {
+  const std::string type = schema.is_object() && schema.contains("type") && schema["type"].is_string()
+                               ? schema["type"].get<std::string>()
+                               : "";
+  if (schema.is_object() && schema.contains("enum") && schema["enum"].is_array() && !schema["enum"].empty()) {
+    std::string alts;
+    for (const json& v : schema["enum"]) {
+      if (!alts.empty()) alts += " | ";
+      alts += v.is_string() ? lit("<|\"|>" + v.get<std::string>() + "<|\"|>") : lit(v.dump());
+    }
+    return b.add_rule(name, alts);
+  }
+  if (type == "string") return "g4-string";
+  if (type == "integer" || type == "number" || type == "boolean") return b.add_json_schema(json{{"type", type}}, name);
+  return "g4-value";
+}
+
+std::string gemma4_args_rule(GbnfBuilder& b, const Tool& t, size_t i) {
+  const json* props = simple_properties(t);
+  if (!props) return "g4-dict";
+  std::vector<std::string> keys;
+  for (auto it = props->begin(); it != props->end(); ++it) keys.push_back(it.key());
+  std::sort(keys.begin(), keys.end());
+  const std::string base = "tool" + std::to_string(i) + "-g4";
+  const std::string ws = b.ws();
+  std::vector<std::string> items;
+  for (size_t k = 0; k < keys.size(); ++k)
+    items.push_back(lit(keys[k] + ":") + " " + ws + " " +
+                    gemma4_value_rule(b, (*props)[keys[k]], base + "-v" + std::to_string(k)));
+  const size_t n = keys.size();
+  auto first = [&](size_t k) { return base + "-first" + std::to_string(k); };
+  auto then = [&](size_t k) { return base + "-then" + std::to_string(k); };
+  b.add_rule(first(n), "\"\"");
+  b.add_rule(then(n), "\"\"");
+  for (size_t k = n; k-- > 0;) {
+    const std::string sep = lit(",") + " " + ws + " ";
+    if (is_required(t, keys[k])) {
+      b.add_rule(then(k), sep + items[k] + " " + then(k + 1));
+      b.add_rule(first(k), items[k] + " " + then(k + 1));
+    } else {
+      b.add_rule(then(k), "(" + sep + items[k] + ")? " + then(k + 1));
+      b.add_rule(first(k), items[k] + " " + then(k + 1) + " | " + first(k + 1));
+    }
+  }
+  return b.add_rule(base, lit("{") + " " + ws + " " + first(0) + " " + ws + " " + lit("}"));
+}
+
 std::string call_rule(GbnfBuilder& b, const ChatFormat& f, const Tool& t, size_t i) {
   const std::string name_json = json(t.name).dump();
   const std::string rule = "tool" + std::to_string(i) + "-call";
@@ -134,6 +188,9 @@ std::string call_rule(GbnfBuilder& b, const ChatFormat& f, const Tool& t, size_t
     case ToolCallFormat::GptOss:
       return b.add_rule(rule, lit("<|channel|>commentary to=functions." + t.name + " <|constrain|>json<|message|>") +
                                   " " + args_rule(b, t, i) + " " + lit("<|call|>"));
+    case ToolCallFormat::Gemma4:
+      return b.add_rule(rule, lit("<|tool_call>call:" + t.name) + " " + gemma4_args_rule(b, t, i) + " " +
+                                  lit("<tool_call|>"));
   }
   throw std::invalid_argument("tool-call grammar: unknown format");
 }
@@ -185,8 +242,22 @@ std::string tool_call_grammar(const ChatFormat& format, const json& tools, const
       break;
     }
     case ToolCallFormat::GptOss: root = repeat("<|start|>assistant"); break;
+    case ToolCallFormat::Gemma4: root = repeat(""); break;
   }
   b.add_rule("tool-calls", root);
+  if (f.tools == ToolCallFormat::Gemma4) {
+    // Gemma 4's argument values: <|"|>text<|"|>, JSON numbers / true / false / null,
+    // {key:value, ...} with bare keys, [value, ...].
+    const std::string ws = b.ws();
+    b.add_rule("g4-value", "g4-string | g4-dict | g4-array | g4-number | \"true\" | \"false\" | \"null\"");
+    b.add_rule("g4-string", lit("<|\"|>") + " g4-string-rest");
+    b.add_rule("g4-key", "[^:}<\" \\t\\n,{] [^:}<\"\\n]*");
+    b.add_rule("g4-kv", "g4-key \":\" " + ws + " g4-value");
+    b.add_rule("g4-dict", "\"{\" " + ws + " (g4-kv (\",\" " + ws + " g4-kv)*)? " + ws + " \"}\"");
+    b.add_rule("g4-array", "\"[\" " + ws + " (g4-value (\",\" " + ws + " g4-value)*)? " + ws + " \"]\"");
+    b.add_rule("g4-number", b.add_json_schema(nlohmann::json{{"type", "number"}}, "g4-num"));
+    return b.gbnf("tool-calls") + text_until_marker_rules("g4-string-rest", "<|\"|>");
+  }
   return b.gbnf("tool-calls");
 }
 

@@ -585,7 +585,8 @@ std::vector<Marker> markers_for(const ChatFormat& f) {
     case ToolCallFormat::Llama3:
       return {{"<|python_tag|>", Marker::PythonTag}, {"functools[", Marker::FuncTools}};
     case ToolCallFormat::Generic:
-    case ToolCallFormat::GptOss: return {};
+    case ToolCallFormat::GptOss:
+    case ToolCallFormat::Gemma4: return {};  // parsed on their own (harmony_parser, gemma4_parser)
   }
   return {};
 }

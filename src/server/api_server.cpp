@@ -291,7 +291,7 @@ json with_string_tool_turns(const json& messages) {
 std::string ApiServer::render_chat(const ordered_json& messages, const ordered_json& tools,
                                    bool add_generation_prompt, const ordered_json& extra) const {
   ChatTemplate::Inputs in;
-  in.messages = with_parsed_tool_arguments(messages);
+  in.messages = chat::messages_for_template(chat_format_, chat_template_->source(), with_parsed_tool_arguments(messages));
   in.tools = tools;
   in.add_generation_prompt = add_generation_prompt;
   if (tokenizer_->bos() >= 0) in.bos_token = tokenizer_->token_text(tokenizer_->bos());
@@ -305,7 +305,7 @@ std::string ApiServer::render_chat(const ordered_json& messages, const ordered_j
     const bool has_calls = std::any_of(messages.begin(), messages.end(),
                                        [](const json& m) { return m.is_object() && m.contains("tool_calls"); });
     if (has_calls) {
-      in.messages = with_string_tool_turns(messages);
+      in.messages = chat::messages_for_template(chat_format_, chat_template_->source(), with_string_tool_turns(messages));
       try {
         return chat_template_->apply(in);
       } catch (const Error&) {
@@ -327,6 +327,7 @@ std::optional<chat::ParseOptions> ApiServer::output_parsing(const CompletionRequ
   if (calls) po.tools = cr.tools;
   po.extract_reasoning = reasoning;
   po.thinking_open_at_start = reasoning && chat::prompt_opens_thinking(chat_format_, prompt);
+  po.thinking_off = chat::prompt_closes_thinking(chat_format_, prompt);
   po.call_id_prefix = make_id(call_id_prefix, next_id_.fetch_add(1)) + "_";
   return po;
 }
@@ -421,7 +422,7 @@ std::shared_ptr<const grammar::Grammar> ApiServer::output_grammar(const Completi
   // every byte of it); schemas, regexes, choices and tool calls constrain the answer
   // and leave a thinking model its reasoning first, as vLLM's reasoning parsers do.
   const bool raw_gbnf = !tools && cr.constraint.kind == OutputConstraint::Kind::Grammar;
-  if (parse && parse->extract_reasoning && !raw_gbnf) {
+  if (parse && parse->extract_reasoning && !raw_gbnf && !parse->thinking_off) {
     const chat::ReasoningGrammar rg =
         chat::with_reasoning_prefix(chat_format_, gbnf, parse->thinking_open_at_start, tools);
     return grammars_.get(rg.gbnf, param, rg.root);

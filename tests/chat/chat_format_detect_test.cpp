@@ -62,7 +62,7 @@ const std::map<std::string, Want> kExpected = {
     {"deepseek-ai-DeepSeek-V3.2.jinja", {TF::DeepSeekV3, RF::Think, SX::DeepSeekDsml}},
     {"fireworks-ai-llama-3-firefunction-v2.jinja", {TF::Llama3, RF::None, SX::FireFunction}},
     {"google-gemma-2-2b-it.jinja", {TF::Generic, RF::None}},
-    {"google-gemma-4-31B-it-interleaved.jinja", {TF::Generic, RF::None}},
+    {"google-gemma-4-31B-it-interleaved.jinja", {TF::Gemma4, RF::Gemma4}},
     {"ibm-granite-granite-3.3-2B-Instruct.jinja", {TF::Generic, RF::Think}},
     {"ibm-granite-granite-4.1.jinja", {TF::Hermes, RF::None}},
     {"llama-cpp-deepseek-r1.jinja", {TF::DeepSeekR1, RF::Think}},
@@ -105,6 +105,10 @@ TEST(ChatFormatDetect, HandWrittenMarkers) {
   EXPECT_EQ(detect_chat_format("{{ '<|start|>assistant<|channel|>final<|message|>' }}").tools, TF::GptOss);
   EXPECT_EQ(detect_chat_format("", "gpt-oss").reasoning, RF::GptOss);
   EXPECT_EQ(detect_chat_format("<tool_call>\n<function=x>").tools, TF::Qwen3Coder);
+  // Gemma 4: its call marker, its turn and channel markers, or the architecture.
+  EXPECT_EQ(detect_chat_format("{{- '<|tool_call>call:' + function['name'] -}}").tools, TF::Gemma4);
+  EXPECT_EQ(detect_chat_format("<|turn>model\n<|channel>thought\n<channel|>").reasoning, RF::Gemma4);
+  EXPECT_EQ(detect_chat_format("{{ messages }}", "gemma4").tools, TF::Gemma4);
   EXPECT_EQ(detect_chat_format("[TOOL_CALLS] {{ tool_calls|tojson }}").syntax, SX::Default);
   const ChatFormat v31 = detect_chat_format("<｜tool▁call▁begin｜>' + name + '<｜tool▁sep｜>' + args");
   EXPECT_EQ(v31.tools, TF::DeepSeekV3);
@@ -120,6 +124,10 @@ TEST(ChatFormatDetect, PromptOpensThinking) {
   EXPECT_FALSE(prompt_opens_thinking(think, "<|im_start|>assistant\n<think>\n\n</think>\n\n"));
   EXPECT_FALSE(prompt_opens_thinking({TF::Hermes, RF::None}, "<think>"));
   EXPECT_TRUE(prompt_opens_thinking({TF::GptOss, RF::GptOss}, "<|start|>assistant<|channel|>analysis<|message|>"));
+  // Gemma 4: thinking off closes an empty thought in the prompt; open only mid-thought.
+  EXPECT_FALSE(prompt_opens_thinking({TF::Gemma4, RF::Gemma4}, "<|turn>model\n<|channel>thought\n<channel|>"));
+  EXPECT_FALSE(prompt_opens_thinking({TF::Gemma4, RF::Gemma4}, "<|turn>model\n"));
+  EXPECT_TRUE(prompt_opens_thinking({TF::Gemma4, RF::Gemma4}, "<|turn>model\n<|channel>thought\n"));
 }
 
 }  // namespace

@@ -50,6 +50,7 @@ inline std::vector<Sample> sample_outputs() {
   const ChatFormat ds_r1{ToolCallFormat::DeepSeekR1, ReasoningFormat::Think};
   const ChatFormat gptoss{ToolCallFormat::GptOss, ReasoningFormat::GptOss};
   const ChatFormat generic{};
+  const ChatFormat gemma4{ToolCallFormat::Gemma4, ReasoningFormat::Gemma4};
   std::vector<Sample> s;
   s.push_back({"hermes one call", hermes, with_tools(),
                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"});
@@ -109,6 +110,22 @@ inline std::vector<Sample> sample_outputs() {
   s.push_back({"gptoss recipient in header", gptoss, with_tools(),
                "<|start|>assistant to=functions.lookup<|channel|>commentary json<|message|>{\"id\": 7}<|call|>"});
   s.push_back({"gptoss unterminated final", gptoss, with_tools(), "<|channel|>final<|message|>Partial answer"});
+  s.push_back({"gemma4 thought + content", gemma4, with_tools(),
+               "<|channel>thought\nThe user greets me.<channel|>Hello! How can I help?"});
+  s.push_back({"gemma4 call", gemma4, with_tools(),
+               "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:3}<tool_call|>"});
+  s.push_back({"gemma4 thought + two calls, nested values", gemma4, with_tools(),
+               "<|channel>thought\nNeed both.<channel|><|tool_call>call:a{opts:{deep:[1,2.5,<|\"|>x, \"y\"\n<|\"|>],"
+               "flag:true,none:null},q:<|\"|>{not json}<|\"|>}<tool_call|><|tool_call>call:b{}<tool_call|>"});
+  s.push_back({"gemma4 content then call", gemma4, with_tools(),
+               "Let me check.\n<|tool_call>call:get_weather{city:<|\"|>Rome<|\"|>}<tool_call|>"});
+  s.push_back({"gemma4 empty channel and stray close", gemma4, with_tools(),
+               "<|channel><|channel>thought\nok<channel|><channel|>Answer."});
+  s.push_back({"gemma4 thinking open at start", gemma4, with_tools(true), "Let me think.<channel|>Sure."});
+  s.push_back({"gemma4 malformed call", gemma4, with_tools(),
+               "<|tool_call>call:get_weather{city:Paris}<tool_call|> done"});
+  s.push_back({"gemma4 no tools", gemma4, ParseOptions{}, "<|tool_call>call:a{}<tool_call|>"});
+  s.push_back({"gemma4 turn marker", gemma4, with_tools(), "<|turn>model\nHi <b>there</b> <|chan"});
   s.push_back({"generic object", generic, with_tools(),
                "{\"tool_calls\": [{\"name\": \"a\", \"arguments\": {\"x\": \"y\"}}, {\"name\": \"b\", \"arguments\": {}}]}"});
   s.push_back({"generic fenced single", generic, with_tools(),
@@ -139,6 +156,7 @@ inline std::vector<Sample> sample_outputs() {
                    "function_calls>"});
   s.push_back({"unoffered gptoss", gptoss, weather,
                "<|channel|>commentary to=functions.rm_rf <|constrain|>json<|message|>{\"path\": \"/\"}<|call|>"});
+  s.push_back({"unoffered gemma4", gemma4, weather, "<|tool_call>call:rm_rf{path:<|\"|>/<|\"|>}<tool_call|>"});
   s.push_back({"unoffered generic", generic, weather, "{\"tool_calls\": [{\"name\": \"rm_rf\", \"arguments\": {}}]}"});
   s.push_back({"offered generic", generic, weather, "{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}"});
   return s;

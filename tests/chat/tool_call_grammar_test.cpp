@@ -109,6 +109,9 @@ std::vector<Case> cases() {
                "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>" + w +
                    "<|call|><|start|>assistant<|channel|>commentary to=functions.search <|constrain|>json<|message|>" + s +
                    "<|call|>"});
+  const std::string g4w = "call:get_weather{city:<|\"|>Paris<|\"|>,days:3}<tool_call|>";
+  c.push_back({"gemma4", {ToolCallFormat::Gemma4, ReasoningFormat::Gemma4}, "<|tool_call>" + g4w,
+               "<|tool_call>" + g4w + "<|tool_call>call:search{query:<|\"|>umbrellas<|\"|>}<tool_call|>"});
   return c;
 }
 
@@ -171,6 +174,30 @@ TEST(ToolCallGrammar, ToolsWithoutParametersAndUnknownNames) {
   ParsedMessage m = parse_chat_output({ToolCallFormat::Qwen3Coder}, call, o);
   ASSERT_EQ(m.tool_calls.size(), 1u);
   EXPECT_EQ(m.tool_calls[0].arguments, "{}");
+}
+
+// Gemma 4's arguments are Gemma's value syntax, typed per property: keys in sorted order
+// (as its template writes past calls), required ones present, scalars by their schema.
+TEST(ToolCallGrammar, Gemma4ArgumentsFollowTheSchemaInGemmasSyntax) {
+  const ChatFormat g4{ToolCallFormat::Gemma4, ReasoningFormat::Gemma4};
+  const std::string g = tool_call_grammar(g4, kTools, std::string("get_weather"), false);
+  EXPECT_TRUE(accepts(g, "<|tool_call>call:get_weather{city:<|\"|>Paris, \"TX\" {x}<|\"|>}<tool_call|>")) << g;
+  EXPECT_TRUE(accepts(g, "<|tool_call>call:get_weather{city:<|\"|><|\"|>, days:-2}<tool_call|>"));
+  EXPECT_FALSE(accepts(g, "<|tool_call>call:get_weather{days:3}<tool_call|>"));  // city is required
+  EXPECT_FALSE(accepts(g, "<|tool_call>call:get_weather{days:3,city:<|\"|>P<|\"|>}<tool_call|>"));  // order
+  EXPECT_FALSE(accepts(g, "<|tool_call>call:get_weather{city:<|\"|>P<|\"|>,days:<|\"|>3<|\"|>}<tool_call|>"));
+  EXPECT_FALSE(accepts(g, "<|tool_call>call:get_weather{city:\"P\"}<tool_call|>"));  // JSON quotes
+  // Without properties: any dict of Gemma values.
+  const json any = json::parse(R"([{"type": "function", "function": {"name": "now"}}])");
+  const std::string a = tool_call_grammar(g4, any, std::nullopt, false);
+  EXPECT_TRUE(accepts(a, "<|tool_call>call:now{k:[1,{x:null},<|\"|>s<|\"|>],b:false}<tool_call|>")) << a;
+  EXPECT_TRUE(accepts(a, "<|tool_call>call:now{}<tool_call|>"));
+  // Thinking first, then the call: "<|channel>thought ... <channel|>".
+  const ReasoningGrammar r = with_reasoning_prefix(g4, g, false);
+  grammar::Matcher m(grammar::Grammar::from_gbnf(r.gbnf, r.root), byte_vocab());
+  EXPECT_TRUE(m.accept_bytes("<|channel>thought\nThe <b>city</b> is Paris.<channel|><|tool_call>call:get_weather"
+                             "{city:<|\"|>Paris<|\"|>}<tool_call|>") &&
+              m.is_accepting());
 }
 
 TEST(ToolCallGrammar, UnsupportedSchemaThrows) {

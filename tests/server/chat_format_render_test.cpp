@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "chat/chat_format.h"
+#include "grammar/grammar.h"
 #include "common/error.h"
 #include "server/chat_template.h"
 
@@ -112,7 +113,7 @@ Rendered render_turn(const server::ChatTemplate& t, const ordered_json& calls, c
   if (prompt.ends_with("</think>") && turn.starts_with("</think>")) turn = turn.substr(8);
   // The turn ends at its end-of-turn marker (firefunction writes the next header after it).
   for (const char* eot : {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<｜end▁of▁sentence｜>", "</s>", "<|end|>",
-                          "<|return|>", "<|endoftext|>", "<|end_of_text|>", "<end_of_turn>", "<sep>"}) {
+                          "<|return|>", "<|endoftext|>", "<|end_of_text|>", "<end_of_turn>", "<sep>", "<turn|>"}) {
     const size_t p = turn.find(eot);
     if (p != std::string::npos) turn.resize(p);
   }
@@ -192,7 +193,8 @@ TEST(ChatFormatRender, EveryKnownFormatTemplateRoundTrips) {
   EXPECT_GE(checked, 40);
   EXPECT_GE(with_reasoning, 4);  // Qwen3, QwQ, Qwen3.5, Nemotron 3, ... write it back
   for (ToolCallFormat want : {ToolCallFormat::Hermes, ToolCallFormat::Llama3, ToolCallFormat::Mistral,
-                              ToolCallFormat::Qwen3Coder, ToolCallFormat::DeepSeekV3, ToolCallFormat::DeepSeekR1})
+                              ToolCallFormat::Qwen3Coder, ToolCallFormat::DeepSeekV3, ToolCallFormat::DeepSeekR1,
+                              ToolCallFormat::Gemma4})
     EXPECT_TRUE(formats_seen.count(want)) << chat::tool_call_format_name(want) << " never exercised";
 }
 
@@ -237,6 +239,61 @@ TEST(ChatFormatRender, StreamingMatchesOnRealTurns) {
       EXPECT_EQ(calls[i].second, want.tool_calls[i].arguments) << name;
     }
   }
+}
+
+// Gemma 4's template (the interleaved one in shared/chat-templates, which predates the
+// official template's role "tool") gets an OpenAI conversation's tool results as the
+// calling turn's tool_responses, the answer after them in the same model turn, as
+// llama.cpp renders it; thinking on leaves the model turn open, off closes an empty
+// thought; a forced call's grammar output parses back.
+TEST(ChatFormatRender, Gemma4ToolResultsJoinTheirModelTurn) {
+  const fs::path path = fs::path(PAGODA_SHARED_DIR) / "chat-templates" / "google-gemma-4-31B-it-interleaved.jinja";
+  if (!fs::exists(path)) GTEST_SKIP() << path << " not found";
+  const std::string source = read_file(path);
+  const ChatFormat f = chat::detect_chat_format(source);
+  ASSERT_EQ(f.tools, ToolCallFormat::Gemma4);
+  server::ChatTemplate t(source, "gemma4");
+  const ordered_json messages = ordered_json::parse(R"([
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": null, "tool_calls": [
+      {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 1}}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "{\"temp\": 21, \"sky\": \"clear\"}"},
+    {"role": "assistant", "content": "21 C and clear."},
+    {"role": "user", "content": "Thanks!"}
+  ])");
+  server::ChatTemplate::Inputs in;
+  in.messages = chat::messages_for_template(f, source, messages);
+  in.tools = kTools;
+  in.bos_token = "<bos>";
+  in.add_generation_prompt = true;
+  const std::string off = t.apply(in);
+  EXPECT_NE(off.find("<|turn>model\n<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:1}<tool_call|>"
+                     "<|tool_response>response:get_weather{sky:<|\"|>clear<|\"|>,temp:21}<tool_response|>"
+                     "21 C and clear.<turn|>\n<|turn>user\nThanks!<turn|>\n"),
+            std::string::npos)
+      << off;
+  EXPECT_TRUE(off.starts_with("<bos><|turn>system\nBe brief.<|tool>declaration:get_weather{")) << off;
+  EXPECT_TRUE(off.ends_with("<|turn>model\n<|channel>thought\n<channel|>")) << off;
+  in.extra = {{"enable_thinking", true}};
+  const std::string on = t.apply(in);
+  EXPECT_TRUE(on.starts_with("<bos><|turn>system\n<|think|>\nBe brief.")) << on;
+  EXPECT_TRUE(on.ends_with("<|turn>model\n")) << on;
+  // The official template reads role "tool" itself: messages pass unchanged.
+  EXPECT_EQ(chat::messages_for_template(f, "{#- OpenAI Chat Completions: ... #}" + source, messages), json(messages));
+  // A forced call, thinking first, parses back (with the prompt's state).
+  const std::string out = "<|channel>thought\nCheck Rome.<channel|><|tool_call>call:get_weather{city:<|\"|>Rome<|\"|>}"
+                          "<tool_call|>";
+  const std::string g = chat::tool_call_grammar(f, kTools, std::nullopt, false);
+  const chat::ReasoningGrammar rg = chat::with_reasoning_prefix(f, g, chat::prompt_opens_thinking(f, on));
+  ASSERT_NO_THROW(grammar::Grammar::from_gbnf(rg.gbnf, rg.root));
+  chat::ParseOptions opts;
+  opts.parse_tool_calls = true;
+  opts.tools = kTools;
+  const chat::ParsedMessage m = chat::parse_chat_output(f, out, opts);
+  EXPECT_EQ(m.reasoning_content, "Check Rome.");
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  EXPECT_EQ(json::parse(m.tool_calls[0].arguments), json({{"city", "Rome"}}));
 }
 
 }  // namespace
