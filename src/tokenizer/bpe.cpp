@@ -42,7 +42,7 @@ struct CandidateOrder {
 
 void bpe_tokenize(const Vocab& vocab, std::string_view word, std::vector<TokenId>& out) {
   if (word.empty()) return;
-  if (vocab.ignore_merges) {
+  if (vocab.ignore_merges || (vocab.newline_words_whole && word.find_first_not_of('\n') == std::string_view::npos)) {
     if (auto id = vocab.find_model_token(word)) {
       out.push_back(*id);
       return;

@@ -16,6 +16,7 @@ namespace {
 
 using tokenizer_detail::AddedToken;
 using tokenizer_detail::NormalizerStep;
+using tokenizer_detail::PreTokenizerStep;
 using tokenizer_detail::TokenKind;
 using tokenizer_detail::Vocab;
 
@@ -39,8 +40,11 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& f) {
   const auto model = f.get_string("tokenizer.ggml.model");
   if (!model) throw Error(path + ": no tokenizer metadata (tokenizer.ggml.model is missing)");
   const bool spm = *model == "llama";
-  if (!spm && *model != "gpt2") {
-    throw Error(path + ": unsupported tokenizer.ggml.model '" + *model + "' (supported: llama, gpt2)");
+  // Gemma 4: BPE merges over raw UTF-8 with spaces written as '▁' and <0xNN> byte fallback
+  // (a SentencePiece-style BPE), as llama.cpp b10587 reads its "gemma4" vocabularies.
+  const bool gemma4 = *model == "gemma4";
+  if (!spm && !gemma4 && *model != "gpt2") {
+    throw Error(path + ": unsupported tokenizer.ggml.model '" + *model + "' (supported: llama, gpt2, gemma4)");
   }
 
   const gguf::Array* tokens = f.get_array("tokenizer.ggml.tokens");
@@ -78,7 +82,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& f) {
       auto t = types->items[i].as_int();
       if (!t) throw Error(path + ": tokenizer.ggml.token_type[" + std::to_string(i) + "] is not an integer");
       entry.kind = kind_from_type(*t);
-    } else if (spm && tokenizer_detail::parse_byte_token(entry.text) >= 0) {
+    } else if ((spm || gemma4) && tokenizer_detail::parse_byte_token(entry.text) >= 0) {
       entry.kind = TokenKind::byte;
     }
   }
@@ -106,6 +110,33 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& f) {
         }
         default:
           entry.piece = entry.text;
+      }
+    }
+  } else if (gemma4) {
+    // llama.cpp's LLAMA_VOCAB_PRE_TYPE_GEMMA4: no space prefix, spaces as '▁', the text cut
+    // only into runs of newlines and of everything else, merges on raw UTF-8 (no GPT-2 byte
+    // map), byte fallback, a run of newlines that is a token taken whole, BOS always added
+    // (llama.cpp overrides add_bos_token false for these files).
+    v->algorithm = tokenizer_detail::Algorithm::bpe_ranks;
+    v->byte_fallback = true;
+    v->newline_words_whole = true;
+    v->normalizers.push_back({NormalizerStep::Kind::replace, " ", nullptr, std::string(kSpace)});
+    PreTokenizerStep lines;
+    lines.kind = PreTokenizerStep::Kind::split;
+    lines.regex = std::make_shared<tokenizer_detail::Regex>("[^\n]+|[\n]+");
+    lines.behavior = tokenizer_detail::SplitBehavior::isolated;
+    v->pre_tokenizers.push_back(std::move(lines));
+    default_add_bos = true;
+    for (auto& entry : v->tokens) {
+      switch (entry.kind) {
+        case TokenKind::normal:
+        case TokenKind::unused: entry.piece = tokenizer_detail::replace_all(entry.text, kSpace, " "); break;
+        case TokenKind::byte: {
+          const int b = tokenizer_detail::parse_byte_token(entry.text);
+          entry.piece = b >= 0 ? std::string(1, static_cast<char>(b)) : entry.text;
+          break;
+        }
+        default: entry.piece = entry.text;
       }
     }
   } else {
@@ -139,7 +170,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& f) {
   v->pad = read_id("tokenizer.ggml.padding_token_id", -1);
   if (TokenId eot = read_id("tokenizer.ggml.eot_token_id", -1); eot >= 0) v->eot = eot;
   if (TokenId eom = read_id("tokenizer.ggml.eom_token_id", -1); eom >= 0) v->eom = eom;
-  v->add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(default_add_bos);
+  v->add_bos = gemma4 || f.get_bool("tokenizer.ggml.add_bos_token").value_or(default_add_bos);
   v->add_eos = f.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
 
   // Control, unknown and user-defined tokens are matched in raw text, as in
@@ -161,7 +192,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::GgufFile& f) {
 
   if (!spm) {
     const gguf::Array* merges = f.get_array("tokenizer.ggml.merges");
-    if (merges == nullptr) throw Error(path + ": tokenizer.ggml.merges is missing (required for gpt2)");
+    if (merges == nullptr) throw Error(path + ": tokenizer.ggml.merges is missing (required for " + *model + ")");
     v->merges.reserve(merges->items.size());
     std::string joined;
     for (size_t rank = 0; rank < merges->items.size(); ++rank) {

@@ -24,9 +24,10 @@ namespace {
 constexpr std::string_view kEotNames[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>",   "<end_of_turn>", "<|endoftext|>",
     "<EOT>",      "_<EOT>",     "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
-    "<end_of_utterance>"};
+    "<end_of_utterance>", "<turn|>"};
+// Gemma 4 also stops after a call, where the template writes "<|tool_response>" (llama.cpp).
 constexpr std::string_view kExtraEogNames[] = {"<|eom_id|>", "<|end_of_text|>", "<|return|>",
-                                               "<|call|>"};
+                                               "<|call|>", "<|tool_response>"};
 
 bool is_ascii_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';

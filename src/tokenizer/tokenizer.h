@@ -14,7 +14,10 @@
 //     the pre-tokenizer regexes named by `tokenizer.ggml.pre`) and every
 //     tokenizer.json with a BPE model — byte-level (Llama 3, Qwen2/3) or
 //     SentencePiece-converted with byte fallback (Mistral, Llama 2), whose
-//     model_name() is then "llama". Follows HF `tokenizers` semantics.
+//     model_name() is then "llama". Follows HF `tokenizers` semantics. GGUF
+//     `tokenizer.ggml.model = gemma4` is of the second kind: merges over '▁'-spaced
+//     raw UTF-8, cut into runs of newlines and of the rest, byte fallback (the
+//     same ids as llama.cpp's gemma4 vocabulary).
 // - Special tokens (GGUF token types 3 "control" and 2 "unknown" /
 //   tokenizer.json added tokens with special=true) are recognised in text only when encode(parse_special)
 //   is true; user-defined tokens (type 4 / added tokens with special=false) are
@@ -119,7 +122,7 @@ class Tokenizer {
   bool add_eos() const;
   // True when decode drops the leading space of the text (SPM-style vocabularies).
   bool strips_leading_space() const;
-  // "llama" for SentencePiece-style vocabularies, "gpt2" for byte-level BPE.
+  // "llama" for SentencePiece-style vocabularies, "gpt2" for byte-level BPE, "gemma4".
   std::string model_name() const;
 
  private:

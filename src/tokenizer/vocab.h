@@ -66,7 +66,7 @@ inline uint64_t merge_key(TokenId left, TokenId right) {
 
 struct Vocab {
   std::string source;      // file path, for error messages
-  std::string model_name;  // "llama" or "gpt2"
+  std::string model_name;  // "llama", "gpt2" or "gemma4"
   Algorithm algorithm = Algorithm::bpe_ranks;
   std::vector<TokenEntry> tokens;
   TextIndex text_index;                    // text -> id over `tokens`
@@ -74,6 +74,9 @@ struct Vocab {
   FlatMap64<MergeRule> merges;             // key: merge_key(left, right)
 
   bool ignore_merges = false;  // a word that is itself a token is not merged (Llama 3)
+  // A word of newlines only that is itself a token is not merged (Gemma 4: llama.cpp's
+  // fix for its "\n\n"-style tokens, which its merges do not build).
+  bool newline_words_whole = false;
   bool byte_fallback = false;  // unknown characters become <0xNN> tokens (BPE)
   bool fuse_unk = false;       // consecutive unknown characters give one <unk> (BPE)
 
