@@ -158,6 +158,20 @@ class Model {
   // each sequence continuing its recurrent state (slot `slot` of `states`).
   void linear_attention(const Layer& L, int64_t slot, const Batch& batch, RecurrentStates& states,
                         ThreadPool& pool);
+  // The forward pass's steps (model_forward.cpp), in order. check_batch: the arrays agree,
+  // tokens and positions are in range (pagoda::Error otherwise); returns whether any row
+  // wants its hidden state.
+  bool check_batch(const Batch& batch, const KvStore& kv, const std::vector<float>* hidden) const;
+  void embed(const Batch& batch, ThreadPool& pool);  // scratch x (and Gemma 4's pl_inp)
+  void rope_tables(const Batch& batch);              // scratch rope_cos/sin (and local)
+  // Hybrid models: the batch's sequences and their states (null for other models).
+  RecurrentStates* claim_recurrent_states(const Batch& batch, KvStore& kv);
+  void advance_recurrent_states(const Batch& batch, RecurrentStates& states);
+  void input_norm(const Layer& L, int64_t T, ThreadPool& pool);  // scratch x -> xn
+  // An attention layer over scratch xn into scratch tmp (its K/V into the store).
+  void attention(const Layer& L, int layer, const Batch& batch, KvStore& kv, ThreadPool& pool);
+  void hidden_states(const Batch& batch, std::vector<float>& hidden);
+  void output_logits(const Batch& batch, ThreadPool& pool, std::vector<float>& logits);
 
   std::shared_ptr<const gguf::GgufFile> file_;  // null unless loaded from GGUF
   std::shared_ptr<const WeightSource> weights_;
