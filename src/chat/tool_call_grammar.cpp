@@ -83,24 +83,42 @@ std::string parameter_list(GbnfBuilder& b, const Tool& t, size_t i, const json& 
 
 // Gemma 4's arguments for one tool, in Gemma's value syntax: with simple properties, a
 // dict of them in sorted order (the template writes past calls with dictsort), required
-// ones present, each scalar typed by its schema (string -> <|"|>text<|"|> or an enum's
-// values, integer / number / boolean as JSON spells them, anything else any value);
-// otherwise any dict. Commas: `first_k` starts at property k with nothing written yet,
-// `then_k` after something was.
+// ones present, each scalar typed by its schema (string -> <|"|>text<|"|> or an enum's /
+// const's values, integer / number / boolean as JSON spells them, with their bounds;
+// anything else any value); otherwise any dict. A string's minLength / maxLength /
+// pattern / format hold for its raw text; such a text is written without '<' (only the
+// pattern's own characters may have one), which keeps the closing <|"|> from being
+// spelled inside the counted characters. Commas: `first_k` starts at property k with
+// nothing written yet, `then_k` after something was.
 std::string gemma4_value_rule(GbnfBuilder& b, const json& schema, const std::string& name) {
   const std::string type = schema.is_object() && schema.contains("type") && schema["type"].is_string()
                                ? schema["type"].get<std::string>()
                                : "";
+  // Scalars as Gemma writes them (a dict or list value in JSON's spelling would be text
+  // the parser does not read back: those take any value).
+  auto literal = [](const json& v) {
+    return v.is_string() ? lit("<|\"|>" + v.get<std::string>() + "<|\"|>") : lit(v.dump());
+  };
+  auto structured = [](const json& v) { return v.is_object() || v.is_array(); };
   if (schema.is_object() && schema.contains("enum") && schema["enum"].is_array() && !schema["enum"].empty()) {
     std::string alts;
     for (const json& v : schema["enum"]) {
+      if (structured(v)) return "g4-value";
       if (!alts.empty()) alts += " | ";
-      alts += v.is_string() ? lit("<|\"|>" + v.get<std::string>() + "<|\"|>") : lit(v.dump());
+      alts += literal(v);
     }
     return b.add_rule(name, alts);
   }
-  if (type == "string") return "g4-string";
-  if (type == "integer" || type == "number" || type == "boolean") return b.add_json_schema(json{{"type", type}}, name);
+  if (schema.is_object() && schema.contains("const"))
+    return structured(schema["const"]) ? "g4-value" : b.add_rule(name, literal(schema["const"]));
+  if (type == "string") {
+    if (!schema.contains("minLength") && !schema.contains("maxLength") && !schema.contains("pattern") &&
+        !schema.contains("format"))
+      return "g4-string";
+    const std::string content = b.add_raw_string_content(schema, "g4-char", name + "-text");
+    return b.add_rule(name, lit("<|\"|>") + " " + content + " " + lit("<|\"|>"));
+  }
+  if (type == "integer" || type == "number" || type == "boolean") return b.add_json_schema(schema, name);
   return "g4-value";
 }
 
@@ -251,6 +269,7 @@ std::string tool_call_grammar(const ChatFormat& format, const json& tools, const
     const std::string ws = b.ws();
     b.add_rule("g4-value", "g4-string | g4-dict | g4-array | g4-number | \"true\" | \"false\" | \"null\"");
     b.add_rule("g4-string", lit("<|\"|>") + " g4-string-rest");
+    b.add_rule("g4-char", "[^<]");  // one character of a string with a length, pattern or format
     b.add_rule("g4-key", "[^:}<\" \\t\\n,{] [^:}<\"\\n]*");
     b.add_rule("g4-kv", "g4-key \":\" " + ws + " g4-value");
     b.add_rule("g4-dict", "\"{\" " + ws + " (g4-kv (\",\" " + ws + " g4-kv)*)? " + ws + " \"}\"");

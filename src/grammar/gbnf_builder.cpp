@@ -181,6 +181,15 @@ std::string GbnfBuilder::add_json_schema(const nlohmann::ordered_json& schema, s
   return expr;
 }
 
+std::string GbnfBuilder::add_raw_string_content(const nlohmann::ordered_json& schema, std::string_view raw_char,
+                                                std::string_view name_hint) {
+  if (!schema.is_object()) throw std::invalid_argument("a string schema must be an object");
+  if (raw_char.empty()) throw std::invalid_argument("add_raw_string_content: no character rule");
+  const std::string expr = detail::compile_string_content(
+      *impl_, schema, name_hint.empty() ? "" : detail::sanitize_rule_name(name_hint), std::string(raw_char));
+  return impl_->define(name_hint.empty() ? "raw-string" : name_hint, expr);
+}
+
 std::string GbnfBuilder::add_any_json_value() { return impl_->json_value(); }
 std::string GbnfBuilder::add_any_json_object() { return impl_->json_object(); }
 

@@ -462,6 +462,18 @@ class SchemaCompiler {
   // ---- strings
 
   std::string visit_string(const json& s, const std::string& path) {
+    const std::string content = string_content(s, path, "");
+    if (content.empty()) return b_.json_string();
+    return b_.define(name("string"), "\"\\\"\" " + content + " \"\\\"\"");
+  }
+
+ public:
+  // The characters of a string valid against s's string keywords (minLength, maxLength,
+  // pattern, format), without the quotes: JSON-escaped when raw_char is empty, else
+  // written raw, each character one raw_char (public for compile_string_content). Any
+  // JSON string: "" (the shared string rule serves it).
+  std::string string_content(const json& s, const std::string& path, const std::string& raw_char) {
+    const bool raw = !raw_char.empty();
     const int64_t min_len = count_keyword(s, "minLength", path, 0);
     const int64_t max_len = count_keyword(s, "maxLength", path, kUnbounded);
     if (max_len != kUnbounded && max_len < min_len) throw NeverMatches{path, "minLength > maxLength"};
@@ -476,13 +488,15 @@ class SchemaCompiler {
       std::string body;
       int64_t lo = 0, hi = kUnbounded;
       if (has_pattern) {
-        detail::RegexResult r = detail::regex_expr(b_, s["pattern"].get<std::string>(),
-                                                   detail::RegexMode::kJsonStringSearch, name("pattern"),
-                                                   path + "/pattern");
+        detail::RegexResult r = detail::regex_expr(
+            b_, s["pattern"].get<std::string>(),
+            raw ? detail::RegexMode::kRawStringSearch : detail::RegexMode::kJsonStringSearch, name("pattern"),
+            path + "/pattern", raw_char);
         body = r.expr;
         lo = r.min_len;
         hi = r.max_len;
       } else {
+        // The formats' characters are ASCII that JSON writes unescaped: the same raw.
         body = detail::format_rule(b_, s["format"].get<std::string>(), path, lo, hi);
       }
       const std::string what = has_pattern ? "pattern" : "format";
@@ -492,15 +506,14 @@ class SchemaCompiler {
       if (max_len != kUnbounded && (hi == kUnbounded || hi > max_len))
         unsupported("maxLength", path + "/maxLength",
                     "combining maxLength with a " + what + " that allows longer strings is not supported");
-      return b_.define(name("string"), "\"\\\"\" " + body + " \"\\\"\"");
+      return body;
     }
-    if (min_len == 0 && max_len == kUnbounded) return b_.json_string();
-    return b_.define(name("string"), "\"\\\"\" " +
-                                         detail::repeat(b_, b_.json_char(), min_len, max_len,
-                                                        min_len > 1000000 ? "minLength" : "maxLength", path) +
-                                         " \"\\\"\"");
+    if (min_len == 0 && max_len == kUnbounded) return raw ? raw_char + "*" : "";
+    return detail::repeat(b_, raw ? raw_char : b_.json_char(), min_len, max_len,
+                          min_len > 1000000 ? "minLength" : "maxLength", path);
   }
 
+ private:
   // ---- numbers
 
   struct RawBound {
@@ -758,6 +771,16 @@ std::string detail::compile_json_schema(GbnfBuilder::Impl& b, const nlohmann::or
                                         const std::string& prefix) {
   SchemaCompiler compiler(b, schema, prefix);
   return compiler.compile();
+}
+
+std::string detail::compile_string_content(GbnfBuilder::Impl& b, const nlohmann::ordered_json& schema,
+                                           const std::string& prefix, const std::string& raw_char) {
+  SchemaCompiler compiler(b, schema, prefix);
+  try {
+    return compiler.string_content(schema, "", raw_char);
+  } catch (const NeverMatches& e) {
+    throw UnsupportedSchema("JSON Schema at " + where(e.path) + " accepts no value: " + e.why, "", e.path);
+  }
 }
 
 }  // namespace pagoda::grammar

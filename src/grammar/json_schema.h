@@ -85,6 +85,13 @@ class GbnfBuilder {
   // properties are generated in alphabetical order (still valid, but not the order the
   // caller wrote); servers should parse request schemas as ordered_json.
   std::string add_json_schema(const nlohmann::ordered_json& schema, std::string_view name_hint = "");
+  // The characters of a string valid against the string keywords of `schema` (minLength,
+  // maxLength, pattern, format), unquoted and unescaped, each character one `raw_char` (a
+  // GBNF element matching one code point, e.g. a class): for formats that write strings
+  // raw between markers (Gemma 4's <|"|>text<|"|>). A pattern's own characters come from
+  // the pattern; raw_char fills its unanchored ends. Throws as add_json_schema does.
+  std::string add_raw_string_content(const nlohmann::ordered_json& schema, std::string_view raw_char,
+                                     std::string_view name_hint = "");
   // Any JSON value / any JSON object.
   std::string add_any_json_value();
   std::string add_any_json_object();

@@ -77,15 +77,17 @@ std::string json_string_char_set(GbnfBuilder::Impl& b, const CodepointRanges& r)
 
 // How a regex is placed: over a whole text (guided_regex), or as a JSON Schema
 // "pattern" inside a JSON string (content JSON-escaped; unanchored ends may be
-// surrounded by any characters, as the pattern is searched, not fully matched).
-enum class RegexMode { kWholeText, kJsonStringSearch };
+// surrounded by any characters, as the pattern is searched, not fully matched), or
+// searched in a string written raw (kRawStringSearch: no escapes, the unanchored ends
+// surrounded by any characters of the caller's raw_char rule).
+enum class RegexMode { kWholeText, kJsonStringSearch, kRawStringSearch };
 struct RegexResult {
   std::string expr;             // GBNF expression
   int64_t min_len = 0;          // code points in the (decoded) text
   int64_t max_len = kUnbounded;
 };
 RegexResult regex_expr(GbnfBuilder::Impl& b, std::string_view pattern, RegexMode mode,
-                       std::string_view name_hint, const std::string& path);
+                       std::string_view name_hint, const std::string& path, const std::string& raw_char = {});
 
 // Digit ranges. Magnitudes are capped at kMaxMagnitude (16 digits): integers beyond
 // are not generated (doubles stop being exact at 2^53 ~ 9.007e15 anyway).
@@ -111,6 +113,10 @@ std::string sanitize_rule_name(std::string_view hint);
 // The expression (usually a rule name) for `schema`; rule names start with prefix.
 std::string compile_json_schema(GbnfBuilder::Impl& b, const nlohmann::ordered_json& schema,
                                 const std::string& prefix);
+// The content of a string valid against the string keywords of `schema` (minLength,
+// maxLength, pattern, format), written raw: each character one `raw_char`.
+std::string compile_string_content(GbnfBuilder::Impl& b, const nlohmann::ordered_json& schema,
+                                   const std::string& prefix, const std::string& raw_char);
 
 // json_schema_strings.cpp.
 // The content rule of a string format (date, time, date-time, uuid, email); the

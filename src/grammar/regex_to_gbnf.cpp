@@ -601,13 +601,16 @@ class RegexEmitter {
 }  // namespace
 
 RegexResult regex_expr(GbnfBuilder::Impl& b, std::string_view pattern, RegexMode mode,
-                       std::string_view name_hint, const std::string& path) {
+                       std::string_view name_hint, const std::string& path, const std::string& raw_char) {
   // 64 KiB of pattern: beyond any real schema's, and the text is walked once.
   if (pattern.size() > 65536)
     throw UnsupportedSchema("pattern at " + path + " is longer than 65536 bytes", "pattern", path);
   RegexParser parser(pattern, path);
   std::vector<TopAlternative> alts = parser.parse();
   const bool json = mode == RegexMode::kJsonStringSearch;
+  const bool search = mode != RegexMode::kWholeText;
+  if (mode == RegexMode::kRawStringSearch && raw_char.empty())
+    throw std::invalid_argument("regex_expr: a raw string search needs its character rule");
   RegexEmitter emitter(b, json, path);
   RegexResult result;
   result.min_len = INT64_MAX;
@@ -617,9 +620,9 @@ RegexResult regex_expr(GbnfBuilder::Impl& b, std::string_view pattern, RegexMode
   for (const TopAlternative& alt : alts) {
     Lengths len;
     std::string e = emitter.emit(alt.node, len);
-    if (json) {
+    if (search) {
       // Search semantics: an end without its anchor may have any characters around it.
-      const std::string any = b.json_char() + "*";
+      const std::string any = (json ? b.json_char() : raw_char) + "*";
       if (!alt.anchored_start) {
         e = e.empty() ? any : any + " " + e;
         len.max = kUnbounded;

@@ -200,6 +200,47 @@ TEST(ToolCallGrammar, Gemma4ArgumentsFollowTheSchemaInGemmasSyntax) {
               m.is_accepting());
 }
 
+// A Gemma 4 string's minLength / maxLength / pattern / format, a const and a number's
+// bounds hold as they do in JSON: before, every string was any text up to <|"|>, so a
+// forced call's city with maxLength 12 ran on until max_tokens with a random model (the
+// SDK suite's gemma4 case) and no schema bound was kept.
+TEST(ToolCallGrammar, Gemma4StringsAndNumbersKeepTheirSchemaBounds) {
+  const ChatFormat g4{ToolCallFormat::Gemma4, ReasoningFormat::Gemma4};
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {
+    "type": "object", "properties": {
+      "a": {"type": "string", "minLength": 2, "maxLength": 4},
+      "b": {"type": "string", "pattern": "^[0-9]{3}$"},
+      "c": {"type": "string", "format": "date"},
+      "d": {"const": "x y"},
+      "e": {"type": "integer", "minimum": 1, "maximum": 9},
+      "f": {"type": "string", "pattern": "ab"}},
+    "required": ["a", "b", "c", "d", "e", "f"]}}}])");
+  const std::string g = tool_call_grammar(g4, tools, std::nullopt, false);
+  auto call = [](const std::string& a, const std::string& b, const std::string& c, const std::string& e,
+                 const std::string& f) {
+    return "<|tool_call>call:f{a:<|\"|>" + a + "<|\"|>,b:<|\"|>" + b + "<|\"|>,c:<|\"|>" + c +
+           "<|\"|>,d:<|\"|>x y<|\"|>,e:" + e + ",f:<|\"|>" + f + "<|\"|>}<tool_call|>";
+  };
+  EXPECT_TRUE(accepts(g, call("añ\"", "123", "2024-02-29", "9", "ab"))) << g;
+  EXPECT_TRUE(accepts(g, call("wxyz", "007", "2023-12-31", "1", "[ab]\nc")));  // a pattern is searched
+  EXPECT_FALSE(accepts(g, call("w", "123", "2024-02-29", "9", "ab")));        // minLength
+  EXPECT_FALSE(accepts(g, call("vwxyz", "123", "2024-02-29", "9", "ab")));    // maxLength
+  EXPECT_FALSE(accepts(g, call("a<b", "123", "2024-02-29", "9", "ab")));      // no '<' in a bounded string
+  EXPECT_FALSE(accepts(g, call("ok", "12a", "2024-02-29", "9", "ab")));       // pattern
+  EXPECT_FALSE(accepts(g, call("ok", "123", "2023-02-29", "9", "ab")));       // format (not a leap year)
+  EXPECT_FALSE(accepts(g, call("ok", "123", "2024-02-29", "10", "ab")));      // maximum
+  EXPECT_FALSE(accepts(g, call("ok", "123", "2024-02-29", "9", "a b")));      // pattern searched, not found
+  EXPECT_FALSE(accepts(g, "<|tool_call>call:f{a:<|\"|>ok<|\"|>,b:<|\"|>123<|\"|>,c:<|\"|>2024-02-29<|\"|>,"
+                          "d:<|\"|>x<|\"|>,e:1,f:<|\"|>ab<|\"|>}<tool_call|>"));  // const
+  // The parser reads the bounded strings back as JSON strings.
+  ParseOptions o = parse_opts();
+  o.tools = tools;
+  const ParsedMessage m = parse_chat_output(g4, call("añ\"", "123", "2024-02-29", "9", "ab"), o);
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  EXPECT_EQ(json::parse(m.tool_calls[0].arguments),
+            json::parse(R"({"a": "añ\"", "b": "123", "c": "2024-02-29", "d": "x y", "e": 9, "f": "ab"})"));
+}
+
 TEST(ToolCallGrammar, UnsupportedSchemaThrows) {
   const json tools = json::parse(
       R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "not": {}}}}])");
