@@ -11,7 +11,9 @@
 // picks the same pairs as HF's lowest-rank-first BPE (the HF converter built
 // those merges from SentencePiece scores in the first place). Rejected:
 // llama.cpp's LlamaHfVocab fallback, which writes every score as -1000 and so
-// tokenizes differently from tokenizer.json.
+// tokenizes differently from tokenizer.json. For a gemma4 file (synth --vocab-from)
+// the same SentencePiece-style BPE becomes `gemma4` with its merges instead, the kind
+// llama.cpp's converter writes for Gemma 4 and b10587 reads (BPE ranks on raw UTF-8).
 #include <filesystem>
 #include <cmath>
 #include <cstring>
@@ -59,7 +61,7 @@ constexpr const char* kSpace = "\xE2\x96\x81";  // '▁'
 }  // namespace
 
 void write_hf_tokenizer(const std::string& tokenizer_json, const std::string& tokenizer_config_json,
-                        int64_t min_vocab, gguf::GgufWriter& w) {
+                        int64_t min_vocab, gguf::GgufWriter& w, bool gemma4) {
   const std::string& path = tokenizer_json;
   const json j = read_json_file(path);
   const json& model = j.contains("model") ? j["model"] : json();
@@ -182,11 +184,17 @@ void write_hf_tokenizer(const std::string& tokenizer_json, const std::string& to
       if (s->value("type", "") == "Metaspace" &&
           (s->value("add_prefix_space", false) || s->value("prepend_scheme", "never") != "never"))
         add_space_prefix = true;
-    w.set("tokenizer.ggml.model", Value::str("llama"));
+    w.set("tokenizer.ggml.model", Value::str(gemma4 ? "gemma4" : "llama"));
     w.set("tokenizer.ggml.tokens", Value::str_array(tokens));
     w.set("tokenizer.ggml.scores", Value::f32_array(scores));
     w.set("tokenizer.ggml.token_type", Value::i32_array(types));
-    w.set("tokenizer.ggml.add_space_prefix", Value::boolean(add_space_prefix));
+    w.set("tokenizer.ggml.add_space_prefix", Value::boolean(gemma4 ? false : add_space_prefix));
+    if (gemma4) {  // BPE ranks over raw UTF-8 (spaces as '▁'), as Gemma4Model.set_vocab writes them
+      std::vector<std::string> ms;
+      ms.reserve(merges.size());
+      for (const auto& [a, b] : merges) ms.push_back(a + " " + b);
+      w.set("tokenizer.ggml.merges", Value::str_array(ms));
+    }
     if (!unk.empty())
       if (auto it = text_to_id.find(unk); it != text_to_id.end())
         w.set("tokenizer.ggml.unknown_token_id", Value::u32(static_cast<uint32_t>(it->second)));

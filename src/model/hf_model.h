@@ -101,8 +101,10 @@ void convert_hf_to_gguf(const HfModelDir& dir, const std::string& out_path, std:
 // The tokenizer.ggml.* keys convert writes for a BPE tokenizer.json (and its
 // tokenizer_config.json, "" when absent): at least min_vocab tokens (padding past the
 // file's). synth --vocab-from uses it for tokenizers that come without a model (the
-// o200k_harmony tokenizer.json of gpt-oss). Throws pagoda::Error.
+// o200k_harmony tokenizer.json of gpt-oss). gemma4: a SentencePiece-style BPE (not a
+// byte-level one) is written as llama.cpp's converter writes Gemma 4's, tokenizer.ggml.model
+// "gemma4" with its merges, instead of "llama" with scores. Throws pagoda::Error.
 void write_hf_tokenizer(const std::string& tokenizer_json, const std::string& tokenizer_config_json,
-                        int64_t min_vocab, gguf::GgufWriter& w);
+                        int64_t min_vocab, gguf::GgufWriter& w, bool gemma4 = false);
 
 }  // namespace pagoda

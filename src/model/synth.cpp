@@ -265,7 +265,9 @@ void write_synthetic_model(const SynthSpec& spec_in, const std::string& path) {
   const bool vocab_from_json = vocab_from.size() >= 5 && vocab_from.ends_with(".json");
   if (vocab_from_json) {
     const fs::path cfg = fs::path(vocab_from).parent_path() / "tokenizer_config.json";
-    write_hf_tokenizer(vocab_from, fs::is_regular_file(cfg) ? cfg.string() : "", 0, hf_vocab);
+    // A gemma4 file's vocabulary is of Gemma 4's kind, as its converter writes it.
+    write_hf_tokenizer(vocab_from, fs::is_regular_file(cfg) ? cfg.string() : "", 0, hf_vocab,
+                       row->arch == Arch::Gemma4);
     for (const auto& [key, value] : hf_vocab.metadata())
       if (key == "tokenizer.ggml.tokens") spec.n_vocab = static_cast<int64_t>(value.as_array()->items.size());
     // The template tokenizer_config.json carries (Qwen3's, ...), as convert writes it.

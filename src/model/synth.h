@@ -54,7 +54,8 @@ struct SynthSpec {
   float final_softcap = -1.0f;
   uint64_t seed = 1;
   // GGUF whose tokenizer.* metadata is copied, or a BPE tokenizer.json (a path ending in
-  // .json) converted as `convert` does (model/hf_model.h write_hf_tokenizer); sets n_vocab.
+  // .json) converted as `convert` does (model/hf_model.h write_hf_tokenizer; for gemma4 a
+  // SentencePiece-style one becomes a "gemma4" vocabulary with merges); sets n_vocab.
   std::string vocab_from;
   std::string name = "synthetic";
   // Embedding / reranker models: "" writes no {arch}.pooling_type; none|mean|cls|last|rank

@@ -25,6 +25,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model/synth.h"
+#include "tokenizer/tokenizer.h"
 
 namespace pagoda {
 namespace {
@@ -133,6 +134,41 @@ std::string load_error(const std::string& path) {
     return e.what();
   }
   return "(no error)";
+}
+
+// synth --vocab-from a SentencePiece-style tokenizer.json writes a gemma4 file's vocabulary
+// as llama.cpp's converter writes Gemma 4's ("gemma4" with merges, no space prefix; it was
+// "llama" with scores, which a released Gemma 4 GGUF never is): Mistral 7B's file then
+// encodes the texts of tests/tokenizer/gemma4_vocab_test.cpp to the ids the peer's
+// llama-tokenize gave for that vocabulary.
+TEST_F(Gemma4, SynthWritesATokenizerJsonAsAGemma4Vocabulary) {
+  const std::string mistral = std::string(PAGODA_SHARED_DIR) + "/models/mistral-7b-v0.1-tokenizer/tokenizer.json";
+  if (!fs::exists(mistral)) GTEST_SKIP() << mistral << " not found";
+  SynthSpec s = tiny_spec();
+  s.vocab_from = mistral;
+  write_synthetic_model(s, path("vocab.gguf"));
+  const gguf::GgufFile f = gguf::GgufFile::open(path("vocab.gguf"));
+  EXPECT_EQ(f.get_string("tokenizer.ggml.model"), std::optional<std::string>("gemma4"));
+  ASSERT_NE(f.get_array("tokenizer.ggml.merges"), nullptr);
+  EXPECT_EQ(f.get_array("tokenizer.ggml.merges")->items.size(), 58980u);
+  EXPECT_EQ(f.get_bool("tokenizer.ggml.add_space_prefix"), std::optional<bool>(false));
+  const std::unique_ptr<Tokenizer> t = Tokenizer::from_gguf(f);
+  EXPECT_TRUE(t->add_bos());
+  struct Case {
+    std::string text;
+    std::vector<TokenId> ids;  // llama-tokenize --ids, BOS first
+  };
+  const std::vector<Case> cases = {
+#include "tokenizer/gemma4_vocab_cases.inc"
+  };
+  ASSERT_FALSE(cases.empty());
+  for (const Case& c : cases) EXPECT_EQ(t->encode(c.text, true, false), c.ids) << "'" << c.text << "'";
+  // Other architectures keep the SentencePiece form.
+  s = *synth_shape("tiny");
+  s.vocab_from = mistral;
+  write_synthetic_model(s, path("llama.gguf"));
+  EXPECT_EQ(gguf::GgufFile::open(path("llama.gguf")).get_string("tokenizer.ggml.model"),
+            std::optional<std::string>("llama"));
 }
 
 TEST_F(Gemma4, InconsistentLayoutsAreOneLineErrors) {

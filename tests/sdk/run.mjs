@@ -89,7 +89,9 @@ const GPTOSS_MODEL = path.join(logDir, 'gpt-oss-tiny-harmony.gguf');
 // <end_of_turn> were, the rest on <unused0>.. — slots of our choosing, the real file's ids
 // being unknown here), <eos> the end of text, and the template (llama.cpp's
 // google-gemma-4-31B-it-interleaved.jinja in shared/chat-templates) as the
-// tokenizer_config's chat_template, which synth writes into the GGUF. ~100 MB, 5 s.
+// tokenizer_config's chat_template, which synth writes into the GGUF. synth writes the
+// vocabulary as a "gemma4" one (BPE merges on raw UTF-8, as released Gemma 4 GGUFs carry
+// theirs), so the suite tokenizes as pagoda does for those files. ~100 MB, 5 s.
 const GEMMA3_DIR = path.join(here, 'node_modules', '@lenml', 'tokenizer-gemma3', 'models');
 const GEMMA4_TEMPLATE = path.join(opts.shared, 'chat-templates', 'google-gemma-4-31B-it-interleaved.jinja');
 const GEMMA4_MODEL = path.join(logDir, 'gemma4-tiny.gguf');
