@@ -11,9 +11,11 @@
 // test runner with the servers' URLs in the environment, and always stops the servers: SIGTERM,
 // then SIGKILL after 5 s, also when the runner itself is interrupted or a test hangs. A SIGKILL
 // of the runner cannot be caught, so the runner gives up on its own after RUN_DEADLINE_MS,
-// before ctest's TIMEOUT (300 s) would kill it and orphan the servers.
+// before ctest's TIMEOUT (300 s) would kill it and orphan the servers. The log directory
+// (server logs and the synthesized models, ~180 MB) is kept when the suite fails, for the
+// logs it names, and removed when it passes.
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync, createWriteStream } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync, createWriteStream } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -224,5 +226,7 @@ if (status !== 0) {
     console.error(`--- pagoda serve (${s.name}) log, last 15 of ${lines.length} lines: ${s.logPath}`);
     console.error(lines.slice(-15).join('\n'));
   }
+} else {
+  rmSync(logDir, { recursive: true, force: true });
 }
 process.exit(status);
