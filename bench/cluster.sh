@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's replica numbers: multi-turn chat without any cache key through HAProxy
+# The replica numbers in docs/performance.md: multi-turn chat without any cache key through HAProxy
 # (scripts/cluster.sh) to 1 replica, 3 replicas with cache affinity and 3 with round-robin,
 # measured with `pagoda bench` (time to first token per turn, cached prompt tokens).
 #   bench/cluster.sh MODEL OUTDIR [CONVERSATIONS=6] [TURNS=6] [INPUT_LEN=256]

@@ -1,5 +1,5 @@
 // disk_store_compare — the measurement behind the prefix cache's disk tier's storage
-// choice (README, "Prefix cache: the disk tier"): one file per block (write to a
+// choice (docs/cache.md, "The disk tier"): one file per block (write to a
 // temporary name, rename) against LMDB (one put per block, one transaction each),
 // for blocks of the TinyLlama-1.1B shape (32 tokens × 22 layers × 4 KV heads × 64 × 2
 // (K, V) × f16 = 720,896 bytes).

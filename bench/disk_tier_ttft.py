@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Time to first token with the prefix cache's disk tier (README: "Prefix cache: the disk tier").
+"""Time to first token with the prefix cache's disk tier (docs/performance.md: "Prefix cache disk tier").
 
 For each prompt length: cold (a prompt never seen), RAM hit (the same prompt again), and
 disk hit after a restart (the server stopped with SIGTERM, which writes the RAM tier to

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's load runs: 64 streaming clients against `pagoda serve` on one model.
+# The load runs in docs/performance.md: 64 streaming clients against `pagoda serve` on one model.
 #   bench/load.sh MODEL OUTDIR [THREADS]      (PAGODA=path/to/pagoda overrides build/release/pagoda;
 #                                              PARTS="steady hangup" picks the runs)
 # steady: 64 clients in a closed loop, 2 requests each (128), ~64-token prompts, 32 generated

@@ -5,7 +5,7 @@
 #
 #   bench/peer.sh THREADS MODEL.gguf...        (peer built by ../shared/peer/build-peer.sh)
 #
-# Prints the raw lines; the README's table is read from them.
+# Prints the raw lines; the side-by-side tables in docs/performance.md are read from such lines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=$1

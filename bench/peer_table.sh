@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The README's two-thread side-by-side table: for each GGUF, pagoda bench-model (prompt and
+# docs/performance.md's two-thread side-by-side table: for each GGUF, pagoda bench-model (prompt and
 # generation; also PAGODA_ISA=avx512 for the AMX comparison), llama-bench's native build
 # (generation only: on CPUs with AMX its prompt processing crashes) and its portable build,
 # ROUNDS alternating rounds; then the 4k-context run of the first GGUF and eight streams.
 #
 #   bench/peer_table.sh THREADS ROUNDS MODEL.gguf...   (peer from ../shared/peer/build-peer.sh)
 #
-# Files as in the README: pagoda synth --shape tinyllama-1.1b --type q4_0|q8_0|q4_k|f16|bf16.
+# Files as in docs/performance.md: pagoda synth --shape tinyllama-1.1b --type q4_0|q8_0|q4_k|f16|bf16.
 # Prints the raw lines; the table is read from them.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's serving numbers: `pagoda bench` against `pagoda serve` on one model.
+# The serving numbers in docs/performance.md: `pagoda bench` against `pagoda serve` on one model.
 #   bench/serving.sh MODEL OUTDIR [THREADS]
 # 1. multi-turn chat (2 conversations x 4 turns, 100-token user messages, 16-token answers),
 #    prefix cache on and then off: TTFT per turn, side by side (--compare) and as one SVG;

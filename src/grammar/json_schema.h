@@ -1,7 +1,7 @@
 // JSON Schema, regular expressions and choices -> GBNF for the grammar engine.
 //
 // Contract:
-// - Supported subset (README "Structured outputs" lists it):
+// - Supported subset (docs/api.md, "Structured outputs", lists it):
 //   * type: string, number, integer, boolean, null, object, array, or a list of them.
 //     Without "type", the types whose keywords appear are generated (properties ->
 //     object, items -> array, ...); with none, any JSON value.

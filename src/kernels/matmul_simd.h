@@ -428,7 +428,7 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
     // and scales go into int16 pairs, so one 16-bit dot (vpdpwssd; AVX2 pmaddwd + add)
     // applies both scales, and one more the mins (or Q3_K's offsets) against the
     // activations' 16-sums as pairs: 3-4 uops per token and chunk where two 32-bit
-    // multiplies per term took 8-10 (measured: see README, Weight types).
+    // multiplies per term took 8-10 (measured: docs/performance.md, matmul per weight type).
     constexpr size_t chunk = (T == GgmlType::Q3_K ? 3 : 2) * VB;
     const int64_t nsb = n_cols / 256;
     const I m0f = V::set1(0x0F);

@@ -3,8 +3,8 @@
 // positions outside their window), against local layers holding only their window's
 // blocks (the layer-group design of docs/sliding-window-kv.md, not implemented yet). The
 // per-block bytes come from the pool itself (PagedKvPool::real_block_bytes for the
-// default f16 K/V and block size); the block counts are arithmetic. The README's
-// figures are these numbers.
+// default f16 K/V and block size); the block counts are arithmetic. The figures in
+// docs/models.md (Gemma 2 and Gemma 3) are these numbers.
 #include <gtest/gtest.h>
 
 #include <cstdio>

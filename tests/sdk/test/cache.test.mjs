@@ -1,5 +1,5 @@
 // usage.prompt_tokens_details.cached_tokens over a multi-turn conversation, checked against
-// the exact prefix-cache rule (README, "Prefix cache"), and the generated text checked
+// the exact prefix-cache rule (docs/cache.md, "Prefix cache"), and the generated text checked
 // against a server with the prefix cache off.
 //
 // Expected value for turn n: the sequence turn n-1 left in the cache is its prompt followed by

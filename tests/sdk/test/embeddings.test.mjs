@@ -19,7 +19,7 @@ test('embeddings.create: base64 (the SDK default) decodes to the float answer; u
   const model = await modelId();
   // The first request puts the prompts in the prefix cache; the next two both find them
   // there, so they compute the same bytes (a vector computed over a cached prefix may
-  // differ from the first by ~1 float32 ulp: README, Embeddings and reranking).
+  // differ from the first by ~1 float32 ulp: docs/api.md, Embeddings and reranking).
   const first = await openai.embeddings.create({ model, input: texts, encoding_format: 'float' });
   const floats = await openai.embeddings.create({ model, input: texts, encoding_format: 'float' });
   const decoded = await openai.embeddings.create({ model, input: texts });
