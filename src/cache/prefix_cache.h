@@ -63,10 +63,11 @@
 //   disk. Restores are asynchronous, in three calls: begin_restore() walks the prompt's
 //   chain past RAM onto disk (records, or spills still queued), pins the RAM part,
 //   acquires fresh pool blocks for the disk part and hands their reads to the I/O thread
-//   (straight into the blocks' slabs); poll_restores() (each engine step) publishes the
-//   finished ones: the leading blocks read intact are indexed and cached exactly as the
-//   synchronous path does (a block someone computed meanwhile is used instead of the
-//   copy), pinned until end_restore(); the rest go back to the pool. The caller then
+//   (each read into its own buffer, then copied into the block's slab: disk_io.h);
+//   poll_restores() (each engine step) publishes the finished ones: the leading blocks
+//   read intact are indexed and cached exactly as the synchronous path does (a block
+//   someone computed meanwhile is used instead of the copy), pinned until end_restore();
+//   the rest go back to the pool. The caller then
 //   lookup()s (which borrows them) and end_restore()s (unpins; counts the disk hit).
 //   end_restore() of a restore still in flight cancels it: DiskIo::cancel() fences the
 //   thread (it never writes those blocks afterwards), what it read intact is published,
