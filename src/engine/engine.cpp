@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "engine/engine_seq.h"
 #include "engine/stop_strings.h"
 
 namespace pagoda {
@@ -22,36 +23,6 @@ const char* finish_reason_name(FinishReason r) {
   }
   return "?";
 }
-
-// One request from submit to finish. Engine thread only once it left the inbox. Its
-// SchedSeq part (tokens, KV progress) is the Scheduler's; the rest (sampling, text,
-// result) the Engine's.
-struct Engine::Seq : SchedSeq {
-  Seq(uint64_t id_, Request r, std::shared_ptr<RequestSink> s, int32_t n_vocab, const Tokenizer* tok)
-      : id(id_), req(std::move(r)), sink(std::move(s)), sampler(req.sampling, n_vocab), stops(req.stop) {
-    if (tok) {
-      StreamDecoderOptions o;
-      o.render_special = req.render_special;
-      decoder.emplace(*tok, o);
-    }
-    tokens = req.prompt;
-    n_prompt = static_cast<int64_t>(tokens.size());
-  }
-
-  uint64_t id;
-  Request req;
-  std::shared_ptr<RequestSink> sink;
-  Sampler sampler;          // kept across preemptions: RNG draws continue where they stopped
-  StopStringMatcher stops;  // likewise: nothing streamed is re-sent
-  std::optional<StreamDecoder> decoder;
-  std::optional<grammar::Matcher> matcher;  // Request::grammar, made on the engine thread
-  RequestResult result;
-  uint64_t group = 0;             // submit_group's first id, 0 alone
-  std::vector<double> pool_sum;   // Pooling::Mean: [dim] sum of the hidden rows so far
-  std::vector<float> pooled;      // Cls: [dim] the first token's hidden row
-  Clock::time_point submitted;
-  Clock::time_point last_token;
-};
 
 namespace {
 
@@ -200,6 +171,7 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& con
     if (std::find(eog_ids_.begin(), eog_ids_.end(), id) == eog_ids_.end()) eog_ids_.push_back(id);
   }
   std::sort(eog_ids_.begin(), eog_ids_.end());
+  if (speculating() && config_.spec.suffix) suffix_ = std::make_unique<spec::SuffixIndex>(config_.spec.suffix_bytes);
   counters_.resident_weight_bytes = static_cast<int64_t>(model.resident_weight_bytes());
   counters_.file_tensor_bytes = static_cast<int64_t>(model.file_tensor_bytes());
   publish_stats();
@@ -440,6 +412,7 @@ void Engine::drain_inbox() {
     const EngineStats before = stats();
     cache_.reset(reset_ram && reset_disk ? CacheTier::All : reset_ram ? CacheTier::Ram : CacheTier::Disk);
     if (snapshots_ && reset_ram) snapshots_->clear();
+    if (suffix_ && reset_ram) suffix_->clear();
     publish_stats();  // whoever is answered sees the emptied cache in stats()
     const PrefixCacheReset done{before, stats()};
     for (auto& callback : resets) callback(done);
@@ -459,6 +432,7 @@ void Engine::expire_deadlines() {
 }
 
 void Engine::step() {
+  propose_drafts();
   const SchedulerOutput& plan = scheduler_.schedule();
   counters_.preemptions += static_cast<int64_t>(plan.preempted.size());
   for (SchedSeq* p : plan.admitted) {
@@ -478,6 +452,12 @@ void Engine::step() {
   batch_.clear();
   for (const ScheduledChunk& c : plan.chunks) {
     const Seq* s = static_cast<const Seq*>(c.seq);
+    if (c.decode) {  // the sampled token, then the tokens proposed after it: a row each
+      batch_.add(s->tokens.back(), s->n_computed, s->seq_id, true);
+      for (size_t j = 0; j < s->draft.size(); ++j)
+        batch_.add(s->draft[j], s->n_computed + 1 + static_cast<int64_t>(j), s->seq_id, true);
+      continue;
+    }
     for (int64_t i = 0; i < c.n_tokens; ++i) {
       const int64_t pos = s->n_computed + i;
       const bool last = c.logits && i + 1 == c.n_tokens;  // the prompt's end or a checkpoint
@@ -494,12 +474,15 @@ void Engine::step() {
   if (batch_.size() == 0) return;
 
   // Forward, sample, stream.
+  const auto forward_start = Clock::now();
   try {
     model_.forward(batch_, store_, threads_, logits_, &hidden_);
   } catch (const std::exception& e) {
     for (const ScheduledChunk& c : plan.chunks) fail(static_cast<Seq*>(c.seq), e.what());
     return;
   }
+  step_cost_.observe(static_cast<int64_t>(batch_.size()),
+                     std::chrono::duration<double>(Clock::now() - forward_start).count());
   ++counters_.steps;
   counters_.max_step_tokens = std::max<int64_t>(counters_.max_step_tokens, static_cast<int64_t>(batch_.size()));
   int64_t row = 0;
@@ -513,6 +496,11 @@ void Engine::step() {
     }
     if (!c.logits) {
       scheduler_.computed(s, c.n_tokens, /*checked=*/false);
+      continue;
+    }
+    if (c.decode && c.n_tokens > 1) {
+      verify_drafts(s, c, row);
+      row += c.n_tokens;
       continue;
     }
     std::span<float> lg(&logits_[static_cast<size_t>(row * n_vocab_)], static_cast<size_t>(n_vocab_));
@@ -622,7 +610,7 @@ const std::shared_ptr<const grammar::TokenVocabulary>& Engine::grammar_vocab() {
   return grammar_vocab_;
 }
 
-void Engine::sample_and_stream(Seq* s, std::span<float> logits) {
+bool Engine::sample_and_stream(Seq* s, std::span<float> logits) {
   // Under a grammar, EOS/EOT are the Matcher's to allow (only where the text is
   // complete), so min_tokens cannot ban them where nothing else is allowed.
   const bool ban_eog = !s->req.ignore_eos && s->generated() < s->req.min_tokens &&
@@ -638,12 +626,17 @@ void Engine::sample_and_stream(Seq* s, std::span<float> logits) {
   // the lowest id, which the grammar may refuse; the request ends rather than emit it.
   if (s->matcher && !s->matcher->accept_token(tok)) {
     finish(s, FinishReason::Stop);
-    return;
+    return false;
   }
   s->sampler.accept(tok);
   s->tokens.push_back(tok);
   s->result.tokens.push_back(tok);
   ++counters_.tokens_generated;
+  if (s->spec_expect >= 0 && tok == s->spec_expect) {  // a proposed token, accepted
+    ++s->result.accepted_tokens;
+    ++counters_.spec.accepted_tokens;
+  }
+  s->spec_expect = -1;
 
   const auto now = Clock::now();
   if (s->generated() == 1) {
@@ -674,13 +667,22 @@ void Engine::sample_and_stream(Seq* s, std::span<float> logits) {
 
   if (eog || stopped || (s->matcher && s->matcher->is_terminated())) {
     finish(s, FinishReason::Stop, s->result.stop_matched);
-  } else if ((s->req.max_tokens > 0 && s->generated() >= s->req.max_tokens) ||
-             static_cast<int64_t>(s->tokens.size()) >= config_.ctx_size) {
-    finish(s, FinishReason::Length);
+    return false;
   }
+  if ((s->req.max_tokens > 0 && s->generated() >= s->req.max_tokens) ||
+      static_cast<int64_t>(s->tokens.size()) >= config_.ctx_size) {
+    finish(s, FinishReason::Length);
+    return false;
+  }
+  return true;
 }
 
 std::unique_ptr<Engine::Seq> Engine::retire(Seq* s) {
+  // What it read and wrote, for the suffix proposer (not an embedding's input: nothing
+  // is decoded after it). A failed request's tokens are not kept (fail() retires too,
+  // but after the error there is nothing to trust).
+  if (suffix_ && !s->req.pooling && s->generated() > 0 && s->result.finish != FinishReason::Error)
+    suffix_->add(spec_tenant(s->key), s->tokens);
   scheduler_.remove(s);
   auto it = std::find_if(owned_.begin(), owned_.end(), [&](const auto& p) { return p.get() == s; });
   PAGODA_CHECK(it != owned_.end(), "Engine::retire of an unknown sequence");
@@ -725,6 +727,7 @@ void Engine::finish(Seq* s, FinishReason reason, std::string stop_matched) {
 
 void Engine::fail(Seq* s, const std::string& message) {
   ++counters_.errors;
+  s->result.finish = FinishReason::Error;
   const std::unique_ptr<Seq> owned = retire(s);
   s->sink->on_error(s->id, message);
 }
@@ -758,6 +761,10 @@ void Engine::publish_stats() {
   st.recurrent_state_bytes = store_.recurrent_states().bytes();
   st.cache = cache_.stats();
   if (snapshots_) st.cache.state_snapshots = snapshots_->stats();
+  st.spec.types = speculating() ? spec::spec_types_name(config_.spec) : "none";
+  if (suffix_) st.spec.suffix = suffix_->stats();
+  st.spec.step_fixed_ms = step_cost_.observations() > 0 ? step_cost_.fixed() * 1e3 : 0;
+  st.spec.step_per_token_ms = step_cost_.observations() > 0 ? step_cost_.per_token() * 1e3 : 0;
   std::lock_guard<std::mutex> lk(mu_);
   st.in_flight = static_cast<int64_t>(live_ids_.size());
   st.refused_busy = refused_busy_;

@@ -136,6 +136,8 @@
 #include "kv/paged_kv_pool.h"
 #include "kv/paged_kv_store.h"
 #include "model/model.h"
+#include "spec/draft_planner.h"
+#include "spec/suffix_index.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda {
@@ -159,6 +161,9 @@ struct EngineConfig {
   // snapshots of a long prompt at most double its memory: ~1.6k tokens for Qwen 3.5 4B).
   uint64_t state_snapshot_bytes = 0;       // --state-snapshot-bytes
   int64_t state_snapshot_interval = -1;    // --state-snapshot-interval (auto)
+  // Speculative decoding (spec/draft_planner.h): proposers on, draft lengths, the suffix
+  // index's byte budget. Off here (the CLI turns the model-free proposers on by default).
+  spec::SpecConfig spec;
   bool check_invariants = false;   // tests: check_invariants() (and the pool's and cache's)
                                    // after every step; always on in debug builds
 };
@@ -198,6 +203,8 @@ struct Request {
   // position (a Qwen3-Reranker Hugging Face directory: "yes", "no" from its lm_head, the
   // rows llama.cpp's converter copies into cls.output.weight). Ignored with a head.
   std::vector<int32_t> rank_tokens;
+  // false: no speculative decoding for this request (EngineConfig::spec decides otherwise).
+  bool speculate = true;
 };
 
 enum class FinishReason { Stop, Length, Cancelled, Error };
@@ -235,6 +242,8 @@ struct RequestResult {
   int64_t cached_tokens = 0;      // prompt tokens reused from the prefix cache (1st admission)
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;        // times this request was preempted
+  int64_t draft_tokens = 0;       // speculative decoding: proposed tokens verified
+  int64_t accepted_tokens = 0;    // ... of which accepted (emitted without a step of their own)
   RequestTimings timings;
   // Request::pooling set: Mean / Cls / Last the pooled final hidden state [dim] (not
   // normalised); Rank the classification head's raw outputs [n_cls_out]. Else empty.
@@ -281,6 +290,17 @@ struct EngineStats {
   uint64_t recurrent_state_bytes = 0;  // hybrid models: running sequences' states (RecurrentStates::bytes)
   PoolStats pool;
   CacheStats cache;
+  // Speculative decoding (engine_spec.cpp): proposals verified and accepted; the suffix
+  // index's bytes are the cache's other consumer of memory besides the pool.
+  struct Speculation {
+    std::string types = "none";     // spec_types_name
+    int64_t draft_tokens = 0;       // proposed tokens verified
+    int64_t accepted_tokens = 0;    // of which accepted
+    int64_t verifications = 0;      // decode chunks that carried proposed tokens
+    double step_fixed_ms = 0;       // the planner's step-cost line (spec/draft_planner.h)
+    double step_per_token_ms = 0;
+    spec::SuffixIndexStats suffix;  // zero without the suffix proposer
+  } spec;
 };
 
 class Engine {
@@ -347,7 +367,13 @@ class Engine {
   void flush_to_disk();
   void expire_deadlines();
   void step();
-  void sample_and_stream(Seq* s, std::span<float> logits);
+  // False when the token ended the request (s is gone then).
+  bool sample_and_stream(Seq* s, std::span<float> logits);
+  // Speculative decoding (engine_spec.cpp): proposals for the decoding sequences before
+  // the scheduler runs (SchedSeq::draft), and their verification from the chunk's rows.
+  void propose_drafts();
+  void verify_drafts(Seq* s, const ScheduledChunk& c, int64_t row);
+  bool speculating() const;
   // Embedding requests: adds the chunk's hidden rows (from hidden_[row...]) to the
   // sequence's pool; at the prompt's end ends the request with its embedding.
   // Rank through Request::rank_tokens (the model has no head): a logits row, no hidden rows.
@@ -395,6 +421,10 @@ class Engine {
   EngineStats counters_;       // counters the snapshot copies
   std::shared_ptr<const grammar::TokenVocabulary> grammar_vocab_;  // see grammar_vocab()
   bool stalled_ = false;       // the last step ran no forward while disk restores were in flight
+  std::unique_ptr<spec::SuffixIndex> suffix_;  // the suffix proposer's index (null: off)
+  spec::StepCostModel step_cost_;              // the forward's time by batch tokens
+  std::vector<spec::DraftCandidate> draft_cands_;
+  std::vector<Seq*> draft_seqs_;
 
   // ---- guarded by mu_ ----
   mutable std::mutex mu_;

@@ -46,6 +46,7 @@ int64_t Scheduler::prompt_boundary(const SchedSeq* s) const {
 }
 
 void Scheduler::release_kv(SchedSeq* s) {
+  s->draft.clear();
   if (!s->admitted) return;
   // The state at the end of the sequence, for the next turn that resends it (or this one,
   // preempted, when it is admitted again); only where its K/V is vouched for and indexed.
@@ -215,10 +216,22 @@ const SchedulerOutput& Scheduler::schedule() {
   decode_scratch_.assign(running_.begin(), running_.end());
   for (SchedSeq* s : decode_scratch_)
     if (s->admitted && s->decoding()) reserve_decode(s);
+  // Proposed tokens (SchedSeq::draft) ride in their sequence's decode chunk, within the
+  // step's token budget, in slots taken from free or evictable blocks only: a reservation
+  // that fails drops the proposal instead of preempting anyone for a guess.
+  int64_t room = config_.max_batch_tokens;
+  for (const SchedSeq* s : running_) room -= s->decoding() ? 1 : 0;
   for (SchedSeq* s : running_) {
-    if (!s->decoding()) continue;
-    out_.chunks.push_back({s, 1, true, true});
-    ++out_.n_tokens;
+    if (!s->decoding()) {
+      s->draft.clear();
+      continue;
+    }
+    int64_t k = std::min<int64_t>(static_cast<int64_t>(s->draft.size()), std::max<int64_t>(room, 0));
+    if (k > 0 && !store_.reserve(s->seq_id, s->n_computed + 1 + k).ok()) k = 0;
+    s->draft.resize(static_cast<size_t>(k));
+    room -= k;
+    out_.chunks.push_back({s, 1 + k, true, true});
+    out_.n_tokens += 1 + k;
   }
 
   // 2. Prefill chunks: running sequences first, then admissions (FCFS). Which waiting
@@ -368,6 +381,12 @@ void Scheduler::computed(SchedSeq* s, int64_t n_tokens, bool checked) {
   }
 }
 
+void Scheduler::release_unverified(SchedSeq* s) {
+  s->draft.clear();
+  if (s->admitted && store_.contains(s->seq_id) && store_.capacity(s->seq_id) > s->n_computed)
+    store_.truncate(s->seq_id, s->n_computed);
+}
+
 int64_t Scheduler::blocks_held() const {
   int64_t n = 0;
   for (const SchedSeq* s : running_) n += store_.blocks_held(s->seq_id);
@@ -383,6 +402,9 @@ void Scheduler::check_invariants() const {
                      (s->decoding() && store_.capacity(s->seq_id) >= s->n_computed),
                  "scheduler: running sequence lacks reserved slots");
     PAGODA_CHECK(s->n_checked >= 0 && s->n_checked <= s->n_computed, "scheduler: n_checked past n_computed");
+    // Between steps no slot is reserved past the tokens (a rejected proposal's are released).
+    PAGODA_CHECK(store_.capacity(s->seq_id) <= static_cast<int64_t>(s->tokens.size()) && s->draft.empty(),
+                 "scheduler: a running table reserves slots past its tokens");
     store_.check_tables(s->seq_id);
   }
   int64_t restoring = 0;

@@ -137,6 +137,11 @@ struct SchedSeq {
   // Hybrid models with a disk tier: the position of this sequence's latest block-aligned
   // decode snapshot (0: none), replaced by the next one (scheduler.h, save_snapshot).
   int64_t boundary_snapshot = 0;
+  // Speculative decoding: tokens proposed to follow tokens.back(), set by the engine before
+  // schedule() for a decoding sequence. schedule() verifies them in its decode chunk when
+  // their slots fit in blocks free or evictable now (never by preempting anyone) and the
+  // step's token budget allows; else it shortens or clears them. Cleared when released.
+  std::vector<int32_t> draft;
 
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
   // Everything but the last token is computed and that token is sampled: feed it.
@@ -199,6 +204,9 @@ class Scheduler {
   // logits row was finite (then a prompt that just completed is indexed, so concurrent
   // requests with the same prefix share its full blocks).
   void computed(SchedSeq* s, int64_t n_tokens, bool checked);
+  // After a decode chunk with proposed tokens: the slots of those rejected are released
+  // (the table truncated to n_computed), so no block holds K/V past what was accepted.
+  void release_unverified(SchedSeq* s);
 
   const std::vector<SchedSeq*>& running() const { return running_; }
   const std::deque<SchedSeq*>& waiting() const { return waiting_; }

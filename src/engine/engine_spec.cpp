@@ -1,0 +1,129 @@
+// Speculative decoding inside the engine's step: proposals before the scheduler runs,
+// verification after the forward. The policy (spec/draft_planner.h for the lengths):
+// - Proposers: `suffix` (earlier requests of the same tenant, spec/suffix_index.h) and
+//   `ngram` (the request's own prompt and output); the longer match wins, the suffix on
+//   a tie (a match in another request's answer continues further than one in a prompt).
+// - Verification is sampling: each row, from the sampled token's on, is sampled with the
+//   request's own Sampler, grammar and penalties exactly as a step of its own would be,
+//   and the next proposed token is kept only if it is the token sampled. So every
+//   emitted token is drawn from the same distribution as without speculation (for a
+//   proposer that offers one token, rejection sampling reduces to this: accept x with
+//   probability p(x), else draw from p without x), the Sampler's RNG advances once per
+//   emitted token as it would have, and at temperature 0 the tokens are the argmaxes.
+//   The logits of a row in a batch of several can differ from a lone row's in the last
+//   bits (as they already do with other sequences in the batch): the tests compare the
+//   tokens exactly.
+// - The K/V of every fed row is written by the forward; after the rows are read the
+//   table is truncated to the accepted positions (Scheduler::release_unverified), so no
+//   block outlives a rejected proposal.
+// - Hybrid models (recurrent layers: Qwen 3.5 / 3.6) do not speculate: a recurrent state
+//   cannot be cut back to a rejected position without keeping a state per proposed
+//   position (the per-position states cost state_bytes each: 17 MiB per position for
+//   Qwen 3.5 4B). Embedding requests never decode.
+#include <algorithm>
+#include <cmath>
+
+#include "engine/engine.h"
+#include "engine/engine_seq.h"
+
+namespace pagoda {
+
+namespace {
+
+// The acceptance estimate's step (an exponential average over verified positions): 0.25
+// reaches 0.9 after ~6 accepted tokens from the prior 0.5, and halves after 3 rejections.
+constexpr double kAlphaStep = 0.25;
+constexpr double kAlphaPrior = 0.5;
+
+bool all_finite_row(std::span<const float> xs) {
+  bool ok = true;
+  for (float x : xs) ok &= std::isfinite(x);
+  return ok;
+}
+
+}  // namespace
+
+bool Engine::speculating() const { return config_.spec.any() && !model_.config().hybrid(); }
+
+void Engine::propose_drafts() {
+  if (!speculating()) return;
+  draft_cands_.clear();
+  draft_seqs_.clear();
+  int64_t n_decoding = 0;
+  bool prefill_pending = !scheduler_.waiting().empty();
+  for (SchedSeq* p : scheduler_.running()) {
+    Seq* s = static_cast<Seq*>(p);
+    s->draft.clear();
+    if (!s->decoding()) {
+      prefill_pending = true;
+      continue;
+    }
+    ++n_decoding;
+    if (!s->req.speculate || s->req.pooling) continue;
+    // Room: the proposed tokens sit at positions n_computed + 1 ..., below ctx_size, and
+    // more than max_tokens - generated - 1 could never all be emitted.
+    int64_t room = std::min<int64_t>(config_.spec.draft_max, config_.ctx_size - static_cast<int64_t>(s->tokens.size()));
+    if (s->req.max_tokens > 0) room = std::min(room, s->req.max_tokens - s->generated() - 1);
+    if (room < std::max<int64_t>(config_.spec.draft_min, 1)) continue;
+    spec::Proposal best;
+    if (suffix_) best = suffix_->propose(spec_tenant(s->key), s->tokens, room);
+    if (config_.spec.ngram) {
+      spec::Proposal own = spec::ngram_lookup(s->tokens, room);
+      if (own.match > best.match) best = std::move(own);
+    }
+    if (static_cast<int64_t>(best.tokens.size()) < config_.spec.draft_min || best.tokens.empty()) continue;
+    s->draft = std::move(best.tokens);
+    draft_cands_.push_back({static_cast<int64_t>(s->draft.size()), s->spec_alpha, 0});
+    draft_seqs_.push_back(s);
+  }
+  if (draft_cands_.empty()) return;
+  // With a prefill waiting the step is compute-bound already and its budget is the
+  // prefill's: proposals get an eighth of it at most.
+  const int64_t base = prefill_pending ? config_.max_batch_tokens : n_decoding;
+  int64_t max_extra = config_.max_batch_tokens - n_decoding;
+  if (prefill_pending) max_extra = std::min<int64_t>(max_extra, config_.max_batch_tokens / 8);
+  spec::StepCostModel fixed;
+  if (config_.spec.fixed_cost_ratio > 0) {  // a line through (1, 1) with that slope ratio
+    fixed.observe(1, 1.0);
+    fixed.observe(100, 1.0 + 99 * config_.spec.fixed_cost_ratio);
+  }
+  spec::plan_drafts(draft_cands_, base, n_decoding, config_.spec.fixed_cost_ratio > 0 ? fixed : step_cost_, max_extra,
+                    config_.spec.draft_min);
+  for (size_t i = 0; i < draft_seqs_.size(); ++i) {
+    Seq* s = draft_seqs_[i];
+    s->draft.resize(static_cast<size_t>(draft_cands_[i].chosen));
+    // Not verified: the estimate drifts back to the prior, so a sequence whose early
+    // proposals failed is tried again once its text starts repeating.
+    if (s->draft.empty()) s->spec_alpha += 0.05 * (kAlphaPrior - s->spec_alpha);
+  }
+}
+
+void Engine::verify_drafts(Seq* s, const ScheduledChunk& c, int64_t row) {
+  const int64_t k = c.n_tokens - 1;
+  const std::vector<int32_t> draft = s->draft;  // s may finish (and be freed) mid-way
+  s->result.draft_tokens += k;
+  counters_.spec.draft_tokens += k;
+  ++counters_.spec.verifications;
+  int64_t accepted = 0;
+  for (int64_t i = 0; i <= k; ++i) {
+    std::span<float> lg(&logits_[static_cast<size_t>((row + i) * n_vocab_)], static_cast<size_t>(n_vocab_));
+    // Row i is read only once the tokens before it were accepted: its K/V (the sampled
+    // token's for i == 0, proposed token i - 1's after) is then the sequence's own.
+    const bool finite = all_finite_row(lg);
+    scheduler_.computed(s, 1, finite);
+    if (!finite) {
+      fail(s, "the model produced non-finite logits (NaN/inf): its weights are corrupt or overflow "
+              "at this precision");
+      return;
+    }
+    s->spec_expect = i < k ? draft[static_cast<size_t>(i)] : -1;
+    if (!sample_and_stream(s, lg)) return;  // it ended; its blocks went with it
+    if (i == k || s->tokens.back() != draft[static_cast<size_t>(i)]) break;
+    ++accepted;
+  }
+  for (int64_t i = 0; i < accepted; ++i) s->spec_alpha += kAlphaStep * (1.0 - s->spec_alpha);
+  if (accepted < k) s->spec_alpha -= kAlphaStep * s->spec_alpha;
+  scheduler_.release_unverified(s);
+}
+
+}  // namespace pagoda
