@@ -34,6 +34,8 @@ GenerationRecord generation_record(const RequestResult& r, bool stream, std::str
   g.cached_tokens = r.cached_tokens;
   g.generated_tokens = r.generated_tokens;
   g.preemptions = r.preemptions;
+  g.draft_tokens = r.draft_tokens;
+  g.accepted_tokens = r.accepted_tokens;
   g.queue_ms = r.timings.queue_ms;
   g.ttft_ms = r.timings.ttft_ms;
   g.total_ms = r.timings.total_ms;
@@ -135,6 +137,8 @@ void AccessLog::write(const HttpPart& http, const GenerationRecord* g) {
         .add("generated_tokens", g->generated_tokens)
         .add("prompt_tok_s", prompt_tps, 1)
         .add("gen_tok_s", gen_tps, 1)
+        .add("draft_tokens", g->draft_tokens)
+        .add("accepted_tokens", g->accepted_tokens)
         .add("queue_ms", g->queue_ms, 1)
         .add("ttft_ms", first_token ? g->ttft_ms : kNone, 1)
         .add("stream", g->stream);

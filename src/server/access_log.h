@@ -51,6 +51,7 @@ struct GenerationRecord {
   std::string response_id;  // chatcmpl-..., cmpl-..., msg_..., resp_...
   std::string finish;       // finish_reason_name(); "error" when it failed
   int64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0, preemptions = 0;
+  int64_t draft_tokens = 0, accepted_tokens = 0;  // speculative decoding
   double queue_ms = 0, ttft_ms = 0, total_ms = 0;
   bool stream = false;
   std::string error;  // on_error's message ("" none)

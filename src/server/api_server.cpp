@@ -98,6 +98,29 @@ json answer_tokens_json(const AnswerTokensStats& a) {
               {"spliced", a.spliced}};
 }
 
+// Speculative decoding (engine_spec.cpp): what was proposed and accepted, the planner's
+// measured step cost, and the suffix index, whose bytes are exact (spec/suffix_index.h).
+json speculation_json(const EngineStats::Speculation& sp) {
+  const double rate = sp.draft_tokens > 0 ? static_cast<double>(sp.accepted_tokens) / static_cast<double>(sp.draft_tokens) : 0.0;
+  const double mean = sp.verifications > 0 ? static_cast<double>(sp.accepted_tokens) / static_cast<double>(sp.verifications) : 0.0;
+  return json{{"types", sp.types},
+              {"draft_tokens", sp.draft_tokens},
+              {"accepted_tokens", sp.accepted_tokens},
+              {"verifications", sp.verifications},
+              {"acceptance_rate", rate},
+              {"mean_accepted_length", mean},
+              {"step_fixed_ms", sp.step_fixed_ms},
+              {"step_per_token_ms", sp.step_per_token_ms},
+              {"suffix_index",
+               {{"bytes", sp.suffix.bytes},
+                {"capacity_bytes", sp.suffix.capacity_bytes},
+                {"sequences", sp.suffix.sequences},
+                {"tokens", sp.suffix.tokens},
+                {"added", sp.suffix.added},
+                {"evicted", sp.suffix.evicted},
+                {"proposals", sp.suffix.proposals}}}};
+}
+
 json cache_stats_json(const CacheStats& c) {
   auto unlimited_bytes = [](uint64_t v) -> json {
     return v == PrefixCacheConfig::kUnlimitedBytes ? json(nullptr) : json(v);
@@ -461,6 +484,7 @@ Request ApiServer::engine_request(const CompletionRequest& cr, std::vector<int32
   r.max_tokens = cr.max_tokens >= 0 ? cr.max_tokens : options_.default_max_tokens;
   r.min_tokens = cr.min_tokens;
   r.ignore_eos = cr.ignore_eos;
+  r.speculate = cr.speculative;
   r.logprobs = cr.logprobs;
   r.top_logprobs = cr.top_logprobs;
   r.stop = cr.stop;
@@ -647,7 +671,8 @@ void ApiServer::handle_cache_stats(const HttpRequest&, std::shared_ptr<HttpExcha
               {"steps", s.steps},
               {"preemptions", s.preemptions},
               {"tokens_generated", s.tokens_generated},
-              {"tokens_prefilled", s.tokens_prefilled}}}};
+              {"tokens_prefilled", s.tokens_prefilled}}},
+            {"speculation", speculation_json(s.spec)}};
   const ProcessMemory mem = read_process_memory();
   body["memory"] = {{"resident_weight_bytes", s.resident_weight_bytes},
                     {"file_tensor_bytes", s.file_tensor_bytes},

@@ -232,6 +232,21 @@ std::string ServerMetrics::render(const EngineStats& stats, const GrammarCacheSt
          d(cache.cached_bytes));
   metric(out, "prefix_cache_entries", "gauge", "Sequences cached by the prefix cache.",
          d(cache.entries));
+  {
+    const EngineStats::Speculation& sp = stats.spec;
+    metric(out, "spec_draft_tokens_total", "counter", "Speculative decoding: proposed tokens verified.",
+           d(sp.draft_tokens));
+    metric(out, "spec_accepted_tokens_total", "counter", "Speculative decoding: proposed tokens accepted.",
+           d(sp.accepted_tokens));
+    metric(out, "spec_verifications_total", "counter", "Speculative decoding: decode rows that carried proposals.",
+           d(sp.verifications));
+    metric(out, "spec_acceptance_rate", "gauge", "Accepted / proposed tokens since start (0 before any).",
+           sp.draft_tokens > 0 ? static_cast<double>(sp.accepted_tokens) / static_cast<double>(sp.draft_tokens) : 0.0);
+    metric(out, "spec_mean_accepted_length", "gauge", "Accepted tokens per verification since start.",
+           sp.verifications > 0 ? static_cast<double>(sp.accepted_tokens) / static_cast<double>(sp.verifications) : 0.0);
+    metric(out, "spec_suffix_index_bytes", "gauge", "Bytes of the suffix proposer's index (--spec-suffix-bytes caps it).",
+           d(sp.suffix.bytes));
+  }
   if (const SnapshotStats& ss = cache.state_snapshots; ss.state_bytes > 0) {
     metric(out, "recurrent_state_bytes", "gauge",
            "Bytes of the running sequences' recurrent states (hybrid models).", d(stats.recurrent_state_bytes));

@@ -117,6 +117,7 @@ struct CompletionRequest {
   int64_t max_tokens = -1;
   int64_t min_tokens = 0;
   bool ignore_eos = false;
+  bool speculative = true;           // extension: false turns speculative decoding off for it
   std::vector<std::string> stop;     // string or list of up to 16 non-empty strings
   bool stream = false;
   bool include_usage = false;        // stream_options.include_usage

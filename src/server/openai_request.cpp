@@ -370,6 +370,7 @@ void parse_common(const ordered_json& body, int32_t n_vocab, const SamplingDefau
   if (auto n = opt_integer(body, "n"); n && *n != 1)
     bad("n", "'n' must be 1: one choice per request is supported (got " + std::to_string(*n) + ")");
   if (auto b = opt_bool(body, "ignore_eos")) r.ignore_eos = *b;
+  if (auto b = opt_bool(body, "speculative")) r.speculative = *b;
   parse_stop(body, r);
 
   if (auto s = opt_bool(body, "stream")) r.stream = *s;

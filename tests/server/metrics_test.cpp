@@ -300,6 +300,24 @@ EngineStats some_stats() {
   return s;
 }
 
+// Speculative decoding: the counters as the engine reports them, the rate and the mean
+// accepted length derived from them.
+TEST(ServerMetrics, SpeculationRatesComeFromTheEngineCounters) {
+  ServerMetrics m;
+  EngineStats st;
+  st.spec.draft_tokens = 40;
+  st.spec.accepted_tokens = 30;
+  st.spec.verifications = 8;
+  st.spec.suffix.bytes = 12345;
+  Exposition e = check_exposition(m.render(st));
+  EXPECT_EQ(value_of(e, "pagoda_spec_draft_tokens_total", {}), 40);
+  EXPECT_EQ(value_of(e, "pagoda_spec_accepted_tokens_total", {}), 30);
+  EXPECT_DOUBLE_EQ(value_of(e, "pagoda_spec_acceptance_rate", {}), 0.75);
+  EXPECT_DOUBLE_EQ(value_of(e, "pagoda_spec_mean_accepted_length", {}), 3.75);
+  EXPECT_EQ(value_of(e, "pagoda_spec_suffix_index_bytes", {}), 12345);
+  EXPECT_EQ(e.types["pagoda_spec_acceptance_rate"], "gauge");
+}
+
 TEST(ServerMetrics, FreshRenderIsValidAndComplete) {
   ServerMetrics m;
   Exposition e = check_exposition(m.render(EngineStats{}));
@@ -316,7 +334,9 @@ TEST(ServerMetrics, FreshRenderIsValidAndComplete) {
       "pagoda_grammar_cache_capacity_bytes", "pagoda_grammar_cache_hits_total",
       "pagoda_grammar_cache_evictions_total", "pagoda_time_to_first_token_seconds",
       "pagoda_inter_token_latency_seconds", "pagoda_e2e_request_latency_seconds",
-      "pagoda_request_queue_time_seconds"};
+      "pagoda_request_queue_time_seconds", "pagoda_spec_draft_tokens_total", "pagoda_spec_accepted_tokens_total",
+      "pagoda_spec_verifications_total", "pagoda_spec_acceptance_rate", "pagoda_spec_mean_accepted_length",
+      "pagoda_spec_suffix_index_bytes"};
   for (const char* name : expected) EXPECT_EQ(e.types.count(name), 1u) << name;
   EXPECT_EQ(e.types.size(), std::size(expected));
   EXPECT_EQ(e.types["pagoda_requests_running"], "gauge");
