@@ -93,9 +93,10 @@ int run(const Opts& o) {
   if (!loadgen::parse_endpoint(o.endpoint, &c.endpoint)) throw Error("--endpoint must be chat or completions");
   loadgen::WorkloadOptions& w = c.workload;
   if (!loadgen::parse_workload(o.workload, &w.kind)) {
-    throw Error("--workload " + o.workload + ": must be random, shared-prefix or multi-turn");
+    throw Error("--workload " + o.workload + ": must be random, shared-prefix, multi-turn or repeat");
   }
-  const bool multi_turn = w.kind == loadgen::WorkloadKind::kMultiTurn;
+  // repeat has turns like multi-turn (each the same message, sent alone).
+  const bool multi_turn = w.kind == loadgen::WorkloadKind::kMultiTurn || w.kind == loadgen::WorkloadKind::kRepeat;
   w.input_len = o.input_len > 0 ? o.input_len
                 : w.kind == loadgen::WorkloadKind::kRandom ? 256
                 : w.kind == loadgen::WorkloadKind::kSharedPrefix ? 32
@@ -178,8 +179,9 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--endpoint", o->endpoint, "chat (/v1/chat/completions) or completions (/v1/completions)")
       ->check(CLI::IsMember({"chat", "completions"}));
   app.add_option("--model", o->model, "The request's model field (omitted when empty; vLLM needs it)");
-  app.add_option("--workload", o->workload, "random, shared-prefix or multi-turn")
-      ->check(CLI::IsMember({"random", "shared-prefix", "multi-turn"}));
+  app.add_option("--workload", o->workload,
+                 "random, shared-prefix, multi-turn or repeat (one message sent --turns times alone, greedy: retries)")
+      ->check(CLI::IsMember({"random", "shared-prefix", "multi-turn", "repeat"}));
   app.add_option("--concurrency", o->concurrency,
                  "Closed loop: requests in flight (default 1; multi-turn: --conversations). "
                  "With --rate: the in-flight cap (default 256)")
@@ -205,7 +207,7 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--prefix-len", o->prefix_len, "shared-prefix: tokens in the shared system prompt")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--turns", o->turns, "multi-turn: turns per conversation")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--turns", o->turns, "multi-turn: turns per conversation; repeat: sends of each message")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--conversations", o->conversations, "multi-turn: conversations (run concurrently)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, kMaxConcurrency));

@@ -47,6 +47,7 @@ Runner add_generate(CLI::App& app) {
     std::vector<std::string> stops;
     SamplingParams sp;
     KvOptions kv;
+    SpecOptions spec;
   };
   auto o = std::make_shared<Opts>();
   app.add_option("-m,--model", o->model, "GGUF model file, Hugging Face model directory or hf://OWNER/REPO[:QUANT]")->required();
@@ -67,10 +68,12 @@ Runner add_generate(CLI::App& app) {
   app.add_option("--stop", o->stops, "Stop string (repeatable)");
   add_quantize_option(app, o->quantize);
   o->kv.add_to(app);
+  o->spec.add_to(app);
   return [o] {
     if (auto err = o->sp.validate()) throw Error(*err);
     EngineConfig ec;
     o->kv.resolve();  // bad KV flags fail before the model loads
+    ec.spec = o->spec.resolve();
     LoadedModel lm = load_model(o->model, LoadOptions{true, parse_quantize(o->quantize)});
     ec.kv = o->kv.resolve_for(*lm.model);
     const ModelConfig& c = lm.model->config();
@@ -117,6 +120,10 @@ Runner add_generate(CLI::App& app) {
                  n_intervals ? n_intervals / std::max(decode_ms / 1000.0, 1e-9) : 0.0,
                  finish_reason_name(r.finish), r.stop_matched.empty() ? "" : " at ",
                  r.stop_matched.c_str());
+    if (r.draft_tokens > 0)
+      std::fprintf(stderr, "speculation (%s): %lld of %lld proposed tokens accepted (%.0f%%)\n",
+                   spec::spec_types_name(ec.spec).c_str(), static_cast<long long>(r.accepted_tokens),
+                   static_cast<long long>(r.draft_tokens), 100.0 * r.accepted_tokens / r.draft_tokens);
     return 0;
   };
 }

@@ -275,6 +275,7 @@ Runner add_serve(CLI::App& app) {
     std::vector<std::string> cors_origins;
     KvOptions kv;
     PromptCacheOptions cache;
+    SpecOptions spec;
   };
   auto o = std::make_shared<Opts>();
   auto* model_opt =
@@ -379,6 +380,7 @@ Runner add_serve(CLI::App& app) {
   add_quantize_option(app, o->quantize);
   o->kv.add_to(app);
   o->cache.add_to(app);
+  o->spec.add_to(app);
   add_env_names(app);
 
   auto serve = [o, key, key_file]() -> int {
@@ -389,6 +391,7 @@ Runner add_serve(CLI::App& app) {
     ec.disk = o->cache.resolve_disk();
     ec.state_snapshot_bytes = o->cache.resolve_state_snapshot_bytes();
     ec.state_snapshot_interval = o->cache.resolve_state_snapshot_interval();
+    ec.spec = o->spec.resolve();
     ec.parallel = o->parallel;
     ec.max_queue = o->max_queue;
     ec.ctx_size = o->ctx_size;
@@ -536,6 +539,13 @@ Runner add_serve(CLI::App& app) {
         o->embeddings ? (std::string(", embeddings on (pooling ") + pooling_name(pooling.pooling) + ")").c_str() : "",
         o->no_log ? "without requests" : "with requests", o->verbose ? " (verbose)" : "");
 
+    if (st.spec.types == "none")
+      say(LogLevel::Info, "pagoda serve: speculative decoding off%s",
+          engine.config().spec.any() ? " (hybrid models' recurrent states cannot be cut back to a rejected token)" : "");
+    else
+      say(LogLevel::Info, "pagoda serve: speculative decoding: %s, up to %lld proposed tokens a step%s",
+          st.spec.types.c_str(), static_cast<long long>(engine.config().spec.draft_max),
+          engine.config().spec.suffix ? (", suffix index " + format_bytes(engine.config().spec.suffix_bytes)).c_str() : "");
     if (const SnapshotStats& ss = st.cache.state_snapshots; ss.state_bytes > 0)
       say(LogLevel::Info,
           "pagoda serve: recurrent state %s a sequence; snapshots %s (%lld of them), every %lld prompt tokens",

@@ -47,6 +47,30 @@ KvConfig KvOptions::resolve_for(const Model& model) const {
   return kc;
 }
 
+void SpecOptions::add_to(CLI::App& app) {
+  app.add_option("--spec-type", types,
+                 "Speculative decoding proposers, comma-separated: suffix (earlier requests' prompts and answers), "
+                 "ngram (the request's own tokens), or none")
+      ->capture_default_str();
+  app.add_option("--draft-max", draft_max, "Proposed tokens verified per sequence and step at most")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{64}));
+  app.add_option("--draft-min", draft_min, "Shorter proposals are not verified")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{64}));
+  app.add_option("--spec-suffix-bytes", suffix_bytes, "Memory of the suffix proposer's index (e.g. 32MiB)")
+      ->capture_default_str();
+}
+
+spec::SpecConfig SpecOptions::resolve() const {
+  spec::SpecConfig c;
+  c.draft_max = draft_max;
+  c.draft_min = draft_min;
+  if (draft_min > draft_max)
+    throw Error("--draft-min (" + std::to_string(draft_min) + ") must not exceed --draft-max (" +
+                std::to_string(draft_max) + ")");
+  c.suffix_bytes = parse_byte_size(suffix_bytes, "--spec-suffix-bytes");
+  return spec::parse_spec_types(types, c);
+}
+
 void PromptCacheOptions::add_to(CLI::App& app) {
   app.add_option("--prompt-cache", enabled, "Prefix cache on|off")->capture_default_str();
   app.add_option("--prompt-cache-bytes", bytes,

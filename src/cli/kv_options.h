@@ -13,6 +13,7 @@
 #include "kv/paged_kv_store.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "spec/draft_planner.h"
 
 namespace pagoda::cli {
 
@@ -61,6 +62,20 @@ struct PromptCacheOptions {
   uint64_t resolve_state_snapshot_bytes() const;
   // --state-snapshot-interval in tokens, -1 for auto.
   int64_t resolve_state_snapshot_interval() const;
+};
+
+// Speculative decoding (serve, generate, bench): --spec-type, --draft-max, --draft-min,
+// --spec-suffix-bytes (spec/draft_planner.h). The model-free proposers are on by default:
+// they never change the output, and the planner proposes nothing where it would not pay.
+struct SpecOptions {
+  std::string types = "suffix,ngram";
+  int64_t draft_max = spec::SpecConfig{}.draft_max;
+  int64_t draft_min = spec::SpecConfig{}.draft_min;
+  std::string suffix_bytes = "32MiB";
+
+  void add_to(CLI::App& app);
+  // Validates the flags (pagoda::Error naming the flag).
+  spec::SpecConfig resolve() const;
 };
 
 // A pool sized by `options` for `config`'s geometry, and a store over it.

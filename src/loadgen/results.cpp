@@ -31,7 +31,9 @@ Report make_report(const RunResults& results) {
   std::vector<double> ttft, itl, tpot, e2e, per_stream;
   std::map<int, std::vector<double>> turn_ttft;
   std::map<int, TurnReport> turns;
-  bool multi_turn = results.config.workload.kind == WorkloadKind::kMultiTurn;
+  bool multi_turn = results.config.workload.kind == WorkloadKind::kMultiTurn ||
+                    results.config.workload.kind == WorkloadKind::kRepeat;
+  std::map<int, std::vector<double>> turn_tok_s;
   for (const RequestRecord& r : results.records) {
     ++rep.num_sent;
     if (r.error == kHungUp) {
@@ -70,6 +72,7 @@ Report make_report(const RunResults& results) {
         ++tr.num_cached_reported;
       }
       if (r.ttft_ms >= 0) turn_ttft[r.turn_idx].push_back(r.ttft_ms);
+      if (t > 0) turn_tok_s[r.turn_idx].push_back(1000.0 / t);
     }
   }
   rep.ttft_ms = summarize(std::move(ttft));
@@ -84,6 +87,7 @@ Report make_report(const RunResults& results) {
   }
   for (auto& [idx, tr] : turns) {
     tr.ttft_ms = summarize(std::move(turn_ttft[idx]));
+    tr.per_stream_tok_s = summarize(std::move(turn_tok_s[idx]));
     rep.per_turn.push_back(tr);
   }
   return rep;
@@ -250,7 +254,8 @@ ojson report_to_json(const Report& r) {
                      {"ttft_ms", summary_to_json(t.ttft_ms)},
                      {"prompt_tokens", t.prompt_tokens},
                      {"cached_tokens", t.cached_tokens},
-                     {"requests_with_cached_tokens", t.num_cached_reported}});
+                     {"requests_with_cached_tokens", t.num_cached_reported},
+                     {"per_stream_tok_s", summary_to_json(t.per_stream_tok_s)}});
   }
   j["per_turn"] = std::move(turns);
   return j;
@@ -384,12 +389,13 @@ std::string format_report(const RunResults& results, const Report& r) {
   }
   if (!r.per_turn.empty()) {
     line(os, "%s", "");
-    line(os, "  %-6s %6s %10s %10s %10s %12s %12s", "turn", "ok", "TTFT p50", "TTFT p90", "TTFT mean", "prompt tok",
-         "cached tok");
+    line(os, "  %-6s %6s %10s %10s %10s %12s %12s %12s", "turn", "ok", "TTFT p50", "TTFT p90", "TTFT mean", "prompt tok",
+         "cached tok", "decode t/s");
     for (const TurnReport& t : r.per_turn) {
       std::string cached = t.num_cached_reported ? std::to_string(t.cached_tokens) : "-";
-      line(os, "  %-6d %6lld %10.2f %10.2f %10.2f %12lld %12s", t.turn_idx + 1, static_cast<long long>(t.num_ok),
-           t.ttft_ms.p50, t.ttft_ms.p90, t.ttft_ms.mean, static_cast<long long>(t.prompt_tokens), cached.c_str());
+      line(os, "  %-6d %6lld %10.2f %10.2f %10.2f %12lld %12s %12.1f", t.turn_idx + 1, static_cast<long long>(t.num_ok),
+           t.ttft_ms.p50, t.ttft_ms.p90, t.ttft_ms.mean, static_cast<long long>(t.prompt_tokens), cached.c_str(),
+           t.per_stream_tok_s.mean);
     }
   }
   return os.str();

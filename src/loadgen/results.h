@@ -94,6 +94,7 @@ struct TurnReport {
   int64_t prompt_tokens = 0;       // summed over ok requests of this turn
   int64_t cached_tokens = 0;       // summed where reported
   int64_t num_cached_reported = 0;
+  Summary per_stream_tok_s;        // decode tok/s per request of this turn (1000 / tpot_ms)
 };
 
 struct Report {

@@ -107,12 +107,13 @@ std::string workload_name(WorkloadKind kind) {
     case WorkloadKind::kRandom: return "random";
     case WorkloadKind::kSharedPrefix: return "shared-prefix";
     case WorkloadKind::kMultiTurn: return "multi-turn";
+    case WorkloadKind::kRepeat: return "repeat";
   }
   return "?";
 }
 
 bool parse_workload(std::string_view name, WorkloadKind* out) {
-  for (WorkloadKind k : {WorkloadKind::kRandom, WorkloadKind::kSharedPrefix, WorkloadKind::kMultiTurn}) {
+  for (WorkloadKind k : {WorkloadKind::kRandom, WorkloadKind::kSharedPrefix, WorkloadKind::kMultiTurn, WorkloadKind::kRepeat}) {
     if (name == workload_name(k)) {
       *out = k;
       return true;
@@ -163,7 +164,8 @@ Workload::Workload(const WorkloadOptions& options, TokenCounter counter)
 }
 
 int Workload::turns_per_job() const {
-  return options_.kind == WorkloadKind::kMultiTurn ? static_cast<int>(options_.turns) : 1;
+  const bool turns = options_.kind == WorkloadKind::kMultiTurn || options_.kind == WorkloadKind::kRepeat;
+  return turns ? static_cast<int>(options_.turns) : 1;
 }
 
 Job Workload::job(int64_t job_idx) const {
@@ -184,7 +186,13 @@ Job Workload::job(int64_t job_idx) const {
     job.system = std::move(text.text);
     job.system_tokens = text.tokens;
   }
+  job.standalone = options_.kind == WorkloadKind::kRepeat;
   for (int t = 0; t < turns_per_job(); ++t) {
+    if (job.standalone && t > 0) {  // the same message again
+      job.user.push_back(job.user[0]);
+      job.user_tokens.push_back(job.user_tokens[0]);
+      continue;
+    }
     Text text = make_text(rng, len, counter_);
     job.user.push_back(std::move(text.text));
     job.user_tokens.push_back(text.tokens);
@@ -201,7 +209,7 @@ std::string request_body(Endpoint endpoint, const std::string& model, const Job&
   if (endpoint == Endpoint::kChat) {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     if (!job.system.empty()) messages.push_back({{"role", "system"}, {"content", job.system}});
-    for (int t = 0; t <= turn_idx; ++t) {
+    for (int t = job.standalone ? turn_idx : 0; t <= turn_idx; ++t) {
       messages.push_back({{"role", "user"}, {"content", job.user[static_cast<size_t>(t)]}});
       if (t < turn_idx) {
         messages.push_back({{"role", "assistant"}, {"content", answers[static_cast<size_t>(t)]}});
@@ -211,12 +219,13 @@ std::string request_body(Endpoint endpoint, const std::string& model, const Job&
   } else {
     std::string prompt;
     if (!job.system.empty()) prompt += job.system + "\n\n";
-    for (int t = 0; t <= turn_idx; ++t) {
+    for (int t = job.standalone ? turn_idx : 0; t <= turn_idx; ++t) {
       prompt += "User: " + job.user[static_cast<size_t>(t)] + "\nAssistant:";
       if (t < turn_idx) prompt += answers[static_cast<size_t>(t)] + "\n";
     }
     body["prompt"] = std::move(prompt);
   }
+  if (job.standalone) body["temperature"] = 0;
   body["max_tokens"] = output_len;
   if (fixed_output) {
     body["min_tokens"] = output_len;

@@ -17,6 +17,10 @@
 //     messages of input_len tokens each; the caller
 //     re-sends the whole history (system, users, the assistant's answers as
 //     returned) with each turn.
+//   * repeat: one user message of input_len tokens sent `turns` times, each time alone
+//     (no history) and greedy (temperature 0): a retried agent step, a self-consistency
+//     check. Every answer after the first is the first one again, the model's own text,
+//     so a server that speculates from what it has seen decodes the retries faster.
 // - Token counts: with a TokenCounter (the model's tokenizer) a text is grown or
 //   shrunk word by word until it has the target count and the count is exact;
 //   without one, lengths use 0.75 words per token (the usual English ratio for
@@ -32,10 +36,10 @@
 
 namespace pagoda::loadgen {
 
-enum class WorkloadKind { kRandom, kSharedPrefix, kMultiTurn };
+enum class WorkloadKind { kRandom, kSharedPrefix, kMultiTurn, kRepeat };
 enum class Endpoint { kChat, kCompletions };
 
-// "random" / "shared-prefix" / "multi-turn"; parse returns false on anything else.
+// "random" / "shared-prefix" / "multi-turn" / "repeat"; parse returns false on anything else.
 std::string workload_name(WorkloadKind kind);
 bool parse_workload(std::string_view name, WorkloadKind* out);
 std::string endpoint_name(Endpoint e);  // "chat" / "completions"
@@ -61,6 +65,7 @@ struct Job {
   int64_t system_tokens = 0;
   std::vector<std::string> user;         // one per turn
   std::vector<int64_t> user_tokens;      // [turns], exact or approximate
+  bool standalone = false;               // repeat: each turn sent alone (no history), greedy
 };
 
 class Workload {
