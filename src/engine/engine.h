@@ -30,61 +30,37 @@
 //   the final hidden states of the rows they pool, and they end in the step that
 //   computes their last prompt token.
 //
-// Scheduling, stated once (each step, in this order: Engine does 1 and 4, the Scheduler
-// of engine/scheduler.h decides 2 and 3 from its waiting and running lists and the pool):
+// Scheduling: the policy -- decode and preemption, chunked prefill, FCFS admission, requests
+// deferred behind a running prefill they share, requests waiting for a disk restore -- is
+// stated once, in engine/scheduler.h (Scheduler::schedule() decides each step's batch from
+// its waiting and running lists and the pool). Each step, in this order:
 //  1. Drain the inbox: cancelled requests (and those past their deadline) are finished
 //     (reason Cancelled) and their blocks released (their computed prefix stays in the
-//     prefix cache, evictable) before anything else is scheduled — within one step.
-//  2. Decode: every running sequence whose prompt is fully computed feeds its last
-//     sampled token (one batch token each). Each reserves one more slot; when the pool
-//     has no block left (evictable cached blocks are taken first, automatically, LRU),
-//     the most recently admitted running sequence is preempted (possibly the one
-//     asking): its computed prefix is inserted into the prefix cache, its blocks are
-//     released and it goes back to the front of the waiting queue, to be recomputed
-//     from prompt + generated tokens. Its Sampler (RNG and penalty history), stop
-//     matcher and decoder stay with it, so streaming continues exactly where it
-//     stopped and nothing is re-sent. A sequence that cannot grow even alone ends with
-//     reason Length.
-//  3. Prefill: the rest of max_batch_tokens goes, in admission order, to running
-//     sequences still computing their prompt (chunked prefill), then to admitting
-//     waiting requests, FCFS, while running < parallel. Admission borrows the longest
-//     cached prefix and reserves KV for the whole remaining prompt at once (all or
-//     nothing), so an admitted prefill never runs out mid-way; when it does not fit the
-//     head of the queue waits (no preemption to admit: that would trade one running
-//     sequence's progress for another's and can thrash). Rejected: "longest cached
-//     prefix first" — it starves cold prompts under a hot-prefix load; FCFS is the
-//     order a client can reason about.
-//     A waiting request whose prompt shares at least one block more with a running
-//     sequence's prompt still in prefill than that sequence borrowed is deferred until
-//     that sequence has computed and indexed the shared part (its prefill stops at a
-//     checkpoint there, scheduler.h), then borrows it: a burst on one document computes
-//     it once. Requests sharing nothing are admitted past deferred ones (only past
-//     those), so they are not held up.
-//     A prefill in progress takes the budget before new admissions, so with a small
-//     max_batch_tokens a long prompt delays the first token of requests behind it
-//     (not the tokens of running streams: decode comes first).
-//  4. One Model::forward over the whole batch; sample each sequence that got logits
-//     with its own Sampler; stream; apply stop conditions; finish.
+//     prefix cache, evictable) before anything else is scheduled -- within one step (one
+//     waiting for a disk restore too: scheduler.h says what becomes of its restore).
+//  2. Speculative decoding (EngineConfig::spec, engine_spec.cpp): proposals for the
+//     decoding sequences (SchedSeq::draft); then Scheduler::schedule(), which decides which
+//     of them ride in the step. Around it the engine keeps each request's own state: a
+//     preempted request keeps its Sampler (RNG and penalty history), grammar Matcher, stop
+//     matcher and decoder, so when it is recomputed from prompt + generated tokens streaming
+//     continues exactly where it stopped and nothing is re-sent. A sequence the scheduler
+//     ends for lack of KV finishes with reason Length; a prompt it refuses gets on_error.
+//  3. One Model::forward over the whole batch; sample each sequence that got logits
+//     with its own Sampler (its proposed tokens verified row by row: engine_spec.cpp);
+//     stream; apply stop conditions; finish.
 // Disk tier (EngineConfig::disk, cache/disk_tier.h): blocks are written and read back on
-// the disk tier's own I/O thread (cache/disk_io.h), not the engine thread. A request
-// whose cached prefix continues on disk waits for its reads in the waiting list
-// ("restoring": not admitted, computing nothing, holding a running slot; scheduler.h)
-// while every running request keeps stepping; the step after the reads finish it is
-// admitted with the restored blocks borrowed like RAM hits. A failed read (corrupt,
-// torn, missing) ends the restored chain there and the request computes the rest.
-// Cancelled or past its deadline while restoring, it ends at once; the blocks being
-// read stay held until the thread reports, then go back (what was read intact stays
-// cached). Spills are copied into a bounded queue (DiskTierConfig::write_queue_bytes;
-// the engine thread waits for room when evictions outrun the disk: disk_io.h says why
-// rather than drop). The engine thread pays a 704 KiB memcpy per TinyLlama block spilled
-// and none per block restored. At stop() restores in flight finish, then every cached
-// block the disk lacks is queued and the queue drained, so a clean restart finds the RAM
-// tier too. Refused for models whose sliding-window layers are paged apart (their
+// the disk tier's own I/O thread (cache/disk_io.h), not the engine thread, while every
+// running request keeps stepping. Spills are copied into a bounded queue
+// (DiskTierConfig::write_queue_bytes); when evictions outrun the disk a spill is dropped
+// (counted, recomputed if asked for again), never waited for: disk_io.h says why. The
+// engine thread pays a 704 KiB memcpy per TinyLlama block spilled and none per block
+// restored. At stop() restores in flight finish, then every cached block the disk lacks is
+// queued and the queue drained (unless the tier is stalled), so a clean restart finds the
+// RAM tier too. Refused for models whose sliding-window layers are paged apart (their
 // blocks' companions are not written).
-// Prefix cache: a sequence's full prompt blocks are indexed when its prefill completes
-// (so concurrent requests with the same prefix share them), and at each checkpoint a
-// deferred request asked for; everything it computed is
-// indexed when it finishes, is preempted or is cancelled, then its table is released.
+// Prefix cache: what is indexed when (a completed prompt, a checkpoint, a sequence that
+// finishes, is preempted or is cancelled; only K/V a finite logits row vouched for) is
+// the scheduler's, in scheduler.h.
 // Grammars (Request::grammar): the mask is applied before the sampler's chain, so
 // penalties, top-k/p and temperature act on the allowed tokens only; the Matcher lives
 // with the Seq, like the Sampler, so a preempted request resumes in the same state.

@@ -9,20 +9,32 @@
 // - Single-threaded (the engine thread). Sequences are the caller's (SchedSeq objects
 //   it owns, usually as the base of its own request type); the scheduler holds
 //   pointers between add() and remove(), or until schedule() reports them ended.
-// - schedule() implements, in this order (Engine's header states the policy):
+// - schedule() implements the scheduling policy, in this order. This is its one statement:
+//   Engine's header and the docs (docs/architecture.md) point here.
 //    1. Decode: every running sequence whose prompt is computed reserves one more slot,
 //       in running order; when the pool has no block left (evictable cached blocks are
 //       taken first, LRU) the most recently admitted running sequence is preempted
 //       (possibly the one asking): its checked prefix is indexed, its blocks released,
 //       and it goes to the front of waiting. A sequence that cannot grow even alone is
-//       removed and reported in `ended_length`.
+//       removed and reported in `ended_length`. Then proposed tokens (speculative
+//       decoding: SchedSeq::draft, which the engine sets before schedule()) ride in their
+//       sequence's decode chunk, in running order, within what the decodes leave of
+//       max_batch_tokens, in slots from free or evictable blocks only: a reservation that
+//       fails drops the proposal rather than preempt anyone for a guess.
 //    2. Prefill: the rest of max_batch_tokens goes, in admission order, to running
 //       sequences still computing their prompt, then to admissions FCFS while running
 //       < parallel. Admission borrows the longest cached prefix and reserves the whole
 //       remaining prompt (all or nothing); when it does not fit the head waits, unless
 //       nothing runs (or it can never fit): then it is removed and reported, in
 //       `ended_length` when it had generated tokens (a preempted one that grew), else in
-//       `refused` with the pool's reason.
+//       `refused` with the pool's reason. With the whole prompt reserved at admission an
+//       admitted prefill never runs out of blocks mid-way, and no running sequence is
+//       preempted to admit one (that would trade one sequence's progress for another's and
+//       can thrash). Rejected: "longest cached prefix
+//       first" -- it starves cold prompts under a hot-prefix load; FCFS is the order a
+//       client can reason about. A prefill in progress takes the budget before new
+//       admissions, so with a small max_batch_tokens a long prompt delays the first token
+//       of requests behind it (not the tokens of running streams: decode comes first).
 //       Shared prefix computed once: a waiting request whose prompt shares at least one
 //       block more with the prompt of a running sequence still in prefill (the leader)
 //       than the leader borrowed from the cache is deferred (reported in `deferred`)
@@ -69,8 +81,10 @@
 //       other: its lookup borrows the restored blocks, and the restore is ended. A
 //       request is restored once per admission (a restore that ended short of its chain
 //       -- a failed read, blocks evicted again before admission -- recomputes the rest).
-//       Removed (cancelled, deadline) while restoring: the restore is cancelled; its
-//       blocks return when the thread reports it. Restores' blocks yield to running
+//       Removed (cancelled, deadline) while restoring: the request ends at once and its
+//       restore is ended (cancelled once no other request shares it: PrefixCache's
+//       contract; the I/O thread is fenced, what it read intact stays cached and the other
+//       blocks go back to the pool at once). Restores' blocks yield to running
 //       sequences: when a decode cannot reserve its slot, finished restores are unpinned
 //       (left cached, evictable) before anyone is preempted, and a sequence running alone
 //       waits for restores in flight rather than end with Length; when the head of the
