@@ -14,7 +14,8 @@ void KvOptions::add_to(CLI::App& app) {
   app.add_option("--kv-block-size", block_size, "Tokens per KV block (power of two, 8..256)")
       ->capture_default_str();
   app.add_option("--kv-cache-bytes", cache_bytes,
-                 "KV budget, e.g. 512MiB, 4GiB (default: half of available memory, committed only as used)");
+                 "KV budget, e.g. 512MiB, 4GiB (default: the memory left beside the weights, less headroom; "
+                 "committed only as used)");
   app.add_option("--kv-type-k", type_k, "K cache type: f16|bf16|f32|q8|q4")->capture_default_str();
   app.add_option("--kv-type-v", type_v, "V cache type: f16|bf16|f32|q8|q4")->capture_default_str();
   app.add_flag("--kv-swa-full", swa_full,
