@@ -75,6 +75,11 @@ Runner add_generate(CLI::App& app) {
     o->kv.resolve();  // bad KV flags fail before the model loads
     ec.spec = o->spec.resolve();
     LoadedModel lm = load_model(o->model, LoadOptions{true, parse_quantize(o->quantize)});
+    std::optional<LoadedModel> draft;
+    if (ec.spec.draft) {
+      draft = load_draft_model(o->spec.model_draft, lm);
+      ec.draft_model = draft->model.get();
+    }
     ec.kv = o->kv.resolve_for(*lm.model);
     const ModelConfig& c = lm.model->config();
     const Tokenizer& tok = *lm.tokenizer;

@@ -466,6 +466,11 @@ Runner add_serve(CLI::App& app) {
     if (lm.file && lm.file->has("tokenizer.ggml.model") && !lm.tokenizer) lm.tokenizer = Tokenizer::from_gguf(*lm.file);
     if (!chat_template) chat_template = model_chat_template(lm, template_source);
     const server::ChatTemplate* tmpl = chat_template ? &*chat_template : nullptr;
+    std::optional<LoadedModel> draft;
+    if (ec.spec.draft) {
+      draft = load_draft_model(o->spec.model_draft, lm);
+      ec.draft_model = draft->model.get();
+    }
     ec.kv = o->kv.resolve_for(*lm.model);
     ec.model_id = o->model;
     // Blocks on disk outlive the process: the namespace must tell a rewritten file (or

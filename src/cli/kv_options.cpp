@@ -51,7 +51,7 @@ KvConfig KvOptions::resolve_for(const Model& model) const {
 void SpecOptions::add_to(CLI::App& app) {
   app.add_option("--spec-type", types,
                  "Speculative decoding proposers, comma-separated: suffix (earlier requests' prompts and answers), "
-                 "ngram (the request's own tokens), or none")
+                 "ngram (the request's own tokens), draft (a draft model, -md), or none")
       ->capture_default_str();
   app.add_option("--draft-max", draft_max, "Proposed tokens verified per sequence and step at most")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{64}));
@@ -59,6 +59,8 @@ void SpecOptions::add_to(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{64}));
   app.add_option("--spec-suffix-bytes", suffix_bytes, "Memory of the suffix proposer's index (e.g. 32MiB)")
       ->capture_default_str();
+  app.add_option("--model-draft", model_draft,
+                 "Draft model for speculative decoding (-md; GGUF with the model's vocabulary): adds 'draft' to --spec-type");
 }
 
 spec::SpecConfig SpecOptions::resolve() const {
@@ -69,7 +71,13 @@ spec::SpecConfig SpecOptions::resolve() const {
     throw Error("--draft-min (" + std::to_string(draft_min) + ") must not exceed --draft-max (" +
                 std::to_string(draft_max) + ")");
   c.suffix_bytes = parse_byte_size(suffix_bytes, "--spec-suffix-bytes");
-  return spec::parse_spec_types(types, c);
+  c = spec::parse_spec_types(types, c);
+  if (!model_draft.empty()) {
+    if (types == "none") throw Error("-md " + model_draft + ": --spec-type none turns speculative decoding off");
+    c.draft = true;
+  }
+  if (c.draft && model_draft.empty()) throw Error("--spec-type draft needs a draft model (-md FILE)");
+  return c;
 }
 
 void PromptCacheOptions::add_to(CLI::App& app) {

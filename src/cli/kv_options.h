@@ -72,6 +72,7 @@ struct SpecOptions {
   int64_t draft_max = spec::SpecConfig{}.draft_max;
   int64_t draft_min = spec::SpecConfig{}.draft_min;
   std::string suffix_bytes = "32MiB";
+  std::string model_draft;  // -md / --model-draft: turns the draft proposer on
 
   void add_to(CLI::App& app);
   // Validates the flags (pagoda::Error naming the flag).

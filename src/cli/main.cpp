@@ -15,7 +15,7 @@ namespace {
 // value such as a prompt is untouched unless it is exactly one of these.
 constexpr std::pair<const char*, const char*> kLlamaServerFlags[] = {
     {"-np", "--parallel"}, {"-ctk", "--kv-type-k"}, {"-ctv", "--kv-type-v"}, {"-hf", "--hf-repo"},
-    {"-hfr", "--hf-repo"}};
+    {"-hfr", "--hf-repo"}, {"-md", "--model-draft"}};
 
 std::vector<std::string> with_long_names(int argc, char** argv) {
   std::vector<std::string> out;

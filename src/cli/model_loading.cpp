@@ -151,4 +151,24 @@ std::vector<int32_t> parse_token_list(const std::string& text) {
   return ids;
 }
 
+LoadedModel load_draft_model(const std::string& path, const LoadedModel& target) {
+  LoadedModel d = load_model(path, false);
+  if (d.file && d.file->has("tokenizer.ggml.model") && !d.tokenizer) d.tokenizer = Tokenizer::from_gguf(*d.file);
+  const int64_t nt = target.model->config().n_vocab, nd = d.model->config().n_vocab;
+  if (nt != nd)
+    throw Error("-md " + path + ": the draft model's vocabulary has " + std::to_string(nd) + " tokens, the model's " +
+                std::to_string(nt) + ": a draft model must share the model's vocabulary");
+  if (target.tokenizer && d.tokenizer) {
+    const int32_t n = std::min(target.tokenizer->n_vocab(), d.tokenizer->n_vocab());
+    if (target.tokenizer->n_vocab() != d.tokenizer->n_vocab())
+      throw Error("-md " + path + ": the draft model's tokenizer has " + std::to_string(d.tokenizer->n_vocab()) +
+                  " tokens, the model's " + std::to_string(target.tokenizer->n_vocab()));
+    for (int32_t id = 0; id < n; ++id)
+      if (target.tokenizer->token_to_piece(id) != d.tokenizer->token_to_piece(id))
+        throw Error("-md " + path + ": token " + std::to_string(id) + " differs between the draft model's vocabulary and "
+                    "the model's: a draft model must share the model's vocabulary");
+  }
+  return d;
+}
+
 }  // namespace pagoda::cli

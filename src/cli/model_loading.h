@@ -44,6 +44,10 @@ std::string resolve_model_path(const std::string& path);
 // (logits and bench-model never need one).
 LoadedModel load_model(const std::string& path, bool require_tokenizer);
 LoadedModel load_model(const std::string& path, const LoadOptions& options);
+// A speculative-decoding draft model (-md) for `target`: loaded with its tokenizer when it
+// has one, and refused (pagoda::Error naming both) unless its vocabulary is the target's:
+// the same size and, where both carry a tokenizer, the same text for every token id.
+LoadedModel load_draft_model(const std::string& path, const LoadedModel& target);
 
 // Registers `--quantize TYPE` on a command; parse the value with parse_quantize().
 void add_quantize_option(CLI::App& app, std::string& value);

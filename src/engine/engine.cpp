@@ -80,6 +80,15 @@ std::unique_ptr<DiskTier> open_disk_tier(const EngineConfig& c, const KvLayerGro
   return std::make_unique<DiskTier>(c.disk);
 }
 
+// A model's K/V bytes per token in a pool of `kv`'s types and block size (a probe pool:
+// it commits nothing until blocks are taken).
+double kv_bytes_per_token(const Model& m, const KvConfig& kv) {
+  const KvLayerGroups groups = KvLayerGroups::for_layers(m.config().kv_layer_shapes(), kv.swa_full);
+  KvConfig probe = kv;
+  probe.budget_bytes = 1ull << 34;
+  return PagedKvPool(geometry_of(m.config(), groups), probe).bytes_per_token();
+}
+
 EngineConfig checked(EngineConfig c, const Model& m) {
   if (c.parallel < 1) throw Error("--parallel must be >= 1 (got " + std::to_string(c.parallel) + ")");
   if (c.max_queue < 0) throw Error("--max-queue must be >= 0 (got " + std::to_string(c.max_queue) + ")");
@@ -111,6 +120,23 @@ EngineConfig checked(EngineConfig c, const Model& m) {
     c.kv.budget_bytes = budget - running - c.state_snapshot_bytes;
   } else {
     c.state_snapshot_bytes = 0;
+  }
+  if (c.spec.draft) {
+    if (!c.draft_model) throw Error("--spec-type draft needs a draft model (-md FILE)");
+    const ModelConfig& d = c.draft_model->config();
+    if (d.hybrid()) throw Error("the draft model (" + d.arch_name + ") is hybrid: its recurrent state cannot be cut back");
+    if (d.n_vocab != m.config().n_vocab)
+      throw Error("the draft model's vocabulary (" + std::to_string(d.n_vocab) + " tokens) is not the model's (" +
+                  std::to_string(m.config().n_vocab) + ")");
+    if (!m.config().hybrid()) {
+      // Both pools hold the same number of tokens: the budget split by K/V bytes per token.
+      c.kv.budget_bytes = resolve_kv_budget(c.kv);
+      const double main = kv_bytes_per_token(m, c.kv), draft = kv_bytes_per_token(*c.draft_model, c.kv);
+      c.draft_kv_budget_bytes = static_cast<uint64_t>(static_cast<double>(c.kv.budget_bytes) * draft / (main + draft));
+      c.kv.budget_bytes -= c.draft_kv_budget_bytes;
+    }
+  } else {
+    c.draft_model = nullptr;
   }
   return c;
 }
@@ -172,6 +198,15 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& con
   }
   std::sort(eog_ids_.begin(), eog_ids_.end());
   if (speculating() && config_.spec.suffix) suffix_ = std::make_unique<spec::SuffixIndex>(config_.spec.suffix_bytes);
+  if (speculating() && config_.draft_model) {
+    Model& d = *config_.draft_model;
+    KvConfig dk = config_.kv;
+    dk.budget_bytes = config_.draft_kv_budget_bytes;
+    const KvLayerGroups groups = KvLayerGroups::for_layers(d.config().kv_layer_shapes(), dk.swa_full);
+    draft_pool_ = std::make_unique<PagedKvPool>(geometry_of(d.config(), groups), dk);
+    draft_store_ = std::make_unique<PagedKvStore>(*draft_pool_, groups);
+    d.set_context_size(config_.ctx_size);
+  }
   counters_.resident_weight_bytes = static_cast<int64_t>(model.resident_weight_bytes());
   counters_.file_tensor_bytes = static_cast<int64_t>(model.file_tensor_bytes());
   publish_stats();
@@ -435,6 +470,7 @@ void Engine::step() {
   propose_drafts();
   const SchedulerOutput& plan = scheduler_.schedule();
   counters_.preemptions += static_cast<int64_t>(plan.preempted.size());
+  for (SchedSeq* p : plan.preempted) drop_draft_kv(static_cast<Seq*>(p));  // recomputed when readmitted
   for (SchedSeq* p : plan.admitted) {
     Seq* s = static_cast<Seq*>(p);
     if (s->admissions == 1) {
@@ -513,7 +549,8 @@ void Engine::step() {
       continue;
     }
     if (c.checkpoint) continue;  // the row only vouched for the K/V the scheduler indexed
-    sample_and_stream(s, lg);
+    // A draft model's proposals the scheduler cut (no room): its K/V past them goes.
+    if (sample_and_stream(s, lg)) trim_draft_kv(s);
   }
 }
 
@@ -683,6 +720,7 @@ std::unique_ptr<Engine::Seq> Engine::retire(Seq* s) {
   // but after the error there is nothing to trust).
   if (suffix_ && !s->req.pooling && s->generated() > 0 && s->result.finish != FinishReason::Error)
     suffix_->add(spec_tenant(s->key), s->tokens);
+  drop_draft_kv(s);
   scheduler_.remove(s);
   auto it = std::find_if(owned_.begin(), owned_.end(), [&](const auto& p) { return p.get() == s; });
   PAGODA_CHECK(it != owned_.end(), "Engine::retire of an unknown sequence");
@@ -748,6 +786,17 @@ void Engine::check_invariants() const {
   for (const SchedSeq* s : waiting) common(s);
   scheduler_.check_invariants();
   cache_.check_invariants();  // includes the pool's
+  if (draft_store_) {  // the draft model's K/V: running sequences' only, never past their tokens
+    PAGODA_CHECK(draft_store_->num_sequences() <= running.size(), "engine: draft K/V of a sequence not running");
+    for (const SchedSeq* p : running) {
+      const Seq* s = static_cast<const Seq*>(p);
+      if (s->draft_sid < 0) continue;
+      PAGODA_CHECK(s->draft_sid == s->seq_id && draft_store_->contains(s->draft_sid) &&
+                       s->draft_computed <= static_cast<int64_t>(s->tokens.size()),
+                   "engine: draft K/V out of step with its sequence");
+      draft_store_->check_tables(s->draft_sid);
+    }
+  }
   if (snapshots_) snapshots_->check_invariants();
 }
 
@@ -763,6 +812,11 @@ void Engine::publish_stats() {
   if (snapshots_) st.cache.state_snapshots = snapshots_->stats();
   st.spec.types = speculating() ? spec::spec_types_name(config_.spec) : "none";
   if (suffix_) st.spec.suffix = suffix_->stats();
+  if (draft_pool_) {
+    const PoolStats dp = draft_pool_->stats();
+    st.spec.draft_kv_bytes_in_use = dp.bytes_in_use;
+    st.spec.draft_kv_bytes_budget = dp.bytes_budget;
+  }
   st.spec.step_fixed_ms = step_cost_.observations() > 0 ? step_cost_.fixed() * 1e3 : 0;
   st.spec.step_per_token_ms = step_cost_.observations() > 0 ? step_cost_.per_token() * 1e3 : 0;
   std::lock_guard<std::mutex> lk(mu_);

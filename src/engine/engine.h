@@ -140,6 +140,11 @@ struct EngineConfig {
   // Speculative decoding (spec/draft_planner.h): proposers on, draft lengths, the suffix
   // index's byte budget. Off here (the CLI turns the model-free proposers on by default).
   spec::SpecConfig spec;
+  // The draft model of spec.draft (borrowed; outlives the Engine): the same vocabulary
+  // size, not hybrid. Its K/V has a pool of its own inside the same budget: the budget is
+  // split by the two models' K/V bytes per token, so both hold the same number of tokens.
+  Model* draft_model = nullptr;
+  uint64_t draft_kv_budget_bytes = 0;  // resolved by the Engine: the draft pool's share
   bool check_invariants = false;   // tests: check_invariants() (and the pool's and cache's)
                                    // after every step; always on in debug builds
 };
@@ -276,6 +281,9 @@ struct EngineStats {
     double step_fixed_ms = 0;       // the planner's step-cost line (spec/draft_planner.h)
     double step_per_token_ms = 0;
     spec::SuffixIndexStats suffix;  // zero without the suffix proposer
+    int64_t draft_forwards = 0;     // the draft model's forwards
+    uint64_t draft_kv_bytes_in_use = 0;  // its K/V pool (zero without a draft model)
+    uint64_t draft_kv_bytes_budget = 0;
   } spec;
 };
 
@@ -349,6 +357,10 @@ class Engine {
   // the scheduler runs (SchedSeq::draft), and their verification from the chunk's rows.
   void propose_drafts();
   void verify_drafts(Seq* s, const ScheduledChunk& c, int64_t row);
+  // The draft model's greedy proposals for draft_seqs_[i] with draft_lens_[i] tokens each.
+  void generate_drafts();
+  void drop_draft_kv(Seq* s);
+  void trim_draft_kv(Seq* s);
   bool speculating() const;
   // Embedding requests: adds the chunk's hidden rows (from hidden_[row...]) to the
   // sequence's pool; at the prompt's end ends the request with its embedding.
@@ -401,6 +413,12 @@ class Engine {
   spec::StepCostModel step_cost_;              // the forward's time by batch tokens
   std::vector<spec::DraftCandidate> draft_cands_;
   std::vector<Seq*> draft_seqs_;
+  std::vector<Seq*> model_seqs_;        // this step's sequences the draft model proposes for
+  std::vector<int64_t> model_lens_;
+  std::unique_ptr<PagedKvPool> draft_pool_;  // the draft model's K/V (null: no draft model)
+  std::unique_ptr<PagedKvStore> draft_store_;
+  Batch draft_batch_;
+  std::vector<float> draft_logits_;
 
   // ---- guarded by mu_ ----
   mutable std::mutex mu_;

@@ -41,6 +41,10 @@ struct Engine::Seq : SchedSeq {
   // proposals, and the proposed token the next sampled one is compared with (-1: none).
   double spec_alpha = 0.5;
   int32_t spec_expect = -1;
+  // The draft model's K/V of this request: its sequence id there (the admission's seq_id;
+  // -1 none) and how many leading tokens it holds.
+  SeqId draft_sid = -1;
+  int64_t draft_computed = 0;
 };
 
 

@@ -3,6 +3,13 @@
 // - Proposers: `suffix` (earlier requests of the same tenant, spec/suffix_index.h) and
 //   `ngram` (the request's own prompt and output); the longer match wins, the suffix on
 //   a tie (a match in another request's answer continues further than one in a prompt).
+//   `draft` (a small model with the same vocabulary) proposes where neither found a
+//   match: after the planner chose how many tokens to verify, the draft model computes
+//   them greedily, one batched forward per token for all such sequences (the first one
+//   also catches its K/V up with the tokens it has not seen). Its K/V lives in a pool of
+//   its own, inside the same budget (engine.h); after verification it is cut back to the
+//   accepted tokens. The draft model's own forwards are not in the planner's cost line:
+//   a draft a tenth of the target's size adds about a tenth of a step per proposed token.
 // - Verification is sampling: each row, from the sampled token's on, is sampled with the
 //   request's own Sampler, grammar and penalties exactly as a step of its own would be,
 //   and the next proposed token is kept only if it is the token sampled. So every
@@ -25,6 +32,7 @@
 
 #include "engine/engine.h"
 #include "engine/engine_seq.h"
+#include "common/log.h"
 
 namespace pagoda {
 
@@ -71,7 +79,13 @@ void Engine::propose_drafts() {
       spec::Proposal own = spec::ngram_lookup(s->tokens, room);
       if (own.match > best.match) best = std::move(own);
     }
-    if (static_cast<int64_t>(best.tokens.size()) < config_.spec.draft_min || best.tokens.empty()) continue;
+    if (static_cast<int64_t>(best.tokens.size()) < config_.spec.draft_min || best.tokens.empty()) {
+      if (draft_store_) {  // the draft model offers up to `room` tokens, computed once chosen
+        draft_cands_.push_back({room, s->spec_alpha, 0});
+        draft_seqs_.push_back(s);
+      }
+      continue;
+    }
     s->draft = std::move(best.tokens);
     draft_cands_.push_back({static_cast<int64_t>(s->draft.size()), s->spec_alpha, 0});
     draft_seqs_.push_back(s);
@@ -89,12 +103,103 @@ void Engine::propose_drafts() {
   }
   spec::plan_drafts(draft_cands_, base, n_decoding, config_.spec.fixed_cost_ratio > 0 ? fixed : step_cost_, max_extra,
                     config_.spec.draft_min);
+  model_seqs_.clear();
+  model_lens_.clear();
   for (size_t i = 0; i < draft_seqs_.size(); ++i) {
     Seq* s = draft_seqs_[i];
-    s->draft.resize(static_cast<size_t>(draft_cands_[i].chosen));
+    const int64_t chosen = draft_cands_[i].chosen;
+    if (s->draft.empty() && chosen > 0) {  // the draft model's to compute
+      model_seqs_.push_back(s);
+      model_lens_.push_back(chosen);
+      continue;
+    }
+    s->draft.resize(static_cast<size_t>(chosen));
     // Not verified: the estimate drifts back to the prior, so a sequence whose early
     // proposals failed is tried again once its text starts repeating.
     if (s->draft.empty()) s->spec_alpha += 0.05 * (kAlphaPrior - s->spec_alpha);
+  }
+  if (!model_seqs_.empty()) generate_drafts();
+}
+
+void Engine::trim_draft_kv(Seq* s) {
+  // Everything before n_computed is the sequence's own now; past it the draft model saw
+  // proposals that may have been rejected.
+  if (!draft_store_ || s->draft_sid < 0 || s->draft_computed <= s->n_computed) return;
+  s->draft_computed = s->n_computed;
+  if (draft_store_->capacity(s->draft_sid) > s->draft_computed) draft_store_->truncate(s->draft_sid, s->draft_computed);
+}
+
+void Engine::drop_draft_kv(Seq* s) {
+  if (!draft_store_ || s->draft_sid < 0) return;
+  draft_store_->remove(s->draft_sid);
+  s->draft_sid = -1;
+  s->draft_computed = 0;
+}
+
+void Engine::generate_drafts() {
+  Model& dm = *config_.draft_model;
+  // Each sequence's draft K/V: its own (a readmitted sequence starts afresh), cut back to
+  // the tokens that are still its own (everything before n_computed: the last step
+  // verified those), and room for the tokens fed now: every token not seen yet, then
+  // the proposals but the last.
+  std::vector<Seq*>& seqs = model_seqs_;
+  std::vector<int64_t>& lens = model_lens_;
+  size_t n = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Seq* s = seqs[i];
+    if (s->draft_sid != s->seq_id) drop_draft_kv(s);
+    s->draft_sid = s->seq_id;
+    if (draft_store_->contains(s->draft_sid)) trim_draft_kv(s);
+    const int64_t need = static_cast<int64_t>(s->tokens.size()) + lens[i] - 1;
+    if (!draft_store_->reserve(s->draft_sid, need).ok()) {  // out of draft K/V: no proposal
+      drop_draft_kv(s);
+      continue;
+    }
+    seqs[n] = s;
+    lens[n++] = lens[i];
+  }
+  seqs.resize(n);
+  lens.resize(n);
+  int64_t longest = 0;
+  for (int64_t k : lens) longest = std::max(longest, k);
+  auto argmax = [&](size_t row) {
+    const float* lg = &draft_logits_[row * static_cast<size_t>(n_vocab_)];
+    int32_t best = 0;
+    for (int32_t t = 1; t < n_text_vocab_; ++t)
+      if (lg[t] > lg[best]) best = t;
+    return best;
+  };
+  for (int64_t j = 0; j < longest; ++j) {
+    draft_batch_.clear();
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Seq* s = seqs[i];
+      if (j >= lens[i]) continue;
+      if (j == 0) {  // catch up, then the sampled token: its row gives the first proposal
+        for (int64_t p = s->draft_computed; p < static_cast<int64_t>(s->tokens.size()); ++p)
+          draft_batch_.add(s->tokens[static_cast<size_t>(p)], p, s->draft_sid,
+                           p + 1 == static_cast<int64_t>(s->tokens.size()));
+      } else {
+        draft_batch_.add(s->draft.back(), s->draft_computed, s->draft_sid, true);
+      }
+    }
+    try {
+      dm.forward(draft_batch_, *draft_store_, threads_, draft_logits_, nullptr);
+    } catch (const std::exception& e) {  // a bad draft model costs the proposals, not the requests
+      for (Seq* s : seqs) {
+        s->draft.clear();
+        drop_draft_kv(s);
+      }
+      logger().write(LogLevel::Warn, std::string("pagoda: the draft model's forward failed: ") + e.what());
+      return;
+    }
+    ++counters_.spec.draft_forwards;
+    size_t row = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Seq* s = seqs[i];
+      if (j >= lens[i]) continue;
+      s->draft_computed = j == 0 ? static_cast<int64_t>(s->tokens.size()) : s->draft_computed + 1;
+      s->draft.push_back(argmax(row++));
+    }
   }
 }
 
@@ -124,6 +229,7 @@ void Engine::verify_drafts(Seq* s, const ScheduledChunk& c, int64_t row) {
   for (int64_t i = 0; i < accepted; ++i) s->spec_alpha += kAlphaStep * (1.0 - s->spec_alpha);
   if (accepted < k) s->spec_alpha -= kAlphaStep * s->spec_alpha;
   scheduler_.release_unverified(s);
+  trim_draft_kv(s);
 }
 
 }  // namespace pagoda

@@ -10,7 +10,7 @@ namespace pagoda::spec {
 
 SpecConfig parse_spec_types(std::string_view text, SpecConfig base) {
   SpecConfig c = base;
-  c.suffix = c.ngram = false;
+  c.suffix = c.ngram = c.draft = false;
   bool none = false, any = false;
   size_t start = 0;
   while (start <= text.size()) {
@@ -20,10 +20,9 @@ SpecConfig parse_spec_types(std::string_view text, SpecConfig base) {
     if (item == "suffix") c.suffix = any = true;
     else if (item == "ngram") c.ngram = any = true;
     else if (item == "none") none = true;
-    else if (item == "draft")
-      throw Error("--spec-type draft: draft-model speculation is not built yet (use suffix and/or ngram)");
+    else if (item == "draft") c.draft = any = true;
     else if (item == "mtp")
-      throw Error("--spec-type mtp: speculation from a model's MTP layers is not built yet (use suffix and/or ngram)");
+      throw Error("--spec-type mtp: speculation from a model's MTP layers is not built yet (use suffix, ngram or draft)");
     else
       throw Error("--spec-type: unknown type '" + std::string(item) + "' (suffix, ngram, draft, mtp, none)");
   }
@@ -36,6 +35,7 @@ std::string spec_types_name(const SpecConfig& c) {
   std::string s;
   if (c.suffix) s += "suffix";
   if (c.ngram) s += s.empty() ? "ngram" : ",ngram";
+  if (c.draft) s += s.empty() ? "draft" : ",draft";
   return s;
 }
 

@@ -29,18 +29,19 @@ namespace pagoda::spec {
 struct SpecConfig {
   bool suffix = false;  // proposals from earlier requests' prompts and answers (SuffixIndex)
   bool ngram = false;   // prompt lookup in the request's own tokens
+  bool draft = false;   // a draft model's greedy tokens (EngineConfig::draft_model)
   int64_t draft_max = 16;  // --draft-max: proposed tokens verified per sequence and step
   int64_t draft_min = 1;   // --draft-min: shorter proposals are not verified
   uint64_t suffix_bytes = 32ull << 20;  // --spec-suffix-bytes: the SuffixIndex's budget
   // > 0: plan with this fixed per_token / fixed cost ratio instead of the measured line
   // (tests: plans that do not depend on how busy the machine is).
   double fixed_cost_ratio = 0;
-  bool any() const { return suffix || ngram; }
+  bool any() const { return suffix || ngram || draft; }
 };
 
 // Parses --spec-type: a comma-separated list of suffix, ngram, draft, mtp, none ("none"
 // alone turns speculation off). Throws pagoda::Error naming the flag for an unknown or
-// unsupported type (draft and mtp: not built yet; the message says so).
+// unsupported type (mtp: not built yet; the message says so). draft needs -md.
 SpecConfig parse_spec_types(std::string_view text, SpecConfig base = {});
 std::string spec_types_name(const SpecConfig& c);  // "suffix,ngram", "none"
 

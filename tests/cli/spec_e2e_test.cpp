@@ -79,7 +79,9 @@ TEST(SpecE2E, BadFlagsAreOneLineErrors) {
   const std::vector<Case> cases = {
       {{"--spec-type", "eagle"}, "unknown type 'eagle'"},
       {{"--spec-type", "suffix,none"}, "'none' cannot be combined"},
-      {{"--spec-type", "draft"}, "not built yet"},
+      {{"--spec-type", "mtp"}, "not built yet"},
+      {{"--spec-type", "draft"}, "needs a draft model"},
+      {{"-md", "/nonexistent/draft.gguf"}, "/nonexistent/draft.gguf"},
       {{"--draft-min", "9", "--draft-max", "4"}, "--draft-min (9) must not exceed --draft-max (4)"},
       {{"--spec-suffix-bytes", "lots"}, "--spec-suffix-bytes"},
   };

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "engine/engine.h"
+#include "common/error.h"
 #include "engine_harness.h"
 
 namespace pagoda {
@@ -150,12 +151,69 @@ TEST(Speculation, PreemptedSpeculatingSequencesResumeWithTheSameTokens) {
   std::vector<Request> rs = workload(nullptr, V, 120);
   EngineConfig off = engine_config(m, 6, 40, false, 32);
   const RunResult ref = run_one_by_one(m, nullptr, engine_config(m, 1, 512, false, 32), rs);
-  EngineConfig on = off;
-  on.spec = spec_of("ngram");
-  const RunResult got = run_all(m, nullptr, on, rs);
-  expect_same_tokens(ref, got, "tight pool");
-  EXPECT_GT(got.stats.preemptions, 0);
-  EXPECT_GT(got.stats.spec.draft_tokens, 0);
+  Loaded self = load_synth();  // as its own draft model: its K/V goes with each preemption
+  for (const char* types : {"ngram", "draft"}) {
+    EngineConfig on = off;
+    on.spec = spec_of(types);
+    if (on.spec.draft) on.draft_model = self.model.get();
+    const RunResult got = run_all(m, nullptr, on, rs);
+    expect_same_tokens(ref, got, std::string("tight pool ") + types);
+    EXPECT_GT(got.stats.preemptions, 0) << types;
+    EXPECT_GT(got.stats.spec.draft_tokens, 0) << types;
+    EXPECT_EQ(got.stats.spec.draft_kv_bytes_in_use, 0u) << types;
+  }
+}
+
+// The draft proposer: a second model with the same vocabulary proposes where the
+// model-free proposers find nothing. Whatever it proposes (a different random model, mostly
+// wrong; the model itself, always right) the tokens are the model's own, its K/V pool holds
+// nothing once every request ended, and it shares the budget: the target's pool shrinks.
+TEST(Speculation, DraftModelProposalsKeepTheTokensAndTheirKvIsFreed) {
+  Loaded target = load_synth();
+  Model& m = *target.model;
+  SynthSpec ds;
+  ds.arch = "llama";
+  ds.dim = 32;
+  ds.n_layers = 1;
+  ds.n_heads = 2;
+  ds.n_kv_heads = 1;
+  ds.ffn_dim = 64;
+  ds.n_vocab = m.config().n_vocab;
+  ds.ctx_len = 4096;
+  ds.seed = 99;
+  Loaded other = load_synth_spec(ds, "draft_other");
+  const int32_t V = static_cast<int32_t>(m.config().n_vocab);
+  const std::vector<Request> rs = workload(nullptr, V, 60);
+  const EngineConfig off = engine_config(m, 1, 512, true, 64);
+  const RunResult ref = run_one_by_one(m, nullptr, off, rs);
+  Loaded self = load_synth();  // the model as its own draft: every proposal right
+  for (Model* draft : {other.model.get(), self.model.get()}) {
+    const bool is_self = draft == self.model.get();
+    EngineConfig on = off;
+    on.spec = spec_of("draft");
+    on.draft_model = draft;
+    for (int parallel : {1, 3}) {
+      on.parallel = parallel;
+      const RunResult got = parallel == 1 ? run_one_by_one(m, nullptr, on, rs) : run_all(m, nullptr, on, rs);
+      expect_same_tokens(ref, got, is_self ? "self draft" : "other draft");
+      EXPECT_GT(got.stats.spec.draft_forwards, 0);
+      EXPECT_EQ(got.stats.spec.draft_kv_bytes_in_use, 0u);  // every sequence's draft K/V freed
+      EXPECT_GT(got.stats.spec.draft_kv_bytes_budget, 0u);
+      EXPECT_LT(got.stats.pool.bytes_budget, ref.stats.pool.bytes_budget);  // the budget is shared
+      if (is_self) {
+        EXPECT_GT(got.stats.spec.accepted_tokens, got.stats.spec.draft_tokens * 9 / 10);
+      }
+    }
+  }
+  // Refused: a draft of another vocabulary size; the draft type without a draft model.
+  ds.n_vocab = V + 1;
+  Loaded wrong = load_synth_spec(ds, "draft_wrong_vocab");
+  EngineConfig bad = off;
+  bad.spec = spec_of("draft");
+  bad.draft_model = wrong.model.get();
+  EXPECT_THROW(Engine(m, nullptr, bad), Error);
+  bad.draft_model = nullptr;
+  EXPECT_THROW(Engine(m, nullptr, bad), Error);
 }
 
 // A request can opt out; hybrid models never speculate (engine_spec.cpp says why).

@@ -165,7 +165,9 @@ TEST(SpecTypes, ParseAndRefuse) {
   EXPECT_THROW(parse_spec_types("suffix,none"), Error);
   EXPECT_THROW(parse_spec_types("eagle"), Error);
   EXPECT_THROW(parse_spec_types(""), Error);
-  EXPECT_THROW(parse_spec_types("draft"), Error);
+  c = parse_spec_types("suffix,draft");
+  EXPECT_TRUE(c.suffix && c.draft && !c.ngram);
+  EXPECT_EQ(spec_types_name(c), "suffix,draft");
   EXPECT_THROW(parse_spec_types("mtp"), Error);
 }
 
