@@ -361,6 +361,7 @@ class Engine {
   void generate_drafts();
   void drop_draft_kv(Seq* s);
   void trim_draft_kv(Seq* s);
+  double draft_token_cost() const;  // a proposed token's draft forward, in step_cost_'s units
   bool speculating() const;
   // Embedding requests: adds the chunk's hidden rows (from hidden_[row...]) to the
   // sequence's pool; at the prompt's end ends the request with its embedding.
@@ -411,6 +412,7 @@ class Engine {
   bool stalled_ = false;       // the last step ran no forward while disk restores were in flight
   std::unique_ptr<spec::SuffixIndex> suffix_;  // the suffix proposer's index (null: off)
   spec::StepCostModel step_cost_;              // the forward's time by batch tokens
+  spec::StepCostModel draft_cost_;             // the draft model's, likewise
   std::vector<spec::DraftCandidate> draft_cands_;
   std::vector<Seq*> draft_seqs_;
   std::vector<Seq*> model_seqs_;        // this step's sequences the draft model proposes for

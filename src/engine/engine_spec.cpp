@@ -81,13 +81,13 @@ void Engine::propose_drafts() {
     }
     if (static_cast<int64_t>(best.tokens.size()) < config_.spec.draft_min || best.tokens.empty()) {
       if (draft_store_) {  // the draft model offers up to `room` tokens, computed once chosen
-        draft_cands_.push_back({room, s->spec_alpha, 0});
+        draft_cands_.push_back({room, s->spec_alpha, draft_token_cost(), 0});
         draft_seqs_.push_back(s);
       }
       continue;
     }
     s->draft = std::move(best.tokens);
-    draft_cands_.push_back({static_cast<int64_t>(s->draft.size()), s->spec_alpha, 0});
+    draft_cands_.push_back({static_cast<int64_t>(s->draft.size()), s->spec_alpha, 0.0, 0});
     draft_seqs_.push_back(s);
   }
   if (draft_cands_.empty()) return;
@@ -119,6 +119,19 @@ void Engine::propose_drafts() {
     if (s->draft.empty()) s->spec_alpha += 0.05 * (kAlphaPrior - s->spec_alpha);
   }
   if (!model_seqs_.empty()) generate_drafts();
+}
+
+double Engine::draft_token_cost() const {
+  // One draft forward per proposed token (shared by the sequences proposing at that depth;
+  // counted whole: the conservative side). Before the draft model ran, its weights'
+  // bytes against the model's scale the model's own step (decode reads every weight once).
+  // A fixed ratio (tests) prices a draft token like a verified row.
+  if (config_.spec.fixed_cost_ratio > 0) return config_.spec.fixed_cost_ratio;
+  if (draft_cost_.observations() > 0 && step_cost_.observations() > 0)
+    return draft_cost_.fixed() + draft_cost_.per_token();
+  const double ratio = static_cast<double>(config_.draft_model->resident_weight_bytes()) /
+                       static_cast<double>(std::max<size_t>(model_.resident_weight_bytes(), 1));
+  return ratio * step_cost_.fixed();
 }
 
 void Engine::trim_draft_kv(Seq* s) {
@@ -182,8 +195,11 @@ void Engine::generate_drafts() {
         draft_batch_.add(s->draft.back(), s->draft_computed, s->draft_sid, true);
       }
     }
+    const auto start = std::chrono::steady_clock::now();
     try {
       dm.forward(draft_batch_, *draft_store_, threads_, draft_logits_, nullptr);
+      draft_cost_.observe(static_cast<int64_t>(draft_batch_.size()),
+                          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     } catch (const std::exception& e) {  // a bad draft model costs the proposals, not the requests
       for (Seq* s : seqs) {
         s->draft.clear();

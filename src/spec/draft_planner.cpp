@@ -82,23 +82,33 @@ void plan_drafts(std::span<DraftCandidate> cands, int64_t base_tokens, int64_t n
   double tokens = static_cast<double>(std::max<int64_t>(n_decoding, 1));  // expected tokens this step
   double n = static_cast<double>(std::max<int64_t>(base_tokens, 1));
   // Max-heap of each candidate's next marginal yield alpha^(chosen + 1).
-  using Entry = std::pair<double, size_t>;
+  // Max-heap of each candidate's next marginal yield per unit of cost:
+  // alpha^(chosen + 1) / (per + extra_cost).
+  struct Entry {
+    double key, gain;
+    size_t i;
+    bool operator<(const Entry& o) const { return key < o.key; }
+  };
   std::priority_queue<Entry> heap;
   for (size_t i = 0; i < cands.size(); ++i) {
     cands[i].alpha = std::clamp(cands[i].alpha, 0.0, 0.999);
-    if (cands[i].available > 0) heap.emplace(cands[i].alpha, i);
+    const double a = cands[i].alpha;
+    if (cands[i].available > 0) heap.push({a / (per + cands[i].extra_cost + 1e-12), a, i});
   }
   int64_t extra = 0;
+  double time = fixed + per * n;
   while (!heap.empty() && extra < max_extra) {
-    const auto [gain, i] = heap.top();
+    const Entry e = heap.top();
     heap.pop();
+    DraftCandidate& c = cands[e.i];
+    const double cost = per + c.extra_cost;
     // Worth it while the step's expected tokens per second rise.
-    if ((tokens + gain) / (fixed + per * (n + 1)) <= tokens / (fixed + per * n)) break;
-    tokens += gain;
+    if ((tokens + e.gain) / (time + cost) <= tokens / time) continue;  // others may be cheaper
+    tokens += e.gain;
+    time += cost;
     n += 1;
     ++extra;
-    DraftCandidate& c = cands[i];
-    if (++c.chosen < c.available) heap.emplace(gain * c.alpha, i);
+    if (++c.chosen < c.available) heap.push({e.gain * c.alpha / (cost + 1e-12), e.gain * c.alpha, e.i});
   }
   // A proposal shorter than draft_min is not verified (its rows go back to the budget,
   // which is only ever smaller for that: the planner's yields only fall).

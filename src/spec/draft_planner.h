@@ -34,7 +34,8 @@ struct SpecConfig {
   int64_t draft_min = 1;   // --draft-min: shorter proposals are not verified
   uint64_t suffix_bytes = 32ull << 20;  // --spec-suffix-bytes: the SuffixIndex's budget
   // > 0: plan with this fixed per_token / fixed cost ratio instead of the measured line
-  // (tests: plans that do not depend on how busy the machine is).
+  // (tests: plans that do not depend on how busy the machine is); a draft model's token
+  // then costs as much as a verified row.
   double fixed_cost_ratio = 0;
   bool any() const { return suffix || ngram || draft; }
 };
@@ -67,6 +68,9 @@ class StepCostModel {
 struct DraftCandidate {
   int64_t available = 0;  // tokens the proposer offers (at most draft_max)
   double alpha = 0.5;     // running acceptance rate of the sequence
+  // Seconds each proposed token costs before it is verified, in the cost line's units: a
+  // draft model's forward (0 for the model-free proposers, whose lookups are free).
+  double extra_cost = 0;
   int64_t chosen = 0;     // out: tokens to verify (0, or >= draft_min)
 };
 
