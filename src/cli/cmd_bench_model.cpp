@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -88,8 +89,18 @@ Runner add_bench_model(CLI::App& app) {
       states.set_pos(0, d);
     };
     std::vector<double> pp_rates, tg_rates;
+    ProcessMemory mem;
+    std::optional<BandwidthProbe> probe;
     // One untimed warm-up of each phase: page in the weights, grow scratch.
     for (int r = -1; r < o->repeats; ++r) {
+      if (r == 0) {
+        // After the warm-up, before the bandwidth probe allocates its buffer: load +
+        // forward passes, what a server holds (with this KV budget).
+        mem = read_process_memory();
+        probe.emplace(pool);
+      }
+      // Two probe passes beside each repeat (kernels/membw.h says why).
+      if (r >= 0) probe->run(2);
       if (o->n_prompt > 0) {
         rewind_state();
         batch.clear();
@@ -111,10 +122,13 @@ Runner add_bench_model(CLI::App& app) {
         if (r >= 0) tg_rates.push_back(o->n_gen / dt);
       }
     }
-    // After the runs, before the bandwidth probe allocates its buffer: load + forward
-    // passes, what a server holds (with this KV budget).
-    const ProcessMemory mem = read_process_memory();
-    const double bw = measure_read_bandwidth(pool);
+    if (!probe) {  // no repeat ran (cannot happen: repeats >= 1); measure anyway
+      mem = read_process_memory();
+      probe.emplace(pool);
+    }
+    probe->run(2);
+    const BandwidthSummary bws = probe->summary();
+    const double bw = bws.median;
     // A decode step reads the weights it uses (every matrix once; of a mixture of experts
     // only the chosen experts) and, in attention, the K/V of its context (on average
     // d + n/2 tokens over the run).
@@ -162,6 +176,9 @@ Runner add_bench_model(CLI::App& app) {
                           {"n_expert", c.n_expert},
                           {"n_expert_used", c.n_expert_used},
                           {"read_bandwidth_bytes_per_s", bw},
+                          {"read_bandwidth_min_bytes_per_s", bws.min},
+                          {"read_bandwidth_max_bytes_per_s", bws.max},
+                          {"read_bandwidth_passes", bws.passes},
                           {"decode_roofline_tokens_per_s", roofline},
                           {"decode_roofline_fraction", roofline > 0 ? tg / roofline : 0.0},
                           {"kv_block_size", kv.pool->block_size()},
@@ -208,7 +225,9 @@ Runner add_bench_model(CLI::App& app) {
                 lm.model->resident_weight_bytes() / 1048576.0,
                 static_cast<double>(lm.model->resident_weight_bytes()) / static_cast<double>(lm.model->file_tensor_bytes()),
                 mem.rss_bytes / 1048576.0, mem.anon_bytes / 1048576.0, mem.file_bytes / 1048576.0);
-    std::printf("  read bandwidth %.1f GB/s -> decode roofline %.1f tok/s", bw / 1e9, roofline);
+    std::printf("  read bandwidth %.1f GB/s (median of %d passes beside the runs, range %.1f-%.1f) -> decode roofline "
+                "%.1f tok/s",
+                bw / 1e9, bws.passes, bws.min / 1e9, bws.max / 1e9, roofline);
     if (o->n_gen > 0) std::printf(" (generation at %.0f%% of it)", 100.0 * tg / roofline);
     std::printf("\n");
     return 0;

@@ -77,37 +77,70 @@ ReadFn widest_read() {
 
 }  // namespace
 
-double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int repeats) {
-  const size_t n = bytes / sizeof(uint64_t);
-  // Huge pages like the weights it stands in for (HugePageBuffer): the roofline is the
-  // rate at which the weights can stream, not a TLB-miss-bound 4 KiB-page rate.
-  HugePageBuffer mem(n * sizeof(uint64_t));
-  uint64_t* buf = reinterpret_cast<uint64_t*>(mem.data());
-  // Touch every page with distinct values so the reads hit real memory, not a shared zero page.
-  pool.parallel_for(pool.num_threads(), [&](int64_t t, int) {
-    size_t lo = n * t / pool.num_threads(), hi = n * (t + 1) / pool.num_threads();
-    for (size_t i = lo; i < hi; ++i) buf[i] = i * 0x9E3779B97F4A7C15ull;
-  });
-  std::vector<double> rates;
-  std::vector<uint64_t> sinks(pool.num_threads() * 8);
-  const ReadFn read = widest_read();
-  // Chunks of whole 256-byte lines so every read function sees aligned, full strides.
-  const size_t lines = n * sizeof(uint64_t) / 256;
-  const int64_t chunks = pool.num_threads() * 16;
-  for (int r = 0; r < repeats + 1; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
+struct BandwidthProbe::Impl {
+  Impl(ThreadPool& p, size_t bytes) : pool(p), mem(bytes / 256 * 256), lines(bytes / 256) {
+    uint64_t* buf = reinterpret_cast<uint64_t*>(mem.data());
+    const size_t n = lines * 256 / sizeof(uint64_t);
+    // Touch every page with distinct values so the reads hit real memory, not a shared zero page.
+    pool.parallel_for(pool.num_threads(), [&](int64_t t, int) {
+      size_t lo = n * t / pool.num_threads(), hi = n * (t + 1) / pool.num_threads();
+      for (size_t i = lo; i < hi; ++i) buf[i] = i * 0x9E3779B97F4A7C15ull;
+    });
+    sinks.assign(static_cast<size_t>(pool.num_threads()) * 8, 0);
+  }
+  double read_once() {
+    // Chunks of whole 256-byte lines so every read function sees aligned, full strides.
+    const int64_t chunks = pool.num_threads() * 16;
+    const auto t0 = std::chrono::steady_clock::now();
     pool.parallel_for(chunks, [&](int64_t c, int thread) {
       const size_t lo = lines * c / chunks, hi = lines * (c + 1) / chunks;
-      sinks[thread * 8] ^= read(reinterpret_cast<const uint8_t*>(buf) + lo * 256, (hi - lo) * 256);
+      sinks[thread * 8] ^= read(mem.data() + lo * 256, (hi - lo) * 256);
     });
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r > 0) rates.push_back(static_cast<double>(lines * 256) / s);  // first run warms up
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return static_cast<double>(lines * 256) / s;
   }
+  ThreadPool& pool;
+  // Huge pages like the weights it stands in for (HugePageBuffer): the roofline is the
+  // rate at which the weights can stream, not a TLB-miss-bound 4 KiB-page rate.
+  HugePageBuffer mem;
+  size_t lines;
+  std::vector<uint64_t> sinks;
+  const ReadFn read = widest_read();
+  bool warm = false;
+};
+
+BandwidthProbe::BandwidthProbe(ThreadPool& pool, size_t bytes) : impl_(std::make_unique<Impl>(pool, bytes)) {}
+
+BandwidthProbe::~BandwidthProbe() {
   volatile uint64_t keep = 0;
-  for (uint64_t v : sinks) keep = keep ^ v;
+  for (uint64_t v : impl_->sinks) keep = keep ^ v;
   (void)keep;
-  std::sort(rates.begin(), rates.end());
-  return rates[rates.size() / 2];
+}
+
+void BandwidthProbe::run(int n) {
+  if (!impl_->warm) {
+    impl_->read_once();
+    impl_->warm = true;
+  }
+  for (int i = 0; i < n; ++i) rates_.push_back(impl_->read_once());
+}
+
+BandwidthSummary BandwidthProbe::summary() const {
+  BandwidthSummary s;
+  if (rates_.empty()) return s;
+  std::vector<double> r = rates_;
+  std::sort(r.begin(), r.end());
+  s.min = r.front();
+  s.max = r.back();
+  s.median = r.size() % 2 ? r[r.size() / 2] : (r[r.size() / 2 - 1] + r[r.size() / 2]) / 2;
+  s.passes = static_cast<int>(r.size());
+  return s;
+}
+
+double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int repeats) {
+  BandwidthProbe probe(pool, bytes);
+  probe.run(repeats);
+  return probe.summary().median;
 }
 
 }  // namespace pagoda
