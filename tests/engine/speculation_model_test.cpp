@@ -216,7 +216,59 @@ TEST(Speculation, DraftModelProposalsKeepTheTokensAndTheirKvIsFreed) {
   EXPECT_THROW(Engine(m, nullptr, bad), Error);
 }
 
-// A request can opt out; hybrid models never speculate (engine_spec.cpp says why).
+// The suffix index is per tenant, as the prefix cache is: a request with another
+// cache_key never gets the first tenant's answer proposed, the same tenant does.
+TEST(Speculation, TheSuffixIndexKeepsTenantsApart) {
+  Loaded l = load_synth();
+  Model& m = *l.model;
+  Request r;
+  r.prompt = random_tokens(40, static_cast<int32_t>(m.config().n_vocab), 77);
+  r.sampling.temperature = 0.0f;
+  r.max_tokens = 60;
+  r.ignore_eos = true;
+  std::vector<Request> rs(3, r);
+  rs[0].cache_key = "tenant-a";
+  rs[1].cache_key = "tenant-b";
+  rs[2].cache_key = "tenant-a";
+  EngineConfig on = engine_config(m, 1, 512, true, 64);
+  on.spec = spec_of("suffix");
+  const RunResult got = run_one_by_one(m, nullptr, on, rs);
+  EXPECT_EQ(got.results[1].draft_tokens, 0) << "tenant b was offered tenant a's answer";
+  EXPECT_GE(got.results[2].accepted_tokens, 40);
+  EXPECT_EQ(got.tokens[0], got.tokens[1]);
+  EXPECT_EQ(got.tokens[0], got.tokens[2]);
+}
+
+// Hybrid models never speculate (engine_spec.cpp says why): the stats say "none" and
+// nothing is proposed, even for a repeated request.
+TEST(Speculation, HybridModelsDoNotSpeculate) {
+  SynthSpec s;
+  s.arch = "qwen35";
+  s = resolved_for_row(s, /*tiny_shape=*/true);
+  s.n_vocab = 256;
+  s.ctx_len = 1024;
+  s.seed = 11;
+  Loaded l = load_synth_spec(s, "qwen35_spec");
+  Model& m = *l.model;
+  ASSERT_TRUE(m.config().hybrid());
+  Request r;
+  r.prompt = random_tokens(30, 256, 5);
+  r.sampling.temperature = 0.0f;
+  r.max_tokens = 20;
+  r.ignore_eos = true;
+  EngineConfig on;
+  on.parallel = 1;
+  on.threads = 2;
+  on.kv.budget_bytes = 256ull << 20;
+  on.check_invariants = true;
+  on.spec = spec_of("suffix,ngram");
+  const RunResult got = run_one_by_one(m, nullptr, on, {r, r});
+  EXPECT_EQ(got.stats.spec.types, "none");
+  EXPECT_EQ(got.stats.spec.draft_tokens, 0);
+  EXPECT_EQ(got.tokens[0], got.tokens[1]);
+}
+
+// A request can opt out.
 TEST(Speculation, ARequestCanOptOut) {
   Loaded l = load_synth();
   Model& m = *l.model;
