@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds the release preset and runs the whole test suite (unit, model,
-# e2e labels), then, when called without arguments, the sanitizer suites
-# (scripts/test-sanitizers.sh: unit / server / fuzz tests under ASan + UBSan, engine and thread
-# tests under TSan). Extra arguments go to ctest and run the release suite only, e.g. `-L unit`.
-# PAGODA_SANITIZERS=off skips the sanitizer suites; PAGODA_SANITIZERS=asan runs just that one.
-# On a CPU without AVX-512 (and with PAGODA_EMU=on anywhere; off skips it) it also builds the
-# `emu` preset, the AVX-512 kernels through SIMDe, and runs the kernel tests there: measured
-# on 2 loaded Xeon cores, 52-140 CPU-s to build (warm / cold ccache) and 23 CPU-s to test.
+# The test command. Installs dependencies, builds the release preset and runs the whole
+# release suite (unit, model, e2e labels); on a CPU without AVX-512 (or with PAGODA_EMU=on;
+# off skips it) also the `emu` preset's kernel tests (the AVX-512 kernels through SIMDe:
+# measured on 2 loaded Xeon cores, 52-140 CPU-s to build, warm / cold ccache, 23 CPU-s to test).
+#   scripts/test.sh            the release suite (what a newcomer runs)
+#   scripts/test.sh --all      and then the sanitizer sets (scripts/test-sanitizers.sh: unit /
+#                              server / fuzz tests under ASan + UBSan, engine and thread tests
+#                              under TSan); what .ci/run runs
+#   scripts/test.sh -L unit    extra arguments go to ctest (the release suite only)
+# PAGODA_SANITIZERS=asan (or tsan) with --all runs just that set. Skipped tests are counted
+# at the end, with the reason when ../shared (the golden models) is missing: nothing is
+# skipped silently.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # ccache across checkouts: with base_dir the absolute paths under this checkout are hashed as
@@ -21,11 +25,25 @@ export PAGODA_SAN_DEADLINE="${PAGODA_SAN_DEADLINE:-$(($(date +%s) + ${PAGODA_CI_
 scripts/install-deps.sh
 scripts/install-npm-deps.sh  # tests/sdk's OpenAI SDK (npm ci into tests/sdk/node_modules)
 scripts/install-webui-test-deps.sh  # tests/webui: Debian's chromium and playwright-core (npm ci)
+all=0
+if [ "${1:-}" = --all ]; then
+  all=1
+  shift
+fi
 PHASE_PREFIX=test.sh
 . scripts/phase.sh
 cmake --preset release >/dev/null
 phase "release build" cmake --build --preset release
-phase "release suite" ctest --preset release "$@"
+suite_log="$(mktemp)"
+trap 'rm -f "$suite_log"' EXIT
+rc=0
+phase "release suite" ctest --preset release --output-log "$suite_log" "$@" || rc=$?
+skipped=$(grep -c '(Skipped)$' "$suite_log" || true)
+if [ "$skipped" -gt 0 ]; then
+  echo "test.sh: $skipped tests skipped (listed above under 'The following tests did not run')" >&2
+  [ -d ../shared/models ] || echo "test.sh: ../shared/models is missing: the golden-model tests skip without it" >&2
+fi
+[ "$rc" -eq 0 ] || exit "$rc"
 emu="${PAGODA_EMU:-auto}"
 [ "$emu" = auto ] && { grep -qw avx512f /proc/cpuinfo && emu=off || emu=on; }
 if [ $# -eq 0 ] && [ "$emu" = on ]; then
@@ -33,6 +51,6 @@ if [ $# -eq 0 ] && [ "$emu" = on ]; then
   phase "emulated AVX-512 build" cmake --build --preset emu
   phase "emulated AVX-512 kernel tests" ctest --preset emu
 fi
-if [ $# -eq 0 ] && [ "${PAGODA_SANITIZERS:-asan tsan}" != off ]; then
+if [ "$all" -eq 1 ] && [ $# -eq 0 ] && [ "${PAGODA_SANITIZERS:-asan tsan}" != off ]; then
   scripts/test-sanitizers.sh ${PAGODA_SANITIZERS:-asan tsan}
 fi
