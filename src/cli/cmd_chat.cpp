@@ -117,6 +117,7 @@ Runner add_chat(CLI::App& app) {
     bool ignore_eos = false;
     SamplingParams sp;
     KvOptions kv;
+    SpecOptions spec;
   };
   auto o = std::make_shared<Opts>();
   o->sp.temperature = 0.8f;
@@ -140,6 +141,7 @@ Runner add_chat(CLI::App& app) {
   app.add_flag("--ignore-eos", o->ignore_eos, "Keep answering past end-of-generation tokens (tests)");
   add_quantize_option(app, o->quantize);
   o->kv.add_to(app);
+  o->spec.add_to(app);
 
   return [o] {
     if (auto err = o->sp.validate()) throw Error(*err);
@@ -150,6 +152,12 @@ Runner add_chat(CLI::App& app) {
     if (!tmpl) tmpl = model_chat_template(lm, template_source);
     const Tokenizer& tok = *lm.tokenizer;
     EngineConfig ec;
+    ec.spec = o->spec.resolve();
+    std::optional<LoadedModel> draft;
+    if (ec.spec.draft) {
+      draft = load_draft_model(o->spec.model_draft, lm);
+      ec.draft_model = draft->model.get();
+    }
     ec.kv = o->kv.resolve_for(*lm.model);
     ec.threads = o->threads > 0 ? o->threads : ThreadPool::default_num_threads();
     ec.parallel = 1;
