@@ -5,7 +5,7 @@
 # tests/CMakeLists.txt), then runs `ctest -L <preset>`:
 #   asan  AddressSanitizer + UndefinedBehaviorSanitizer (UB aborts: -fno-sanitize-recover):
 #         every unit test, the fuzz tests and serve_e2e
-#   tsan  ThreadSanitizer: tests/common, tests/engine, tests/server/http_*, tests/loadgen/runner
+#   tsan  ThreadSanitizer: tests/common, tests/engine, tests/http/*, tests/loadgen/runner
 # Extra ctest arguments after `--`, e.g. `scripts/test-sanitizers.sh asan -- -R Jinja`.
 # Time budget: PAGODA_SAN_DEADLINE (epoch seconds; scripts/test.sh sets it from
 # PAGODA_CI_BUDGET_S, default 80 minutes after it started, so CI's 90 stay out of reach).

@@ -36,7 +36,7 @@
 #include "hub/hub.h"
 #include "server/api_server.h"
 #include "server/chat_template.h"
-#include "server/http_server.h"
+#include "http/http_server.h"
 #include "server/webui.h"
 #include "common/text_file.h"
 
@@ -252,7 +252,7 @@ Runner add_serve(CLI::App& app) {
     std::string model, host = "127.0.0.1", api_key, api_key_file, chat_template_file, chat_template, alias, hf_repo;
     int64_t n_predict = -1;
     int port = 8080, threads = 0, parallel = 4, max_queue = 64, io_threads = 2;
-    int64_t max_connections = 0;  // 0: server::default_max_connections()
+    int64_t max_connections = 0;  // 0: http::default_max_connections()
     int64_t ctx_size = 0, max_batch_tokens = 512;
     std::string max_body_bytes = "8MiB", quantize;
     double shutdown_timeout = 10, request_timeout = 0;
@@ -439,7 +439,7 @@ Runner add_serve(CLI::App& app) {
     ao.strict_model_names = o->strict_model_names;
     ao.default_max_tokens = o->n_predict;
     server::ApiServer api(ao);
-    server::HttpServerOptions ho;
+    http::HttpServerOptions ho;
     ho.host = o->host;
     ho.port = static_cast<uint16_t>(o->port);
     ho.io_threads = o->io_threads;
@@ -447,13 +447,14 @@ Runner add_serve(CLI::App& app) {
     ho.cors_origins = o->cors_origins;
     ho.max_connections = o->max_connections;
     ho.max_body_bytes = max_body;
-    ho.on_complete = [&api](const server::HttpRequest& r, const server::HttpCompletion& done) {
+    ho.error_body = server::transport_error_response;  // OpenAI's error object
+    ho.on_complete = [&api](const http::HttpRequest& r, const http::HttpCompletion& done) {
       api.on_http_complete(r, done);
     };
-    std::vector<server::Route> routes = api.routes();
+    std::vector<http::Route> routes = api.routes();
     if (!o->no_webui)
-      for (server::Route& r : server::webui_routes()) routes.push_back(std::move(r));
-    server::HttpServer http(ho, std::move(routes));  // binds; serves from start()
+      for (http::Route& r : server::webui_routes()) routes.push_back(std::move(r));
+    http::HttpServer http(ho, std::move(routes));  // binds; serves from start()
     // The default replica id names the bound port (--port 0 picks one).
     const std::string replica_id = !o->replica_id.empty() ? o->replica_id : default_replica_id(http.port());
     api.set_replica_id(replica_id);

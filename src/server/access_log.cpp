@@ -20,7 +20,7 @@ bool is_quiet_read(const std::string& method, const std::string& path, int statu
 
 LogLevel level_of(int status, const GenerationRecord* g) {
   if (status >= 500 || (g && !g->error.empty())) return LogLevel::Error;
-  if (status >= 400 && status != kStatusClientClosedRequest) return LogLevel::Warn;
+  if (status >= 400 && status != http::kStatusClientClosedRequest) return LogLevel::Warn;
   return LogLevel::Info;
 }
 
@@ -84,7 +84,7 @@ void AccessLog::generation_done(uint64_t seq, GenerationRecord record) {
   write(http, &record);
 }
 
-void AccessLog::http_done(const HttpRequest& req, const HttpCompletion& done) {
+void AccessLog::http_done(const http::HttpRequest& req, const http::HttpCompletion& done) {
   if (!enabled_) return;
   HttpPart http;
   http.method = req.method;
@@ -155,7 +155,7 @@ void AccessLog::write(const HttpPart& http, const GenerationRecord* g) {
   }
   std::string reason;
   if (http.closed) {
-    reason = http.status == kStatusClientClosedRequest
+    reason = http.status == http::kStatusClientClosedRequest
                  ? "the client closed the connection before the answer was complete"
                  : "the server stopped before the answer was complete";
   } else if (http.status >= 400) {

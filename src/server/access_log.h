@@ -37,7 +37,7 @@
 
 #include "common/log.h"
 #include "engine/engine.h"
-#include "server/http_server.h"
+#include "http/http_server.h"
 
 namespace pagoda::server {
 
@@ -72,7 +72,7 @@ class AccessLog {
   // The engine's part (any thread: the engine's).
   void generation_done(uint64_t seq, GenerationRecord record);
   // The transport's part (an I/O thread).
-  void http_done(const HttpRequest& req, const HttpCompletion& done);
+  void http_done(const http::HttpRequest& req, const http::HttpCompletion& done);
 
  private:
   struct HttpPart {

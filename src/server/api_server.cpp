@@ -162,7 +162,7 @@ json cache_stats_json(const CacheStats& c) {
 }
 
 // The transport's own errors (401 for a bad key, 405) on the Anthropic routes.
-HttpResponse anthropic_route_error(int status, std::string_view message) {
+http::HttpResponse anthropic_route_error(int status, std::string_view message) {
   return api_error_response(WireProtocol::Anthropic, status, message);
 }
 
@@ -177,9 +177,11 @@ ApiServer::ApiServer(ApiServerOptions options)
                        options_.responses_store_bytes) {}
 ApiServer::~ApiServer() = default;
 
-std::vector<Route> ApiServer::routes() {
-  auto bind = [this](void (ApiServer::*fn)(const HttpRequest&, std::shared_ptr<HttpExchange>)) {
-    return [this, fn](const HttpRequest& r, std::shared_ptr<HttpExchange> ex) { (this->*fn)(r, std::move(ex)); };
+std::vector<http::Route> ApiServer::routes() {
+  auto bind = [this](void (ApiServer::*fn)(const http::HttpRequest&, std::shared_ptr<http::HttpExchange>)) {
+    return [this, fn](const http::HttpRequest& r, std::shared_ptr<http::HttpExchange> ex) {
+      (this->*fn)(r, std::move(ex));
+    };
   };
   return {
       {"POST", "/v1/chat/completions", true, bind(&ApiServer::handle_chat)},
@@ -203,7 +205,7 @@ std::vector<Route> ApiServer::routes() {
   };
 }
 
-void ApiServer::on_http_complete(const HttpRequest& req, const HttpCompletion& done) {
+void ApiServer::on_http_complete(const http::HttpRequest& req, const http::HttpCompletion& done) {
   // Both from the one status the transport reports, so the log and /metrics agree.
   metrics_.record_http(done.status);
   access_log_.http_done(req, done);
@@ -228,22 +230,24 @@ void ApiServer::begin_shutdown() {
 namespace {
 // llama-server's answer while the model loads, on every route (/health too), so clients
 // and load balancers that poll llama-server read this one the same way.
-HttpResponse loading_response() {
-  HttpResponse r;
+http::HttpResponse loading_response() {
+  http::HttpResponse r;
   r.status = 503;
   r.body = error_json(503, "Loading model", "unavailable_error");
   return r;
 }
 // The Anthropic routes answer in Anthropic's shape (503 overloaded_error).
-HttpResponse anthropic_loading_response() { return api_error_response(WireProtocol::Anthropic, 503, "Loading model"); }
+http::HttpResponse anthropic_loading_response() {
+  return api_error_response(WireProtocol::Anthropic, 503, "Loading model");
+}
 }  // namespace
 
-void ApiServer::handle_health(const HttpRequest&, std::shared_ptr<HttpExchange> ex) {
+void ApiServer::handle_health(const http::HttpRequest&, std::shared_ptr<http::HttpExchange> ex) {
   if (!ready()) return void(ex->respond(loading_response()));
   // Draining: the load balancer's health check fails and takes this replica out while
   // the requests it still sends (until its next check) are served.
   if (draining_.load()) {
-    HttpResponse r;
+    http::HttpResponse r;
     r.status = 503;
     r.body = error_json(503, "Draining: the server is shutting down", "unavailable_error");
     return void(ex->respond(std::move(r)));
@@ -267,7 +271,7 @@ void ApiServer::handle_health(const HttpRequest&, std::shared_ptr<HttpExchange> 
   ex->respond(json_response(200, body));
 }
 
-void ApiServer::handle_models(const HttpRequest&, std::shared_ptr<HttpExchange> ex) {
+void ApiServer::handle_models(const http::HttpRequest&, std::shared_ptr<http::HttpExchange> ex) {
   Engine* e = engine_.load(std::memory_order_acquire);
   if (!e) return void(ex->respond(loading_response()));
   static const int64_t created = unix_now();
@@ -355,7 +359,7 @@ std::optional<chat::ParseOptions> ApiServer::output_parsing(const CompletionRequ
   return po;
 }
 
-void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+void ApiServer::handle_chat(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex) {
   Engine* e = engine_.load(std::memory_order_acquire);
   if (!e) return void(ex->respond(loading_response()));
   try {
@@ -384,7 +388,7 @@ std::string ApiServer::render_anthropic(const AnthropicRequest& ar) const {
   return render_chat(ar.chat.messages, ar.chat.tools, true, ar.template_kwargs) + ar.prefill;
 }
 
-void ApiServer::handle_messages(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+void ApiServer::handle_messages(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex) {
   Engine* e = engine_.load(std::memory_order_acquire);
   if (!e) return void(ex->respond(anthropic_loading_response()));
   try {
@@ -399,7 +403,7 @@ void ApiServer::handle_messages(const HttpRequest& req, std::shared_ptr<HttpExch
   }
 }
 
-void ApiServer::handle_count_tokens(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+void ApiServer::handle_count_tokens(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex) {
   if (!ready()) return void(ex->respond(anthropic_loading_response()));
   try {
     AnthropicRequest ar = parse_anthropic_request(req.body, n_vocab(), sampling_defaults_, /*count_tokens=*/true);
@@ -411,7 +415,7 @@ void ApiServer::handle_count_tokens(const HttpRequest& req, std::shared_ptr<Http
   }
 }
 
-void ApiServer::handle_completion(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+void ApiServer::handle_completion(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex) {
   Engine* e = engine_.load(std::memory_order_acquire);
   if (!e) return void(ex->respond(loading_response()));
   try {
@@ -498,7 +502,7 @@ Request ApiServer::engine_request(const CompletionRequest& cr, std::vector<int32
   return r;
 }
 
-bool ApiServer::submit(const std::shared_ptr<HttpExchange>& ex, uint64_t seq, Request r,
+bool ApiServer::submit(const std::shared_ptr<http::HttpExchange>& ex, uint64_t seq, Request r,
                        std::shared_ptr<RequestSink> sink, const std::string& prompt_param, WireProtocol protocol) {
   Engine* e = engine_.load(std::memory_order_acquire);
   access_log_.expect_generation(seq);  // before: the engine may finish before submit returns
@@ -516,7 +520,7 @@ bool ApiServer::submit(const std::shared_ptr<HttpExchange>& ex, uint64_t seq, Re
     metrics_.record_refused(sr.status == SubmitResult::Status::Busy ? "busy" : "invalid");
     // A chat request's prompt is what its messages rendered to.
     const std::string param = sr.field == "prompt" ? prompt_param : sr.field;
-    HttpResponse resp = api_error_response(protocol, status, sr.message, param);
+    http::HttpResponse resp = api_error_response(protocol, status, sr.message, param);
     if (sr.status == SubmitResult::Status::Busy && !shutting_down) resp.headers.emplace_back("Retry-After", "1");
     ex->respond(std::move(resp));
     return false;
@@ -526,7 +530,7 @@ bool ApiServer::submit(const std::shared_ptr<HttpExchange>& ex, uint64_t seq, Re
   return true;
 }
 
-void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex,
+void ApiServer::start_generation(const http::HttpRequest& req, const std::shared_ptr<http::HttpExchange>& ex,
                                  const CompletionRequest& cr, std::vector<int32_t> prompt,
                                  std::optional<chat::ParseOptions> parse, WireProtocol protocol) {
   Request r = engine_request(cr, std::move(prompt), parse);
@@ -557,7 +561,7 @@ void ApiServer::start_generation(const HttpRequest& req, const std::shared_ptr<H
 
 // ---- the Responses API (responses_api.h) ----------------------------------------------
 
-void ApiServer::handle_responses(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+void ApiServer::handle_responses(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex) {
   Engine* e = engine_.load(std::memory_order_acquire);
   if (!e) return void(ex->respond(loading_response()));
   try {
@@ -592,14 +596,14 @@ void ApiServer::handle_responses(const HttpRequest& req, std::shared_ptr<HttpExc
 }
 
 namespace {
-std::string response_id_of(const HttpRequest& req) { return req.path.substr(req.path.rfind('/') + 1); }
-HttpResponse response_not_found(const std::string& id) {
+std::string response_id_of(const http::HttpRequest& req) { return req.path.substr(req.path.rfind('/') + 1); }
+http::HttpResponse response_not_found(const std::string& id) {
   return error_response(404, "no stored response with id " + dump_json(json(sanitize_utf8(id))) +
                                  " (unknown, expired, deleted, or created with store: false)");
 }
 }  // namespace
 
-void ApiServer::handle_response_get(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+void ApiServer::handle_response_get(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex) {
   if (!ready()) return void(ex->respond(loading_response()));
   const std::string id = response_id_of(req);
   std::optional<ResponsesStore::Entry> entry = responses_store_.get(id);
@@ -607,14 +611,14 @@ void ApiServer::handle_response_get(const HttpRequest& req, std::shared_ptr<Http
   ex->respond(json_response(200, entry->response));
 }
 
-void ApiServer::handle_response_delete(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+void ApiServer::handle_response_delete(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex) {
   if (!ready()) return void(ex->respond(loading_response()));
   const std::string id = response_id_of(req);
   if (!responses_store_.erase(id)) return void(ex->respond(response_not_found(id)));
   ex->respond(json_response(200, response_deleted_json(id)));
 }
 
-void ApiServer::handle_tokenize(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+void ApiServer::handle_tokenize(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex) {
   if (!ready()) return void(ex->respond(loading_response()));
   try {
     if (!tokenizer_) throw ApiError(400, "this model has no tokenizer");
@@ -623,7 +627,7 @@ void ApiServer::handle_tokenize(const HttpRequest& req, std::shared_ptr<HttpExch
     std::vector<std::string> pieces;
     if (tr.with_pieces)
       for (int32_t id : ids) pieces.push_back(tokenizer_->token_to_piece(id, true));
-    HttpResponse r;
+    http::HttpResponse r;
     r.body = tokenize_response_json(ids, tr.with_pieces ? &pieces : nullptr);
     ex->respond(std::move(r));
   } catch (const ApiError& err) {
@@ -631,7 +635,7 @@ void ApiServer::handle_tokenize(const HttpRequest& req, std::shared_ptr<HttpExch
   }
 }
 
-void ApiServer::handle_detokenize(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+void ApiServer::handle_detokenize(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex) {
   if (!ready()) return void(ex->respond(loading_response()));
   try {
     if (!tokenizer_) throw ApiError(400, "this model has no tokenizer");
@@ -642,7 +646,7 @@ void ApiServer::handle_detokenize(const HttpRequest& req, std::shared_ptr<HttpEx
   }
 }
 
-void ApiServer::handle_apply_template(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+void ApiServer::handle_apply_template(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex) {
   if (!ready()) return void(ex->respond(loading_response()));
   try {
     if (!tokenizer_ || !chat_template_) throw ApiError(400, "this model has no tokenizer or chat template");
@@ -654,7 +658,7 @@ void ApiServer::handle_apply_template(const HttpRequest& req, std::shared_ptr<Ht
   }
 }
 
-void ApiServer::handle_cache_stats(const HttpRequest&, std::shared_ptr<HttpExchange> ex) {
+void ApiServer::handle_cache_stats(const http::HttpRequest&, std::shared_ptr<http::HttpExchange> ex) {
   Engine* e = engine_.load(std::memory_order_acquire);
   if (!e) return void(ex->respond(loading_response()));
   const EngineStats s = e->stats();
@@ -685,7 +689,7 @@ void ApiServer::handle_cache_stats(const HttpRequest&, std::shared_ptr<HttpExcha
   ex->respond(json_response(200, body));
 }
 
-void ApiServer::handle_cache_reset(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+void ApiServer::handle_cache_reset(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex) {
   Engine* e = engine_.load(std::memory_order_acquire);
   if (!e) return void(ex->respond(loading_response()));
   // Body: {"tier": "ram" | "disk" | "all"} (default all); an empty body resets all.
@@ -719,10 +723,10 @@ void ApiServer::handle_cache_reset(const HttpRequest& req, std::shared_ptr<HttpE
   }, tier);
 }
 
-void ApiServer::handle_metrics(const HttpRequest&, std::shared_ptr<HttpExchange> ex) {
+void ApiServer::handle_metrics(const http::HttpRequest&, std::shared_ptr<http::HttpExchange> ex) {
   Engine* e = engine_.load(std::memory_order_acquire);
   if (!e) return void(ex->respond(loading_response()));
-  HttpResponse r;
+  http::HttpResponse r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   r.body = metrics_.render(e->stats(), grammars_.stats());
   ex->respond(std::move(r));

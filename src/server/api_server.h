@@ -52,10 +52,11 @@
 
 #include "engine/engine.h"
 #include "server/answer_tokens.h"
+#include "server/api_error.h"
 #include "server/access_log.h"
 #include "server/anthropic_protocol.h"
 #include "server/chat_template.h"
-#include "server/http_server.h"
+#include "http/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
 #include "server/responses_store.h"
@@ -115,9 +116,9 @@ class ApiServer {
   ~ApiServer();
 
   // The routes to give the HttpServer; they refer to this object.
-  std::vector<Route> routes();
+  std::vector<http::Route> routes();
   // Called once per HTTP request (HttpServerOptions::on_complete): metrics and the log.
-  void on_http_complete(const HttpRequest& req, const HttpCompletion& done);
+  void on_http_complete(const http::HttpRequest& req, const http::HttpCompletion& done);
 
   // The model is loaded: from now on requests are served. tokenizer may be null
   // (synthetic models: token-id prompts only, no chat).
@@ -138,36 +139,36 @@ class ApiServer {
   const chat::ChatFormat& chat_format() const { return chat_format_; }
 
  private:
-  void handle_chat(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
-  void handle_completion(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void handle_chat(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
+  void handle_completion(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
   // Anthropic's Messages API (anthropic_protocol.h): POST /v1/messages and
   // /v1/messages/count_tokens, errors in Anthropic's shape.
-  void handle_messages(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
-  void handle_count_tokens(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void handle_messages(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
+  void handle_count_tokens(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
   // The prompt text of a parsed Anthropic request, rendered as /v1/messages renders it.
   std::string render_anthropic(const AnthropicRequest& ar) const;
-  void handle_models(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
-  void handle_health(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
-  void handle_tokenize(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
-  void handle_detokenize(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
-  void handle_apply_template(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
-  void handle_cache_stats(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
-  void handle_cache_reset(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
-  void handle_metrics(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void handle_models(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
+  void handle_health(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
+  void handle_tokenize(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
+  void handle_detokenize(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
+  void handle_apply_template(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
+  void handle_cache_stats(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
+  void handle_cache_reset(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
+  void handle_metrics(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
   // The Responses API: POST /v1/responses, GET / DELETE /v1/responses/{id}.
-  void handle_responses(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
-  void handle_response_get(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
-  void handle_response_delete(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void handle_responses(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
+  void handle_response_get(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
+  void handle_response_delete(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
   // The pooling routes (api_server_pooling.cpp, embeddings_api.h): POST /v1/embeddings
   // and POST /v1/rerank (also /rerank, as llama-server).
-  void handle_embeddings(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
-  void handle_rerank(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void handle_embeddings(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
+  void handle_rerank(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
   // --embeddings given (404 otherwise); with the model name, not shutting down. Throw
   // ApiError (404, 503).
   void check_pooling_enabled(const char* route) const;
   void check_pooling_request(const std::string& model, const char* route) const;
   // submit_group and the disconnect callback; a refusal is answered here (false).
-  bool submit_pooling(const std::shared_ptr<HttpExchange>& ex, std::vector<Request> requests,
+  bool submit_pooling(const std::shared_ptr<http::HttpExchange>& ex, std::vector<Request> requests,
                       std::shared_ptr<RequestSink> sink, const std::string& input_param);
   // A chat request's prompt tokens (the template applied) and how its output is parsed
   // (nullopt: plain text). Throws ApiError.
@@ -183,12 +184,12 @@ class ApiServer {
   // Submits and wires the disconnect callback; a refusal (429, 400, 503) is answered
   // here, naming `prompt_param` for a bad prompt, and returns false. `seq`: the
   // request's HttpRequest::seq (its log line waits for the sink's report).
-  bool submit(const std::shared_ptr<HttpExchange>& ex, uint64_t seq, Request r, std::shared_ptr<RequestSink> sink,
+  bool submit(const std::shared_ptr<http::HttpExchange>& ex, uint64_t seq, Request r, std::shared_ptr<RequestSink> sink,
               const std::string& prompt_param, WireProtocol protocol = WireProtocol::OpenAI);
   // Validates what the protocol layer cannot (model name, context length), submits
   // and wires the sink and the disconnect callback. Throws ApiError.
   // `parse`: chat output to parse into tool calls / reasoning (nullopt: plain text).
-  void start_generation(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex,
+  void start_generation(const http::HttpRequest& req, const std::shared_ptr<http::HttpExchange>& ex,
                         const CompletionRequest& cr, std::vector<int32_t> prompt,
                         std::optional<chat::ParseOptions> parse = std::nullopt,
                         WireProtocol protocol = WireProtocol::OpenAI);

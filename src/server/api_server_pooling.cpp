@@ -24,8 +24,8 @@ using namespace completion_detail;
 // results are ordered by id at the end).
 class PoolingSink : public RequestSink {
  public:
-  using Answer = std::function<HttpResponse(const std::vector<RequestResult>&)>;
-  PoolingSink(std::shared_ptr<HttpExchange> ex, size_t n, Answer answer)
+  using Answer = std::function<http::HttpResponse(const std::vector<RequestResult>&)>;
+  PoolingSink(std::shared_ptr<http::HttpExchange> ex, size_t n, Answer answer)
       : ex_(std::move(ex)), n_(n), answer_(std::move(answer)) {}
 
   void on_token(const TokenEvent&) override {}  // pooling requests stream nothing
@@ -59,7 +59,7 @@ class PoolingSink : public RequestSink {
   }
 
  private:
-  std::shared_ptr<HttpExchange> ex_;
+  std::shared_ptr<http::HttpExchange> ex_;
   size_t n_;
   Answer answer_;
   std::mutex mu_;
@@ -67,8 +67,8 @@ class PoolingSink : public RequestSink {
   bool answered_ = false;
 };
 
-HttpResponse loading() {
-  HttpResponse r;
+http::HttpResponse loading() {
+  http::HttpResponse r;
   r.status = 503;
   r.body = error_json(503, "Loading model", "unavailable_error");
   return r;
@@ -95,7 +95,7 @@ void ApiServer::check_pooling_request(const std::string& model, const char* rout
   if (shutting_down_.load()) throw ApiError(503, "the server is shutting down");
 }
 
-bool ApiServer::submit_pooling(const std::shared_ptr<HttpExchange>& ex, std::vector<Request> requests,
+bool ApiServer::submit_pooling(const std::shared_ptr<http::HttpExchange>& ex, std::vector<Request> requests,
                                std::shared_ptr<RequestSink> sink, const std::string& input_param) {
   Engine* e = engine_.load(std::memory_order_acquire);
   const size_t n = requests.size();
@@ -106,7 +106,7 @@ bool ApiServer::submit_pooling(const std::shared_ptr<HttpExchange>& ex, std::vec
     // As submit(): 429, or 503 with --busy-status 503; 503 while shutting down.
     const int status = !busy ? 400 : shutting_down ? 503 : options_.busy_status == 503 ? 503 : 429;
     metrics_.record_refused(busy ? "busy" : "invalid");
-    HttpResponse resp = error_response(status, sr.message, sr.field == "prompt" ? input_param : sr.field);
+    http::HttpResponse resp = error_response(status, sr.message, sr.field == "prompt" ? input_param : sr.field);
     if (busy && !shutting_down) resp.headers.emplace_back("Retry-After", "1");
     ex->respond(std::move(resp));
     return false;
@@ -118,7 +118,7 @@ bool ApiServer::submit_pooling(const std::shared_ptr<HttpExchange>& ex, std::vec
   return true;
 }
 
-void ApiServer::handle_embeddings(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+void ApiServer::handle_embeddings(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex) {
   if (!ready()) return void(ex->respond(loading()));
   try {
     check_pooling_enabled("/v1/embeddings");  // before the body: a 404 whatever it holds
@@ -160,7 +160,7 @@ void ApiServer::handle_embeddings(const HttpRequest& req, std::shared_ptr<HttpEx
             const int64_t width = static_cast<int64_t>(r.embedding.size());  // the model's n_embd
             embeddings.push_back(normalized_embedding(r.embedding, std::min(dims.value_or(width), width)));
           }
-          HttpResponse resp;
+          http::HttpResponse resp;
           resp.body = embeddings_response_json(model, embeddings, base64, prompt_tokens_of(results));
           return resp;
         });
@@ -170,7 +170,7 @@ void ApiServer::handle_embeddings(const HttpRequest& req, std::shared_ptr<HttpEx
   }
 }
 
-void ApiServer::handle_rerank(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+void ApiServer::handle_rerank(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex) {
   if (!ready()) return void(ex->respond(loading()));
   try {
     check_pooling_enabled("/v1/rerank");
@@ -200,7 +200,7 @@ void ApiServer::handle_rerank(const HttpRequest& req, std::shared_ptr<HttpExchan
           std::vector<float> scores;
           scores.reserve(results.size());
           for (const RequestResult& r : results) scores.push_back(rerank_score(r.embedding));
-          HttpResponse resp;
+          http::HttpResponse resp;
           resp.body = rerank_response_json(model, scores, rr, prompt_tokens_of(results));
           return resp;
         });

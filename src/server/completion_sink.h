@@ -27,8 +27,8 @@ inline int64_t unix_now() {
       .count();
 }
 
-inline HttpResponse json_response(int status, const json& body) {
-  HttpResponse r;
+inline http::HttpResponse json_response(int status, const json& body) {
+  http::HttpResponse r;
   r.status = status;
   r.body = dump_json(body);
   return r;
@@ -66,10 +66,10 @@ inline chat::ChatDelta content_delta(std::string text) {
 
 // An error answer in the shape of the route's API: OpenAI's {"error":{...}} or
 // Anthropic's {"type":"error","error":{...}}.
-inline HttpResponse api_error_response(WireProtocol protocol, int status, std::string_view message,
+inline http::HttpResponse api_error_response(WireProtocol protocol, int status, std::string_view message,
                                 std::string_view param = {}) {
   if (protocol == WireProtocol::OpenAI) return error_response(status, message, param);
-  HttpResponse r;
+  http::HttpResponse r;
   r.status = status;
   r.body = anthropic_error_json(status, message);
   return r;
@@ -95,7 +95,7 @@ class CompletionSink final : public RequestSink {
     chat::ChatFormat format;
     AnswerTokens* answers = nullptr;  // chat: remembers the answer's ids (null: not)
   };
-  CompletionSink(Params p, std::shared_ptr<HttpExchange> ex) : p_(std::move(p)), ex_(std::move(ex)) {
+  CompletionSink(Params p, std::shared_ptr<http::HttpExchange> ex) : p_(std::move(p)), ex_(std::move(ex)) {
     if (p_.parse && p_.stream) parser_.emplace(p_.format, *p_.parse);
     if (anthropic() && p_.stream) writer_.emplace(p_.id, p_.model);
   }
@@ -204,7 +204,7 @@ class CompletionSink final : public RequestSink {
       json lp = nullptr;
       if (p_.logprobs)
         lp = p_.kind == ApiKind::Chat ? chat_logprobs_json(lps_) : completion_logprobs_json(lps_, 0);
-      HttpResponse resp;
+      http::HttpResponse resp;
       if (p_.parse) {
         const chat::ParsedMessage m = chat::parse_chat_output(p_.format, r.text, *p_.parse);
         resp.body = chat_message_response_json(p_.id, p_.created, p_.model, m, chat_finish_reason(r.finish, m),
@@ -268,14 +268,14 @@ class CompletionSink final : public RequestSink {
       emit(writer_->finish(reason, r.stop_matched, usage));
       end_stream();
     } else {
-      HttpResponse resp;
+      http::HttpResponse resp;
       resp.body = anthropic_message_json(p_.id, p_.model, m, reason, r.stop_matched, usage);
       ex_->respond(std::move(resp));
     }
   }
 
   Params p_;
-  std::shared_ptr<HttpExchange> ex_;
+  std::shared_ptr<http::HttpExchange> ex_;
   std::optional<AnthropicStreamWriter> writer_;  // Anthropic streaming
   // Engine thread: one SSE event, queued until start_stream() has sent the headers.
   void emit(std::string chunk) {

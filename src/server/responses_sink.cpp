@@ -1,10 +1,11 @@
 #include "server/responses_sink.h"
 
 #include "common/json_text.h"
+#include "server/api_error.h"
 
 namespace pagoda::server {
 
-ResponsesSink::ResponsesSink(Params p, std::shared_ptr<HttpExchange> ex)
+ResponsesSink::ResponsesSink(Params p, std::shared_ptr<http::HttpExchange> ex)
     : p_(std::move(p)), ex_(std::move(ex)), writer_(p_.meta) {
   if (p_.parse && p_.stream) parser_.emplace(p_.format, *p_.parse);
   if (p_.stream) pending_ = writer_.begin();
@@ -113,7 +114,7 @@ void ResponsesSink::on_finish(const RequestResult& r) {
       response = response_object(p_.meta, incomplete ? "incomplete" : "completed",
                                  response_output_items(p_.meta.id, message, incomplete), usage);
       store(response, message);
-      HttpResponse resp;
+      http::HttpResponse resp;
       resp.body = dump_json(response);
       ex_->respond(std::move(resp));
     }

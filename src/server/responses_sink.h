@@ -17,7 +17,7 @@
 
 #include "engine/engine.h"
 #include "server/access_log.h"
-#include "server/http_server.h"
+#include "http/http_server.h"
 #include "server/metrics.h"
 #include "server/responses_api.h"
 #include "server/responses_store.h"
@@ -39,7 +39,7 @@ class ResponsesSink final : public RequestSink {
     ResponsesStore* store = nullptr;          // null: not stored
     ordered_json turn_messages;               // the conversation before this output
   };
-  ResponsesSink(Params p, std::shared_ptr<HttpExchange> ex);
+  ResponsesSink(Params p, std::shared_ptr<http::HttpExchange> ex);
   ~ResponsesSink() override;
 
   void start_stream();
@@ -54,7 +54,7 @@ class ResponsesSink final : public RequestSink {
   void store(const ordered_json& response, const chat::ParsedMessage& message);
 
   Params p_;
-  std::shared_ptr<HttpExchange> ex_;
+  std::shared_ptr<http::HttpExchange> ex_;
   ResponsesStreamWriter writer_;
   std::optional<chat::StreamingChatParser> parser_;
   std::mutex mu_;  // started_, pending_, pending_finish_ (handler vs engine thread)

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "server/api_error.h"
+
 namespace pagoda::server {
 
 namespace {
@@ -55,10 +57,10 @@ std::string_view content_type_for(std::string_view name) {
   return "application/octet-stream";
 }
 
-HttpResponse webui_response(std::string_view name, std::string_view if_none_match) {
+http::HttpResponse webui_response(std::string_view name, std::string_view if_none_match) {
   const EmbeddedFile* f = find_webui_file(name);
   if (!f) return error_response(404, "no web UI file named '" + std::string(name.substr(0, 200)) + "'");
-  HttpResponse r;
+  http::HttpResponse r;
   const std::string etag = etag_of(*f);
   r.headers = {{"ETag", etag}, {"Cache-Control", "no-cache"}, {"X-Content-Type-Options", "nosniff"}};
   if (ends_with(name, ".html")) {
@@ -74,18 +76,18 @@ HttpResponse webui_response(std::string_view name, std::string_view if_none_matc
   return r;
 }
 
-std::vector<Route> webui_routes() {
-  auto if_none_match = [](const HttpRequest& req) -> std::string_view {
+std::vector<http::Route> webui_routes() {
+  auto if_none_match = [](const http::HttpRequest& req) -> std::string_view {
     auto it = req.headers.find("if-none-match");
     return it == req.headers.end() ? std::string_view{} : std::string_view{it->second};
   };
   return {
       {"GET", "/", false,
-       [if_none_match](const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+       [if_none_match](const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex) {
          ex->respond(webui_response("index.html", if_none_match(req)));
        }},
       {"GET", "/webui/*", false,
-       [if_none_match](const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+       [if_none_match](const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex) {
          const std::string_view name = std::string_view(req.path).substr(std::string_view("/webui/").size());
          ex->respond(webui_response(name, if_none_match(req)));
        }},

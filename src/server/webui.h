@@ -27,7 +27,7 @@
 #include <string_view>
 #include <vector>
 
-#include "server/http_server.h"
+#include "http/http_server.h"
 
 namespace pagoda::server {
 
@@ -52,9 +52,9 @@ std::string_view content_type_for(std::string_view name);
 
 // The answer to a GET of `name` (a file under webui/), given the request's If-None-Match
 // header ("" when absent): 200 with the file, 304, or 404.
-HttpResponse webui_response(std::string_view name, std::string_view if_none_match);
+http::HttpResponse webui_response(std::string_view name, std::string_view if_none_match);
 
 // GET / and GET /webui/* (see the contract above).
-std::vector<Route> webui_routes();
+std::vector<http::Route> webui_routes();
 
 }  // namespace pagoda::server

@@ -34,8 +34,8 @@ class AccessLogTest : public ::testing::Test {
     while (std::getline(f, line)) out.push_back(json::parse(line));
     return out;
   }
-  static HttpRequest request(uint64_t seq, std::string method = "POST", std::string path = "/v1/completions") {
-    HttpRequest r;
+  static http::HttpRequest request(uint64_t seq, std::string method = "POST", std::string path = "/v1/completions") {
+    http::HttpRequest r;
     r.method = std::move(method);
     r.path = std::move(path);
     r.id = "req-" + std::to_string(seq);
@@ -44,8 +44,8 @@ class AccessLogTest : public ::testing::Test {
     r.body = "{\"prompt\":\"hi\"}";
     return r;
   }
-  static HttpCompletion completion(int status, std::string_view error_body = {}, bool closed = false) {
-    HttpCompletion c;
+  static http::HttpCompletion completion(int status, std::string_view error_body = {}, bool closed = false) {
+    http::HttpCompletion c;
     c.status = status;
     c.seconds = 0.25;
     c.error_body = error_body;
@@ -117,7 +117,7 @@ TEST_F(AccessLogTest, TheEnginesPartFirstThenTheAnswerMakeOneLineWithTokensAndRa
 TEST_F(AccessLogTest, AClientThatLeftIs499AndTheEngineWritesTheLineWhenItStops) {
   AccessLog log(logger_, true);
   log.expect_generation(3);
-  log.http_done(request(3), completion(kStatusClientClosedRequest, {}, /*closed=*/true));
+  log.http_done(request(3), completion(http::kStatusClientClosedRequest, {}, /*closed=*/true));
   EXPECT_TRUE(lines().empty()) << "waits for the engine";
   log.generation_done(3, generation("cancelled"));
   const std::vector<json> l = lines();

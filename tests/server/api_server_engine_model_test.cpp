@@ -16,13 +16,13 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "server/api_server.h"
-#include "server/http_test_harness.h"
+#include "http/http_test_harness.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda::server {
 namespace {
 
-using namespace http_test;
+using namespace http::http_test;
 using json = nlohmann::json;
 
 const std::string kStories = std::string(PAGODA_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
@@ -48,9 +48,10 @@ class Stack {
     ao.log_requests = false;
     api_ = std::make_unique<ApiServer>(ao);
     api_->attach(engine_.get(), tokenizer_.get(), nullptr);
-    HttpServerOptions ho;
+    http::HttpServerOptions ho;
     ho.port = 0;
-    http_ = std::make_unique<HttpServer>(ho, api_->routes());
+    ho.error_body = transport_error_response;
+    http_ = std::make_unique<http::HttpServer>(ho, api_->routes());
     http_->start();
   }
   ~Stack() {
@@ -68,7 +69,7 @@ class Stack {
   }
   Engine& engine() { return *engine_; }
   const Tokenizer& tokenizer() { return *tokenizer_; }
-  HttpServer& http() { return *http_; }
+  http::HttpServer& http() { return *http_; }
 
  private:
   std::shared_ptr<const gguf::GgufFile> file_;
@@ -76,7 +77,7 @@ class Stack {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<ApiServer> api_;
-  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<http::HttpServer> http_;
 };
 
 const json kRequest = {{"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 0}, {"logprobs", 1}};

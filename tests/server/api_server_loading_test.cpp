@@ -15,9 +15,9 @@ namespace pagoda::server {
 namespace {
 
 // Records the one answer a handler gives.
-class RecordingExchange final : public HttpExchange {
+class RecordingExchange final : public http::HttpExchange {
  public:
-  bool respond(HttpResponse response) override {
+  bool respond(http::HttpResponse response) override {
     ++answers;
     last = std::move(response);
     return true;
@@ -33,14 +33,14 @@ class RecordingExchange final : public HttpExchange {
   bool closed() const override { return false; }
 
   int answers = 0;
-  HttpResponse last;
+  http::HttpResponse last;
 };
 
-HttpResponse call(ApiServer& api, const std::string& method, const std::string& path,
+http::HttpResponse call(ApiServer& api, const std::string& method, const std::string& path,
                   const std::string& body = "") {
-  for (const Route& r : api.routes()) {
+  for (const http::Route& r : api.routes()) {
     if (r.method != method || r.path != path) continue;
-    HttpRequest req;
+    http::HttpRequest req;
     req.method = method;
     req.path = path;
     req.body = body;
@@ -55,7 +55,7 @@ HttpResponse call(ApiServer& api, const std::string& method, const std::string& 
 
 // llama-server (tools/server/server.cpp) answers this while loading:
 // {"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}.
-void expect_loading(const HttpResponse& r) {
+void expect_loading(const http::HttpResponse& r) {
   EXPECT_EQ(r.status, 503);
   EXPECT_EQ(r.content_type, "application/json");
   const nlohmann::json j = nlohmann::json::parse(r.body, nullptr, false);
@@ -96,7 +96,7 @@ TEST(ApiServerLoading, AnthropicRoutesAnswerOverloadedInAnthropicsShape) {
   ApiServer api(o);
   const std::string body = R"({"max_tokens":4,"messages":[{"role":"user","content":"hi"}]})";
   for (const char* path : {"/v1/messages", "/v1/messages/count_tokens"}) {
-    const HttpResponse r = call(api, "POST", path, body);
+    const http::HttpResponse r = call(api, "POST", path, body);
     EXPECT_EQ(r.status, 503) << path;
     EXPECT_EQ(r.body, R"({"type":"error","error":{"type":"overloaded_error","message":"Loading model"}})") << path;
   }

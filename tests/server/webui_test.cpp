@@ -8,12 +8,13 @@
 #include <fstream>
 #include <sstream>
 
-#include "server/http_test_harness.h"
+#include "http/http_test_harness.h"
+#include "server/api_error.h"
 
 namespace pagoda::server {
 namespace {
 
-using namespace http_test;
+using namespace http::http_test;
 
 std::string read_source_file(const std::string& name) {
   std::ifstream f(std::string(PAGODA_SOURCE_DIR) + "/webui/" + name, std::ios::binary);
@@ -64,7 +65,7 @@ TEST(WebUiFiles, ContentTypeFollowsTheExtension) {
 }
 
 TEST(WebUiResponse, ServesTheFileWithEtagCacheControlAndNosniff) {
-  const HttpResponse r = webui_response("app.js", "");
+  const http::HttpResponse r = webui_response("app.js", "");
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.content_type, "text/javascript; charset=utf-8");
   EXPECT_EQ(r.body, read_source_file("app.js"));
@@ -76,7 +77,7 @@ TEST(WebUiResponse, ServesTheFileWithEtagCacheControlAndNosniff) {
 }
 
 TEST(WebUiResponse, PageCarriesAContentSecurityPolicyWithoutInlineScript) {
-  const HttpResponse r = webui_response("index.html", "");
+  const http::HttpResponse r = webui_response("index.html", "");
   std::map<std::string, std::string> h(r.headers.begin(), r.headers.end());
   const std::string csp = h["Content-Security-Policy"];
   EXPECT_NE(csp.find("default-src 'none'"), std::string::npos) << csp;
@@ -89,13 +90,13 @@ TEST(WebUiResponse, PageCarriesAContentSecurityPolicyWithoutInlineScript) {
 }
 
 TEST(WebUiResponse, MatchingIfNoneMatchIs304WithoutBody) {
-  const HttpResponse full = webui_response("style.css", "");
+  const http::HttpResponse full = webui_response("style.css", "");
   std::string etag;
   for (const auto& [k, v] : full.headers)
     if (k == "ETag") etag = v;
   ASSERT_FALSE(etag.empty());
   for (const std::string& inm : {etag, "W/" + etag, "\"old\", " + etag, "\"old\" ,\t" + etag + " ", std::string("*")}) {
-    const HttpResponse r = webui_response("style.css", inm);
+    const http::HttpResponse r = webui_response("style.css", inm);
     EXPECT_EQ(r.status, 304) << inm;
     EXPECT_TRUE(r.body.empty()) << inm;
   }
@@ -106,7 +107,7 @@ TEST(WebUiResponse, MatchingIfNoneMatchIs304WithoutBody) {
 
 TEST(WebUiResponse, UnknownFileIs404InOpenAiShape) {
   for (const char* name : {"nope.js", "", "../CMakeLists.txt", "index.html.bak", "APP.JS"}) {
-    const HttpResponse r = webui_response(name, "");
+    const http::HttpResponse r = webui_response(name, "");
     EXPECT_EQ(r.status, 404) << name;
     const auto j = nlohmann::json::parse(r.body);
     EXPECT_EQ(j["error"]["type"], "not_found_error") << name;
@@ -117,15 +118,16 @@ TEST(WebUiResponse, UnknownFileIs404InOpenAiShape) {
 class WebUiRoutes : public ::testing::Test {
  protected:
   void SetUp() override {
-    HttpServerOptions o;
+    http::HttpServerOptions o;
     o.port = 0;
     o.io_threads = 1;
     o.api_key = "k";
-    std::vector<Route> routes = webui_routes();
-    routes.push_back({"GET", "/v1/models", true, [](const HttpRequest&, std::shared_ptr<HttpExchange> ex) {
-                        ex->respond(HttpResponse{200, "application/json", "{}", {}});
+    o.error_body = transport_error_response;  // as serve does
+    std::vector<http::Route> routes = webui_routes();
+    routes.push_back({"GET", "/v1/models", true, [](const http::HttpRequest&, std::shared_ptr<http::HttpExchange> ex) {
+                        ex->respond(http::HttpResponse{200, "application/json", "{}", {}});
                       }});
-    server = std::make_unique<HttpServer>(o, std::move(routes));
+    server = std::make_unique<http::HttpServer>(o, std::move(routes));
     server->start();
   }
   Response fetch(const std::string& request) {
@@ -135,7 +137,7 @@ class WebUiRoutes : public ::testing::Test {
     EXPECT_TRUE(r.has_value()) << request;
     return r.value_or(Response{});
   }
-  std::unique_ptr<HttpServer> server;
+  std::unique_ptr<http::HttpServer> server;
 };
 
 TEST_F(WebUiRoutes, RootServesThePageWithoutTheKey) {

@@ -9,7 +9,7 @@
 #define BOOST_ASIO_DISABLE_FENCED_BLOCK 1
 #endif
 
-#include "server/http_server.h"
+#include "http/http_server.h"
 
 #include <poll.h>
 #include <sys/resource.h>
@@ -23,11 +23,11 @@
 #include <thread>
 
 #include "common/error.h"
-#include "server/http_connection.h"
+#include "http/http_connection.h"
 
-namespace pagoda::server {
+namespace pagoda::http {
 
-using namespace http_detail;
+using namespace detail;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using ErrorCode = boost::system::error_code;
@@ -212,6 +212,7 @@ HttpServer::HttpServer(HttpServerOptions options, std::vector<Route> routes) : i
     same_path.push_back(std::move(route));
   }
   if (options.max_connections <= 0) options.max_connections = default_max_connections();
+  if (!options.error_body) options.error_body = plain_error_response;
   impl_->shared->options = std::move(options);
   impl_->listen();
 }
@@ -259,4 +260,4 @@ int64_t default_max_connections() {
   return std::clamp<int64_t>(soft - soft / 4, 1, kMaxDefaultConnections);
 }
 
-}  // namespace pagoda::server
+}  // namespace pagoda::http

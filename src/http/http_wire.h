@@ -1,8 +1,8 @@
-// Wire helpers of the HTTP transport (internal to src/server): request body framing
+// Wire helpers of the HTTP transport (internal to src/http): request body framing
 // (which framing a head asks for, the chunked decoder), response heads, chunk framing,
 // case-insensitive compares and the constant-time API key compare. Pure functions over
-// strings and one incremental decoder; thread-safe. error_json / error_response
-// (declared in http_server.h) live in http_wire.cpp too.
+// strings and one incremental decoder; thread-safe. plain_error_response (declared in
+// http_server.h) lives in http_wire.cpp too.
 #pragma once
 
 #include <cstddef>
@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include "server/http_server.h"
+#include "http/http_server.h"
 
-namespace pagoda::server::http_wire {
+namespace pagoda::http::wire {
 
 bool iequals(std::string_view a, std::string_view b);
 
@@ -133,4 +133,4 @@ class ChunkedDecoder {
   size_t trailer_bytes_ = 0;
 };
 
-}  // namespace pagoda::server::http_wire
+}  // namespace pagoda::http::wire

@@ -4,38 +4,13 @@
 // 100-continue, on_complete, bind errors.
 // Streaming, disconnects, slow clients, timeouts, load, garbage and stop() are in
 // http_connections_test.cpp.
-#include "server/http_test_harness.h"
-#include "server/http_wire.h"
+#include "http/http_test_harness.h"
+#include "http/http_wire.h"
 
-namespace pagoda::server {
+namespace pagoda::http {
 namespace {
 
 using namespace http_test;
-
-TEST(ErrorJson, HasOpenAiShapeWithTypeFromStatus) {
-  const auto j = nlohmann::json::parse(error_json(400, "bad temperature", {}, "temperature"));
-  EXPECT_EQ(j["error"]["message"], "bad temperature");
-  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
-  EXPECT_EQ(j["error"]["param"], "temperature");
-  EXPECT_EQ(j["error"]["code"], 400);
-  const std::map<int, std::string> types = {
-      {401, "authentication_error"}, {403, "permission_error"}, {404, "not_found_error"},
-      {405, "invalid_request_error"}, {413, "invalid_request_error"}, {429, "rate_limit_error"},
-      {500, "server_error"}, {503, "server_error"}};
-  for (const auto& [status, type] : types) {
-    const auto e = nlohmann::json::parse(error_json(status, "m"));
-    EXPECT_EQ(e["error"]["type"], type) << status;
-    EXPECT_TRUE(e["error"]["param"].is_null()) << status;
-    EXPECT_EQ(e["error"]["code"], status);
-  }
-  EXPECT_EQ(nlohmann::json::parse(error_json(503, "m", "overloaded_error"))["error"]["type"], "overloaded_error");
-  // Client bytes that are not UTF-8 do not break the body.
-  EXPECT_NO_THROW(nlohmann::json::parse(error_json(404, "no route for /\xff\xfe")));
-  const HttpResponse r = error_response(429, "slow down");
-  EXPECT_EQ(r.status, 429);
-  EXPECT_EQ(r.content_type, "application/json");
-  EXPECT_EQ(nlohmann::json::parse(r.body)["error"]["type"], "rate_limit_error");
-}
 
 TEST_F(HttpServerTest, GetAndPostRoundTripOnOneKeepAliveConnection) {
   start();
@@ -69,8 +44,8 @@ TEST_F(HttpServerTest, UnknownPathIs404AndWrongMethodIs405WithAllow) {
   auto r = c.read_response();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404);
-  auto j = nlohmann::json::parse(r->body);
-  EXPECT_EQ(j["error"]["type"], "not_found_error");
+  auto j = nlohmann::json::parse(r->body);  // the app's error body (test_error_body)
+  EXPECT_EQ(j["error"]["message"], "no route for GET /v1/nope");
   EXPECT_EQ(j["error"]["code"], 404);
 
   c.send(get("/echo"));
@@ -79,7 +54,7 @@ TEST_F(HttpServerTest, UnknownPathIs404AndWrongMethodIs405WithAllow) {
   EXPECT_EQ(r->status, 405);
   EXPECT_EQ(r->header("allow"), "POST, OPTIONS");
   j = nlohmann::json::parse(r->body);
-  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(j["error"]["code"], 405);
 
   c.send("OPTIONS /echo HTTP/1.1\r\nHost: localhost\r\nOrigin: http://ui\r\nAccess-Control-Request-Method: POST\r\n\r\n");
   r = c.read_response();
@@ -164,7 +139,7 @@ TEST_F(HttpServerTest, ApiKeyGuardsAuthRoutesOnly) {
     auto r = c.read_response();
     ASSERT_TRUE(r) << auth;
     EXPECT_EQ(r->status, 401) << auth;
-    EXPECT_EQ(nlohmann::json::parse(r->body)["error"]["type"], "authentication_error");
+    EXPECT_EQ(nlohmann::json::parse(r->body)["error"]["code"], 401);
   }
   c.send(get("/v1/models", "Authorization: Bearer sk-secret-123\r\n"));
   auto r = c.read_response();
@@ -266,7 +241,7 @@ TEST_F(HttpServerTest, WithoutAnApiKeyOnlyHostHeadersNamingThisServerAreServed) 
       ASSERT_TRUE(r) << host;
       EXPECT_EQ(r->status, 403) << host << " " << path;
       const auto j = nlohmann::json::parse(r->body);
-      EXPECT_EQ(j["error"]["type"], "permission_error");
+      EXPECT_EQ(j["error"]["code"], 403);
       EXPECT_NE(j["error"]["message"].get<std::string>().find("Host"), std::string::npos);
     }
   }
@@ -310,7 +285,7 @@ TEST_F(HttpServerTest, WithAnApiKeyAnyHostHeaderIsServed) {
 }
 
 TEST(HostHeader, NamesTheBindAddressAndWildcardsAcceptIpLiterals) {
-  using http_wire::host_header_allowed;
+  using wire::host_header_allowed;
   // A name or address given to bind (--host): accepted as written, any port.
   EXPECT_TRUE(host_header_allowed("gpu-box.lan:8080", "gpu-box.lan"));
   EXPECT_TRUE(host_header_allowed("GPU-BOX.lan", "gpu-box.lan"));
@@ -333,7 +308,7 @@ TEST(HostHeader, NamesTheBindAddressAndWildcardsAcceptIpLiterals) {
 }
 
 TEST(CorsHeaders, OnlyListedOriginsAndStar) {
-  using http_wire::cors_headers;
+  using wire::cors_headers;
   using H = std::vector<std::pair<std::string, std::string>>;
   EXPECT_EQ(cors_headers({}, "http://a.example"), H{});
   EXPECT_EQ(cors_headers({"http://a.example"}, "http://a.example"),
@@ -431,6 +406,58 @@ TEST(HttpServer, BindErrorNamesHostAndPort) {
   EXPECT_THROW(HttpServer(o, {}), pagoda::Error);
 }
 
+// The transport knows no API's error shape: the app's error_body makes every error body,
+// a route's own error_body its 405 and 401, and a server given none answers plain text.
+HttpResponse route_error_body(int status, std::string_view message) {
+  return {status, "text/x-route", "route " + std::to_string(status) + ": " + std::string(message), {}};
+}
+
+TEST(HttpServer, ErrorBodiesComeFromTheApp) {
+  const auto answer = [](uint16_t port, const std::string& request) {
+    Client c(port);
+    c.send(request);
+    return c.read_response().value_or(Response{});
+  };
+  const HttpHandler ok = [](const HttpRequest&, std::shared_ptr<HttpExchange> ex) { ex->respond({}); };
+  {  // none given: text/plain, the message (client bytes that are not UTF-8 replaced)
+    HttpServerOptions o;
+    o.port = 0;
+    HttpServer server(o, {{"POST", "/a", true, ok}});
+    server.start();
+    Response r = answer(server.port(), get("/nope\xff"));
+    EXPECT_EQ(r.status, 404);
+    EXPECT_EQ(r.header("content-type"), "text/plain; charset=utf-8");
+    EXPECT_EQ(r.body, "no route for GET /nope\xEF\xBF\xBD\n");
+    r = answer(server.port(), get("/a"));
+    EXPECT_EQ(r.status, 405);
+    EXPECT_EQ(r.body, "method GET not allowed on /a\n");
+    server.stop();
+  }
+  {  // the app's, and a route's own for its 405 and 401
+    HttpServerOptions o;
+    o.port = 0;
+    o.api_key = "k";
+    o.error_body = test_error_body;
+    HttpServer server(o, {{"POST", "/a", true, ok, route_error_body}, {"POST", "/b", true, ok}});
+    server.start();
+    Response r = answer(server.port(), get("/a"));
+    EXPECT_EQ(r.status, 405);
+    EXPECT_EQ(r.header("content-type"), "text/x-route");
+    EXPECT_EQ(r.body, "route 405: method GET not allowed on /a");
+    EXPECT_EQ(r.header("allow"), "POST, OPTIONS");
+    r = answer(server.port(), post("/a", "{}"));
+    EXPECT_EQ(r.status, 401);
+    EXPECT_EQ(r.body.rfind("route 401: ", 0), 0u) << r.body;
+    r = answer(server.port(), post("/b", "{}"));
+    EXPECT_EQ(r.status, 401);
+    EXPECT_EQ(nlohmann::json::parse(r.body)["error"]["code"], 401);
+    r = answer(server.port(), get("/c"));
+    EXPECT_EQ(r.status, 404);
+    EXPECT_EQ(nlohmann::json::parse(r.body)["error"]["message"], "no route for GET /c");
+    server.stop();
+  }
+}
+
 TEST(HttpServer, DestroyingWithoutStartIsFine) {
   HttpServerOptions o;
   o.port = 0;
@@ -440,4 +467,4 @@ TEST(HttpServer, DestroyingWithoutStartIsFine) {
 }
 
 }  // namespace
-}  // namespace pagoda::server
+}  // namespace pagoda::http

@@ -1,6 +1,6 @@
 // Wire helpers of the HTTP transport: response heads, chunk framing, the API key
-// compare and the OpenAI error body. See http_wire.h.
-#include "server/http_wire.h"
+// compare and the plain error body. See http_wire.h.
+#include "http/http_wire.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -9,15 +9,15 @@
 #include <boost/beast/http/status.hpp>
 #include <cctype>
 #include <cstdio>
-#include <nlohmann/json.hpp>
 
 #include "common/ascii.h"
-#include "common/json_text.h"
+#include "common/utf8.h"
 
-namespace pagoda::server {
-namespace http_wire {
+namespace pagoda::http {
+namespace wire {
 
-namespace http = boost::beast::http;
+namespace beast = boost::beast;
+
 
 bool iequals(std::string_view a, std::string_view b) {
   return a.size() == b.size() && ascii_lower(a) == ascii_lower(b);
@@ -53,7 +53,7 @@ void append_status_line(std::string& out, int status) {
   out.append("HTTP/1.1 ");
   out.append(std::to_string(status));
   out.push_back(' ');
-  const auto reason = http::obsolete_reason(static_cast<http::status>(status));
+  const auto reason = beast::http::obsolete_reason(static_cast<beast::http::status>(status));
   out.append(reason.data(), reason.size());
   out.append("\r\n");
 }
@@ -515,36 +515,15 @@ std::string frame_chunk(const std::string& data) {
   return out;
 }
 
-}  // namespace http_wire
+}  // namespace wire
 
-std::string error_json(int status, std::string_view message, std::string_view type,
-                       std::string_view param) {
-  std::string_view t = type;
-  if (t.empty()) {
-    switch (status) {
-      case 401: t = "authentication_error"; break;
-      case 403: t = "permission_error"; break;
-      case 404: t = "not_found_error"; break;
-      case 429: t = "rate_limit_error"; break;
-      default: t = status >= 500 ? "server_error" : "invalid_request_error"; break;
-    }
-  }
-  nlohmann::json body = {{"error",
-                          {{"message", std::string(message)},
-                           {"type", std::string(t)},
-                           {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(std::string(param))},
-                           {"code", status}}}};
-  // dump_json replaces invalid UTF-8: a message quoting client bytes (a path, a
-  // header) may be any bytes.
-  return dump_json(body);
-}
-
-HttpResponse error_response(int status, std::string_view message, std::string_view param) {
+HttpResponse plain_error_response(int status, std::string_view message) {
   HttpResponse r;
   r.status = status;
-  r.content_type = "application/json";
-  r.body = error_json(status, message, {}, param);
+  r.content_type = "text/plain; charset=utf-8";
+  // sanitize_utf8: a message quoting client bytes (a path, a header) may be any bytes.
+  r.body = sanitize_utf8(message) + "\n";
   return r;
 }
 
-}  // namespace pagoda::server
+}  // namespace pagoda::http

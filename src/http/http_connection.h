@@ -1,4 +1,4 @@
-// The connection side of HttpServer (internal to src/server): what the server and its
+// The connection side of HttpServer (internal to src/http): what the server and its
 // connections share, and the entry points the server's lifecycle (http_server.cpp)
 // uses. Connections and exchanges live in http_connection.cpp.
 #pragma once
@@ -14,9 +14,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "server/http_server.h"
+#include "http/http_server.h"
 
-namespace pagoda::server::http_detail {
+namespace pagoda::http::detail {
 
 class Connection;
 
@@ -48,8 +48,8 @@ struct ServerShared {
 // Called on an I/O thread.
 void serve_connection(boost::asio::ip::tcp::socket socket, std::shared_ptr<ServerShared> shared);
 
-// Serves one accepted socket at the connection cap with none idle: answers 503 (an
-// error object, Retry-After: 1) without reading the request, then closes it.
+// Serves one accepted socket at the connection cap with none idle: answers 503 (the
+// error body, Retry-After: 1) without reading the request, then closes it.
 void refuse_connection(boost::asio::ip::tcp::socket socket, std::shared_ptr<ServerShared> shared);
 
 // Closes the least recently used idle connection (waiting for a request, nothing of it
@@ -66,4 +66,4 @@ void close_connections(ServerShared& shared, bool posted);
 
 void log_error(const std::string& what);  // one Error line in the log (common/log.h)
 
-}  // namespace pagoda::server::http_detail
+}  // namespace pagoda::http::detail

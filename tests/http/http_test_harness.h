@@ -4,7 +4,7 @@
 // fixture that starts a server on an ephemeral port with toy routes.
 #pragma once
 
-#include "server/http_server.h"
+#include "http/http_server.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -32,7 +32,7 @@
 
 #include "common/error.h"
 
-namespace pagoda::server::http_test {
+namespace pagoda::http::http_test {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
@@ -253,15 +253,24 @@ struct CloseProbe {
   bool wait(std::chrono::milliseconds timeout) { return fired.get_future().wait_for(timeout) == std::future_status::ready; }
 };
 
+// The app's error body these tests give the server (HttpServerOptions::error_body): a JSON
+// object with the status and the message, so a test reads both back. The API's own shape
+// is the app's (tests/server/api_error_test.cpp).
+inline HttpResponse test_error_body(int status, std::string_view message) {
+  const nlohmann::json j = {{"error", {{"message", std::string(message)}, {"code", status}}}};
+  return {status, "application/json", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), {}};
+}
+
 class HttpServerTest : public ::testing::Test {
  protected:
   // Routes: GET /health (open), GET /v1/models, POST /echo (echoes body, query and
   // the x-test header), POST /stream (starts an SSE stream and hands the exchange to
   // `box`), GET /hold (hands the exchange to `box` unanswered), GET /throw, GET /items/*
-  // (answers its path).
+  // (answers its path). Errors: test_error_body unless `options` names another.
   void start(HttpServerOptions options = {}) {
     options.host = "127.0.0.1";
     options.port = 0;
+    if (!options.error_body) options.error_body = test_error_body;
     if (!options.on_complete) {
       options.on_complete = [this](const HttpRequest& req, const HttpCompletion& done) {
         std::lock_guard lock(mu);
@@ -322,4 +331,4 @@ class HttpServerTest : public ::testing::Test {
   std::vector<std::string> completed;
 };
 
-}  // namespace pagoda::server::http_test
+}  // namespace pagoda::http::http_test

@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-namespace pagoda::server {
+namespace pagoda::http {
 
 // 128: a UUID (36) or a trace id with a span and a prefix fits many times over; a longer
 // "id" is more likely junk (or a log-flooding attempt) than a reference.
@@ -26,4 +26,4 @@ std::string new_request_id();
 // The client's id when acceptable, else a new one.
 std::string request_id_for(std::string_view client_id);
 
-}  // namespace pagoda::server
+}  // namespace pagoda::http

@@ -10,15 +10,15 @@
 // - Routing: exact path match after stripping the query string; a route path ending
 //   in "/*" matches that prefix plus one non-empty final segment ("/v1/responses/*"
 //   matches "/v1/responses/resp_1"), when no exact route does. Unknown path: 404;
-//   known path, other method: 405 (with an Allow header). Both as OpenAI-style
-//   error objects (error_json), except that a 405 or 401 on a path whose route has an
-//   error_body is answered with that (Anthropic's shape on /v1/messages). `OPTIONS` on
+//   known path, other method: 405 (with an Allow header). Both with the app's error
+//   body (HttpServerOptions::error_body), except that a 405 or 401 on a path whose route
+//   has an error_body is answered with that (Anthropic's shape on /v1/messages). `OPTIONS` on
 //   any route answers 204 with Allow (and the CORS preflight headers for an allowed
 //   origin).
 // - Host: an HTTP/1.1 request without a Host header, or any with two, is 400 (RFC 9112
 //   3.2). Without an api_key, a Host that does not name this server (localhost,
 //   127.0.0.0/8, [::1], `host`; any IP literal when `host` is a wildcard; see
-//   http_wire::host_header_allowed) is 403 on every route: a web page that rebinds its
+//   wire::host_header_allowed) is 403 on every route: a web page that rebinds its
 //   own DNS name to this address cannot use it. With a key, the key protects it.
 // - CORS: only for the origins in cors_origins ("*": any); none by default, so a page of
 //   another origin can send a simple request but never read the answer. A same-origin
@@ -50,7 +50,7 @@
 //   first closes the least recently used idle one (waiting for its first request, or
 //   kept alive between requests); a connection with a request in flight (being read,
 //   handled, answered) is never closed for it. When none is idle, the new connection
-//   gets a 503 error object (Retry-After: 1) and is closed. One line is logged when the
+//   gets a 503 error body (Retry-After: 1) and is closed. One line is logged when the
 //   cap is hit, and again only after the count fell to 3/4 of it. accept() failing for
 //   want of descriptors (EMFILE, ENFILE) while a connection waits closes an idle
 //   connection to free one and retries; with none idle it retries with back-off (50 ms
@@ -67,6 +67,11 @@
 //   reset the connection, a write to it failed, or it was dropped as too slow or timed
 //   out; 503 when the server is stopping). A half-close is not a close: the answer still
 //   goes out and is reported when complete.
+// - Error bodies: every error the transport answers itself (the 400 / 501 of the framing,
+//   the Host 400 / 403, 401, 404, 405, 413, 431, a handler's throw as 500, the 503 at the
+//   cap) has the body HttpServerOptions::error_body makes from its status and message, so
+//   the app gives them its own shape (pagoda serve: OpenAI's error object); without one,
+//   plain_error_response. The transport knows no API's error shape.
 // - Shutdown: stop_accepting() closes the listener (new connections are refused);
 //   in_flight() counts exchanges not yet answered/finished; stop() closes every
 //   connection (firing on_close for unanswered exchanges) and joins the I/O threads.
@@ -82,7 +87,7 @@
 #include <utility>
 #include <vector>
 
-namespace pagoda::server {
+namespace pagoda::http {
 
 struct HttpRequest {
   std::string method;  // "GET", "POST", ...
@@ -103,7 +108,7 @@ inline constexpr int kStatusClientClosedRequest = 499;
 struct HttpCompletion {
   int status = 0;
   double seconds = 0;  // from the request's arrival to its last byte queued (or the close)
-  // A complete response with status >= 400: its body (the error object). "" otherwise.
+  // A complete response with status >= 400: its body (the error body). "" otherwise.
   std::string_view error_body;
   // The connection closed before the answer was complete (status 499, or 503 at stop).
   bool closed = false;
@@ -116,13 +121,12 @@ struct HttpResponse {
   std::vector<std::pair<std::string, std::string>> headers;  // extra headers
 };
 
-// An OpenAI-style error body: {"error":{"message","type","param","code"}}. `type` is
-// derived from the status when empty (400 invalid_request_error, 401
-// authentication_error, 404 not_found_error, 413/429 ..., 5xx server_error); param
-// and code are JSON null when empty. `code` defaults to the status as a number.
-std::string error_json(int status, std::string_view message, std::string_view type = {},
-                       std::string_view param = {});
-HttpResponse error_response(int status, std::string_view message, std::string_view param = {});
+// The body of an error the transport answers itself, from its status and a message
+// saying what was wrong (HttpServerOptions::error_body; see Error bodies above).
+using ErrorBody = std::function<HttpResponse(int status, std::string_view message)>;
+
+// The error body of a server given none: text/plain, the message and a newline.
+HttpResponse plain_error_response(int status, std::string_view message);
 
 // The answer side of one request. Thread-safe; every method may be called from any
 // thread, after the handler has returned too. Holding the shared_ptr keeps it alive
@@ -151,7 +155,7 @@ class HttpExchange {
 using HttpHandler = std::function<void(const HttpRequest&, std::shared_ptr<HttpExchange>)>;
 
 // The body of an error the transport answers on a route's path itself (401, 405), for
-// routes whose API has its own error shape (Anthropic's). Null: error_response().
+// routes whose API has its own error shape (Anthropic's). Null: HttpServerOptions::error_body.
 using RouteErrorBody = HttpResponse (*)(int status, std::string_view message);
 
 struct Route {
@@ -177,6 +181,9 @@ struct HttpServerOptions {
   double idle_timeout_s = 60;
   // Open connections at most (see Connections above); 0: default_max_connections().
   int64_t max_connections = 0;
+  // The body of the errors the transport answers itself (see Error bodies above); empty:
+  // plain_error_response.
+  ErrorBody error_body;
   // Called once per request (see Completion above), on an I/O thread (or the thread
   // calling stop()), for the access log and metrics.
   std::function<void(const HttpRequest&, const HttpCompletion&)> on_complete;
@@ -216,4 +223,4 @@ class HttpServer {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace pagoda::server
+}  // namespace pagoda::http

@@ -3,7 +3,7 @@
 // unanswered), half-closed clients (answered, not cancelled), slow-client drops (pending bytes and write timeout), header / idle
 // timeouts, 200 idle connections on two I/O threads, garbage input, handler exceptions,
 // stop() and stop_accepting() with open connections.
-#include "server/http_test_harness.h"
+#include "http/http_test_harness.h"
 
 #include <dirent.h>
 #include <sys/resource.h>
@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <set>
 
-namespace pagoda::server {
+namespace pagoda::http {
 namespace {
 
 using namespace http_test;
@@ -332,7 +332,7 @@ TEST_F(HttpServerTest, GarbageGets400AndTheServerSurvives) {
     auto r = c.read_response();
     ASSERT_TRUE(r) << input.substr(0, 40);
     EXPECT_EQ(r->status, 400) << input.substr(0, 40);
-    EXPECT_EQ(nlohmann::json::parse(r->body)["error"]["type"], "invalid_request_error");
+    EXPECT_EQ(nlohmann::json::parse(r->body)["error"]["code"], 400);
     EXPECT_TRUE(c.wait_closed());
   }
   {  // headers over 64 KiB
@@ -365,7 +365,7 @@ TEST_F(HttpServerTest, HandlerThatThrowsGets500WithItsMessage) {
   EXPECT_EQ(r->status, 500);
   const auto j = nlohmann::json::parse(r->body);
   EXPECT_EQ(j["error"]["message"], "boom");
-  EXPECT_EQ(j["error"]["type"], "server_error");
+  EXPECT_EQ(j["error"]["code"], 500);
   c.send(get("/health"));
   r = c.read_response();
   ASSERT_TRUE(r);
@@ -435,7 +435,7 @@ TEST_F(HttpServerTest, AtTheConnectionCapRequestsInFlightAreNeverClosed) {
   busy.back()->send(post("/stream", "{}"));
   held.push_back(box.take());
   ASSERT_TRUE(held.back());
-  // None idle: the newcomer is refused with an error object, the others untouched.
+  // None idle: the newcomer is refused with an error body, the others untouched.
   for (int i = 0; i < 3; ++i) {
     Client late(port);
     late.send(get("/health"));
@@ -634,4 +634,4 @@ TEST_F(HttpServerTest, StopAcceptingRefusesNewConnectionsAndKeepsServingOpenOnes
 }
 
 }  // namespace
-}  // namespace pagoda::server
+}  // namespace pagoda::http

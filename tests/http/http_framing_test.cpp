@@ -1,13 +1,13 @@
 // Request framing over raw sockets (harness: http_test_harness.h): what delimits a request
 // body (RFC 9112 6 and 7.1). Every request here is either read exactly once, after which
-// the same connection serves the next request, or refused with one 400 / 501 error object
+// the same connection serves the next request, or refused with one 400 / 501 error body
 // after which the connection closes. A request read as two (a body taken for the next
 // request) or framed by a Content-Length its Transfer-Encoding contradicts is how a
 // request is smuggled past a proxy that frames it the other way.
-#include "server/http_test_harness.h"
-#include "server/http_wire.h"
+#include "http/http_test_harness.h"
+#include "http/http_wire.h"
 
-namespace pagoda::server {
+namespace pagoda::http {
 namespace {
 
 using namespace http_test;
@@ -23,7 +23,7 @@ std::vector<Response> responses_until_close(Client& c) {
 
 class HttpFramingTest : public HttpServerTest {
  protected:
-  // `request` gets exactly one answer, `status` with an error object, and the connection
+  // `request` gets exactly one answer, `status` with an error body, and the connection
   // closes after it.
   void expect_refused(const std::string& request, int status, const std::string& why) {
     SCOPED_TRACE(why);
@@ -221,7 +221,7 @@ TEST_F(HttpFramingTest, ChunkedBodyOverTheLimitIs413) {
 // socket decides), the result is the same as for one read, and a finished body leaves
 // the bytes after it unread. 20000 mutations of a body with extensions and trailers.
 TEST(ChunkedDecoder, ResultDoesNotDependOnHowTheBytesAreSplit) {
-  using http_wire::ChunkedDecoder;
+  using wire::ChunkedDecoder;
   std::mt19937_64 rng(11);
   const std::string alphabet = "0123456789abcdefABCDEF;=\" \t\r\n:xX\\,-";
   int done = 0;
@@ -268,4 +268,4 @@ TEST(ChunkedDecoder, ResultDoesNotDependOnHowTheBytesAreSplit) {
 }
 
 }  // namespace
-}  // namespace pagoda::server
+}  // namespace pagoda::http

@@ -3,7 +3,7 @@
 //
 // The file reads top to bottom: the exchange (the thread-safe answer side), the
 // connection state machine, and the two entry points the server uses. The state shared
-// by server and connections is in http_connection.h; the wire helpers (error bodies,
+// by server and connections is in http_connection.h; the wire helpers (the plain error body,
 // response heads, chunk framing, the key compare) are in http_wire.{h,cpp}.
 //
 // One connection, all on its strand (so no member of Connection needs a lock; only
@@ -39,7 +39,7 @@
 #define BOOST_ASIO_DISABLE_FENCED_BLOCK 1
 #endif
 
-#include "server/http_connection.h"
+#include "http/http_connection.h"
 
 #include <algorithm>
 #include <boost/asio.hpp>
@@ -51,24 +51,22 @@
 #include <deque>
 #include <exception>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 #include <unordered_map>
 #include "common/ascii.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "server/http_wire.h"
-#include "server/request_id.h"
+#include "http/http_wire.h"
+#include "http/request_id.h"
 
-namespace pagoda::server::http_detail {
+namespace pagoda::http::detail {
 namespace {
 
-using namespace http_wire;
+using namespace wire;
 
 namespace net = boost::asio;
 namespace beast = boost::beast;
-namespace http = beast::http;
 using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using ErrorCode = boost::system::error_code;
@@ -119,7 +117,7 @@ enum class Output { kResponse, kStreamHead, kChunk, kStreamEnd };
 class Exchange final : public HttpExchange {
  public:
   using Headers = std::vector<std::pair<std::string, std::string>>;
-  // `cors`: the CORS headers every answer to this request carries (http_wire::cors_headers).
+  // `cors`: the CORS headers every answer to this request carries (wire::cors_headers).
   Exchange(std::shared_ptr<ServerShared> shared, std::weak_ptr<Connection> conn, bool http11,
            bool keep_alive, std::string request_id, Headers cors)
       : shared_(std::move(shared)),
@@ -354,7 +352,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_->header_limit(kHeaderLimitBytes);
     parser_->body_limit(shared_->options.max_body_bytes);
     arm(read_timer_, shared_->options.header_timeout_s, false);
-    http::async_read_header(socket_, buffer_, *parser_,
+    beast::http::async_read_header(socket_, buffer_, *parser_,
                             [self = shared_from_this()](ErrorCode ec, size_t) { self->on_header(ec); });
   }
 
@@ -363,7 +361,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     disarm(read_timer_);
     first_request_ = false;
     arrival_ = Clock::now();
-    if (ec == http::error::body_limit) fill_request_head();  // the head is parsed: log it
+    if (ec == beast::http::error::body_limit) fill_request_head();  // the head is parsed: log it
     if (ec) {
       on_read_error(ec);
       return;
@@ -386,7 +384,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       dispatch();
       return;
     }
-    if (msg.version() >= 11 && iequals(sv(msg[http::field::expect]), "100-continue")) {
+    if (msg.version() >= 11 && iequals(sv(msg[beast::http::field::expect]), "100-continue")) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       pending_bytes_.fetch_add(kContinue.size());
       queue_.emplace_back(kContinue);
@@ -398,7 +396,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       read_chunked_body();
       return;
     }
-    http::async_read(socket_, buffer_, *parser_,
+    beast::http::async_read(socket_, buffer_, *parser_,
                      [self = shared_from_this()](ErrorCode ec, size_t) { self->on_body(ec); });
   }
 
@@ -456,13 +454,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void on_read_error(ErrorCode ec) {
-    if (ec == http::error::body_limit) {
+    if (ec == beast::http::error::body_limit) {
       reply_error(413, body_limit_message());
-    } else if (ec == http::error::header_limit) {
+    } else if (ec == beast::http::error::header_limit) {
       reply_error(431, "request headers exceed the limit of " + std::to_string(kHeaderLimitBytes) +
                            " bytes");
-    } else if (ec.category() == http::make_error_code(http::error::end_of_stream).category() &&
-               ec != http::error::end_of_stream && ec != http::error::partial_message) {
+    } else if (ec.category() == beast::http::make_error_code(beast::http::error::end_of_stream).category() &&
+               ec != beast::http::error::end_of_stream && ec != beast::http::error::partial_message) {
       reply_error(400, "malformed HTTP request: " + ec.message());
     } else {
       close(false);  // the client left (EOF mid-request too), or a socket error
@@ -505,6 +503,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     return exchange_;
   }
 
+  // The app's body for an error this transport answers (HttpServerOptions::error_body).
+  HttpResponse error_response(int status, std::string_view message) const {
+    return shared_->options.error_body(status, message);
+  }
+
   // A request the parser refused: answer and close (what follows it is unknown).
   void reply_error(int status, const std::string& message) {
     request_.remote = remote_;
@@ -525,16 +528,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto exchange = begin_exchange(http11, keep_alive, std::move(cors));
     // Host, before routing: a request whose Host names another server gets nothing of
     // this one, not even a 404 that tells which paths exist.
-    const size_t hosts = msg.count(http::field::host);
+    const size_t hosts = msg.count(beast::http::field::host);
     if (hosts > 1 || (hosts == 0 && http11)) {
       exchange->respond(error_response(400, hosts > 1 ? "more than one Host header"
                                                       : "an HTTP/1.1 request without a Host header"));
       return;
     }
     if (hosts == 1 && shared_->options.api_key.empty() &&
-        !host_header_allowed(sv(msg[http::field::host]), shared_->options.host)) {
+        !host_header_allowed(sv(msg[beast::http::field::host]), shared_->options.host)) {
       exchange->respond(error_response(
-          403, "Host " + std::string(sv(msg[http::field::host])).substr(0, 256) +
+          403, "Host " + std::string(sv(msg[beast::http::field::host])).substr(0, 256) +
                    " does not name this server: without an API key, only localhost, 127.0.0.0/8, [::1] and the "
                    "address it listens on are accepted (this stops web pages that rebind their own DNS name to it); "
                    "set an API key to serve other names"));
@@ -810,7 +813,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Reading.
   beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<beast::http::request_parser<beast::http::string_body>> parser_;
   std::optional<ChunkedDecoder> chunked_;  // while a chunked body is read
   bool first_request_ = true;
   bool background_read_pending_ = false;
@@ -961,9 +964,9 @@ void serve_connection(tcp::socket socket, std::shared_ptr<ServerShared> shared) 
 }
 
 void refuse_connection(tcp::socket socket, std::shared_ptr<ServerShared> shared) {
-  HttpResponse r = error_response(503, "the server is at its limit of " +
-                                           std::to_string(shared->options.max_connections) +
-                                           " connections (--max-connections) and none is idle; retry later");
+  HttpResponse r = shared->options.error_body(503, "the server is at its limit of " +
+                                                   std::to_string(shared->options.max_connections) +
+                                                   " connections (--max-connections) and none is idle; retry later");
   r.headers.emplace_back("Retry-After", "1");
   r.headers.emplace_back("X-Request-Id", new_request_id());  // no request read: a generated id
   std::string bytes = serialize_response(r, /*http11=*/true, /*keep_alive=*/false);
@@ -1017,4 +1020,4 @@ void close_connections(ServerShared& shared, bool posted) {
   }
 }
 
-}  // namespace pagoda::server::http_detail
+}  // namespace pagoda::http::detail

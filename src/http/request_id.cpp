@@ -1,11 +1,11 @@
-#include "server/request_id.h"
+#include "http/request_id.h"
 
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <random>
 
-namespace pagoda::server {
+namespace pagoda::http {
 
 bool is_acceptable_request_id(std::string_view id) {
   if (id.empty() || id.size() > kMaxRequestIdBytes) return false;
@@ -33,4 +33,4 @@ std::string request_id_for(std::string_view client_id) {
   return is_acceptable_request_id(client_id) ? std::string(client_id) : new_request_id();
 }
 
-}  // namespace pagoda::server
+}  // namespace pagoda::http

@@ -5,13 +5,13 @@
 // HttpCompletion: an error's body, a unique seq, and exactly one report for a client that
 // leaves before its answer (a reset, or a refused write after a close: 499, before
 // on_close), none early for one that only half-closed, or an exchange cut by stop() (503).
-#include "server/request_id.h"
+#include "http/request_id.h"
 
 #include <regex>
 
-#include "server/http_test_harness.h"
+#include "http/http_test_harness.h"
 
-namespace pagoda::server {
+namespace pagoda::http {
 namespace {
 
 using namespace http_test;
@@ -229,4 +229,4 @@ TEST_F(RequestIdTest, AnExchangeCutByStopIsReportedAs503) {
 }
 
 }  // namespace
-}  // namespace pagoda::server
+}  // namespace pagoda::http
