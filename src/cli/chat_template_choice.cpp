@@ -17,28 +17,28 @@ std::string read_named(const std::string& path, const char* flag) {
 }
 }  // namespace
 
-std::optional<server::ChatTemplate> chat_template_from_flags(const std::string& template_file,
+std::optional<chat::ChatTemplate> chat_template_from_flags(const std::string& template_file,
                                                             const std::string& template_name_or_file,
                                                             std::string& source) {
   if (!template_file.empty()) {
     source = template_file;
-    return server::ChatTemplate(read_named(template_file, "--chat-template-file"), template_file);
+    return chat::ChatTemplate(read_named(template_file, "--chat-template-file"), template_file);
   }
   if (template_name_or_file.empty()) return std::nullopt;
   // llama-server's --chat-template takes a name; a file works too.
   source = template_name_or_file;
-  if (std::optional<server::ChatTemplate> t = server::ChatTemplate::builtin(template_name_or_file)) return t;
+  if (std::optional<chat::ChatTemplate> t = chat::ChatTemplate::builtin(template_name_or_file)) return t;
   if (std::filesystem::is_regular_file(template_name_or_file))
-    return server::ChatTemplate(read_named(template_name_or_file, "--chat-template"), template_name_or_file);
+    return chat::ChatTemplate(read_named(template_name_or_file, "--chat-template"), template_name_or_file);
   throw Error("--chat-template " + template_name_or_file + ": neither a file nor a built-in template (" +
-              server::ChatTemplate::builtin_names() + ")");
+              chat::ChatTemplate::builtin_names() + ")");
 }
 
-std::optional<server::ChatTemplate> model_chat_template(const LoadedModel& lm, std::string& source) {
+std::optional<chat::ChatTemplate> model_chat_template(const LoadedModel& lm, std::string& source) {
   if (!lm.chat_template.empty()) {
     source = "the model's tokenizer.chat_template";
     try {
-      return server::ChatTemplate(lm.chat_template, "tokenizer.chat_template");
+      return chat::ChatTemplate(lm.chat_template, "tokenizer.chat_template");
     } catch (const Error& e) {
       throw Error(std::string(e.what()) + " (use --chat-template-file to supply a template pagoda supports)");
     }
@@ -47,11 +47,11 @@ std::optional<server::ChatTemplate> model_chat_template(const LoadedModel& lm, s
   // harmony template, not ChatML.
   if (lm.tokenizer && lm.model && lm.model->config().arch == Arch::GptOss) {
     source = "built-in gpt-oss (harmony) template (the model has no chat template)";
-    return server::ChatTemplate::builtin("gpt-oss");
+    return chat::ChatTemplate::builtin("gpt-oss");
   }
   if (lm.tokenizer) {
     source = "ChatML fallback (the model has no chat template)";
-    return server::ChatTemplate::chatml();
+    return chat::ChatTemplate::chatml();
   }
   source = "none";
   return std::nullopt;

@@ -6,18 +6,18 @@
 #include <optional>
 #include <string>
 
+#include "chat/chat_template.h"
 #include "cli/model_loading.h"
-#include "server/chat_template.h"
 
 namespace pagoda::cli {
 
 // The template the flags name (nullopt: none), read and compiled before the model loads,
 // so a bad file or name is a one-line error naming the flag. `source` says where it came from.
-std::optional<server::ChatTemplate> chat_template_from_flags(const std::string& template_file,
+std::optional<chat::ChatTemplate> chat_template_from_flags(const std::string& template_file,
                                                             const std::string& template_name_or_file,
                                                             std::string& source);
 // The model's own template (an unsupported one is an error with the hint to give one by
 // flag), else ChatML when it has a tokenizer, else nullopt; `source` says which.
-std::optional<server::ChatTemplate> model_chat_template(const LoadedModel& lm, std::string& source);
+std::optional<chat::ChatTemplate> model_chat_template(const LoadedModel& lm, std::string& source);
 
 }  // namespace pagoda::cli

@@ -136,7 +136,7 @@ Runner add_chat(CLI::App& app) {
   app.add_option("-c,--ctx-size", o->ctx_size, "Context size (default: the model's)");
   auto* file_opt = app.add_option("--chat-template-file", o->chat_template_file, "Jinja chat template to use instead of the model's");
   app.add_option("--chat-template", o->chat_template,
-                 "A built-in chat template (" + server::ChatTemplate::builtin_names() + ") or a Jinja file")
+                 "A built-in chat template (" + chat::ChatTemplate::builtin_names() + ") or a Jinja file")
       ->excludes(file_opt);
   app.add_flag("--ignore-eos", o->ignore_eos, "Keep answering past end-of-generation tokens (tests)");
   add_quantize_option(app, o->quantize);
@@ -147,7 +147,7 @@ Runner add_chat(CLI::App& app) {
     if (auto err = o->sp.validate()) throw Error(*err);
     o->kv.resolve();  // bad KV flags fail before the model loads
     std::string template_source;
-    std::optional<server::ChatTemplate> tmpl = chat_template_from_flags(o->chat_template_file, o->chat_template, template_source);
+    std::optional<chat::ChatTemplate> tmpl = chat_template_from_flags(o->chat_template_file, o->chat_template, template_source);
     LoadedModel lm = load_model(resolve_model_path(o->model), LoadOptions{true, parse_quantize(o->quantize)});
     if (!tmpl) tmpl = model_chat_template(lm, template_source);
     const Tokenizer& tok = *lm.tokenizer;
@@ -216,7 +216,7 @@ Runner add_chat(CLI::App& app) {
       if (message.empty()) continue;
 
       messages.push_back({{"role", "user"}, {"content", message}});
-      server::ChatTemplate::Inputs inputs;
+      chat::ChatTemplate::Inputs inputs;
       inputs.messages = messages;
       inputs.add_generation_prompt = true;
       if (tok.bos() >= 0) inputs.bos_token = tok.token_text(tok.bos());

@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "common/error.h"
-#include "server/chat_template.h"
 #include "common/text_file.h"
 
 namespace pagoda::cli {
@@ -37,8 +37,8 @@ Runner add_chat_template(CLI::App& app) {
   app.add_option("--tools", o->tools, "JSON file with the tools list (overrides one in --messages)");
   app.add_option("--kwargs", o->kwargs, "JSON file with an object of extra template variables");
   return [o]() -> int {
-    server::ChatTemplate tmpl(read_text_file(o->tmpl), o->tmpl);
-    server::ChatTemplate::Inputs in;
+    chat::ChatTemplate tmpl(read_text_file(o->tmpl), o->tmpl);
+    chat::ChatTemplate::Inputs in;
     nlohmann::ordered_json m = read_json(o->messages);
     if (m.is_array()) {
       in.messages = m;

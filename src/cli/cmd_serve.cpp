@@ -26,19 +26,19 @@
 #include <thread>
 #include <vector>
 
+#include "chat/chat_template.h"
 #include "cli/chat_template_choice.h"
 #include "cli/commands.h"
 #include "cli/kv_options.h"
 #include "cli/model_loading.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/text_file.h"
 #include "engine/engine.h"
+#include "http/http_server.h"
 #include "hub/hub.h"
 #include "server/api_server.h"
-#include "server/chat_template.h"
-#include "http/http_server.h"
 #include "server/webui.h"
-#include "common/text_file.h"
 
 namespace pagoda::cli {
 
@@ -304,7 +304,7 @@ Runner add_serve(CLI::App& app) {
   auto* template_file_opt =
       app.add_option("--chat-template-file", o->chat_template_file, "Jinja chat template to use instead of the model's");
   app.add_option("--chat-template", o->chat_template,
-                 "A built-in chat template (" + server::ChatTemplate::builtin_names() +
+                 "A built-in chat template (" + chat::ChatTemplate::builtin_names() +
                      ") or a Jinja template file, instead of the model's")
       ->excludes(template_file_opt);
   app.add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (413 beyond)")->capture_default_str();
@@ -409,7 +409,7 @@ Runner add_serve(CLI::App& app) {
     // A directory always has a tokenizer.json; a GGUF may be weights only (synthetic).
     load_options.require_tokenizer = std::filesystem::is_directory(o->model);
     std::string template_source = "none";
-    std::optional<server::ChatTemplate> chat_template =
+    std::optional<chat::ChatTemplate> chat_template =
         chat_template_from_flags(o->chat_template_file, o->chat_template, template_source);
 
     // Signals are taken by sigwait() on this thread: block them before any thread starts
@@ -466,7 +466,7 @@ Runner add_serve(CLI::App& app) {
     LoadedModel lm = load_model(o->model, load_options);
     if (lm.file && lm.file->has("tokenizer.ggml.model") && !lm.tokenizer) lm.tokenizer = Tokenizer::from_gguf(*lm.file);
     if (!chat_template) chat_template = model_chat_template(lm, template_source);
-    const server::ChatTemplate* tmpl = chat_template ? &*chat_template : nullptr;
+    const chat::ChatTemplate* tmpl = chat_template ? &*chat_template : nullptr;
     std::optional<LoadedModel> draft;
     if (ec.spec.draft) {
       draft = load_draft_model(o->spec.model_draft, lm);

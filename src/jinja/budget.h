@@ -22,7 +22,7 @@ namespace pagoda::jinja {
 
 // The numbers, and why (measured with this engine; a step is ~100-150 ns):
 // - the 41 real templates of the conformance test
-//   (tests/server/chat_template_conformance_test.py) need at most 2,184 steps, 30
+//   (tests/chat/chat_template_conformance_test.py) need at most 2,184 steps, 30
 //   loop iterations and 7.4 KB of output for its conversations;
 // - a conversation as large as the default 8 MiB request body (1,001 messages of
 //   8 KB) needs at most 607K steps, 3,006 iterations and 8 MiB of output with

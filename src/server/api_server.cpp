@@ -211,7 +211,7 @@ void ApiServer::on_http_complete(const http::HttpRequest& req, const http::HttpC
   access_log_.http_done(req, done);
 }
 
-void ApiServer::attach(Engine* engine, const Tokenizer* tokenizer, const ChatTemplate* chat_template,
+void ApiServer::attach(Engine* engine, const Tokenizer* tokenizer, const chat::ChatTemplate* chat_template,
                        SamplingDefaults defaults, const std::string& architecture) {
   sampling_defaults_ = defaults;
   tokenizer_ = tokenizer;
@@ -317,7 +317,7 @@ json with_string_tool_turns(const json& messages) {
 
 std::string ApiServer::render_chat(const ordered_json& messages, const ordered_json& tools,
                                    bool add_generation_prompt, const ordered_json& extra) const {
-  ChatTemplate::Inputs in;
+  chat::ChatTemplate::Inputs in;
   in.messages = chat::messages_for_template(chat_format_, chat_template_->source(), with_parsed_tool_arguments(messages));
   in.tools = tools;
   in.add_generation_prompt = add_generation_prompt;
@@ -326,7 +326,7 @@ std::string ApiServer::render_chat(const ordered_json& messages, const ordered_j
   in.extra = extra;
   try {
     return chat_template_->apply(in);
-  } catch (const ChatTemplateLimitError& err) {  // a second render would spend its budget again
+  } catch (const chat::ChatTemplateLimitError& err) {  // a second render would spend its budget again
     throw ApiError(400, std::string("chat template: ") + err.what(), "messages");
   } catch (const Error& err) {
     const bool has_calls = std::any_of(messages.begin(), messages.end(),

@@ -50,13 +50,13 @@
 #include <string>
 #include <vector>
 
+#include "chat/chat_template.h"
 #include "engine/engine.h"
-#include "server/answer_tokens.h"
-#include "server/api_error.h"
-#include "server/access_log.h"
-#include "server/anthropic_protocol.h"
-#include "server/chat_template.h"
 #include "http/http_server.h"
+#include "server/access_log.h"
+#include "server/answer_tokens.h"
+#include "server/anthropic_protocol.h"
+#include "server/api_error.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
 #include "server/responses_store.h"
@@ -124,7 +124,7 @@ class ApiServer {
   // (synthetic models: token-id prompts only, no chat).
   // `defaults` fill the sampling fields a request leaves out (generation_config.json).
   // `architecture` (general.architecture, "" unknown) helps pick the chat format.
-  void attach(Engine* engine, const Tokenizer* tokenizer, const ChatTemplate* chat_template,
+  void attach(Engine* engine, const Tokenizer* tokenizer, const chat::ChatTemplate* chat_template,
               SamplingDefaults defaults = {}, const std::string& architecture = "");
   // Requires: no request is being served yet (before HttpServer::start()).
   void set_replica_id(std::string id) { options_.replica_id = std::move(id); }
@@ -215,7 +215,7 @@ class ApiServer {
   ApiServerOptions options_;
   std::atomic<Engine*> engine_{nullptr};
   const Tokenizer* tokenizer_ = nullptr;        // set before engine_ (release/acquire)
-  const ChatTemplate* chat_template_ = nullptr;
+  const chat::ChatTemplate* chat_template_ = nullptr;
   chat::ChatFormat chat_format_;                // detected from the template at attach()
   GrammarCache grammars_;
   AnswerTokens answers_;

@@ -2,7 +2,7 @@
 // output python3-jinja2 gives in transformers' environment (trim_blocks,
 // lstrip_blocks, loopcontrols, immutable sandbox) and error cases. Budgets and
 // hostile templates are in jinja_hostile_test.cpp; the whole-template comparison
-// with the reference is tests/server/chat_template_conformance_test.py.
+// with the reference is tests/chat/chat_template_conformance_test.py.
 #include <gtest/gtest.h>
 
 #include <string>

@@ -1,6 +1,6 @@
 // ChatTemplate (see chat_template.h): builds the transformers context and runs
 // pagoda::jinja::Template, mapping its errors to one-line pagoda::Error messages.
-#include "server/chat_template.h"
+#include "chat/chat_template.h"
 
 #include <cstdlib>
 #include <ctime>
@@ -10,7 +10,7 @@
 #include "jinja/lexer.h"
 #include "jinja/template.h"
 
-namespace pagoda::server {
+namespace pagoda::chat {
 
 namespace {
 
@@ -228,4 +228,4 @@ std::string ChatTemplate::apply(const Inputs& in) const {
   }
 }
 
-}  // namespace pagoda::server
+}  // namespace pagoda::chat

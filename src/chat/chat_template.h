@@ -42,7 +42,7 @@ namespace pagoda::jinja {
 class Template;
 }
 
-namespace pagoda::server {
+namespace pagoda::chat {
 
 // A render that ran out of a budget: a pagoda::Error, one line naming the budget.
 struct ChatTemplateLimitError : Error {
@@ -86,4 +86,4 @@ class ChatTemplate {
   std::unique_ptr<jinja::Template> tmpl_;
 };
 
-}  // namespace pagoda::server
+}  // namespace pagoda::chat

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "common/error.h"
-#include "server/chat_template.h"
+#include "chat/chat_template.h"
 
-namespace pagoda::server {
+namespace pagoda::chat {
 namespace {
 
 using nlohmann::ordered_json;
@@ -152,4 +152,4 @@ TEST(ChatTemplate, StrftimeNowUsesFixedDateWhenSet) {
 }
 
 }  // namespace
-}  // namespace pagoda::server
+}  // namespace pagoda::chat

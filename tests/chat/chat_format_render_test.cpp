@@ -13,9 +13,9 @@
 #include <sstream>
 
 #include "chat/chat_format.h"
-#include "grammar/grammar.h"
+#include "chat/chat_template.h"
 #include "common/error.h"
-#include "server/chat_template.h"
+#include "grammar/grammar.h"
 
 namespace pagoda {
 namespace {
@@ -56,7 +56,7 @@ struct Rendered {
 // The assistant turn: where the rendering with the turn departs from the rendering
 // with only the generation prompt, up to the end-of-turn marker (the server's text
 // never contains the EOS token that ends generation).
-Rendered render_turn(const server::ChatTemplate& t, const ordered_json& calls, const std::string& content,
+Rendered render_turn(const chat::ChatTemplate& t, const ordered_json& calls, const std::string& content,
                      bool with_tools = true) {
   ordered_json user = {{"role", "user"}, {"content", "What is the weather in Paris? Also search for umbrellas."}};
   // Content null with calls, as OpenAI clients send it (R1's template renders the
@@ -65,7 +65,7 @@ Rendered render_turn(const server::ChatTemplate& t, const ordered_json& calls, c
                             {"content", content.empty() ? ordered_json(nullptr) : ordered_json(content)},
                             {"tool_calls", calls},
                             {"reasoning_content", kReasoning}};
-  server::ChatTemplate::Inputs in;
+  chat::ChatTemplate::Inputs in;
   if (with_tools) in.tools = kTools;
   in.bos_token = "<s>";
   in.eos_token = "</s>";
@@ -151,7 +151,7 @@ TEST(ChatFormatRender, EveryKnownFormatTemplateRoundTrips) {
     const ChatFormat f = chat::detect_chat_format(source);
     if (f.tools == ToolCallFormat::Generic) continue;
     SCOPED_TRACE(name);
-    server::ChatTemplate t(source, name);
+    chat::ChatTemplate t(source, name);
     chat::ParseOptions opts;
     opts.parse_tool_calls = true;
     opts.tools = kTools;
@@ -209,7 +209,7 @@ TEST(ChatFormatRender, StreamingMatchesOnRealTurns) {
     const std::string source = read_file(entry.path());
     const ChatFormat f = chat::detect_chat_format(source);
     if (f.tools == ToolCallFormat::Generic) continue;
-    server::ChatTemplate t(source, name);
+    chat::ChatTemplate t(source, name);
     Rendered r;
     try {
       r = render_turn(t, one, "Checking.");
@@ -252,7 +252,7 @@ TEST(ChatFormatRender, Gemma4ToolResultsJoinTheirModelTurn) {
   const std::string source = read_file(path);
   const ChatFormat f = chat::detect_chat_format(source);
   ASSERT_EQ(f.tools, ToolCallFormat::Gemma4);
-  server::ChatTemplate t(source, "gemma4");
+  chat::ChatTemplate t(source, "gemma4");
   const ordered_json messages = ordered_json::parse(R"([
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Weather in Paris?"},
@@ -262,7 +262,7 @@ TEST(ChatFormatRender, Gemma4ToolResultsJoinTheirModelTurn) {
     {"role": "assistant", "content": "21 C and clear."},
     {"role": "user", "content": "Thanks!"}
   ])");
-  server::ChatTemplate::Inputs in;
+  chat::ChatTemplate::Inputs in;
   in.messages = chat::messages_for_template(f, source, messages);
   in.tools = kTools;
   in.bos_token = "<bos>";
