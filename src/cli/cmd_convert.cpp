@@ -1,13 +1,14 @@
 // `pagoda convert DIR -o model.gguf [--type T]`: a Hugging Face model directory
 // (config.json + safetensors + tokenizer.json) to one GGUF file that pagoda and
 // llama.cpp load: llama.cpp's tensor names and layout (permuted llama Q/K),
-// tokenizer.ggml.* metadata and the chat template (model/hf_model.h).
+// tokenizer.ggml.* metadata and the chat template (tools/hf_convert.h).
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "cli/model_loading.h"
 #include "common/error.h"
 #include "model/hf_model.h"
+#include "tools/hf_convert.h"
 
 namespace pagoda::cli {
 

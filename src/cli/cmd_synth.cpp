@@ -3,7 +3,7 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 
 namespace pagoda::cli {
 

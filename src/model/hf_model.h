@@ -7,8 +7,8 @@
 //   architecture config (a model_type, else architectures[0], with a row in
 //   model/arch_table.h: llama / mistral / qwen2 / qwen3) into a
 //   ModelConfig equal to what ModelConfig::from_gguf() returns for the GGUF
-//   that convert_hf_to_gguf() writes, the chat template and the generation
-//   defaults. load_hf_weights() maps the safetensors files and presents their
+//   that convert_hf_to_gguf() (tools/hf_convert.h) writes, the chat template and
+//   the generation defaults. load_hf_weights() maps the safetensors files and presents their
 //   tensors under GGUF names and in GGUF layout: F32 / F16 / BF16 matrices are
 //   viewed in the mapping without a copy, except the Q and K projections of
 //   rows with permute_qk (llama / mistral), whose rows are permuted into owned
@@ -91,20 +91,5 @@ bool is_model_directory(const std::string& path);
 
 // The directory's weights under GGUF names; see the contract. Throws pagoda::Error.
 std::shared_ptr<const WeightSource> load_hf_weights(const HfModelDir& dir);
-
-// Writes `out_path` as a GGUF v3 file llama.cpp can load: architecture metadata,
-// the tokenizer (tokenizer.ggml.*, from tokenizer.json) and chat template, and
-// the weights, matrices as `type` (nullopt: as stored, F32 / F16 / BF16) and 1-D
-// tensors as F32. Throws pagoda::Error.
-void convert_hf_to_gguf(const HfModelDir& dir, const std::string& out_path, std::optional<GgmlType> type);
-
-// The tokenizer.ggml.* keys convert writes for a BPE tokenizer.json (and its
-// tokenizer_config.json, "" when absent): at least min_vocab tokens (padding past the
-// file's). synth --vocab-from uses it for tokenizers that come without a model (the
-// o200k_harmony tokenizer.json of gpt-oss). gemma4: a SentencePiece-style BPE (not a
-// byte-level one) is written as llama.cpp's converter writes Gemma 4's, tokenizer.ggml.model
-// "gemma4" with its merges, instead of "llama" with scores. Throws pagoda::Error.
-void write_hf_tokenizer(const std::string& tokenizer_json, const std::string& tokenizer_config_json,
-                        int64_t min_vocab, gguf::GgufWriter& w, bool gemma4 = false);
 
 }  // namespace pagoda

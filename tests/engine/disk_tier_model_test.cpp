@@ -16,7 +16,7 @@
 #include "kv/paged_kv_store.h"
 #include "common/error.h"
 #include "model/model.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 
 namespace pagoda {
 namespace {

@@ -19,7 +19,7 @@
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda::engine_test {

@@ -9,7 +9,7 @@
 #include "gguf/gguf.h"
 #include "model/arch_table.h"
 #include "model/config.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 
 namespace pagoda {
 namespace {

@@ -24,7 +24,7 @@
 #include "kv/paged_kv_store.h"
 #include "model/config.h"
 #include "model/model.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda {

@@ -22,6 +22,7 @@
 #include "model/model.h"
 #include "model_fixtures.h"
 #include "tokenizer/tokenizer.h"
+#include "tools/hf_convert.h"
 
 namespace pagoda {
 namespace {

@@ -23,7 +23,7 @@
 #include "gguf/gguf.h"
 #include "kv/kv_store.h"
 #include "model/model.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 
 namespace pagoda {
 namespace {

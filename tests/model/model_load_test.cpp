@@ -8,7 +8,7 @@
 #include "common/error.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 
 namespace pagoda {
 namespace {

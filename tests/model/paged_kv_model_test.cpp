@@ -20,7 +20,7 @@
 #include "gguf/gguf.h"
 #include "kv/paged_kv_store.h"
 #include "model/model.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda {

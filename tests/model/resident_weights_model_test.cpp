@@ -28,7 +28,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model/weights.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 
 namespace pagoda {
 namespace {

@@ -1,4 +1,4 @@
-// convert_hf_to_gguf (see hf_model.h): what llama.cpp's convert_hf_to_gguf.py
+// convert_hf_to_gguf (see hf_convert.h): what llama.cpp's convert_hf_to_gguf.py
 // writes for these architectures — metadata keys, the permuted llama Q/K
 // (already permuted by load_hf_weights), 1-D tensors as F32, and the vocabulary
 // as tokenizer.ggml.* keys.
@@ -21,13 +21,13 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/text_file.h"
 #include "gguf/gguf.h"
-#include "model/hf_model.h"
 #include "tensor/file_type.h"
 #include "tokenizer/hf_json.h"
 #include "tokenizer/pre_tokenizers.h"
 #include "tokenizer/tokenizer.h"
-#include "common/text_file.h"
+#include "tools/hf_convert.h"
 
 namespace pagoda {
 

@@ -54,7 +54,7 @@ struct SynthSpec {
   float final_softcap = -1.0f;
   uint64_t seed = 1;
   // GGUF whose tokenizer.* metadata is copied, or a BPE tokenizer.json (a path ending in
-  // .json) converted as `convert` does (model/hf_model.h write_hf_tokenizer; for gemma4 a
+  // .json) converted as `convert` does (tools/hf_convert.h write_hf_tokenizer; for gemma4 a
   // SentencePiece-style one becomes a "gemma4" vocabulary with merges); sets n_vocab.
   std::string vocab_from;
   std::string name = "synthetic";

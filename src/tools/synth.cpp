@@ -1,4 +1,4 @@
-#include "model/synth.h"
+#include "tools/synth.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,8 +14,8 @@
 #include "kernels/ops.h"
 #include "model/arch_table.h"
 #include "model/config.h"
-#include "model/hf_model.h"
 #include "tensor/file_type.h"
+#include "tools/hf_convert.h"
 
 namespace pagoda {
 
