@@ -428,7 +428,7 @@ std::vector<Expected> expected_tensors(const HfModelDir& d) {
     int64_t permute = 0;
     if (row.permute_qk && t.permute == Permute::ByHeads) permute = c.n_heads;
     if (row.permute_qk && t.permute == Permute::ByKvHeads) permute = c.n_kv_heads;
-    Expected x{hf_tensor_name(t, layer), gguf_tensor_name(t, layer), resolve_shape(t, c), permute};
+    Expected x{hf_tensor_name(t, layer), gguf_tensor_name(t, layer), resolve_shape(t, c), permute, 0.0f, {}, false};
     x.norm_shift = t.kind == TensorKind::Norm ? row.hf_norm_shift : 0.0f;
     if (t.kind == TensorKind::Experts)
       for (int64_t ex = 0; ex < c.n_expert; ++ex) x.hf_experts.push_back(hf_tensor_name(t, layer, ex));

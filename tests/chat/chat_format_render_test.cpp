@@ -157,7 +157,7 @@ TEST(ChatFormatRender, EveryKnownFormatTemplateRoundTrips) {
     opts.tools = kTools;
     for (const ordered_json* calls : {&one, &two}) {
       if (calls == &two && kSingleCallTemplates.count(name)) continue;
-      for (const std::string content : {std::string(), std::string("Let me look that up.")}) {
+      for (const std::string& content : {std::string(), std::string("Let me look that up.")}) {
         Rendered r;
         try {
           r = render_turn(t, *calls, content);
@@ -183,8 +183,12 @@ TEST(ChatFormatRender, EveryKnownFormatTemplateRoundTrips) {
           ++with_reasoning;
         }
         // Content around the calls survives (templates that drop it are fine: then none).
-        if (!content.empty() && m.content) EXPECT_NE(m.content->find(content), std::string::npos) << where;
-        if (content.empty() && m.content) EXPECT_EQ(*m.content, "") << where;
+        if (!content.empty() && m.content) {
+          EXPECT_NE(m.content->find(content), std::string::npos) << where;
+        }
+        if (content.empty() && m.content) {
+          EXPECT_EQ(*m.content, "") << where;
+        }
         ++checked;
         formats_seen.insert(f.tools);
       }

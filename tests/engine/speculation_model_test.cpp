@@ -81,9 +81,10 @@ void check_exact_per_proposer(Model& m, const Tokenizer* tok, const char* what) 
     EXPECT_EQ(drafted, one.stats.spec.draft_tokens) << name;
     EXPECT_EQ(accepted, one.stats.spec.accepted_tokens) << name;
     // The suffix index serves the repeats: their answers come mostly from proposals.
-    if (std::string(types) == "suffix")
+    if (std::string(types) == "suffix") {
       for (size_t i = rs.size() / 2; i < rs.size(); ++i)
         EXPECT_GE(one.results[i].accepted_tokens, 40) << name << " request " << i;
+    }
     // Concurrent (4 at once, every step a batch of several sequences' proposals).
     on.parallel = 4;
     const RunResult together = run_all(m, tok, on, rs);

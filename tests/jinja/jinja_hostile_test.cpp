@@ -146,7 +146,7 @@ TEST(JinjaHostile, DeepNestingFailsAtLoadTimeNotWithAStackOverflow) {
     std::string src = "{{ " + repeat(open, 100000) + "1" + repeat(close, 100000) + " }}";
     expect_names(error_of(src), depth);
   }
-  for (const std::string& link : {" ~ 'a'", " + 1", " or x", "|trim", ".a", "[0]", "()", " < 1"})
+  for (const char* link : {" ~ 'a'", " + 1", " or x", "|trim", ".a", "[0]", "()", " < 1"})
     expect_names(error_of("{{ 'a'" + repeat(link, 100000) + " }}"), depth);
   // Before: the lexer rescanned to the end of the template at every tag (quadratic).
   std::string err;
