@@ -293,7 +293,13 @@ TEST(Speculation, SamplingKeepsTheOutputDistribution) {
   Loaded l = load(kStories, true);
   Model& m = *l.model;
   const std::vector<int32_t> prompt = l.tokenizer->encode("Lily and Tom went to the park. They", true, false);
+  // 600 draws a side (1.2 s in a release build); under TSan (which runs tests/engine) that
+  // was 113 s, so a quarter there: the same-seed identity below is the sharper check anyway.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  constexpr int kDraws = 150;
+#else
   constexpr int kDraws = 600;
+#endif
   constexpr int kTokens = 8;
   auto requests = [&](uint64_t seed0) {
     std::vector<Request> rs;
@@ -318,8 +324,8 @@ TEST(Speculation, SamplingKeepsTheOutputDistribution) {
   const RunResult a = run_one_by_one(m, l.tokenizer.get(), on, requests(1));
   const RunResult same = run_one_by_one(m, l.tokenizer.get(), off, requests(1));
   expect_same_tokens(same, a, "same seeds");
-  EXPECT_GT(a.stats.spec.accepted_tokens, 100);
-  EXPECT_GT(a.stats.spec.draft_tokens - a.stats.spec.accepted_tokens, 100);
+  EXPECT_GT(a.stats.spec.accepted_tokens, kDraws / 6);
+  EXPECT_GT(a.stats.spec.draft_tokens - a.stats.spec.accepted_tokens, kDraws / 6);
   const RunResult b = run_one_by_one(m, l.tokenizer.get(), off, requests(100000));
   for (int pos : {2, 5, 7}) {
     std::map<int32_t, std::pair<int, int>> counts;
