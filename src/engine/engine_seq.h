@@ -1,7 +1,9 @@
 // Engine::Seq — one request inside the engine (private to engine*.cpp).
 #pragma once
 
+#include <cmath>
 #include <cstring>
+#include <span>
 #include <optional>
 
 #include "engine/engine.h"
@@ -47,6 +49,28 @@ struct Engine::Seq : SchedSeq {
   int64_t draft_computed = 0;
 };
 
+
+// Weights are input: a corrupt model file makes activations NaN/inf, and a NaN anywhere
+// in the K/V or the residual stream reaches the logits. One pass over the n_vocab floats
+// of each sampled row (128k floats: tens of microseconds, next to the n_vocab x dim
+// output matmul that produced them) catches it before the sampler sees it.
+inline bool all_finite(std::span<const float> xs) {
+  bool ok = true;
+  for (float x : xs) ok &= std::isfinite(x);  // no early exit: vectorizes
+  return ok;
+}
+
+// Whether an embedding request pools the hidden state of the token at `pos` (`last`:
+// the final prompt token).
+inline bool pools_row(Pooling pooling, int64_t pos, bool last) {
+  switch (pooling) {
+    case Pooling::Mean: return true;
+    case Pooling::Cls: return pos == 0;
+    case Pooling::Last:
+    case Pooling::Rank: return last;
+    default: return false;
+  }
+}
 
 // The suffix index's tenant of a request: its prefix-cache namespace (model, KV types,
 // cache_key; a SHA-256), whose first 8 bytes are as good as the whole for a hash key.

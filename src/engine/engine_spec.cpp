@@ -43,12 +43,6 @@ namespace {
 constexpr double kAlphaStep = 0.25;
 constexpr double kAlphaPrior = 0.5;
 
-bool all_finite_row(std::span<const float> xs) {
-  bool ok = true;
-  for (float x : xs) ok &= std::isfinite(x);
-  return ok;
-}
-
 }  // namespace
 
 bool Engine::speculating() const { return config_.spec.any() && !model_.config().hybrid(); }
@@ -230,7 +224,7 @@ void Engine::verify_drafts(Seq* s, const ScheduledChunk& c, int64_t row) {
     std::span<float> lg(&logits_[static_cast<size_t>((row + i) * n_vocab_)], static_cast<size_t>(n_vocab_));
     // Row i is read only once the tokens before it were accepted: its K/V (the sampled
     // token's for i == 0, proposed token i - 1's after) is then the sequence's own.
-    const bool finite = all_finite_row(lg);
+    const bool finite = all_finite(lg);
     scheduler_.computed(s, 1, finite);
     if (!finite) {
       fail(s, "the model produced non-finite logits (NaN/inf): its weights are corrupt or overflow "
