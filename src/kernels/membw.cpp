@@ -61,7 +61,8 @@ __attribute__((target("avx512f"))) uint64_t read_avx512(const uint8_t* p, size_t
     a2 = _mm512_xor_si512(a2, _mm512_load_si512(p + i + 128));
     a3 = _mm512_xor_si512(a3, _mm512_load_si512(p + i + 192));
   }
-  return static_cast<uint64_t>(_mm512_reduce_add_epi64(_mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3))));
+  // An OR, not an add, folds the lanes: a signed add of arbitrary bits overflows (UB).
+  return static_cast<uint64_t>(_mm512_reduce_or_epi64(_mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3))));
 }
 #endif
 
