@@ -176,6 +176,11 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& con
   }
   std::sort(eog_ids_.begin(), eog_ids_.end());
   if (speculating() && config_.spec.suffix) suffix_ = std::make_unique<spec::SuffixIndex>(config_.spec.suffix_bytes);
+  if (config_.spec.fixed_cost_ratio > 0) {  // a line through (1, 1) with that slope ratio
+    fixed_cost_.emplace();
+    fixed_cost_->observe(1, 1.0);
+    fixed_cost_->observe(100, 1.0 + 99 * config_.spec.fixed_cost_ratio);
+  }
   if (speculating() && config_.draft_model) {
     Model& d = *config_.draft_model;
     KvConfig dk = config_.kv;

@@ -414,6 +414,10 @@ class Engine {
   spec::StepCostModel step_cost_;              // the forward's time by batch tokens
   spec::StepCostModel draft_cost_;             // the draft model's, likewise
   std::vector<spec::DraftCandidate> draft_cands_;
+  spec::Proposal suffix_proposal_, ngram_proposal_;  // per-step scratch (propose_drafts)
+  std::vector<int32_t> verify_draft_;                // the proposals a verification reads
+  // SpecConfig::fixed_cost_ratio > 0 (tests): the line the planner uses instead of step_cost_.
+  std::optional<spec::StepCostModel> fixed_cost_;
   std::vector<Seq*> draft_seqs_;
   std::vector<Seq*> model_seqs_;        // this step's sequences the draft model proposes for
   std::vector<int64_t> model_lens_;

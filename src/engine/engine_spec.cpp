@@ -67,20 +67,23 @@ void Engine::propose_drafts() {
     int64_t room = std::min<int64_t>(config_.spec.draft_max, config_.ctx_size - static_cast<int64_t>(s->tokens.size()));
     if (s->req.max_tokens > 0) room = std::min(room, s->req.max_tokens - s->generated() - 1);
     if (room < std::max<int64_t>(config_.spec.draft_min, 1)) continue;
-    spec::Proposal best;
-    if (suffix_) best = suffix_->propose(spec_tenant(s->key), s->tokens, room);
+    // Into reused buffers: this runs for every decoding sequence every step.
+    suffix_proposal_.tokens.clear();
+    suffix_proposal_.match = 0;
+    if (suffix_) suffix_->propose(spec_tenant(s->key), s->tokens, room, suffix_proposal_);
+    const spec::Proposal* best = &suffix_proposal_;
     if (config_.spec.ngram) {
-      spec::Proposal own = spec::ngram_lookup(s->tokens, room);
-      if (own.match > best.match) best = std::move(own);
+      spec::ngram_lookup(s->tokens, room, ngram_proposal_);
+      if (ngram_proposal_.match > best->match) best = &ngram_proposal_;
     }
-    if (static_cast<int64_t>(best.tokens.size()) < config_.spec.draft_min || best.tokens.empty()) {
+    if (static_cast<int64_t>(best->tokens.size()) < config_.spec.draft_min || best->tokens.empty()) {
       if (draft_store_) {  // the draft model offers up to `room` tokens, computed once chosen
         draft_cands_.push_back({room, s->spec_alpha, draft_token_cost(), 0});
         draft_seqs_.push_back(s);
       }
       continue;
     }
-    s->draft = std::move(best.tokens);
+    s->draft.assign(best->tokens.begin(), best->tokens.end());
     draft_cands_.push_back({static_cast<int64_t>(s->draft.size()), s->spec_alpha, 0.0, 0});
     draft_seqs_.push_back(s);
   }
@@ -90,12 +93,7 @@ void Engine::propose_drafts() {
   const int64_t base = prefill_pending ? config_.max_batch_tokens : n_decoding;
   int64_t max_extra = config_.max_batch_tokens - n_decoding;
   if (prefill_pending) max_extra = std::min<int64_t>(max_extra, config_.max_batch_tokens / 8);
-  spec::StepCostModel fixed;
-  if (config_.spec.fixed_cost_ratio > 0) {  // a line through (1, 1) with that slope ratio
-    fixed.observe(1, 1.0);
-    fixed.observe(100, 1.0 + 99 * config_.spec.fixed_cost_ratio);
-  }
-  spec::plan_drafts(draft_cands_, base, n_decoding, config_.spec.fixed_cost_ratio > 0 ? fixed : step_cost_, max_extra,
+  spec::plan_drafts(draft_cands_, base, n_decoding, fixed_cost_ ? *fixed_cost_ : step_cost_, max_extra,
                     config_.spec.draft_min);
   model_seqs_.clear();
   model_lens_.clear();
@@ -215,7 +213,9 @@ void Engine::generate_drafts() {
 
 void Engine::verify_drafts(Seq* s, const ScheduledChunk& c, int64_t row) {
   const int64_t k = c.n_tokens - 1;
-  const std::vector<int32_t> draft = s->draft;  // s may finish (and be freed) mid-way
+  std::vector<int32_t>& draft = verify_draft_;  // s may finish (and be freed) mid-way
+  draft.swap(s->draft);
+  s->draft.clear();
   s->result.draft_tokens += k;
   counters_.spec.draft_tokens += k;
   ++counters_.spec.verifications;

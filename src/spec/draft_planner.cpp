@@ -80,7 +80,7 @@ void plan_drafts(std::span<DraftCandidate> cands, int64_t base_tokens, int64_t n
   for (DraftCandidate& c : cands) c.chosen = 0;
   const double fixed = cost.fixed(), per = cost.per_token();
   double tokens = static_cast<double>(std::max<int64_t>(n_decoding, 1));  // expected tokens this step
-  double n = static_cast<double>(std::max<int64_t>(base_tokens, 1));
+  const double n = static_cast<double>(std::max<int64_t>(base_tokens, 1));
   // Max-heap of each candidate's next marginal yield alpha^(chosen + 1).
   // Max-heap of each candidate's next marginal yield per unit of cost:
   // alpha^(chosen + 1) / (per + extra_cost).
@@ -106,7 +106,6 @@ void plan_drafts(std::span<DraftCandidate> cands, int64_t base_tokens, int64_t n
     if ((tokens + e.gain) / (time + cost) <= tokens / time) continue;  // others may be cheaper
     tokens += e.gain;
     time += cost;
-    n += 1;
     ++extra;
     if (++c.chosen < c.available) heap.push({e.gain * c.alpha / (cost + 1e-12), e.gain * c.alpha, e.i});
   }

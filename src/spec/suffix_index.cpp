@@ -162,9 +162,10 @@ void SuffixIndex::add(uint64_t tenant, std::span<const int32_t> tokens) {
                    static_cast<uint32_t>(end));
 }
 
-Proposal SuffixIndex::propose(uint64_t tenant, std::span<const int32_t> context, int64_t max_tokens) {
-  Proposal best;
-  if (max_tokens <= 0 || table_.empty() || context.size() < static_cast<size_t>(kKeyTokens)) return best;
+void SuffixIndex::propose(uint64_t tenant, std::span<const int32_t> context, int64_t max_tokens, Proposal& best) {
+  best.tokens.clear();
+  best.match = 0;
+  if (max_tokens <= 0 || table_.empty() || context.size() < static_cast<size_t>(kKeyTokens)) return;
   const auto window = context.subspan(context.size() - kKeyTokens);
   const uint64_t key = key_of(tenant, window);
   const size_t mask = table_.size() - 1;
@@ -192,12 +193,11 @@ Proposal SuffixIndex::propose(uint64_t tenant, std::span<const int32_t> context,
       best_id = slot.seq;
     }
   }
-  if (!best_seq) return best;
+  if (!best_seq) return;
   const size_t n = std::min<size_t>(static_cast<size_t>(max_tokens), best_seq->tokens.size() - best_end);
   best.tokens.assign(best_seq->tokens.begin() + best_end, best_seq->tokens.begin() + best_end + static_cast<std::ptrdiff_t>(n));
   touch(best_id);
   ++proposals_;
-  return best;
 }
 
 void SuffixIndex::clear() {
@@ -249,10 +249,11 @@ void SuffixIndex::check_invariants() const {
                "suffix index: table count drifted or over half full");
 }
 
-Proposal ngram_lookup(std::span<const int32_t> tokens, int64_t max_tokens, int min_n, int max_n) {
-  Proposal p;
+void ngram_lookup(std::span<const int32_t> tokens, int64_t max_tokens, Proposal& p, int min_n, int max_n) {
+  p.tokens.clear();
+  p.match = 0;
   const int64_t len = static_cast<int64_t>(tokens.size());
-  if (max_tokens <= 0) return p;
+  if (max_tokens <= 0) return;
   for (int n = max_n; n >= min_n; --n) {
     if (len <= n) continue;
     const auto tail = tokens.subspan(static_cast<size_t>(len - n));
@@ -264,10 +265,9 @@ Proposal ngram_lookup(std::span<const int32_t> tokens, int64_t max_tokens, int m
       const int64_t k = std::min<int64_t>(max_tokens, len - from);
       p.tokens.assign(tokens.begin() + from, tokens.begin() + from + k);
       p.match = n;
-      return p;
+      return;
     }
   }
-  return p;
 }
 
 }  // namespace pagoda::spec

@@ -64,8 +64,15 @@ class SuffixIndex {
 
   // Stores a finished sequence under `tenant` (see the contract for replacement).
   void add(uint64_t tenant, std::span<const int32_t> tokens);
-  // The continuation (at most max_tokens) of the longest match of context's suffix.
-  Proposal propose(uint64_t tenant, std::span<const int32_t> context, int64_t max_tokens);
+  // The continuation (at most max_tokens) of the longest match of context's suffix, into
+  // `out` (its buffer reused: the engine calls this every step). The returning form is
+  // for tests.
+  void propose(uint64_t tenant, std::span<const int32_t> context, int64_t max_tokens, Proposal& out);
+  Proposal propose(uint64_t tenant, std::span<const int32_t> context, int64_t max_tokens) {
+    Proposal p;
+    propose(tenant, context, max_tokens, p);
+    return p;
+  }
   void clear();
 
   uint64_t bytes() const { return bytes_; }
@@ -115,6 +122,11 @@ class SuffixIndex {
 // Prompt lookup (speculative decoding's `ngram` proposer): the continuation, in the
 // sequence's own tokens, of the latest earlier occurrence of its last n tokens, n from
 // max_n down to min_n. O(tokens) a call, no state.
-Proposal ngram_lookup(std::span<const int32_t> tokens, int64_t max_tokens, int min_n = 2, int max_n = 4);
+void ngram_lookup(std::span<const int32_t> tokens, int64_t max_tokens, Proposal& out, int min_n = 2, int max_n = 4);
+inline Proposal ngram_lookup(std::span<const int32_t> tokens, int64_t max_tokens) {
+  Proposal p;
+  ngram_lookup(tokens, max_tokens, p);
+  return p;
+}
 
 }  // namespace pagoda::spec
