@@ -41,8 +41,7 @@ class ValueReader {
     if (i >= t_.size()) return Got::Incomplete;
     if (t_.substr(i).starts_with(kQuote) || kQuote.starts_with(t_.substr(i))) return string(i, out);
     const char c = t_[i];
-    if (c == '{') return dict(i, out, depth);
-    if (c == '[') return array(i, out, depth);
+    if (c == '{' || c == '[') return container(i, out, depth, c == '{');
     // A number, true, false or null: JSON's own spelling.
     const ScanResult r = scan_json_value(t_, i);
     if (r.status == ScanStatus::Incomplete) return Got::Incomplete;
@@ -92,52 +91,27 @@ class ValueReader {
     return Got::Ok;
   }
 
-  Got dict(size_t& i, std::string& out, int depth) {
-    ++i;  // '{'
-    out += '{';
+  // '{' key: value, ... '}' (keyed) or '[' value, ... ']': the same walk, JSON out.
+  Got container(size_t& i, std::string& out, int depth, bool keyed) {
+    const char close = keyed ? '}' : ']';
+    out += t_[i++];  // '{' or '['
     i = skip_ws(t_, i);
     if (i >= t_.size()) return Got::Incomplete;
-    if (t_[i] == '}') {
+    if (t_[i] == close) {
       ++i;
-      out += '}';
+      out += close;
       return Got::Ok;
     }
     while (true) {
-      Got g = key(i, out);
+      Got g = keyed ? key(i, out) : Got::Ok;
       if (g != Got::Ok) return g;
       g = value(i, out, depth + 1);
       if (g != Got::Ok) return g;
       i = skip_ws(t_, i);
       if (i >= t_.size()) return Got::Incomplete;
-      if (t_[i] == '}') {
+      if (t_[i] == close) {
         ++i;
-        out += '}';
-        return Got::Ok;
-      }
-      if (t_[i] != ',') return Got::Fail;
-      ++i;
-      out += ',';
-    }
-  }
-
-  Got array(size_t& i, std::string& out, int depth) {
-    ++i;  // '['
-    out += '[';
-    i = skip_ws(t_, i);
-    if (i >= t_.size()) return Got::Incomplete;
-    if (t_[i] == ']') {
-      ++i;
-      out += ']';
-      return Got::Ok;
-    }
-    while (true) {
-      const Got g = value(i, out, depth + 1);
-      if (g != Got::Ok) return g;
-      i = skip_ws(t_, i);
-      if (i >= t_.size()) return Got::Incomplete;
-      if (t_[i] == ']') {
-        ++i;
-        out += ']';
+        out += close;
         return Got::Ok;
       }
       if (t_[i] != ',') return Got::Fail;
