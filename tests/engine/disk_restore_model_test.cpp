@@ -47,16 +47,6 @@ struct TempDir {
   ~TempDir() { std::filesystem::remove_all(path); }
 };
 
-Request greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
-  Request r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.sampling.temperature = 0;
-  r.ignore_eos = true;
-  r.logprobs = true;
-  return r;
-}
-
 EngineConfig disk_config(const Model& m, const std::string& dir, int read_delay_ms) {
   EngineConfig c = engine_config(m, 2, 128, true, 64);
   c.disk.dir = dir;

@@ -100,6 +100,25 @@ inline EngineConfig engine_config(const Model& m, int parallel, int64_t n_blocks
   return c;
 }
 
+// Sliding-window models' tests: a 64 MiB budget, windows paged apart unless swa_full.
+inline EngineConfig windowed_config(const Model& m, bool swa_full, bool cache_on, int parallel = 4) {
+  EngineConfig c = engine_config(m, parallel, 0, cache_on, 48);
+  c.kv.budget_bytes = 64ull << 20;
+  c.kv.swa_full = swa_full;
+  return c;
+}
+
+// Greedy, ignoring EOS, with log-probabilities.
+inline Request greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
+  Request r;
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = 0.0f;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  r.logprobs = true;
+  return r;
+}
+
 // Records everything a request's sink hears; tests wait on it.
 class RecordingSink final : public RequestSink {
  public:

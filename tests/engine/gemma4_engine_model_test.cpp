@@ -26,23 +26,6 @@ Loaded load_gemma4() {
   return load_synth_spec(s, "gemma4_engine");
 }
 
-EngineConfig config(const Model& m, bool swa_full, bool cache_on, int parallel = 4) {
-  EngineConfig c = engine_config(m, parallel, 0, cache_on, 48);
-  c.kv.budget_bytes = 64ull << 20;
-  c.kv.swa_full = swa_full;
-  return c;
-}
-
-Request greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
-  Request r;
-  r.prompt = std::move(prompt);
-  r.sampling.temperature = 0.0f;
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  r.logprobs = true;
-  return r;
-}
-
 TEST(Gemma4Engine, ThePoolHoldsOnlyTheLayersWithTheirOwnKv) {
   Loaded l = load_gemma4();
   const ModelConfig& c = l.model->config();
@@ -50,12 +33,12 @@ TEST(Gemma4Engine, ThePoolHoldsOnlyTheLayersWithTheirOwnKv) {
   const KvLayerGroups g = KvLayerGroups::for_layers(c.kv_layer_shapes());
   EXPECT_EQ(g.n_layers(), 3);
   EXPECT_EQ(g.n_groups(), 3);  // group 0: layer 2; the local page holds one 2 x 32 slot
-  EngineConfig cfg = config(*l.model, false, true);
+  EngineConfig cfg = windowed_config(*l.model, false, true);
   Engine e(*l.model, nullptr, cfg);
   // f16 K and V, block 16: per token a page is 2 x 1 x 64 x 2 B (the global slot), and
   // every group's page is that size.
   EXPECT_EQ(e.stats().pool.bytes_per_block, 16u * 2 * 64 * 2);
-  EngineConfig full = config(*l.model, true, true);
+  EngineConfig full = windowed_config(*l.model, true, true);
   Engine f(*l.model, nullptr, full);
   // One group of the three layers: (2 x 2 x 32 + 2 x 2 x 32 + 2 x 1 x 64) x 2 B a token.
   EXPECT_EQ(f.stats().pool.bytes_per_block, 16u * (128 + 128 + 128) * 2);
@@ -67,9 +50,9 @@ TEST(Gemma4Engine, RequestsTogetherEqualEachAloneAndPagedWindowsEqualFullOnes) {
   const int32_t V = static_cast<int32_t>(m.config().n_vocab);
   std::vector<Request> rs;
   for (int i = 0; i < 4; ++i) rs.push_back(greedy(random_tokens(70 + 37 * i, V, 40 + i), 45 + 9 * i));
-  const RunResult alone = run_one_by_one(m, nullptr, config(m, false, false), rs);
-  const RunResult together = run_all(m, nullptr, config(m, false, false), rs);
-  const RunResult full = run_all(m, nullptr, config(m, true, false), rs);
+  const RunResult alone = run_one_by_one(m, nullptr, windowed_config(m, false, false), rs);
+  const RunResult together = run_all(m, nullptr, windowed_config(m, false, false), rs);
+  const RunResult full = run_all(m, nullptr, windowed_config(m, true, false), rs);
   EXPECT_EQ(together.tokens, alone.tokens);
   EXPECT_EQ(together.logprobs, alone.logprobs);
   EXPECT_EQ(full.tokens, alone.tokens);
@@ -105,8 +88,8 @@ TEST(Gemma4Engine, PrefixCacheReuseEqualsTheCacheOff) {
     return std::make_pair(outs, lps);
   };
   std::vector<int64_t> cached;
-  const auto off = converse(config(m, false, false), nullptr);
-  const auto on = converse(config(m, false, true), &cached);
+  const auto off = converse(windowed_config(m, false, false), nullptr);
+  const auto on = converse(windowed_config(m, false, true), &cached);
   EXPECT_EQ(on.first, off.first);
   EXPECT_EQ(on.second, off.second);
   ASSERT_EQ(cached.size(), 3u);
@@ -123,7 +106,7 @@ TEST(Gemma4Engine, PrefixCacheReuseEqualsTheCacheOff) {
     p.insert(p.end(), q.begin(), q.end());
     rs.push_back(greedy(p, 8));
   }
-  EngineConfig ref_cfg = config(m, false, false), cache_cfg = config(m, false, true);
+  EngineConfig ref_cfg = windowed_config(m, false, false), cache_cfg = windowed_config(m, false, true);
   ref_cfg.max_batch_tokens = cache_cfg.max_batch_tokens = 64;
   const RunResult ref = run_all(m, nullptr, ref_cfg, rs);
   const RunResult hit = run_all(m, nullptr, cache_cfg, rs);

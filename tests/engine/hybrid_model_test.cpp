@@ -65,16 +65,6 @@ EngineConfig hybrid_config(const Model& m, int parallel, int64_t n_blocks, int64
   return c;
 }
 
-Request greedy(std::vector<int32_t> prompt, int64_t n) {
-  Request r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = n;
-  r.sampling.temperature = 0;
-  r.ignore_eos = true;
-  r.logprobs = true;
-  return r;
-}
-
 TEST_P(HybridEngine, ConcurrentRequestsMatchEachAloneTokenForToken) {
   const Loaded l = load_hybrid();
   const int32_t V = static_cast<int32_t>(l.model->config().n_vocab);

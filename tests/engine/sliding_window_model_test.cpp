@@ -30,23 +30,6 @@ Loaded load_gemma3() {
   return load_synth_spec(s, "gemma3_swa");
 }
 
-EngineConfig windowed_config(const Model& m, bool swa_full, bool cache_on, int parallel = 4) {
-  EngineConfig c = engine_config(m, parallel, 0, cache_on, 48);
-  c.kv.budget_bytes = 64ull << 20;
-  c.kv.swa_full = swa_full;
-  return c;
-}
-
-Request greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
-  Request r;
-  r.prompt = std::move(prompt);
-  r.sampling.temperature = 0.0f;
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  r.logprobs = true;
-  return r;
-}
-
 TEST(SlidingWindowKv, TheModelPagesItsLocalLayersApart) {
   Loaded l = load_gemma3();
   const KvLayerGroups g = KvLayerGroups::for_windows(l.model->config().layer_windows());
