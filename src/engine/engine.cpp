@@ -240,10 +240,16 @@ std::optional<Engine::Invalid> Engine::validate(const Request& r) const {
   // checks only the protocol and the model name): these messages reach clients as 400s.
   auto bad = [](std::string field, std::string message) { return Invalid{std::move(field), std::move(message)}; };
   if (r.prompt.empty()) return bad("prompt", "the prompt is empty");
-  for (int32_t t : r.prompt)
-    if (t < 0 || t >= n_vocab_)
-      return bad("prompt", "prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " +
-                               std::to_string(n_vocab_) + ")");
+  if (auto msg = validate_images(r)) return bad("messages", *msg);
+  for (size_t i = 0, img = 0; i < r.prompt.size(); ++i) {
+    while (img < r.images.size() && static_cast<int64_t>(i) >= r.images[img].offset + r.images[img].n_tokens) ++img;
+    const bool in_image = img < r.images.size() && static_cast<int64_t>(i) >= r.images[img].offset;
+    const int32_t t = r.prompt[i];
+    if (in_image ? t >= 0 : (t < 0 || t >= n_vocab_))
+      return bad("prompt", in_image ? "an image's placeholder id " + std::to_string(t) + " is not negative"
+                                    : "prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                                          std::to_string(n_vocab_) + ")");
+  }
   if (r.pooling) {  // nothing is generated: the prompt may fill the context
     if (*r.pooling == Pooling::None || *r.pooling == Pooling::Unspecified)
       return bad("", std::string("pooling '") + pooling_name(*r.pooling) + "' gives no single vector per input");
@@ -270,6 +276,24 @@ std::optional<Engine::Invalid> Engine::validate(const Request& r) const {
   if (!tokenizer_ && r.grammar) return bad("", "structured outputs need a model with a tokenizer");
   // +1: the first generated token needs a slot too.
   if (auto msg = store_.never_fits(static_cast<int64_t>(r.prompt.size()) + 1)) return bad("prompt", *msg);
+  return std::nullopt;
+}
+
+std::optional<std::string> Engine::validate_images(const Request& r) const {
+  int64_t prev_end = 0;
+  const size_t row = static_cast<size_t>(model_.config().dim);
+  for (const ImageSpan& im : r.images) {
+    if (im.n_tokens <= 0 || im.offset < prev_end || im.offset + im.n_tokens > static_cast<int64_t>(r.prompt.size()))
+      return "an image's tokens are out of order or outside the prompt";
+    if (!im.embeddings || im.embeddings->size() != static_cast<size_t>(im.n_tokens) * row)
+      return "an image's embeddings are not " + std::to_string(im.n_tokens) + " rows of the model's width " +
+             std::to_string(row);
+    if (im.n_tokens > config_.max_batch_tokens && im.bidirectional)
+      return "an image of " + std::to_string(im.n_tokens) + " tokens does not fit in one batch of --max-batch-tokens " +
+             std::to_string(config_.max_batch_tokens);
+    prev_end = im.offset + im.n_tokens;
+  }
+  if (!r.images.empty() && r.pooling) return std::string("images are not taken by embedding requests");
   return std::nullopt;
 }
 
@@ -477,10 +501,18 @@ void Engine::step() {
         batch_.add(s->draft[j], s->n_computed + 1 + static_cast<int64_t>(j), s->seq_id, true);
       continue;
     }
+    const std::vector<ImageSpan>& images = s->req.images;
+    size_t img = 0;
     for (int64_t i = 0; i < c.n_tokens; ++i) {
       const int64_t pos = s->n_computed + i;
       const bool last = c.logits && i + 1 == c.n_tokens;  // the prompt's end or a checkpoint
-      if (s->req.pooling && !ranks_by_logits(*s)) {
+      while (img < images.size() && pos >= images[img].offset + images[img].n_tokens) ++img;
+      if (img < images.size() && pos >= images[img].offset) {  // an image's row
+        const ImageSpan& im = images[img];
+        const float* row = im.embeddings->data() + static_cast<size_t>(pos - im.offset) * model_.config().dim;
+        batch_.add_embedded(s->tokens[static_cast<size_t>(pos)], row, pos, s->seq_id,
+                            im.bidirectional ? im.offset + im.n_tokens : 0, last);
+      } else if (s->req.pooling && !ranks_by_logits(*s)) {
         // The pooled rows, and a checkpoint's row (it vouches for the K/V; pool_chunk).
         const bool pooled = pools_row(*s->req.pooling, pos, last && c.ends_prompt());
         batch_.add(s->tokens[static_cast<size_t>(pos)], pos, s->seq_id, false, pooled || (last && c.checkpoint));
@@ -626,7 +658,9 @@ std::unique_ptr<Engine::Seq> Engine::retire(Seq* s) {
   // What it read and wrote, for the suffix proposer (not an embedding's input: nothing
   // is decoded after it). A failed request's tokens are not kept (fail() retires too,
   // but after the error there is nothing to trust).
-  if (suffix_ && !s->req.pooling && s->generated() > 0 && s->result.finish != FinishReason::Error)
+  // Not a prompt with images: its placeholder ids are no tokens to propose.
+  if (suffix_ && !s->req.pooling && s->req.images.empty() && s->generated() > 0 &&
+      s->result.finish != FinishReason::Error)
     suffix_->add(spec_tenant(s->key), s->tokens);
   drop_draft_kv(s);
   scheduler_.remove(s);

@@ -149,6 +149,20 @@ struct EngineConfig {
                                    // after every step; always on in debug builds
 };
 
+// An image in a prompt: the vision projector's rows for prompt positions [offset, offset +
+// n_tokens). The prompt's ids there are placeholders the caller derives from the image's
+// content (negative: outside every vocabulary), so the prefix cache keys the image's K/V by
+// what the image is: a conversation resending it hits the cache past it, a different image
+// shares nothing past its start.
+struct ImageSpan {
+  int64_t offset = 0;
+  int64_t n_tokens = 0;
+  std::shared_ptr<const std::vector<float>> embeddings;  // [n_tokens, model dim] f32
+  // The image's tokens see each other both ways (Gemma 3): a prefill chunk never ends
+  // inside the image (Scheduler: SchedSeq::atomic_spans).
+  bool bidirectional = true;
+};
+
 struct Request {
   std::vector<int32_t> prompt;  // token ids, non-empty
   SamplingParams sampling;
@@ -186,6 +200,10 @@ struct Request {
   std::vector<int32_t> rank_tokens;
   // false: no speculative decoding for this request (EngineConfig::spec decides otherwise).
   bool speculate = true;
+  // Images, in prompt order, not overlapping; their prompt ids are negative placeholders
+  // and every other id is a token. A request with images does not speculate (the
+  // proposers would offer placeholders as tokens).
+  std::vector<ImageSpan> images;
 };
 
 enum class FinishReason { Stop, Length, Cancelled, Error };
@@ -383,6 +401,7 @@ class Engine {
     std::string field, message;  // see SubmitResult
   };
   std::optional<Invalid> validate(const Request& r) const;
+  std::optional<std::string> validate_images(const Request& r) const;  // Request::images' rules
   // submit() (grouped false: one request) and submit_group().
   SubmitResult accept(std::vector<Request> requests, std::shared_ptr<RequestSink> sink, bool grouped);
 

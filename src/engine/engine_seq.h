@@ -24,6 +24,8 @@ struct Engine::Seq : SchedSeq {
     }
     tokens = req.prompt;
     n_prompt = static_cast<int64_t>(tokens.size());
+    for (const ImageSpan& im : req.images)
+      if (im.bidirectional) atomic_spans.emplace_back(im.offset, im.offset + im.n_tokens);
   }
 
   uint64_t id;

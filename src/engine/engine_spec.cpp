@@ -61,7 +61,7 @@ void Engine::propose_drafts() {
       continue;
     }
     ++n_decoding;
-    if (!s->req.speculate || s->req.pooling) continue;
+    if (!s->req.speculate || s->req.pooling || !s->req.images.empty()) continue;
     // Room: the proposed tokens sit at positions n_computed + 1 ..., below ctx_size, and
     // more than max_tokens - generated - 1 could never all be emitted.
     int64_t room = std::min<int64_t>(config_.spec.draft_max, config_.ctx_size - static_cast<int64_t>(s->tokens.size()));

@@ -145,6 +145,21 @@ void Scheduler::add_chunk(SchedSeq* s, int64_t& budget) {
       }
       break;
     }
+  // A chunk never ends inside an image whose tokens attend both ways: it stops before an
+  // image it would cut, or, starting in one (a cached prefix may end there), runs to the
+  // image's end, over the budget by less than one image (Engine checks an image fits in
+  // max_batch_tokens). Rejected: splitting the image over steps with its later rows'
+  // K/V computed twice — llama.cpp also decodes an image in one batch.
+  for (const auto& [b, e] : s->atomic_spans) {
+    const int64_t chunk_end = s->n_computed + n;
+    if (e <= s->n_computed) continue;
+    if (b < chunk_end && chunk_end < e) {
+      n = b > s->n_computed ? b - s->n_computed : e - s->n_computed;
+      checkpoint = false;
+      for (int64_t cp : s->checkpoints) checkpoint |= cp == s->n_computed + n;
+    }
+    break;
+  }
   out_.chunks.push_back({s, n, checkpoint || n == s->pending(), false, checkpoint});
   out_.n_tokens += n;
   budget -= n;

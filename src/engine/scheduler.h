@@ -128,6 +128,9 @@ struct SchedSeq {
   // or the step whose logits were non-finite, is vouched for by nothing).
   int64_t n_checked = 0;
   CacheKey key;
+  // Prompt ranges [begin, end) a prefill chunk must not end inside (an image whose tokens
+  // attend both ways: each needs the whole image in its batch or already stored). Sorted.
+  std::vector<std::pair<int64_t, int64_t>> atomic_spans;
   SeqId seq_id = -1;            // while admitted
   bool admitted = false;
   uint64_t admit_order = 0;

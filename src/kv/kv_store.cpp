@@ -12,6 +12,9 @@ namespace pagoda {
 
 void KvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool) {
   // One task per (token, KV head): the query heads of a group read that group's K/V once.
+  if (b.attend_end)
+    for (int64_t t = 0; t < b.n_tokens; ++t)
+      PAGODA_CHECK(b.attend_end[t] <= b.positions[t] + 1, "attend_batch: bidirectional rows need a paged store");
   const int64_t hpk = b.n_heads / b.n_kv_heads;
   const int64_t q_dim = b.n_heads * b.head_dim;
   pool.parallel_for(b.n_tokens * b.n_kv_heads, [&](int64_t task, int) {

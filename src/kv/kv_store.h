@@ -46,6 +46,10 @@ struct AttnBatch {
   int64_t window = 0;    // 0: the whole causal prefix
   float softcap = 0.0f;  // 0: none
   const float* sinks = nullptr;  // [n_heads] sink logits, or null: none
+  // [n_tokens] exclusive end of the positions each row sees (0: causal, position + 1), or
+  // null: all causal. Rows past their own position (an image's bidirectional tokens) need
+  // every K/V up to that end stored first; only PagedKvStore supports them.
+  const int64_t* attend_end = nullptr;
 };
 
 class KvStore {

@@ -296,9 +296,14 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
   rows_.resize(static_cast<size_t>(n_rows));
   tiles_.clear();
   int64_t n_single = 0;
+  // A row that sees past its own position (attend_end: an image's tokens) is never in a
+  // tile (tiles are causal by construction); it runs alone over [window begin, its end).
+  auto beyond = [&](int64_t i) { return b.attend_end != nullptr && b.attend_end[i] > b.positions[i] + 1; };
   for (int64_t t = 0; t < b.n_tokens;) {
     int64_t e = t + 1;
-    while (e < b.n_tokens && b.seq_ids[e] == b.seq_ids[t] && b.positions[e] == b.positions[e - 1] + 1) ++e;
+    if (!beyond(t))
+      while (e < b.n_tokens && b.seq_ids[e] == b.seq_ids[t] && b.positions[e] == b.positions[e - 1] + 1 && !beyond(e))
+        ++e;
     const int64_t len = e - t;
     if (len == 1) {
       ++n_single;
@@ -326,7 +331,7 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
   for (int64_t t = 0; t < b.n_tokens; ++t) {
     if (rows_[static_cast<size_t>(t * n_kv)].n_parts == 0) continue;  // in a tile
     const BlockTable& table = layer_table(b.seq_ids[t], layer, b.positions[t], "attend_batch");
-    const int64_t n_ctx = b.positions[t] + 1;
+    const int64_t n_ctx = beyond(t) ? b.attend_end[t] : b.positions[t] + 1;
     PAGODA_CHECK(b.positions[t] >= 0 && n_ctx <= table.num_tokens(),
                  "attend_batch: position " + std::to_string(b.positions[t]) + " not reserved");
     const int64_t p_begin = window_begin(b.positions[t], b.window);

@@ -45,6 +45,16 @@ struct Batch {
   std::vector<SeqId> seq_ids;       // [n_tokens]
   std::vector<uint8_t> want_logits; // [n_tokens] 0/1
   std::vector<uint8_t> want_hidden; // [n_tokens] 0/1 (embeddings: the pooled rows)
+  // Image tokens (add_embedded): rows whose input is an embedding row of the model's width
+  // (a vision projector's output, used as is: Gemma's sqrt(dim) scale applies to token
+  // embeddings only, as llama.cpp does) instead of a token's. embd[t] null for token rows;
+  // the token id of an embedded row is not read. Empty when no row of the batch has one.
+  std::vector<const float*> embd;
+  // Rows that attend past their own position: an image's tokens see the whole image
+  // (Gemma 3's bidirectional image attention) — the exclusive end of what row t sees;
+  // 0 = causal (position + 1). Every row up to that end must be in the same batch or
+  // already stored. Empty when no row has one.
+  std::vector<int64_t> attend_end;
 
   void clear() {
     tokens.clear();
@@ -52,6 +62,8 @@ struct Batch {
     seq_ids.clear();
     want_logits.clear();
     want_hidden.clear();
+    embd.clear();
+    attend_end.clear();
   }
   void add(int32_t token, int64_t pos, SeqId seq, bool logits, bool hidden = false) {
     tokens.push_back(token);
@@ -59,7 +71,27 @@ struct Batch {
     seq_ids.push_back(seq);
     want_logits.push_back(logits ? 1 : 0);
     want_hidden.push_back(hidden ? 1 : 0);
+    if (!embd.empty()) {
+      embd.push_back(nullptr);
+      attend_end.push_back(0);
+    }
   }
+  // A row fed from `row` ([dim] f32, valid until forward() returns) at `pos`, seeing
+  // positions [.., end) (0: causal). `token` is kept for bookkeeping only.
+  void add_embedded(int32_t token, const float* row, int64_t pos, SeqId seq, int64_t end, bool logits) {
+    if (embd.empty()) {
+      embd.assign(tokens.size(), nullptr);
+      attend_end.assign(tokens.size(), 0);
+    }
+    tokens.push_back(token);
+    positions.push_back(pos);
+    seq_ids.push_back(seq);
+    want_logits.push_back(logits ? 1 : 0);
+    want_hidden.push_back(0);
+    embd.push_back(row);
+    attend_end.push_back(end);
+  }
+  bool embedded(size_t t) const { return !embd.empty() && embd[t] != nullptr; }
   size_t size() const { return tokens.size(); }
 };
 

@@ -434,10 +434,15 @@ bool Model::check_batch(const Batch& batch, const KvStore& kv, const std::vector
                    batch.want_logits.size() == batch.tokens.size() &&
                    (batch.want_hidden.empty() || batch.want_hidden.size() == batch.tokens.size()),
                "batch arrays differ in length");
+  PAGODA_CHECK((batch.embd.empty() && batch.attend_end.empty()) ||
+                   (batch.embd.size() == batch.tokens.size() && batch.attend_end.size() == batch.tokens.size()),
+               "batch embedding arrays differ in length");
+  PAGODA_CHECK(batch.embd.empty() || per_layer_embd_ == nullptr,
+               "this model takes no embedded (image) rows: its per-layer embeddings need token ids");
   const bool any_hidden = std::find(batch.want_hidden.begin(), batch.want_hidden.end(), 1) != batch.want_hidden.end();
   PAGODA_CHECK(!any_hidden || hidden != nullptr, "Model::forward: hidden states wanted but no output given");
   for (int64_t t = 0; t < T; ++t) {
-    if (batch.tokens[t] < 0 || batch.tokens[t] >= c.n_vocab)
+    if (!batch.embedded(t) && (batch.tokens[t] < 0 || batch.tokens[t] >= c.n_vocab))
       throw Error("token id " + std::to_string(batch.tokens[t]) + " is outside the vocabulary [0, " +
                   std::to_string(c.n_vocab) + ")");
     if (batch.positions[t] < 0 || batch.positions[t] >= kv.capacity(batch.seq_ids[t]))
@@ -455,13 +460,17 @@ void Model::embed(const Batch& batch, ThreadPool& pool) {
   Scratch& s = *scratch_;
   const int64_t T = static_cast<int64_t>(batch.size()), dim = c.dim;
   const size_t emb_row = row_bytes(token_embd_->type, dim);
+  const float e = c.info().embed_scale ? std::sqrt(static_cast<float>(dim)) : 1.0f;
   for (int64_t t = 0; t < T; ++t) {
-    if (embd_from_output_) output_.read_row(batch.tokens[t], &s.x[t * dim]);
-    else dequantize_row(token_embd_->type, token_embd_->data + emb_row * batch.tokens[t], &s.x[t * dim], dim);
-  }
-  if (c.info().embed_scale) {
-    const float e = std::sqrt(static_cast<float>(dim));
-    for (int64_t i = 0; i < T * dim; ++i) s.x[i] *= e;
+    float* x = &s.x[t * dim];
+    if (batch.embedded(static_cast<size_t>(t))) {
+      std::memcpy(x, batch.embd[t], sizeof(float) * dim);
+      continue;
+    }
+    if (embd_from_output_) output_.read_row(batch.tokens[t], x);
+    else dequantize_row(token_embd_->type, token_embd_->data + emb_row * batch.tokens[t], x, dim);
+    if (e != 1.0f)
+      for (int64_t i = 0; i < dim; ++i) x[i] *= e;
   }
   if (per_layer_embd_) per_layer_inputs(batch, pool);
 }
@@ -606,6 +615,7 @@ void Model::attention(const Layer& L, int layer, const Batch& batch, KvStore& kv
   ab.window = window;
   ab.softcap = c.attn_softcap;
   ab.sinks = L.sinks.empty() ? nullptr : L.sinks.data();
+  ab.attend_end = batch.attend_end.empty() ? nullptr : batch.attend_end.data();
   kv.attend_batch(kv_layer, ab, pool);
   if (row.gated_attention) {  // out *= sigmoid(gate), per head
     for_token_ranges(pool, T, [&](int64_t t0, int64_t t1) {

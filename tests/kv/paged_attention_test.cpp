@@ -366,6 +366,65 @@ TEST(PagedAttention, StorePrefillTilesMatchPerTokenAttentionForPromptsAndContinu
   }
 }
 
+// Rows with attend_end (an image's tokens, which see the whole image) are taken out of the
+// causal tiles and attend [window begin, end); the scalar reference over that range is the
+// yardstick, and the causal rows around them are unchanged.
+TEST(PagedAttention, BidirectionalRowsSeeUpToTheirEndAndCausalRowsAroundThemDoNot) {
+  constexpr int64_t kHeads = 4, kHd = 32, kKv = 2;
+  ThreadPool threads(2);
+  for (int64_t window : {int64_t{0}, int64_t{8}}) {
+    KvConfig c;
+    c.block_size = 16;
+    c.budget_bytes = 16ull << 20;
+    PagedKvPool pool(KvGeometry{1, kKv, kHd}, c);
+    PagedKvStore store(pool);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    const int64_t T = 40, img0 = 10, img1 = 30;
+    ASSERT_TRUE(store.reserve(0, T).ok());
+    std::vector<SeqId> seqs(T, 0);
+    std::vector<int64_t> pos(T), end(T, 0);
+    std::vector<float> k(kKv * kHd), v(k.size());
+    for (int64_t i = 0; i < T; ++i) {
+      pos[i] = i;
+      if (i >= img0 && i < img1) end[i] = img1;
+      for (size_t j = 0; j < k.size(); ++j) k[j] = nd(rng), v[j] = nd(rng);
+      store.store(0, 0, i, k.data(), v.data());
+    }
+    std::vector<float> q(static_cast<size_t>(T * kHeads * kHd)), out(q.size());
+    for (float& x : q) x = nd(rng);
+    AttnBatch ab;
+    ab.n_tokens = T;
+    ab.seq_ids = seqs.data();
+    ab.positions = pos.data();
+    ab.q = q.data();
+    ab.out = out.data();
+    ab.n_heads = kHeads;
+    ab.n_kv_heads = kKv;
+    ab.head_dim = kHd;
+    ab.scale = 0.2f;
+    ab.window = window;
+    ab.attend_end = end.data();
+    store.attend_batch(0, ab, threads);
+    const int n_q = static_cast<int>(kHeads / kKv);
+    const KvLayerView view = pool.layer_view(0);
+    const BlockTable& table = store.table(0);
+    for (int64_t i = 0; i < T; ++i)
+      for (int g = 0; g < kKv; ++g) {
+        const int64_t off = (i * kHeads + g * n_q) * kHd;
+        const int64_t p_end = end[i] ? end[i] : i + 1;
+        const int64_t p_begin = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
+        std::vector<float> o(n_q * kHd), m(n_q), l(n_q);
+        paged_attend_partial_ref(view, table.blocks().data(), p_begin, p_end, g, &q[off], n_q, 0.2f, o.data(), m.data(),
+                                 l.data());
+        for (int h = 0; h < n_q; ++h)
+          for (int64_t d = 0; d < kHd; ++d)
+            ASSERT_NEAR(out[off + h * kHd + d], o[h * kHd + d] / l[h], 2e-5f)
+                << "window " << window << " row " << i << " head " << g * n_q + h;
+      }
+  }
+}
+
 TEST(PagedAttention, EmptyRangeGivesANeutralPartial) {
   Filled f;
   fill(f, KvType::F16, KvType::F16, 64, 20, 16, 1);
