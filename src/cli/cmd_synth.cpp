@@ -1,5 +1,6 @@
 // `pagoda synth`: write a random-weight model of a real shape.
 #include <cstdio>
+#include <tuple>
 
 #include "cli/commands.h"
 #include "common/error.h"
@@ -60,15 +61,19 @@ Runner add_synth(CLI::App& app) {
                  "Also write a random-weight vision projector (llama.cpp's mmproj GGUF) for the model to this "
                  "path: gemma3 only, a SigLIP encoder and Gemma 3's projector; the --mmproj-* flags shape it "
                  "(defaults: SigLIP-400M at 896 px, Gemma 3 4B-27B's)");
-  app.add_option("--mmproj-image-size", o->mm.image_size, "Projector: image side in pixels")->capture_default_str();
-  app.add_option("--mmproj-patch", o->mm.patch_size, "Projector: patch side in pixels")->capture_default_str();
-  app.add_option("--mmproj-dim", o->mm.dim, "Projector: encoder width")->capture_default_str();
-  app.add_option("--mmproj-ffn", o->mm.ffn_dim, "Projector: encoder feed-forward width")->capture_default_str();
-  app.add_option("--mmproj-layers", o->mm.n_layers, "Projector: encoder layers")->capture_default_str();
-  app.add_option("--mmproj-heads", o->mm.n_heads, "Projector: encoder attention heads")->capture_default_str();
-  app.add_option("--mmproj-merge", o->mm.n_merge,
-                 "Projector: patches pooled per side into one image token (must divide the patches per side)")
-      ->capture_default_str();
+  // The projector's shape: flag, field, help (defaults shown: MmprojSpec's).
+  static const std::tuple<const char*, int64_t MmprojSpec::*, const char*> kMmprojSizes[] = {
+      {"--mmproj-image-size", &MmprojSpec::image_size, "image side in pixels"},
+      {"--mmproj-patch", &MmprojSpec::patch_size, "patch side in pixels"},
+      {"--mmproj-dim", &MmprojSpec::dim, "encoder width"},
+      {"--mmproj-ffn", &MmprojSpec::ffn_dim, "encoder feed-forward width"},
+      {"--mmproj-layers", &MmprojSpec::n_layers, "encoder layers"},
+      {"--mmproj-heads", &MmprojSpec::n_heads, "encoder attention heads"},
+      {"--mmproj-merge", &MmprojSpec::n_merge,
+       "patches pooled per side into one image token (must divide the patches per side)"},
+  };
+  for (const auto& [flag, field, help] : kMmprojSizes)
+    app.add_option(flag, o->mm.*field, std::string("Projector: ") + help)->capture_default_str();
   app.add_option("--mmproj-type", o->mmproj_type, "Projector: the encoder's matrix type")->capture_default_str();
   return [o] {
     SynthSpec s;
