@@ -1,9 +1,11 @@
 // `pagoda synth`: write a random-weight model of a real shape.
 #include <cstdio>
+#include <tuple>
 
 #include "cli/commands.h"
 #include "common/error.h"
 #include "tools/synth.h"
+#include "tools/synth_mmproj.h"
 
 namespace pagoda::cli {
 
@@ -16,6 +18,8 @@ Runner add_synth(CLI::App& app) {
     int64_t experts = 0, experts_used = 0, expert_ffn = 0, shared_ffn = 0, kv_shared = -1;
     bool tied = false;
     uint64_t seed = 1;
+    std::string mmproj, mmproj_type = "f16";
+    MmprojSpec mm;  // the projector's shape flags (text_dim from the model's width)
   };
   auto o = std::make_shared<Opts>();
   std::string shapes;
@@ -53,6 +57,24 @@ Runner add_synth(CLI::App& app) {
   app.add_option("--pooling", o->pooling,
                  "Write {arch}.pooling_type (none|mean|cls|last|rank); rank adds a reranker head cls.output.weight")
       ->check(CLI::IsMember({"none", "mean", "cls", "last", "rank"}));
+  app.add_option("--mmproj", o->mmproj,
+                 "Also write a random-weight vision projector (llama.cpp's mmproj GGUF) for the model to this "
+                 "path: gemma3 only, a SigLIP encoder and Gemma 3's projector; the --mmproj-* flags shape it "
+                 "(defaults: SigLIP-400M at 896 px, Gemma 3 4B-27B's)");
+  // The projector's shape: flag, field, help (defaults shown: MmprojSpec's).
+  static const std::tuple<const char*, int64_t MmprojSpec::*, const char*> kMmprojSizes[] = {
+      {"--mmproj-image-size", &MmprojSpec::image_size, "image side in pixels"},
+      {"--mmproj-patch", &MmprojSpec::patch_size, "patch side in pixels"},
+      {"--mmproj-dim", &MmprojSpec::dim, "encoder width"},
+      {"--mmproj-ffn", &MmprojSpec::ffn_dim, "encoder feed-forward width"},
+      {"--mmproj-layers", &MmprojSpec::n_layers, "encoder layers"},
+      {"--mmproj-heads", &MmprojSpec::n_heads, "encoder attention heads"},
+      {"--mmproj-merge", &MmprojSpec::n_merge,
+       "patches pooled per side into one image token (must divide the patches per side)"},
+  };
+  for (const auto& [flag, field, help] : kMmprojSizes)
+    app.add_option(flag, o->mm.*field, std::string("Projector: ") + help)->capture_default_str();
+  app.add_option("--mmproj-type", o->mmproj_type, "Projector: the encoder's matrix type")->capture_default_str();
   return [o] {
     SynthSpec s;
     if (!o->shape.empty()) {
@@ -89,8 +111,25 @@ Runner add_synth(CLI::App& app) {
     s.seed = o->seed;
     s.vocab_from = o->vocab_from;
     s.pooling = o->pooling;
+    MmprojSpec mm = o->mm;
+    if (!o->mmproj.empty()) {  // checked before the model is written
+      if (s.arch != "gemma3")
+        throw Error("synth: --mmproj writes Gemma 3's projector only (--arch gemma3), not " + s.arch +
+                    "'s; gemma4 and qwen35 projectors are not supported yet");
+      auto mt = parse_type_name(o->mmproj_type);
+      if (!mt) throw Error("synth: unknown --mmproj-type '" + o->mmproj_type + "'");
+      mm.type = *mt;
+      mm.text_dim = s.dim;
+      mm.seed = s.seed;
+      check_mmproj_spec(mm);
+    }
     write_synthetic_model(s, o->out);
     std::fprintf(stderr, "wrote %s (%s, %s)\n", o->out.c_str(), s.arch.c_str(), type_name(s.type));
+    if (!o->mmproj.empty()) {
+      write_synthetic_mmproj(mm, o->mmproj);
+      std::fprintf(stderr, "wrote %s (clip, %s projector, %s)\n", o->mmproj.c_str(), mm.projector.c_str(),
+                   type_name(mm.type));
+    }
     return 0;
   };
 }

@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
       pagoda::cli::add_bench_engine);
   add("inspect", "Print a GGUF file's metadata and tensor table", pagoda::cli::add_inspect);
   add("tokenize", "Print the token ids (and pieces) of a text", pagoda::cli::add_tokenize);
-  add("synth", "Write a random-weight model of a real shape as GGUF", pagoda::cli::add_synth);
+  add("synth", "Write a random-weight model of a real shape as GGUF (and a Gemma 3 vision projector)",
+      pagoda::cli::add_synth);
   add("serve", "Serve the model over an OpenAI-compatible HTTP API", pagoda::cli::add_serve);
   add("chat-template", "Render a conversation with a Jinja chat template (for checking a template by hand)",
       pagoda::cli::add_chat_template);

@@ -16,55 +16,13 @@
 #include "model/config.h"
 #include "tensor/file_type.h"
 #include "tools/hf_convert.h"
+#include "tools/synth_random.h"
 
 namespace pagoda {
 
-namespace {
-
-// xoshiro256** — small, fast, seedable; uniform floats in [-1, 1) scaled to unit
-// variance (sqrt(3)) are as good as normals for a speed/correctness model.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) {
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x1234567;
-    for (auto& s : s_) {
-      x += 0x9E3779B97F4A7C15ull;
-      uint64_t z = x;
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-      s = z ^ (z >> 31);
-    }
-  }
-  uint64_t next() {
-    uint64_t r = rotl(s_[1] * 5, 7) * 9;
-    uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = rotl(s_[3], 45);
-    return r;
-  }
-  float uniform() { return static_cast<float>((next() >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; }
-
- private:
-  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  uint64_t s_[4];
-};
-
-void fill(Rng& rng, std::vector<float>& v, float stddev) {
-  const float a = stddev * 1.7320508f;  // uniform[-a, a) has this stddev
-  for (float& x : v) x = rng.uniform() * a;
-}
-
-std::vector<float> norm_weights(Rng& rng, int64_t n) {
-  std::vector<float> v(n);
-  for (float& x : v) x = 1.0f + 0.1f * rng.uniform();
-  return v;
-}
-
-}  // namespace
+using synth_random::fill;
+using synth_random::norm_weights;
+using synth_random::Rng;
 
 std::string synth_arch_names() {
   std::string s;

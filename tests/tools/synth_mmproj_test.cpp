@@ -1,0 +1,154 @@
+// tools/synth_mmproj.h: a small Gemma 3 projector read back with pagoda's GGUF reader
+// (keys, tensor names, shapes and types as llama.cpp's clip loader reads them), and the
+// specs it refuses.
+#include "tools/synth_mmproj.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "gguf/gguf.h"
+#include "temp_dir.h"
+
+namespace pagoda {
+namespace {
+
+MmprojSpec tiny() {
+  MmprojSpec s;
+  s.image_size = 56, s.patch_size = 14, s.dim = 64, s.ffn_dim = 96, s.n_layers = 2, s.n_heads = 4;
+  s.n_merge = 2, s.text_dim = 128;
+  return s;
+}
+
+TEST(SynthMmproj, KeysTensorsShapesAndTypes) {
+  test::TempDir dir("synth_mmproj");
+  std::filesystem::create_directories(dir.path);
+  const std::string path = dir.path + "/mmproj.gguf";
+  write_synthetic_mmproj(tiny(), path);
+  const gguf::GgufFile f = gguf::GgufFile::open(path);
+
+  EXPECT_EQ(f.get_string("general.architecture"), "clip");
+  EXPECT_EQ(f.get_string("general.type"), "mmproj");
+  EXPECT_EQ(f.get_uint("general.file_type"), 1u);  // MOSTLY_F16
+  EXPECT_EQ(f.get_string("clip.projector_type"), "gemma3");
+  EXPECT_EQ(f.get_bool("clip.has_vision_encoder"), true);
+  EXPECT_EQ(f.get_bool("clip.use_gelu"), true);
+  EXPECT_EQ(f.get_uint("clip.vision.image_size"), 56u);
+  EXPECT_EQ(f.get_uint("clip.vision.patch_size"), 14u);
+  EXPECT_EQ(f.get_uint("clip.vision.embedding_length"), 64u);
+  EXPECT_EQ(f.get_uint("clip.vision.feed_forward_length"), 96u);
+  EXPECT_EQ(f.get_uint("clip.vision.block_count"), 2u);
+  EXPECT_EQ(f.get_uint("clip.vision.attention.head_count"), 4u);
+  EXPECT_EQ(f.get_uint("clip.vision.projection_dim"), 128u);
+  EXPECT_EQ(f.get_uint("clip.vision.projector.scale_factor"), 2u);
+  ASSERT_TRUE(f.get_float("clip.vision.attention.layer_norm_epsilon"));
+  EXPECT_NEAR(*f.get_float("clip.vision.attention.layer_norm_epsilon"), 1e-6, 1e-12);
+  for (const char* key : {"clip.vision.image_mean", "clip.vision.image_std"}) {
+    const gguf::Array* a = f.get_array(key);
+    ASSERT_NE(a, nullptr) << key;
+    ASSERT_EQ(a->items.size(), 3u) << key;
+    EXPECT_EQ(a->elem_type, gguf::ValueType::FLOAT32) << key;
+    for (const auto& v : a->items) EXPECT_FLOAT_EQ(static_cast<float>(*v.as_double()), 0.5f) << key;
+  }
+
+  // name -> (ggml dims, type): every tensor, nothing else.
+  std::map<std::string, std::pair<std::vector<int64_t>, GgmlType>> want = {
+      {"v.patch_embd.weight", {{14, 14, 3, 64}, GgmlType::F32}},
+      {"v.patch_embd.bias", {{64}, GgmlType::F32}},
+      {"v.position_embd.weight", {{64, 16}, GgmlType::F32}},
+      {"v.post_ln.weight", {{64}, GgmlType::F32}},
+      {"v.post_ln.bias", {{64}, GgmlType::F32}},
+      {"mm.soft_emb_norm.weight", {{64}, GgmlType::F32}},
+      {"mm.input_projection.weight", {{128, 64}, GgmlType::F16}},
+  };
+  for (int l = 0; l < 2; ++l) {
+    const std::string b = "v.blk." + std::to_string(l) + ".";
+    for (const char* n : {"ln1", "ln2"}) {
+      want[b + n + ".weight"] = {{64}, GgmlType::F32};
+      want[b + n + ".bias"] = {{64}, GgmlType::F32};
+    }
+    for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_out"}) {
+      want[b + m + ".weight"] = {{64, 64}, GgmlType::F16};
+      want[b + m + ".bias"] = {{64}, GgmlType::F32};
+    }
+    // ffn_down's ne0 is the FFN width: llama.cpp would swap a file whose ffn_down ne0 == dim.
+    want[b + "ffn_up.weight"] = {{64, 96}, GgmlType::F16};
+    want[b + "ffn_up.bias"] = {{96}, GgmlType::F32};
+    want[b + "ffn_down.weight"] = {{96, 64}, GgmlType::F16};
+    want[b + "ffn_down.bias"] = {{64}, GgmlType::F32};
+  }
+  EXPECT_EQ(f.tensors().size(), want.size());
+  for (const auto& [name, shape_type] : want) {
+    const gguf::TensorInfo* t = f.find_tensor(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->dims, shape_type.first) << name;
+    EXPECT_EQ(t->type, shape_type.second) << name;
+  }
+  // Norm weights near 1, not all equal; finite random matrices.
+  const gguf::TensorInfo* norm = f.find_tensor("mm.soft_emb_norm.weight");
+  const auto* w = reinterpret_cast<const float*>(norm->data);
+  bool differ = false;
+  for (int i = 0; i < 64; ++i) {
+    EXPECT_NEAR(w[i], 1.0f, 0.1001f);
+    differ |= w[i] != w[0];
+  }
+  EXPECT_TRUE(differ);
+}
+
+TEST(SynthMmproj, DefaultMergeWritesNoScaleFactorAndSeedsDiffer) {
+  test::TempDir dir("synth_mmproj");
+  std::filesystem::create_directories(dir.path);
+  MmprojSpec s = tiny();
+  s.image_size = 112, s.n_merge = 4, s.type = GgmlType::F32;  // 8 patches per side
+  write_synthetic_mmproj(s, dir.path + "/a.gguf");
+  s.seed = 2;
+  write_synthetic_mmproj(s, dir.path + "/b.gguf");
+  const gguf::GgufFile a = gguf::GgufFile::open(dir.path + "/a.gguf");
+  const gguf::GgufFile b = gguf::GgufFile::open(dir.path + "/b.gguf");
+  EXPECT_FALSE(a.get_uint("clip.vision.projector.scale_factor"));
+  EXPECT_EQ(a.get_uint("general.file_type"), 0u);  // ALL_F32
+  EXPECT_EQ(a.find_tensor("v.blk.0.attn_q.weight")->type, GgmlType::F32);
+  EXPECT_EQ(a.find_tensor("mm.input_projection.weight")->type, GgmlType::F16);  // forced, as the converter
+  EXPECT_EQ(a.find_tensor("v.position_embd.weight")->dims, (std::vector<int64_t>{64, 64}));
+  const auto* wa = reinterpret_cast<const float*>(a.find_tensor("v.blk.1.attn_v.weight")->data);
+  const auto* wb = reinterpret_cast<const float*>(b.find_tensor("v.blk.1.attn_v.weight")->data);
+  EXPECT_NE(wa[0], wb[0]);
+  // Projections scaled 1/sqrt(fan_in): the std of a 64-wide matrix near 1/8.
+  double ss = 0;
+  for (int i = 0; i < 64 * 64; ++i) ss += static_cast<double>(wa[i]) * wa[i];
+  EXPECT_NEAR(std::sqrt(ss / (64 * 64)), 0.125, 0.01);
+}
+
+TEST(SynthMmproj, BadSpecsThrow) {
+  test::TempDir dir("synth_mmproj");
+  std::filesystem::create_directories(dir.path);
+  const std::string path = dir.path + "/bad.gguf";
+  auto expect_throw = [&](MmprojSpec s, const std::string& what) {
+    EXPECT_THROW(write_synthetic_mmproj(s, path), Error) << what;
+    EXPECT_FALSE(std::filesystem::exists(path)) << what;
+  };
+  MmprojSpec s = tiny();
+  s.image_size = 60;  // not a multiple of 14
+  expect_throw(s, "image size");
+  s = tiny(), s.n_merge = 3;  // 4 patches per side
+  expect_throw(s, "merge");
+  s = tiny(), s.n_heads = 5;
+  expect_throw(s, "heads");
+  s = tiny(), s.text_dim = 0;
+  expect_throw(s, "text_dim");
+  s = tiny(), s.n_layers = 0;
+  expect_throw(s, "layers");
+  s = tiny(), s.projector = "gemma4v";
+  expect_throw(s, "projector");
+  s = tiny(), s.type = GgmlType::Q4_0, s.ffn_dim = 48;  // 48 not a multiple of 32
+  expect_throw(s, "block");
+  EXPECT_THROW(write_synthetic_mmproj(tiny(), dir.path + "/no/such/dir/x.gguf"), Error);
+}
+
+}  // namespace
+}  // namespace pagoda
