@@ -46,15 +46,15 @@ AnswerTokensStats AnswerTokens::stats() const {
   return {static_cast<int64_t>(lru_.size()), bytes_, capacity_bytes_, remembered_, spliced_};
 }
 
-std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, const std::string& text) {
+std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, const std::string& text, bool add_bos) {
   std::vector<int32_t> ids = tok.encode(text, /*add_special=*/false, /*parse_special=*/true);
-  if (tok.add_bos() && tok.bos() >= 0 && (ids.empty() || ids.front() != tok.bos())) ids.insert(ids.begin(), tok.bos());
+  if (add_bos && tok.add_bos() && tok.bos() >= 0 && (ids.empty() || ids.front() != tok.bos())) ids.insert(ids.begin(), tok.bos());
   return ids;
 }
 
 std::vector<int32_t> tokenize_chat(const Tokenizer& tok, const std::string& rendered,
-                                   const nlohmann::ordered_json& messages, AnswerTokens* answers) {
-  if (!answers || !messages.is_array()) return tokenize_prompt(tok, rendered);
+                                   const nlohmann::ordered_json& messages, AnswerTokens* answers, bool add_bos) {
+  if (!answers || !messages.is_array()) return tokenize_prompt(tok, rendered, add_bos);
   std::vector<int32_t> ids;
   size_t text_from = 0;  // rendered[text_from, ...) is not tokenized yet
   int64_t spliced = 0;
@@ -77,7 +77,7 @@ std::vector<int32_t> tokenize_chat(const Tokenizer& tok, const std::string& rend
     if (answer.empty()) continue;
     const std::string before = rendered.substr(text_from, at - text_from);
     if (text_from == 0) {
-      ids = tokenize_prompt(tok, before);
+      ids = tokenize_prompt(tok, before, add_bos);
     } else {
       const std::vector<int32_t> piece = tok.encode(before, /*add_special=*/false, /*parse_special=*/true);
       ids.insert(ids.end(), piece.begin(), piece.end());
@@ -86,7 +86,7 @@ std::vector<int32_t> tokenize_chat(const Tokenizer& tok, const std::string& rend
     text_from = after;
     ++spliced;
   }
-  if (spliced == 0) return tokenize_prompt(tok, rendered);
+  if (spliced == 0) return tokenize_prompt(tok, rendered, add_bos);
   const std::vector<int32_t> rest =
       tok.encode(std::string_view(rendered).substr(text_from), /*add_special=*/false, /*parse_special=*/true);
   ids.insert(ids.end(), rest.begin(), rest.end());

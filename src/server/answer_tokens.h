@@ -69,17 +69,17 @@ class AnswerTokens {
   uint64_t bytes_ = 0;
   int64_t remembered_ = 0, spliced_ = 0;
   friend std::vector<int32_t> tokenize_chat(const Tokenizer&, const std::string&, const nlohmann::ordered_json&,
-                                            AnswerTokens*);
+                                            AnswerTokens*, bool);
 };
 
 // The prompt tokens of a rendered chat or completion text: special tokens spelled in the
 // text become those tokens, and BOS is added when the model wants one and the text does
-// not already start with it.
-std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, const std::string& text);
+// not already start with it (add_bos false: never; a piece after an image).
+std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, const std::string& text, bool add_bos = true);
 
 // tokenize_prompt(rendered) with the remembered answers among `messages` spliced in (see
 // the contract); answers null: tokenize_prompt.
 std::vector<int32_t> tokenize_chat(const Tokenizer& tok, const std::string& rendered,
-                                   const nlohmann::ordered_json& messages, AnswerTokens* answers);
+                                   const nlohmann::ordered_json& messages, AnswerTokens* answers, bool add_bos = true);
 
 }  // namespace pagoda

@@ -74,6 +74,27 @@ ordered_json tool_message(const ordered_json& block, const std::string& where) {
   return {{"role", "tool"}, {"tool_call_id", *id}, {"content", std::move(content)}};
 }
 
+// An image block's source as a URL: {"type": "base64", "media_type", "data"} becomes a
+// data: URL; {"type": "url", "url"} stays as it is (the server decides whether it fetches).
+std::string image_block_url(const ordered_json& block, const std::string& where) {
+  const ordered_json* src = find_field(block, "source");
+  if (!src || !src->is_object()) bad(where + ".source", quoted(where + ".source") + " must be an object");
+  auto type = opt_string(*src, "type");
+  if (type == "base64") {
+    auto mt = opt_string(*src, "media_type");
+    auto data = opt_string(*src, "data");
+    if (!mt) bad(where + ".source.media_type", quoted(where + ".source.media_type") + " is required");
+    if (!data) bad(where + ".source.data", quoted(where + ".source.data") + " is required");
+    return "data:" + *mt + ";base64," + *data;
+  }
+  if (type == "url") {
+    auto url = opt_string(*src, "url");
+    if (!url) bad(where + ".source.url", quoted(where + ".source.url") + " is required");
+    return *url;
+  }
+  bad(where + ".source.type", quoted(where + ".source.type") + " must be \"base64\" or \"url\"");
+}
+
 // One Anthropic message as one or more chat messages appended to `out`.
 void convert_message(const ordered_json& m, const std::string& where, ordered_json& out) {
   if (!m.is_object()) bad(where, quoted(where) + " must be an object");
@@ -117,23 +138,27 @@ void convert_message(const ordered_json& m, const std::string& where, ordered_js
     return;
   }
 
-  // user: runs of text blocks become user messages, each tool_result a tool message.
-  std::optional<std::string> text;
+  // user: runs of text and image blocks become user messages (images as image_url parts),
+  // each tool_result a tool message.
+  std::optional<ordered_json> parts;
   auto flush = [&] {
-    if (text) out.push_back({{"role", "user"}, {"content", std::move(*text)}});
-    text.reset();
+    if (parts) out.push_back({{"role", "user"}, {"content", std::move(*parts)}});
+    parts.reset();
   };
   for (size_t i = 0; i < content->size(); ++i) {
     const std::string bn = at(name, i);
     const std::string& type = block_type((*content)[i], bn);
+    if (!parts && (type == "text" || type == "image")) parts = ordered_json::array();
     if (type == "text") {
-      text = text.value_or("") + text_of((*content)[i], bn);
+      parts->push_back({{"type", "text"}, {"text", text_of((*content)[i], bn)}});
+    } else if (type == "image") {
+      parts->push_back({{"type", "image_url"}, {"image_url", {{"url", image_block_url((*content)[i], bn)}}}});
     } else if (type == "tool_result") {
       flush();
       out.push_back(tool_message((*content)[i], bn));
     } else {
       bad(bn, "unsupported content block type " + echo(type) + " in a user message (" + bn +
-                  "): text and tool_result are supported");
+                  "): text, image and tool_result are supported");
     }
   }
   flush();

@@ -365,7 +365,7 @@ void ApiServer::handle_chat(const http::HttpRequest& req, std::shared_ptr<http::
   try {
     CompletionRequest cr = parse_chat_request(req.body, n_vocab(), sampling_defaults_);
     PreparedChat pc = prepare_chat(cr);
-    start_generation(req, ex, cr, std::move(pc.prompt), pc.parse);
+    start_generation(req, ex, cr, std::move(pc.prompt), pc.parse, WireProtocol::OpenAI, std::move(pc.images));
   } catch (const ApiError& err) {
     ex->respond(error_response(err.status, err.what(), err.param));
   }
@@ -380,7 +380,48 @@ ApiServer::PreparedChat ApiServer::prepare_chat(const CompletionRequest& cr) {
   if (!cr.reasoning_effort.empty() && !(kwargs.is_object() && kwargs.contains("reasoning_effort")))
     kwargs["reasoning_effort"] = cr.reasoning_effort;
   const std::string prompt = render_chat(cr.messages, cr.tools, true, kwargs);
-  return PreparedChat{tokenize_chat(*tokenizer_, prompt, cr.messages, &answers_), output_parsing(cr, prompt, "call_")};
+  TokenizedChat t = tokenize_messages(prompt, cr);
+  return PreparedChat{std::move(t.ids), output_parsing(cr, prompt, "call_"), std::move(t.images)};
+}
+
+ApiServer::TokenizedChat ApiServer::tokenize_messages(const std::string& rendered, const CompletionRequest& cr) {
+  if (cr.image_urls.empty()) return {tokenize_chat(*tokenizer_, rendered, cr.messages, &answers_), {}};
+  if (!images_)
+    throw ApiError(400, "this model takes no images: serve it with --mmproj FILE (its vision projector)", "messages");
+  const size_t max_images = static_cast<size_t>(images_->options().max_images);
+  if (cr.image_urls.size() > max_images)
+    throw ApiError(400, "a request may hold at most " + std::to_string(max_images) + " images (--max-images); this one holds " +
+                            std::to_string(cr.image_urls.size()), "messages");
+  std::vector<std::string> pieces;
+  size_t from = 0;
+  const std::string marker = kImageMarker;
+  for (size_t at; (at = rendered.find(marker, from)) != std::string::npos; from = at + marker.size())
+    pieces.push_back(rendered.substr(from, at - from));
+  pieces.push_back(rendered.substr(from));
+  if (pieces.size() != cr.image_urls.size() + 1)
+    throw ApiError(400, "the messages' text holds the image marker " + marker + " itself (or the chat template "
+                        "dropped an image): " + std::to_string(pieces.size() - 1) + " markers for " +
+                        std::to_string(cr.image_urls.size()) + " images", "messages");
+  const VisionEncoder& enc = images_->encoder();
+  const std::vector<int32_t> begin = tokenizer_->encode(enc.image_begin_text(), false, true);
+  const std::vector<int32_t> end = tokenizer_->encode(enc.image_end_text(), false, true);
+  TokenizedChat out;
+  out.ids = tokenize_chat(*tokenizer_, pieces[0], cr.messages, &answers_);
+  for (size_t i = 0; i < cr.image_urls.size(); ++i) {
+    const ImageInputs::Prepared p = images_->prepare(cr.image_urls[i]);
+    out.ids.insert(out.ids.end(), begin.begin(), begin.end());
+    ImageSpan span;
+    span.offset = static_cast<int64_t>(out.ids.size());
+    span.n_tokens = static_cast<int64_t>(p.placeholders->size());
+    span.embeddings = p.rows;
+    span.bidirectional = enc.bidirectional_image_tokens();
+    out.images.push_back(std::move(span));
+    out.ids.insert(out.ids.end(), p.placeholders->begin(), p.placeholders->end());
+    out.ids.insert(out.ids.end(), end.begin(), end.end());
+    const std::vector<int32_t> rest = tokenize_chat(*tokenizer_, pieces[i + 1], cr.messages, &answers_, false);
+    out.ids.insert(out.ids.end(), rest.begin(), rest.end());
+  }
+  return out;
 }
 
 std::string ApiServer::render_anthropic(const AnthropicRequest& ar) const {
@@ -395,9 +436,9 @@ void ApiServer::handle_messages(const http::HttpRequest& req, std::shared_ptr<ht
     AnthropicRequest ar = parse_anthropic_request(req.body, n_vocab(), sampling_defaults_);
     const std::string prompt = render_anthropic(ar);
     // Reasoning goes out as thinking blocks, tool calls as tool_use blocks.
-    start_generation(req, ex, ar.chat, tokenize_chat(*tokenizer_, prompt, ar.chat.messages, &answers_),
-                     output_parsing(ar.chat, prompt, "toolu_"),
-                     WireProtocol::Anthropic);
+    TokenizedChat t = tokenize_messages(prompt, ar.chat);
+    start_generation(req, ex, ar.chat, std::move(t.ids), output_parsing(ar.chat, prompt, "toolu_"),
+                     WireProtocol::Anthropic, std::move(t.images));
   } catch (const ApiError& err) {
     ex->respond(api_error_response(WireProtocol::Anthropic, err.status, err.what()));
   }
@@ -532,8 +573,10 @@ bool ApiServer::submit(const std::shared_ptr<http::HttpExchange>& ex, uint64_t s
 
 void ApiServer::start_generation(const http::HttpRequest& req, const std::shared_ptr<http::HttpExchange>& ex,
                                  const CompletionRequest& cr, std::vector<int32_t> prompt,
-                                 std::optional<chat::ParseOptions> parse, WireProtocol protocol) {
+                                 std::optional<chat::ParseOptions> parse, WireProtocol protocol,
+                                 std::vector<ImageSpan> images) {
   Request r = engine_request(cr, std::move(prompt), parse);
+  r.images = std::move(images);
   CompletionSink::Params p;
   p.kind = cr.kind;
   p.protocol = protocol;
@@ -573,6 +616,7 @@ void ApiServer::handle_responses(const http::HttpRequest& req, std::shared_ptr<h
         });
     PreparedChat pc = prepare_chat(rr.chat);
     Request r = engine_request(rr.chat, std::move(pc.prompt), pc.parse);
+    r.images = std::move(pc.images);
     ResponsesSink::Params p;
     p.stream = rr.chat.stream;
     p.access_log = &access_log_;

@@ -57,6 +57,7 @@
 #include "server/answer_tokens.h"
 #include "server/anthropic_protocol.h"
 #include "server/api_error.h"
+#include "server/image_inputs.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
 #include "server/responses_store.h"
@@ -130,6 +131,9 @@ class ApiServer {
   void set_replica_id(std::string id) { options_.replica_id = std::move(id); }
   // /health answers 503 from now on; requests are still served (see Readiness above).
   void begin_draining();
+  // Images in chat (--mmproj): borrowed, outlives the server; call before attach().
+  void set_image_inputs(ImageInputs* images) { images_ = images; }
+  ImageInputs* image_inputs() const { return images_; }
   // The pooling routes' setup; call before attach() (attach publishes it).
   void set_pooling(PoolingSetup setup);
   void begin_shutdown();  // implies begin_draining()
@@ -175,7 +179,17 @@ class ApiServer {
   struct PreparedChat {
     std::vector<int32_t> prompt;
     std::optional<chat::ParseOptions> parse;
+    std::vector<ImageSpan> images;
   };
+  // A rendered chat's ids and images: the text split at kImageMarker, each piece tokenized
+  // (remembered answers spliced in), each image as the projector's begin text, its
+  // placeholder ids and its end text, tokenized apart as llama.cpp's libmtmd does.
+  // Throws ApiError (no projector, too many images, a marker in the text, a bad image).
+  struct TokenizedChat {
+    std::vector<int32_t> ids;
+    std::vector<ImageSpan> images;
+  };
+  TokenizedChat tokenize_messages(const std::string& rendered, const CompletionRequest& cr);
   PreparedChat prepare_chat(const CompletionRequest& cr);
   // Validates what the protocol layer cannot (model name, shutdown) and builds the
   // engine's Request. Throws ApiError.
@@ -192,7 +206,7 @@ class ApiServer {
   void start_generation(const http::HttpRequest& req, const std::shared_ptr<http::HttpExchange>& ex,
                         const CompletionRequest& cr, std::vector<int32_t> prompt,
                         std::optional<chat::ParseOptions> parse = std::nullopt,
-                        WireProtocol protocol = WireProtocol::OpenAI);
+                        WireProtocol protocol = WireProtocol::OpenAI, std::vector<ImageSpan> images = {});
   // The compiled grammar the request's output must match, or null. With reasoning
   // extracted (parse), a thinking model may think before it. Throws ApiError.
   std::shared_ptr<const grammar::Grammar> output_grammar(const CompletionRequest& cr,
@@ -219,6 +233,7 @@ class ApiServer {
   chat::ChatFormat chat_format_;                // detected from the template at attach()
   GrammarCache grammars_;
   AnswerTokens answers_;
+  ImageInputs* images_ = nullptr;  // set_image_inputs(); null: images are refused
   SamplingDefaults sampling_defaults_;
   std::atomic<bool> draining_{false};
   std::atomic<bool> shutting_down_{false};

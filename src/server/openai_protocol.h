@@ -92,6 +92,10 @@ struct OutputConstraint {
 // calls, constrained), Named (a call of tool_choice_name, constrained).
 enum class ToolChoice { Auto, None, Required, Named };
 
+// What an image part becomes in a message's text until the template has rendered (the
+// marker llama-server uses; text holding it literally is refused when images are sent).
+inline constexpr const char* kImageMarker = "<__media__>";
+
 struct CompletionRequest {
   ApiKind kind = ApiKind::Chat;
   std::string model;                 // "" when absent
@@ -100,6 +104,9 @@ struct CompletionRequest {
   // separator; a non-text part is a 400), and null content kept as null. Roles
   // system/user/assistant/tool/developer; tool_calls and tool_call_id kept as sent.
   ordered_json messages = ordered_json::array();
+  // Images (image_url parts; Anthropic image blocks and Responses input_image parts arrive
+  // as such parts): each became kImageMarker in its message's text; their URLs, in order.
+  std::vector<std::string> image_urls;
   ordered_json tools;                // null, or the request's `tools` array (each checked:
                                      // {"type":"function","function":{"name",...}})
   ToolChoice tool_choice = ToolChoice::None;

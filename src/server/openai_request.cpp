@@ -180,7 +180,24 @@ bool known_role(const std::string& r) {
 }
 
 // The content of messages[i] as one string, or null.
-ordered_json message_content(const ordered_json& m, const std::string& where, const std::string& role) {
+// An image part's URL: {"type": "image_url", "image_url": {"url": "..."}} (or the URL as a
+// string, as some clients send it).
+std::string image_part_url(const ordered_json& part, const std::string& part_name) {
+  auto it = part.find("image_url");
+  const std::string name = part_name + ".image_url";
+  if (it == part.end()) bad(name, quoted(name) + " is required");
+  const ordered_json* url = &*it;
+  if (it->is_object()) {
+    auto u = it->find("url");
+    if (u == it->end()) bad(name + ".url", quoted(name + ".url") + " is required");
+    url = &*u;
+  }
+  if (!url->is_string()) bad(name, quoted(name) + " must be an object {\"url\": \"data:...\"}");
+  return url->get<std::string>();
+}
+
+ordered_json message_content(const ordered_json& m, const std::string& where, const std::string& role,
+                             std::vector<std::string>* images) {
   const std::string name = where + ".content";
   auto it = m.find("content");
   if (it == m.end() || it->is_null()) {
@@ -202,8 +219,16 @@ ordered_json message_content(const ordered_json& m, const std::string& where, co
     const std::string part_name = name + "[" + std::to_string(p) + "]";
     if (!part.is_object()) bad(part_name, quoted(part_name) + " must be an object");
     auto type = part.find("type");
+    if (type != part.end() && type->is_string() && type->get<std::string>() == "image_url") {
+      // The image becomes the marker the server replaces with the image's tokens after the
+      // template has run (llama-server's <__media__>); its URL is kept in order.
+      std::string url = image_part_url(part, part_name);
+      if (images) images->push_back(std::move(url));
+      joined += kImageMarker;
+      continue;
+    }
     if (type == part.end() || !type->is_string() || type->get<std::string>() != "text")
-      bad(part_name, "only text content parts are supported (" + part_name + ")");
+      bad(part_name, "only text and image_url content parts are supported (" + part_name + ")");
     auto text = part.find("text");
     if (text == part.end() || !text->is_string())
       bad(part_name + ".text", quoted(part_name + ".text") + " must be a string");
@@ -214,7 +239,7 @@ ordered_json message_content(const ordered_json& m, const std::string& where, co
   return joined;
 }
 
-ordered_json parse_messages(const ordered_json& body) {
+ordered_json parse_messages(const ordered_json& body, std::vector<std::string>* images = nullptr) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) bad("messages", "'messages' is required");
   if (!it->is_array()) bad("messages", "'messages' must be an array");
@@ -236,7 +261,7 @@ ordered_json parse_messages(const ordered_json& body) {
     if (calls != m.end() && !calls->is_null() && !calls->is_array())
       bad(where + ".tool_calls", quoted(where + ".tool_calls") + " must be an array");
     ordered_json copy = m;
-    copy["content"] = message_content(m, where, r);
+    copy["content"] = message_content(m, where, r, images);
     out.push_back(std::move(copy));
   }
   return out;
@@ -457,7 +482,7 @@ CompletionRequest parse_chat_request(std::string_view body_text, int32_t n_vocab
 CompletionRequest parse_chat_request_body(const ordered_json& body, int32_t n_vocab, const SamplingDefaults& defaults) {
   CompletionRequest r;
   r.kind = ApiKind::Chat;
-  r.messages = parse_messages(body);
+  r.messages = parse_messages(body, &r.image_urls);
   r.tools = parse_tools(body);
   check_metadata(body);
   if (const ordered_json* k = find_field(body, "chat_template_kwargs")) {

@@ -16,9 +16,10 @@ namespace {
 
 // ---- request ------------------------------------------------------------------------
 
-// One content value (a string or parts) as text. Parts: input_text / output_text (and
-// the chat endpoint's "text"); refusal parts keep their refusal text.
-std::string content_text(const ordered_json& content, const std::string& name) {
+// One content value (a string or parts) as chat content: text, or with input_image parts
+// an array of the chat endpoint's text and image_url parts. Parts: input_text / output_text
+// (and the chat endpoint's "text"); refusal parts keep their refusal text.
+ordered_json content_text(const ordered_json& content, const std::string& name) {
   if (content.is_string()) {
     std::string s = content.get<std::string>();
     require_utf8(s, name);
@@ -26,22 +27,33 @@ std::string content_text(const ordered_json& content, const std::string& name) {
   }
   if (!content.is_array()) bad(name, quoted(name) + " must be a string or an array of content parts");
   std::string joined;
+  ordered_json parts = ordered_json::array();
+  bool images = false;
   for (size_t p = 0; p < content.size(); ++p) {
     const ordered_json& part = content[p];
     const std::string where = name + "[" + std::to_string(p) + "]";
     if (!part.is_object()) bad(where, quoted(where) + " must be an object");
     const std::string type = opt_string(part, "type").value_or("");
+    if (type == "input_image") {
+      auto url = opt_string(part, "image_url");
+      if (!url) bad(where + ".image_url", quoted(where + ".image_url") + " must be a string (file_id is not supported)");
+      parts.push_back({{"type", "image_url"}, {"image_url", {{"url", *url}}}});
+      images = true;
+      continue;
+    }
     std::string key = "text";
     if (type == "refusal") {
       key = "refusal";
     } else if (type != "input_text" && type != "output_text" && type != "text") {
-      bad(where, "only text content parts (input_text, output_text) are supported (" + where + " is " +
-                     echo(type) + ")");
+      bad(where, "only text and image content parts (input_text, output_text, input_image) are supported (" + where +
+                     " is " + echo(type) + ")");
     }
     auto text = opt_string(part, key);
     if (!text) bad(where + "." + key, quoted(where + "." + key) + " must be a string");
     joined += *text;
+    parts.push_back({{"type", "text"}, {"text", *text}});
   }
+  if (images) return parts;
   return joined;
 }
 

@@ -1,0 +1,117 @@
+#include "server/image_inputs.h"
+
+#include <openssl/sha.h>
+
+#include <chrono>
+#include <cstring>
+#include <limits>
+
+#include "common/error.h"
+#include "image/image.h"
+#include "server/api_error.h"
+
+namespace pagoda::server {
+
+namespace {
+
+bool starts_with_ci(const std::string& s, const char* prefix) {
+  const size_t n = std::strlen(prefix);
+  if (s.size() < n) return false;
+  for (size_t i = 0; i < n; ++i)
+    if (std::tolower(static_cast<unsigned char>(s[i])) != prefix[i]) return false;
+  return true;
+}
+
+// splitmix64: spreads a key's bits over each placeholder id.
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+ImageInputs::ImageInputs(std::unique_ptr<VisionEncoder> encoder, ImageInputOptions options)
+    : encoder_(std::move(encoder)), options_(options), pool_(std::max(1, options.threads)) {
+  const VisionConfig& c = encoder_->config();
+  settings_ = encoder_->path() + "|" + c.projector_name + "|" + std::to_string(c.image_size);
+  for (int i = 0; i < 3; ++i) settings_ += "|" + std::to_string(c.mean[i]) + "," + std::to_string(c.std[i]);
+  stats_.capacity_bytes = options_.cache_bytes;
+}
+
+ImageInputs::~ImageInputs() = default;
+
+ImageInputs::Prepared ImageInputs::prepare(const std::string& url) {
+  if (starts_with_ci(url, "http://") || starts_with_ci(url, "https://"))
+    throw ApiError(400, "remote image URLs are not fetched: send the image inline as a data: URL "
+                        "(data:image/png;base64,...)");
+  if (!starts_with_ci(url, "data:"))
+    throw ApiError(400, "an image URL must be a data: URL (data:image/png;base64,...)");
+  RgbImage img;
+  try {
+    const DataUrl data = parse_data_url(url, options_.max_image_bytes);
+    ImageLimits limits;
+    limits.max_bytes = options_.max_image_bytes;
+    limits.max_pixels = options_.max_image_pixels;
+    img = decode_image(data.bytes, limits);
+  } catch (const Error& e) {
+    throw ApiError(400, std::string("image: ") + e.what());
+  }
+  // The key: the pixels' SHA-256 and the preprocessing settings, hashed together.
+  const std::array<uint8_t, 32> content = image_content_hash(img);
+  std::string material(reinterpret_cast<const char*>(content.data()), content.size());
+  material += settings_;
+  std::string key(SHA256_DIGEST_LENGTH, '\0');
+  SHA256(reinterpret_cast<const unsigned char*>(material.data()), material.size(),
+         reinterpret_cast<unsigned char*>(key.data()));
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (auto it = index_.find(key); it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      ++stats_.hits;
+      return it->second->value;
+    }
+  }
+  const VisionConfig& c = encoder_->config();
+  const RgbImage fitted = fit_and_pad(img, c.image_size, c.image_size);
+  std::vector<float> pixels(static_cast<size_t>(3 * c.image_size * c.image_size));
+  normalize_planar(fitted, c.mean, c.std, pixels.data());
+  auto rows = std::make_shared<std::vector<float>>();
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lk(encode_mu_);
+    encoder_->encode(pixels.data(), pool_, *rows);
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  auto ids = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(encoder_->tokens_per_image()));
+  uint64_t base;
+  std::memcpy(&base, key.data(), sizeof base);
+  for (size_t i = 0; i < ids->size(); ++i)
+    (*ids)[i] = std::numeric_limits<int32_t>::min() + static_cast<int32_t>(mix64(base + i) & 0x7fffffffu);
+  Prepared p{std::move(rows), std::move(ids)};
+  std::lock_guard<std::mutex> lk(mu_);
+  ++stats_.encoded;
+  stats_.encode_ms += ms;
+  const uint64_t bytes = p.rows->size() * sizeof(float) + p.placeholders->size() * sizeof(int32_t) + key.size();
+  if (bytes > options_.cache_bytes || index_.count(key)) return p;
+  lru_.push_front(Entry{key, p, bytes});
+  index_.emplace(key, lru_.begin());
+  stats_.bytes += bytes;
+  ++stats_.entries;
+  while (stats_.bytes > options_.cache_bytes) {
+    Entry& victim = lru_.back();
+    stats_.bytes -= victim.bytes;
+    --stats_.entries;
+    index_.erase(victim.key);
+    lru_.pop_back();
+  }
+  return p;
+}
+
+ImageInputStats ImageInputs::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+}  // namespace pagoda::server
