@@ -27,14 +27,19 @@ std::span<const uint8_t> bytes_of(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
-// The pagoda::Error message decode_image throws, or "" when it returns.
-std::string decode_error(std::span<const uint8_t> bytes, const ImageLimits& limits = {}) {
+// The pagoda::Error message `f` throws, or "" when it returns.
+template <class F>
+std::string error_of(F&& f) {
   try {
-    decode_image(bytes, limits);
+    f();
   } catch (const Error& e) {
     return e.what();
   }
   return "";
+}
+
+std::string decode_error(std::span<const uint8_t> bytes, const ImageLimits& limits = {}) {
+  return error_of([&] { decode_image(bytes, limits); });
 }
 
 #define EXPECT_ERROR_HAS(expr, needle)                                         \
@@ -328,12 +333,7 @@ TEST(DecodeImage, FuzzedFilesNeverCrash) {
 std::string as_string(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
 
 std::string base64_error(std::string_view text, size_t max_bytes = 1000) {
-  try {
-    base64_decode(text, max_bytes);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return error_of([&] { base64_decode(text, max_bytes); });
 }
 
 TEST(Base64, DecodesWithAndWithoutPaddingAndIgnoresWhitespace) {
@@ -361,12 +361,7 @@ TEST(Base64, RefusesBadInput) {
 }
 
 std::string data_url_error(std::string_view url, size_t max_bytes = 1000) {
-  try {
-    parse_data_url(url, max_bytes);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return error_of([&] { parse_data_url(url, max_bytes); });
 }
 
 TEST(DataUrl, DecodesBase64AndKeepsTheMediaType) {
