@@ -7,6 +7,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libpcre2-dev libssl-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libsimde-dev
+  libpng-dev libjpeg62-turbo-dev libwebp-dev
   python3 python3-numpy python3-jinja2 python3-jsonschema
   haproxy
 )
