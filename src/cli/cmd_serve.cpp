@@ -38,7 +38,9 @@
 #include "http/http_server.h"
 #include "hub/hub.h"
 #include "server/api_server.h"
+#include "server/image_inputs.h"
 #include "server/webui.h"
+#include "vision/vision_encoder.h"
 
 namespace pagoda::cli {
 
@@ -247,6 +249,34 @@ void add_env_names(CLI::App& app) {
 
 }  // namespace
 
+// The projector of --mmproj, checked against the model it serves: the same embedding
+// width, an image's tokens fit in one batch (they attend both ways).
+std::unique_ptr<VisionEncoder> load_vision_projector(const std::string& path, const Model& model,
+                                                     int64_t max_batch_tokens) {
+  auto enc = VisionEncoder::load(std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(path)));
+  const ModelConfig& mc = model.config();
+  if (enc->config().text_dim != mc.dim)
+    throw Error(path + ": the projector maps images to width " + std::to_string(enc->config().text_dim) +
+                " but the model's embeddings are " + std::to_string(mc.dim) + " wide: it is another model's projector");
+  if (mc.arch_name != "gemma3")
+    throw Error(path + ": a " + enc->config().projector_name + " projector feeds Gemma 3 models, not " + mc.arch_name);
+  if (enc->tokens_per_image() > max_batch_tokens)
+    throw Error("an image is " + std::to_string(enc->tokens_per_image()) + " tokens, more than --max-batch-tokens " +
+                std::to_string(max_batch_tokens) + ": raise it (an image's tokens are computed in one batch)");
+  return enc;
+}
+
+template <class Opts>
+server::ImageInputOptions image_options(const Opts& o, int threads) {
+  server::ImageInputOptions io;
+  io.max_image_bytes = parse_byte_size(o.image_max_bytes, "--image-max-bytes");
+  io.max_image_pixels = o.image_max_pixels;
+  io.max_images = o.max_images;
+  io.cache_bytes = parse_byte_size(o.image_cache_bytes, "--image-cache-bytes");
+  io.threads = threads;
+  return io;
+}
+
 Runner add_serve(CLI::App& app) {
   struct Opts {
     std::string model, host = "127.0.0.1", api_key, api_key_file, chat_template_file, chat_template, alias, hf_repo;
@@ -273,6 +303,11 @@ Runner add_serve(CLI::App& app) {
     double drain_seconds = 0;
     int busy_status = 429;
     std::vector<std::string> cors_origins;
+    std::string mmproj;  // --mmproj: the vision projector ("" none)
+    bool no_mmproj = false;
+    std::string image_max_bytes = "20MiB", image_cache_bytes = "256MiB";
+    int64_t image_max_pixels = 33'554'432;
+    int max_images = 8;
     KvOptions kv;
     PromptCacheOptions cache;
     SpecOptions spec;
@@ -352,6 +387,19 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--answer-tokens-bytes", o->answer_tokens_bytes,
                  "Most bytes of memory the token ids of recent chat answers hold; a conversation that sends an "
                  "answer back is fed the ids the model produced, so its prefix stays cached (0: off)")
+      ->capture_default_str();
+  app.add_option("--mmproj", o->mmproj,
+                 "Vision projector GGUF (llama.cpp's mmproj file) for images in chat: image_url parts, "
+                 "Anthropic image blocks, Responses input_image (gemma3 projectors)");
+  app.add_flag("--no-mmproj", o->no_mmproj, "Serve without images even when --mmproj is given");
+  app.add_option("--image-max-bytes", o->image_max_bytes, "Largest image (decoded bytes); 400 beyond")
+      ->capture_default_str();
+  app.add_option("--image-max-pixels", o->image_max_pixels, "Most pixels (width x height) of an image; 400 beyond")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app.add_option("--max-images", o->max_images, "Most images in one request; 400 beyond")
+      ->capture_default_str()->check(CLI::Range(1, 256));
+  app.add_option("--image-cache-bytes", o->image_cache_bytes,
+                 "Most bytes of memory encoded images (the projector's output rows) kept for reuse (0: off)")
       ->capture_default_str();
   app.add_flag("--embeddings", o->embeddings, "Serve /v1/embeddings and /v1/rerank (reranker models)");
   app.add_flag("--strict-model-names", o->strict_model_names,
@@ -521,6 +569,15 @@ Runner add_serve(CLI::App& app) {
             "{query}\n<Document>: {document}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
     }
     api.set_pooling(pooling);
+    std::unique_ptr<server::ImageInputs> images;
+    if (!o->mmproj.empty() && !o->no_mmproj) {
+      images = std::make_unique<server::ImageInputs>(load_vision_projector(o->mmproj, *lm.model, ec.max_batch_tokens),
+                                                     image_options(*o, ec.threads));
+      api.set_image_inputs(images.get());
+      const VisionConfig& vc = images->encoder().config();
+      say(LogLevel::Info, "pagoda serve: images: %s projector %s, %lldpx, %lld tokens an image", vc.projector_name.c_str(),
+          o->mmproj.c_str(), static_cast<long long>(vc.image_size), static_cast<long long>(vc.tokens_per_image()));
+    }
     Engine engine(*lm.model, lm.tokenizer.get(), ec);
     engine.start();
     api.attach(&engine, lm.tokenizer.get(), tmpl, defaults, lm.model->config().arch_name);

@@ -721,6 +721,12 @@ void ApiServer::handle_cache_stats(const http::HttpRequest&, std::shared_ptr<htt
               {"tokens_generated", s.tokens_generated},
               {"tokens_prefilled", s.tokens_prefilled}}},
             {"speculation", speculation_json(s.spec)}};
+  if (images_) {  // --mmproj: the encoder's output cache
+    const ImageInputStats is = images_->stats();
+    body["images"] = {{"entries", is.entries},   {"bytes", is.bytes},         {"capacity_bytes", is.capacity_bytes},
+                      {"hits", is.hits},         {"encoded", is.encoded},     {"encode_ms", is.encode_ms},
+                      {"tokens_per_image", images_->encoder().tokens_per_image()}};
+  }
   const ProcessMemory mem = read_process_memory();
   body["memory"] = {{"resident_weight_bytes", s.resident_weight_bytes},
                     {"file_tensor_bytes", s.file_tensor_bytes},

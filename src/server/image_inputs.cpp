@@ -8,7 +8,7 @@
 
 #include "common/error.h"
 #include "image/image.h"
-#include "server/api_error.h"
+#include "server/openai_protocol.h"
 
 namespace pagoda::server {
 
@@ -35,8 +35,11 @@ uint64_t mix64(uint64_t x) {
 ImageInputs::ImageInputs(std::unique_ptr<VisionEncoder> encoder, ImageInputOptions options)
     : encoder_(std::move(encoder)), options_(options), pool_(std::max(1, options.threads)) {
   const VisionConfig& c = encoder_->config();
-  settings_ = encoder_->path() + "|" + c.projector_name + "|" + std::to_string(c.image_size);
-  for (int i = 0; i < 3; ++i) settings_ += "|" + std::to_string(c.mean[i]) + "," + std::to_string(c.std[i]);
+  // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on the chained +.
+  settings_.append(encoder_->path()).append("|").append(c.projector_name);
+  settings_.append("|").append(std::to_string(c.image_size));
+  for (int i = 0; i < 3; ++i)
+    settings_.append("|").append(std::to_string(c.mean[i])).append(",").append(std::to_string(c.std[i]));
   stats_.capacity_bytes = options_.cache_bytes;
 }
 
