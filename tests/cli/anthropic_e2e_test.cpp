@@ -252,7 +252,9 @@ TEST_F(Anthropic, ApiKeyByHeaderOrBearerAndErrorsInAnthropicShape) {
                "max_tokens");
   json image = good;
   image["messages"][0]["content"] = json::array({{{"type", "image"}, {"source", json::object()}}});
-  expect_error(post("/v1/messages", image), 400, "invalid_request_error", "image");
+  expect_error(post("/v1/messages", image), 400, "invalid_request_error", "source.type");
+  image["messages"][0]["content"][0]["source"] = {{"type", "base64"}, {"media_type", "image/png"}, {"data", "AAAA"}};
+  expect_error(post("/v1/messages", image), 400, "invalid_request_error", "--mmproj");  // no projector
   json choice = good;
   choice["tool_choice"] = {{"type", "any"}};
   expect_error(post("/v1/messages", choice), 400, "invalid_request_error", "tools");

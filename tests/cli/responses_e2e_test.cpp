@@ -206,8 +206,10 @@ TEST_F(Responses, ErrorMatrix) {
   expect_error(http(port_, "POST", "/v1/responses", "{"), 400, nullptr);
   expect_error(post(json::object()), 400, "input");
   expect_error(post({{"input", json::array()}}), 400, "input");
-  expect_error(post({{"input", {{{"role", "user"}, {"content", {{{"type", "input_image"}}}}}}}}), 400,
+  expect_error(post({{"input", {{{"role", "user"}, {"content", {{{"type", "input_file"}}}}}}}}), 400,
                "input[0].content[0]");
+  expect_error(post({{"input", {{{"role", "user"}, {"content", {{{"type", "input_image"}}}}}}}}), 400,
+               "input[0].content[0].image_url");
   expect_error(post({{"input", "hi"}, {"tools", {{{"type", "web_search"}}}}}), 400, "tools");
   expect_error(post({{"input", "hi"}, {"text", {{"format", {{"type", "xml"}}}}}}), 400, "text.format.type");
   expect_error(post({{"input", "hi"}, {"max_output_tokens", 0}}), 400, "max_output_tokens");

@@ -131,7 +131,13 @@ TEST(AnthropicRequest, ErrorMatrix) {
                    "string or an array");
   EXPECT_API_ERROR(
       parse(R"({"max_tokens":9,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]})"),
-      "messages[0].content[0]", "unsupported content block type \"image\"");
+      "messages[0].content[0].source.type", "must be \"base64\" or \"url\"");
+  EXPECT_API_ERROR(
+      parse(R"({"max_tokens":9,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64"}}]}]})"),
+      "messages[0].content[0].source.media_type", "is required");
+  EXPECT_API_ERROR(
+      parse(R"({"max_tokens":9,"messages":[{"role":"user","content":[{"type":"document","source":{}}]}]})"),
+      "messages[0].content[0]", "unsupported content block type \"document\"");
   EXPECT_API_ERROR(parse(R"({"max_tokens":9,"messages":[{"role":"user","content":[{"text":"x"}]}]})"),
                    "messages[0].content[0].type", "required");
   EXPECT_API_ERROR(parse(R"({"max_tokens":9,"messages":[{"role":"user","content":[{"type":"text"}]}]})"),

@@ -412,10 +412,14 @@ TEST(ParseMessages, BadShapesAre400) {
   EXPECT_API_ERROR(parse(R"([{"role":"assistant","content":null}])"), "messages[0].content", "is required");
   EXPECT_API_ERROR(parse(R"([{"role":"user","content":"a"},{"role":"user","content":5}])"),
                    "messages[1].content", "must be a string or an array of content parts");
-  EXPECT_API_ERROR(parse(R"([{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}])"),
-                   "messages[0].content[0]", "only text content parts are supported");
+  EXPECT_API_ERROR(parse(R"([{"role":"user","content":[{"type":"input_audio","input_audio":{}}]}])"),
+                   "messages[0].content[0]", "only text and image_url content parts are supported");
+  EXPECT_API_ERROR(parse(R"([{"role":"user","content":[{"type":"image_url"}]}])"),
+                   "messages[0].content[0].image_url", "is required");
+  EXPECT_API_ERROR(parse(R"([{"role":"user","content":[{"type":"image_url","image_url":{"url":5}}]}])"),
+                   "messages[0].content[0].image_url", "must be an object");
   EXPECT_API_ERROR(parse(R"([{"role":"user","content":[{"text":"no type"}]}])"), "messages[0].content[0]",
-                   "only text content parts are supported");
+                   "only text and image_url content parts are supported");
   EXPECT_API_ERROR(parse(R"([{"role":"user","content":["raw"]}])"), "messages[0].content[0]",
                    "must be an object");
   EXPECT_API_ERROR(parse(R"([{"role":"user","content":[{"type":"text","text":5}]}])"),

@@ -143,8 +143,10 @@ TEST(ResponsesRequest, ErrorMatrix) {
   EXPECT_API_ERROR(parse(R"({"input":[5]})"), "input[0]", "must be an object");
   EXPECT_API_ERROR(parse(R"({"input":[{"role":"tool","content":"x"}]})"), "input[0].role", "must be one of");
   EXPECT_API_ERROR(parse(R"({"input":[{"role":"user"}]})"), "input[0].content", "is required");
-  EXPECT_API_ERROR(parse(R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}]})"),
-                   "input[0].content[0]", "only text content parts");
+  EXPECT_API_ERROR(parse(R"({"input":[{"role":"user","content":[{"type":"input_file","file_id":"x"}]}]})"),
+                   "input[0].content[0]", "only text and image content parts");
+  EXPECT_API_ERROR(parse(R"({"input":[{"role":"user","content":[{"type":"input_image","file_id":"f"}]}]})"),
+                   "input[0].content[0].image_url", "file_id is not supported");
   EXPECT_API_ERROR(parse(R"({"input":[{"type":"item_reference","id":"x"}]})"), "input[0].type", "must be message");
   EXPECT_API_ERROR(parse(R"({"input":[{"type":"function_call","name":"f","arguments":"{}"}]})"),
                    "input[0].call_id", "is required");
