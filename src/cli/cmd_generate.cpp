@@ -9,7 +9,9 @@
 #include "cli/kv_options.h"
 #include "cli/model_loading.h"
 #include "common/error.h"
+#include "common/text_file.h"
 #include "engine/engine.h"
+#include "server/image_inputs.h"
 
 namespace pagoda::cli {
 
@@ -45,6 +47,8 @@ Runner add_generate(CLI::App& app) {
     int64_t ctx_size = 0;
     bool ignore_eos = false;
     std::vector<std::string> stops;
+    std::string mmproj;               // --mmproj: the vision projector
+    std::vector<std::string> images;  // --image FILE, in order
     SamplingParams sp;
     KvOptions kv;
     SpecOptions spec;
@@ -66,6 +70,10 @@ Runner add_generate(CLI::App& app) {
   app.add_option("-c,--ctx-size", o->ctx_size, "Context size (default: the model's)");
   app.add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens");
   app.add_option("--stop", o->stops, "Stop string (repeatable)");
+  app.add_option("--mmproj", o->mmproj, "Vision projector GGUF (llama.cpp's mmproj file; gemma3) for --image");
+  app.add_option("--image", o->images,
+                 "Image file (PNG, JPEG, WebP; repeatable) at each <__media__> in the prompt, or before the prompt "
+                 "when it has none; needs --mmproj");
   add_quantize_option(app, o->quantize);
   o->kv.add_to(app);
   o->spec.add_to(app);
@@ -94,7 +102,35 @@ Runner add_generate(CLI::App& app) {
     std::fprintf(stderr, "load time: %.2f s\n", lm.load_seconds);
 
     Request req;
-    req.prompt = tok.encode(o->prompt, true, true);
+    if (!o->images.empty()) {
+      if (o->mmproj.empty()) throw Error("--image needs --mmproj FILE (the model's vision projector)");
+      server::ImageInputOptions io;
+      io.threads = ec.threads;
+      server::ImageInputs images(load_vision_projector(o->mmproj, *lm.model, ec.max_batch_tokens), io);
+      std::string text = o->prompt;
+      if (text.find(server::kImageMarker) == std::string::npos) {
+        std::string markers;
+        for (size_t i = 0; i < o->images.size(); ++i) markers += server::kImageMarker;
+        text = markers + text;
+      }
+      std::vector<server::ImageInputs::Prepared> prepared;
+      try {
+        for (const std::string& path : o->images) {
+          const std::string bytes = read_text_file(path);
+          prepared.push_back(images.prepare_bytes(std::span<const uint8_t>(
+              reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size())));
+        }
+        server::PromptWithImages p = server::assemble_prompt(
+            text, prepared, images.encoder(), tok,
+            [&](const std::string& piece, size_t index) { return tok.encode(piece, index == 0, true); });
+        req.prompt = std::move(p.ids);
+        req.images = std::move(p.images);
+      } catch (const server::ApiError& e) {
+        throw Error(e.what());
+      }
+    } else {
+      req.prompt = tok.encode(o->prompt, true, true);
+    }
     if (req.prompt.empty()) throw Error("the prompt encodes to no tokens");
     req.sampling = o->sp;
     req.max_tokens = o->n_predict;

@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "hub/hub.h"
+#include "vision/vision_encoder.h"
 
 namespace pagoda::cli {
 
@@ -169,6 +170,23 @@ LoadedModel load_draft_model(const std::string& path, const LoadedModel& target)
                     "the model's: a draft model must share the model's vocabulary");
   }
   return d;
+}
+
+// The projector of --mmproj, checked against the model it serves: the same embedding
+// width, an image's tokens fit in one batch (they attend both ways).
+std::unique_ptr<VisionEncoder> load_vision_projector(const std::string& path, const Model& model,
+                                                     int64_t max_batch_tokens) {
+  auto enc = VisionEncoder::load(std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(path)));
+  const ModelConfig& mc = model.config();
+  if (enc->config().text_dim != mc.dim)
+    throw Error(path + ": the projector maps images to width " + std::to_string(enc->config().text_dim) +
+                " but the model's embeddings are " + std::to_string(mc.dim) + " wide: it is another model's projector");
+  if (mc.arch_name != "gemma3")
+    throw Error(path + ": a " + enc->config().projector_name + " projector feeds Gemma 3 models, not " + mc.arch_name);
+  if (enc->tokens_per_image() > max_batch_tokens)
+    throw Error("an image is " + std::to_string(enc->tokens_per_image()) + " tokens, more than --max-batch-tokens " +
+                std::to_string(max_batch_tokens) + ": raise it (an image's tokens are computed in one batch)");
+  return enc;
 }
 
 }  // namespace pagoda::cli

@@ -13,6 +13,10 @@
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
+namespace pagoda {
+class VisionEncoder;
+}
+
 namespace pagoda::cli {
 
 struct LoadedModel {
@@ -48,6 +52,12 @@ LoadedModel load_model(const std::string& path, const LoadOptions& options);
 // has one, and refused (pagoda::Error naming both) unless its vocabulary is the target's:
 // the same size and, where both carry a tokenizer, the same text for every token id.
 LoadedModel load_draft_model(const std::string& path, const LoadedModel& target);
+
+// --mmproj: the vision projector, checked against the model it feeds (the same embedding
+// width, a Gemma 3 model for a gemma3 projector, an image's tokens within one batch of
+// max_batch_tokens: they attend both ways). Throws pagoda::Error naming the mismatch.
+std::unique_ptr<VisionEncoder> load_vision_projector(const std::string& path, const Model& model,
+                                                     int64_t max_batch_tokens);
 
 // Registers `--quantize TYPE` on a command; parse the value with parse_quantize().
 void add_quantize_option(CLI::App& app, std::string& value);

@@ -392,36 +392,13 @@ ApiServer::TokenizedChat ApiServer::tokenize_messages(const std::string& rendere
   if (cr.image_urls.size() > max_images)
     throw ApiError(400, "a request may hold at most " + std::to_string(max_images) + " images (--max-images); this one holds " +
                             std::to_string(cr.image_urls.size()), "messages");
-  std::vector<std::string> pieces;
-  size_t from = 0;
-  const std::string marker = kImageMarker;
-  for (size_t at; (at = rendered.find(marker, from)) != std::string::npos; from = at + marker.size())
-    pieces.push_back(rendered.substr(from, at - from));
-  pieces.push_back(rendered.substr(from));
-  if (pieces.size() != cr.image_urls.size() + 1)
-    throw ApiError(400, "the messages' text holds the image marker " + marker + " itself (or the chat template "
-                        "dropped an image): " + std::to_string(pieces.size() - 1) + " markers for " +
-                        std::to_string(cr.image_urls.size()) + " images", "messages");
-  const VisionEncoder& enc = images_->encoder();
-  const std::vector<int32_t> begin = tokenizer_->encode(enc.image_begin_text(), false, true);
-  const std::vector<int32_t> end = tokenizer_->encode(enc.image_end_text(), false, true);
-  TokenizedChat out;
-  out.ids = tokenize_chat(*tokenizer_, pieces[0], cr.messages, &answers_);
-  for (size_t i = 0; i < cr.image_urls.size(); ++i) {
-    const ImageInputs::Prepared p = images_->prepare(cr.image_urls[i]);
-    out.ids.insert(out.ids.end(), begin.begin(), begin.end());
-    ImageSpan span;
-    span.offset = static_cast<int64_t>(out.ids.size());
-    span.n_tokens = static_cast<int64_t>(p.placeholders->size());
-    span.embeddings = p.rows;
-    span.bidirectional = enc.bidirectional_image_tokens();
-    out.images.push_back(std::move(span));
-    out.ids.insert(out.ids.end(), p.placeholders->begin(), p.placeholders->end());
-    out.ids.insert(out.ids.end(), end.begin(), end.end());
-    const std::vector<int32_t> rest = tokenize_chat(*tokenizer_, pieces[i + 1], cr.messages, &answers_, false);
-    out.ids.insert(out.ids.end(), rest.begin(), rest.end());
-  }
-  return out;
+  std::vector<ImageInputs::Prepared> prepared;
+  for (const std::string& url : cr.image_urls) prepared.push_back(images_->prepare(url));
+  PromptWithImages p = assemble_prompt(rendered, prepared, images_->encoder(), *tokenizer_,
+                                       [&](const std::string& piece, size_t index) {
+                                         return tokenize_chat(*tokenizer_, piece, cr.messages, &answers_, index == 0);
+                                       });
+  return {std::move(p.ids), std::move(p.images)};
 }
 
 std::string ApiServer::render_anthropic(const AnthropicRequest& ar) const {

@@ -51,13 +51,22 @@ ImageInputs::Prepared ImageInputs::prepare(const std::string& url) {
                         "(data:image/png;base64,...)");
   if (!starts_with_ci(url, "data:"))
     throw ApiError(400, "an image URL must be a data: URL (data:image/png;base64,...)");
+  DataUrl data;
+  try {
+    data = parse_data_url(url, options_.max_image_bytes);
+  } catch (const Error& e) {
+    throw ApiError(400, std::string("image: ") + e.what());
+  }
+  return prepare_bytes(data.bytes);
+}
+
+ImageInputs::Prepared ImageInputs::prepare_bytes(std::span<const uint8_t> bytes) {
   RgbImage img;
   try {
-    const DataUrl data = parse_data_url(url, options_.max_image_bytes);
     ImageLimits limits;
     limits.max_bytes = options_.max_image_bytes;
     limits.max_pixels = options_.max_image_pixels;
-    img = decode_image(data.bytes, limits);
+    img = decode_image(bytes, limits);
   } catch (const Error& e) {
     throw ApiError(400, std::string("image: ") + e.what());
   }
@@ -96,11 +105,11 @@ ImageInputs::Prepared ImageInputs::prepare(const std::string& url) {
   std::lock_guard<std::mutex> lk(mu_);
   ++stats_.encoded;
   stats_.encode_ms += ms;
-  const uint64_t bytes = p.rows->size() * sizeof(float) + p.placeholders->size() * sizeof(int32_t) + key.size();
-  if (bytes > options_.cache_bytes || index_.count(key)) return p;
-  lru_.push_front(Entry{key, p, bytes});
+  const uint64_t booked = p.rows->size() * sizeof(float) + p.placeholders->size() * sizeof(int32_t) + key.size();
+  if (booked > options_.cache_bytes || index_.count(key)) return p;
+  lru_.push_front(Entry{key, p, booked});
   index_.emplace(key, lru_.begin());
-  stats_.bytes += bytes;
+  stats_.bytes += booked;
   ++stats_.entries;
   while (stats_.bytes > options_.cache_bytes) {
     Entry& victim = lru_.back();
@@ -110,6 +119,41 @@ ImageInputs::Prepared ImageInputs::prepare(const std::string& url) {
     lru_.pop_back();
   }
   return p;
+}
+
+PromptWithImages assemble_prompt(const std::string& text, const std::vector<ImageInputs::Prepared>& images,
+                                 const VisionEncoder& encoder, const Tokenizer& tok,
+                                 const std::function<std::vector<int32_t>(const std::string&, size_t)>& tokenize_piece) {
+  std::vector<std::string> pieces;
+  size_t from = 0;
+  const std::string marker = kImageMarker;
+  for (size_t at; (at = text.find(marker, from)) != std::string::npos; from = at + marker.size())
+    pieces.push_back(text.substr(from, at - from));
+  pieces.push_back(text.substr(from));
+  if (pieces.size() != images.size() + 1)
+    throw ApiError(400, "the text holds the image marker " + marker + " " + std::to_string(pieces.size() - 1) +
+                            " times for " + std::to_string(images.size()) +
+                            " images (text holding the marker itself, or a chat template that dropped an image)",
+                   "messages");
+  const std::vector<int32_t> begin = tok.encode(encoder.image_begin_text(), false, true);
+  const std::vector<int32_t> end = tok.encode(encoder.image_end_text(), false, true);
+  PromptWithImages out;
+  out.ids = tokenize_piece(pieces[0], 0);
+  for (size_t i = 0; i < images.size(); ++i) {
+    const ImageInputs::Prepared& p = images[i];
+    out.ids.insert(out.ids.end(), begin.begin(), begin.end());
+    ImageSpan span;
+    span.offset = static_cast<int64_t>(out.ids.size());
+    span.n_tokens = static_cast<int64_t>(p.placeholders->size());
+    span.embeddings = p.rows;
+    span.bidirectional = encoder.bidirectional_image_tokens();
+    out.images.push_back(std::move(span));
+    out.ids.insert(out.ids.end(), p.placeholders->begin(), p.placeholders->end());
+    out.ids.insert(out.ids.end(), end.begin(), end.end());
+    const std::vector<int32_t> rest = tokenize_piece(pieces[i + 1], i + 1);
+    out.ids.insert(out.ids.end(), rest.begin(), rest.end());
+  }
+  return out;
 }
 
 ImageInputStats ImageInputs::stats() const {

@@ -20,14 +20,19 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "common/thread_pool.h"
+#include "engine/engine.h"
+#include "server/openai_protocol.h"
+#include "tokenizer/tokenizer.h"
 #include "vision/vision_encoder.h"
 
 namespace pagoda::server {
@@ -60,6 +65,8 @@ class ImageInputs {
   };
   // Throws ApiError (see contract).
   Prepared prepare(const std::string& url);
+  // The same for an image's file bytes (pagoda generate --image).
+  Prepared prepare_bytes(std::span<const uint8_t> bytes);
 
   const VisionEncoder& encoder() const { return *encoder_; }
   const ImageInputOptions& options() const { return options_; }
@@ -81,5 +88,18 @@ class ImageInputs {
   std::mutex encode_mu_;  // one encode at a time (the encoder's scratch)
   ThreadPool pool_;
 };
+
+// A prompt whose text holds kImageMarker once per image: the text split at the markers,
+// each piece's ids from tokenize_piece(piece, index) (index 0: the first piece, which may
+// start with BOS), and each image as the projector's begin text, its placeholder ids and
+// its end text, each tokenized apart (as llama.cpp's libmtmd does). Throws ApiError 400 when
+// the markers and the images differ in number, or an image is bad.
+struct PromptWithImages {
+  std::vector<int32_t> ids;
+  std::vector<ImageSpan> images;
+};
+PromptWithImages assemble_prompt(const std::string& text, const std::vector<ImageInputs::Prepared>& images,
+                                 const VisionEncoder& encoder, const Tokenizer& tok,
+                                 const std::function<std::vector<int32_t>(const std::string&, size_t)>& tokenize_piece);
 
 }  // namespace pagoda::server
