@@ -68,3 +68,33 @@ test('a conversation opened with an image alone is titled after it', () => {
   assert.equal(titleOf('', [{ url: PNG }, { url: JPEG }]), '2 images');
   assert.equal(titleOf('x'.repeat(60), []), 'x'.repeat(48));
 });
+
+test('a localStorage too small for the images stores the conversations without their data', async () => {
+  const items = new Map();
+  const limit = 300;  // characters: the conversations fit, their image does not
+  globalThis.localStorage = {
+    getItem: (k) => (items.has(k) ? items.get(k) : null),
+    setItem: (k, v) => {
+      if (String(v).length > limit) throw new DOMException('quota', 'QuotaExceededError');
+      items.set(k, String(v));
+    },
+    removeItem: (k) => items.delete(k),
+  };
+  try {
+    const store = await import('../../webui/store.js');
+    const big = { url: `data:image/png;base64,${'A'.repeat(1000)}`, name: 'big.png', type: 'image/png' };
+    const c1 = { id: 'c1', messages: [{ role: 'user', content: 'look', images: [big] }] };
+    const c2 = { id: 'c2', messages: [{ role: 'user', content: 'hi' }] };
+    store.saveConversations([c1, c2]);
+    const loaded = store.loadConversations();
+    assert.deepEqual(loaded.map((c) => c.id), ['c1', 'c2'], 'no conversation was dropped for the image');
+    assert.deepEqual(loaded[0].messages[0].images, [{ name: 'big.png', type: 'image/png', dropped: true }]);
+    assert.equal(c1.messages[0].images[0], big, 'the image in memory kept its data');
+    // Small enough: stored whole.
+    const small = { url: PNG, name: 'a.png', type: 'image/png' };
+    store.saveConversations([{ id: 'c3', messages: [{ role: 'user', content: '', images: [small] }] }]);
+    assert.deepEqual(store.loadConversations()[0].messages[0].images, [small]);
+  } finally {
+    delete globalThis.localStorage;
+  }
+});
