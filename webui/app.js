@@ -4,6 +4,7 @@
 // is opened. Everything the model writes goes through renderMarkdown (escapes first) or
 // textContent, never into innerHTML raw.
 import { AuthError, HttpError, apiKey, countPromptTokens, getJson, setApiKey, streamChat } from './api.js';
+import { MAX_IMAGES, isAcceptedImage, titleOf, userContent } from './attachments.js';
 import { CachePanel, formatBytes } from './cache_panel.js';
 import { defaultAnswerTokens, fewestTurnsToDrop, isContextFull, meterReading, turnStarts, usedTokensOf } from './context.js';
 import { escapeHtml, highlight } from './highlight.js';
@@ -19,6 +20,7 @@ const state = {
   generation: null,  // {controller, conversation, message}
   nCtx: null,        // the model's context in tokens (GET /v1/models meta.n_ctx); null: not known
   meter: { conversationId: null, used: null, source: '' },  // the open conversation's tokens
+  attachments: [],   // images for the next message: [{url, name, type}] (see attachments.js)
 };
 
 // ---- theme ---------------------------------------------------------------------------
@@ -369,7 +371,7 @@ function newChatFromFull() {
     if (c.messages.length === 0) state.conversations = state.conversations.filter((x) => x !== c);
   }
   newChat(c.system);
-  if (choice.pending) send(choice.pending.content);
+  if (choice.pending) send(choice.pending.content, choice.pending.images);
 }
 
 function messageElement(m, index) {
@@ -393,14 +395,39 @@ function messageElement(m, index) {
   head.append(role, actions);
   art.append(head);
   if (m.role === 'user') {
+    if (m.images?.length) art.append(imagesElement(m.images));
     const body = document.createElement('div');
     body.className = 'user-text';
     body.textContent = m.content;
+    body.hidden = !m.content && Boolean(m.images?.length);
     art.append(body);
   } else {
     updateAssistant(art, m);
   }
   return art;
+}
+
+// A user message's images: thumbnails, or a note for one whose data was not kept (stored
+// without it when localStorage was full, then the page reloaded).
+function imagesElement(images) {
+  const box = document.createElement('div');
+  box.className = 'msg-images';
+  box.dataset.testid = 'message-images';
+  box.append(...images.map((i) => {
+    if (typeof i.url === 'string' && i.url.startsWith('data:')) {
+      const img = document.createElement('img');
+      img.src = i.url;
+      img.alt = i.name || 'image';
+      img.title = i.name || '';
+      img.dataset.testid = 'message-image';
+      return img;
+    }
+    const note = document.createElement('span');
+    note.className = 'image-dropped';
+    note.textContent = `${i.name || 'image'}: not kept (the browser's storage was full)`;
+    return note;
+  }));
+  return box;
 }
 
 function actionButton(action, label, title) {
@@ -456,7 +483,7 @@ function startEdit(art) {
   const submit = () => {
     const text = area.value;
     const again = messageOf(art);
-    if (!text.trim() || !again || again.m !== found.m) return;
+    if ((!text.trim() && !found.m.images?.length) || !again || again.m !== found.m) return;
     resendFrom(again.c, again.m, text);
   };
   save.addEventListener('click', submit);
@@ -480,7 +507,7 @@ function resendFrom(c, m, text) {
   if (i < 0) return;
   m.content = text;
   c.messages.splice(i + 1);
-  if (i === 0) c.title = text.trim().replace(/\s+/g, ' ').slice(0, 48);
+  if (i === 0) c.title = titleOf(text, m.images);
   renderSidebar();
   startAnswer(c);
 }
@@ -636,7 +663,7 @@ function chatMessages(conversation, answer = null) {
   for (const m of conversation.messages) {
     if (m === answer) break;
     if (m.role === 'assistant' && !m.content && !m.tool_calls?.length) continue;  // failed or empty turns
-    messages.push({ role: m.role, content: m.content || '' });
+    messages.push({ role: m.role, content: m.role === 'user' ? userContent(m.content, m.images) : m.content || '' });
   }
   return messages;
 }
@@ -770,8 +797,10 @@ function finishRender(conversation) {
   if (conversation.id === state.activeId) renderMessages();
 }
 
-function send(text) {
-  if (state.generation || !text.trim()) return;
+// Sends a user message: its text and images ([{url, name, type}], kept with the message so an
+// edit or a regeneration sends them again).
+function send(text, images = []) {
+  if (state.generation || (!text.trim() && !images?.length)) return;
   let c = activeConversation();
   if (!c) {
     c = store.newConversation(state.settings.system);
@@ -779,8 +808,10 @@ function send(text) {
     state.activeId = c.id;
     store.setActiveId(c.id);
   }
-  if (c.messages.length === 0) c.title = text.trim().replace(/\s+/g, ' ').slice(0, 48);
-  c.messages.push({ role: 'user', content: text });
+  if (c.messages.length === 0) c.title = titleOf(text, images);
+  const m = { role: 'user', content: text };
+  if (images?.length) m.images = images;
+  c.messages.push(m);
   startAnswer(c);
 }
 
@@ -797,6 +828,75 @@ function startAnswer(c) {
   renderMessages();
   state.generation = null;
   generate(c, answer);
+}
+
+// ---- attachments ---------------------------------------------------------------------
+
+function readAsDataUrl(file) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(reader.result);
+    reader.onerror = () => reject(reader.error || new Error('could not read the file'));
+    reader.readAsDataURL(file);
+  });
+}
+
+function attachError(text) {
+  let e = $('composer').querySelector('.attach-error');
+  if (!text) return e?.remove();
+  if (!e) {
+    e = document.createElement('div');
+    e.className = 'attach-error';
+    e.dataset.testid = 'attach-error';
+    e.setAttribute('role', 'alert');
+    $('attachments').after(e);
+  }
+  e.textContent = text;
+}
+
+// Reads image files (from the picker or a paste) into the pending attachments; other files
+// are refused with a note (the server decodes PNG, JPEG and WebP).
+async function addAttachments(files) {
+  const refused = [];
+  for (const file of files) {
+    if (!isAcceptedImage(file)) { refused.push(`${file.name || 'file'}: not a PNG, JPEG or WebP image`); continue; }
+    if (state.attachments.length >= MAX_IMAGES) { refused.push(`at most ${MAX_IMAGES} images per message`); break; }
+    try {
+      const url = await readAsDataUrl(file);
+      state.attachments.push({ url, name: file.name || 'pasted image', type: file.type });
+    } catch (e) {
+      refused.push(`${file.name || 'file'}: ${e.message}`);
+    }
+  }
+  attachError(refused.join('; '));
+  renderAttachments();
+}
+
+function renderAttachments() {
+  const box = $('attachments');
+  box.hidden = state.attachments.length === 0;
+  box.replaceChildren(...state.attachments.map((a, i) => {
+    const item = document.createElement('div');
+    item.className = 'attachment';
+    item.dataset.testid = 'attachment';
+    const img = document.createElement('img');
+    img.src = a.url;
+    img.alt = a.name;
+    img.title = a.name;
+    const remove = document.createElement('button');
+    remove.type = 'button';
+    remove.textContent = '×';
+    remove.title = `Remove ${a.name}`;
+    remove.setAttribute('aria-label', `Remove ${a.name}`);
+    remove.dataset.testid = 'attachment-remove';
+    remove.addEventListener('click', () => {
+      state.attachments.splice(i, 1);
+      attachError('');
+      renderAttachments();
+    });
+    item.append(img, remove);
+    return item;
+  }));
 }
 
 // ---- settings ------------------------------------------------------------------------
@@ -880,9 +980,26 @@ function init() {
   $('composer').addEventListener('submit', (e) => {
     e.preventDefault();
     const text = prompt.value;
-    if (state.generation || !text.trim()) return;
+    if (state.generation || (!text.trim() && state.attachments.length === 0)) return;
+    const images = state.attachments;
     prompt.value = '';
-    send(text);
+    state.attachments = [];
+    attachError('');
+    renderAttachments();
+    send(text, images);
+  });
+  $('attach').addEventListener('click', () => $('attach-input').click());
+  $('attach-input').addEventListener('change', (e) => {
+    const files = [...e.target.files];
+    e.target.value = '';  // the same file can be picked again
+    addAttachments(files);
+  });
+  prompt.addEventListener('paste', (e) => {
+    const files = [...(e.clipboardData?.items || [])].filter((i) => i.kind === 'file' && i.type.startsWith('image/'))
+      .map((i) => i.getAsFile()).filter(Boolean);
+    if (files.length === 0) return;  // text: pasted as usual
+    e.preventDefault();
+    addAttachments(files);
   });
   prompt.addEventListener('keydown', (e) => {
     if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {

@@ -3,12 +3,17 @@
 //   pagoda.active         the id of the open conversation
 //   pagoda.settings       sampling settings (see DEFAULT_SETTINGS)
 //   pagoda.theme          'light' | 'dark' (absent: the system's preference)
-// Message: {role: 'user' | 'assistant', content, reasoning?, tool_calls?: [{id, name, arguments}],
+// Message: {role: 'user' | 'assistant', content, images?: [{url, name, type} | {name, type, dropped}],
+//           reasoning?, tool_calls?: [{id, name, arguments}],
 //           format?: 'json', stats?: {prompt, cached, generated, ttft_ms, tokens_per_s, total_ms, finish},
 //           error?, contextFull? (refused: the prompt did not fit the context), stopped?}
 // A conversation's dropped?: how many of its oldest messages were dropped to fit the context.
-// A full localStorage (about 5 MB per origin) drops the oldest conversations rather than lose
+// A full localStorage (about 5 MB per origin; one photo as a data: URL can take most of it)
+// first stores the conversations without their images' data (the page keeps the images in
+// memory: they are lost on a reload), then drops the oldest conversations rather than lose
 // the one being written.
+
+import { stripImageData } from './attachments.js';
 
 const CONVERSATIONS = 'pagoda.conversations';
 const ACTIVE = 'pagoda.active';
@@ -43,7 +48,11 @@ export function loadConversations() {
 }
 
 export function saveConversations(list) {
-  const kept = [...list];
+  try {
+    localStorage.setItem(CONVERSATIONS, JSON.stringify(list));
+    return;
+  } catch { /* full: without the images' data */ }
+  const kept = stripImageData(list);
   for (;;) {
     try {
       localStorage.setItem(CONVERSATIONS, JSON.stringify(kept));
