@@ -16,6 +16,7 @@ using Runner = std::function<int()>;
 Runner add_generate(CLI::App& app);
 Runner add_chat(CLI::App& app);
 Runner add_bench_model(CLI::App& app);
+Runner add_bench_vision(CLI::App& app);
 Runner add_bench_engine(CLI::App& app);
 Runner add_inspect(CLI::App& app);
 Runner add_tokenize(CLI::App& app);

@@ -45,6 +45,8 @@ int main(int argc, char** argv) {
       pagoda::cli::add_chat);
   add("bench-model", "Measure prompt-processing and generation speed, with the decode roofline",
       pagoda::cli::add_bench_model);
+  add("bench-vision", "Measure how long a vision projector (--mmproj) takes to encode an image",
+      pagoda::cli::add_bench_vision);
   add("bench-engine", "Measure aggregate generation speed for N concurrent streams through the engine",
       pagoda::cli::add_bench_engine);
   add("inspect", "Print a GGUF file's metadata and tensor table", pagoda::cli::add_inspect);
