@@ -3,13 +3,15 @@
 // input_image give the same answer for the same picture; a conversation resending an image
 // hits the prefix cache past it and another image shares nothing past its start; the
 // encoder's cache is booked in bytes; bad images, bad URLs and a model without a projector
-// are 400s in each API's shape, and the server keeps serving.
+// are 400s in each API's shape, and the server keeps serving. `-m hf://` (a stand-in Hub on
+// loopback) brings the repo's projector; an unusable one leaves a text server with a warning.
 // (Side by side with llama-server on the same files: bench/vision_parity.sh.)
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
+#include "hub/fake_hub.h"
 #include "image/image_encoders.h"
 #include "server_process.h"
 
@@ -201,6 +203,72 @@ TEST(VisionE2ENoProjector, AnImageForAModelWithoutAProjectorIsAFourHundred) {
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_NE(r.body.find("--mmproj"), std::string::npos) << r.body;
   // A projector for another model width, or not a projector at all: one-line load errors.
+  std::filesystem::remove_all(dir);
+}
+
+TEST(VisionE2EHub, AnHfRepoBringsItsProjectorAndAnUnusableOneLeavesTextOnly) {
+  const std::string dir = "/tmp/pagoda_vision_hub_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  ASSERT_EQ(std::system((std::string(PAGODA_BINARY) + " synth --arch gemma3 --dim 64 --layers 1 --heads 2 --kv-heads 1 " +
+                         "--ffn 128 -o " + dir + "/m.gguf --mmproj " + dir + "/mmproj.gguf --mmproj-image-size 28 " +
+                         "--mmproj-dim 32 --mmproj-layers 1 --mmproj-heads 2 --mmproj-ffn 64 --mmproj-merge 2 " +
+                         ">/dev/null 2>&1").c_str()),
+            0);
+  auto slurp = [](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  hub::testing::FakeHub hub;
+  hub::testing::FakeRepo good;
+  good.files["m-Q8_0.gguf"] = {slurp(dir + "/m.gguf"), true};
+  good.files["mmproj-m-F16.gguf"] = {slurp(dir + "/mmproj.gguf"), true};
+  good.files["mmproj-m-F32.gguf"] = {"GGUF: not the one chosen", true};
+  hub.add_repo("o/vision", good);
+  hub::testing::FakeRepo bad = good;
+  bad.files.erase("mmproj-m-F32.gguf");
+  bad.files["mmproj-m-F16.gguf"] = {"GGUF but not a projector", true};
+  hub.add_repo("o/bad-projector", bad);
+  auto env = [&](const std::string& cache) {
+    return std::vector<std::string>{"HF_ENDPOINT=" + hub.endpoint(), "HF_HUB_CACHE=" + dir + "/" + cache,
+                                    "HF_HUB_DISABLE_PROGRESS_BARS=1", "HF_HUB_OFFLINE=0"};
+  };
+  auto image_chat = [](uint16_t port) {
+    json body{{"messages", {{{"role", "user"}, {"content", parts("x", png_url(test::gradient_image(8, 8)))}}}},
+              {"max_tokens", 2}};
+    return http(port, "POST", "/v1/chat/completions", body.dump());
+  };
+  const std::string snapshot = "/snapshots/" + hub::testing::FakeRepo().commit + "/";
+  {
+    ServerProcess s({"-m", "hf://o/vision", "--threads", "1"}, env("c1"));
+    const uint16_t port = s.start();
+    ASSERT_NE(port, 0) << s.log();
+    EXPECT_NE(s.log().find("images: gemma3 projector " + dir + "/c1/models--o--vision" + snapshot + "mmproj-m-F16.gguf"),
+              std::string::npos)
+        << s.log();
+    EXPECT_EQ(image_chat(port).status, 200);
+  }
+  {  // -hf OWNER/REPO --no-mmproj: nothing fetched, no images.
+    ServerProcess s({"-hf", "o/vision", "--no-mmproj", "--threads", "1"}, env("c2"));
+    const uint16_t port = s.start();
+    ASSERT_NE(port, 0) << s.log();
+    EXPECT_FALSE(std::filesystem::exists(dir + "/c2/models--o--vision" + snapshot + "mmproj-m-F16.gguf"));
+    EXPECT_EQ(image_chat(port).status, 400);
+  }
+  {  // The repo's projector cannot be loaded: one warning, a text server.
+    ServerProcess s({"-m", "hf://o/bad-projector", "--threads", "1"}, env("c3"));
+    const uint16_t port = s.start();
+    ASSERT_NE(port, 0) << s.log();
+    EXPECT_NE(s.log().find("warning: not using the repo's projector"), std::string::npos) << s.log();
+    EXPECT_EQ(image_chat(port).status, 400);
+  }
+  {  // ... but an explicit --mmproj that fails stays an error.
+    ServerProcess s({"-m", "hf://o/vision", "--mmproj", dir + "/m.gguf", "--threads", "1"}, env("c3"));
+    EXPECT_NE(s.wait_exit(60), 0);
+    EXPECT_EQ(s.log().find("ready:"), std::string::npos) << s.log();
+    EXPECT_FALSE(std::filesystem::exists(dir + "/c3/models--o--vision" + snapshot + "mmproj-m-F16.gguf"));
+  }
   std::filesystem::remove_all(dir);
 }
 
