@@ -36,6 +36,7 @@
 #include "common/text_file.h"
 #include "engine/engine.h"
 #include "http/http_server.h"
+#include "hub/bounded_get.h"
 #include "hub/hub.h"
 #include "server/api_server.h"
 #include "server/image_inputs.h"
@@ -257,6 +258,8 @@ server::ImageInputOptions image_options(const Opts& o, int threads) {
   io.max_images = o.max_images;
   io.cache_bytes = parse_byte_size(o.image_cache_bytes, "--image-cache-bytes");
   io.threads = threads;
+  if (o.allow_image_urls)
+    io.fetch_url = [](const std::string& url, uint64_t max_bytes) { return hub::bounded_get(url, max_bytes); };
   return io;
 }
 
@@ -288,6 +291,7 @@ Runner add_serve(CLI::App& app) {
     std::vector<std::string> cors_origins;
     std::string mmproj;  // --mmproj: the vision projector ("" none)
     bool no_mmproj = false;
+    bool allow_image_urls = false;
     std::string image_max_bytes = "20MiB", image_cache_bytes = "256MiB";
     int64_t image_max_pixels = 33'554'432;
     int max_images = 8;
@@ -377,6 +381,9 @@ Runner add_serve(CLI::App& app) {
                  "mmproj file when it has one");
   app.add_flag("--no-mmproj", o->no_mmproj,
                "Serve without images: neither --mmproj nor, for -m hf://, the repo's projector (not downloaded)");
+  app.add_flag("--allow-image-urls", o->allow_image_urls,
+               "Fetch http(s) image URLs (10 s in all, at most 3 redirects, at most --image-max-bytes); "
+               "without it they are a 400");
   app.add_option("--image-max-bytes", o->image_max_bytes, "Largest image (decoded bytes); 400 beyond")
       ->capture_default_str();
   app.add_option("--image-max-pixels", o->image_max_pixels, "Most pixels (width x height) of an image; 400 beyond")

@@ -5,6 +5,8 @@
 // encoder's cache is booked in bytes; bad images, bad URLs and a model without a projector
 // are 400s in each API's shape, and the server keeps serving. `-m hf://` (a stand-in Hub on
 // loopback) brings the repo's projector; an unusable one leaves a text server with a warning.
+// --allow-image-urls fetches http(s) images (a stand-in server on loopback); failures are 400s
+// naming the host and the reason.
 // (Side by side with llama-server on the same files: bench/vision_parity.sh.)
 #include <gtest/gtest.h>
 
@@ -12,6 +14,7 @@
 #include <zlib.h>
 
 #include "hub/fake_hub.h"
+#include "hub/stand_in_http.h"
 #include "image/image_encoders.h"
 #include "server_process.h"
 
@@ -269,6 +272,55 @@ TEST(VisionE2EHub, AnHfRepoBringsItsProjectorAndAnUnusableOneLeavesTextOnly) {
     EXPECT_EQ(s.log().find("ready:"), std::string::npos) << s.log();
     EXPECT_FALSE(std::filesystem::exists(dir + "/c3/models--o--vision" + snapshot + "mmproj-m-F16.gguf"));
   }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(VisionE2EUrls, AllowImageUrlsFetchesHttpImagesAndFailuresAreFourHundreds) {
+  const std::string dir = "/tmp/pagoda_vision_urls_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  ASSERT_EQ(std::system((std::string(PAGODA_BINARY) + " synth --arch gemma3 --dim 64 --layers 1 --heads 2 --kv-heads 1 " +
+                         "--ffn 128 -o " + dir + "/m.gguf --mmproj " + dir + "/mmproj.gguf --mmproj-image-size 28 " +
+                         "--mmproj-dim 32 --mmproj-layers 1 --mmproj-heads 2 --mmproj-ffn 64 --mmproj-merge 2 " +
+                         ">/dev/null 2>&1").c_str()),
+            0);
+  const std::vector<uint8_t> png = test::encode_png_rgb(test::gradient_image(28, 28));
+  using hub::testing::StandInHttp;
+  StandInHttp images([&](const std::string& target, int fd) {
+    if (target == "/cat.png")
+      StandInHttp::send_all(fd, StandInHttp::response(200, "Content-Type: image/png\r\n", std::string(png.begin(), png.end())));
+    else if (target == "/to-file")
+      StandInHttp::send_all(fd, StandInHttp::response(302, "Location: file:///etc/passwd\r\n", ""));
+    else if (target == "/big.png")
+      StandInHttp::send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 99999999\r\nConnection: close\r\n\r\n");
+    else
+      StandInHttp::send_all(fd, StandInHttp::response(404, "", "no"));
+  });
+  ServerProcess s({"-m", dir + "/m.gguf", "--mmproj", dir + "/mmproj.gguf", "--allow-image-urls", "--image-max-bytes",
+                   "1MiB", "--threads", "1"});
+  const uint16_t port = s.start();
+  ASSERT_NE(port, 0) << s.log();
+  auto image_chat = [&](const std::string& url) {
+    json body{{"messages", {{{"role", "user"}, {"content", parts("x", url)}}}}, {"max_tokens", 2}, {"temperature", 0}};
+    return http(port, "POST", "/v1/chat/completions", body.dump());
+  };
+  const auto fetched = image_chat(images.url("/cat.png"));
+  EXPECT_EQ(fetched.status, 200) << fetched.body;
+  // The same picture inline: the same prompt, so the prefix cache takes all but the last token.
+  const auto inline_png = image_chat("data:image/png;base64," + base64(png));
+  EXPECT_EQ(inline_png.status, 200) << inline_png.body;
+  const json j = json::parse(inline_png.body);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(),
+            j["usage"]["prompt_tokens"].get<int64_t>() - 1);
+  for (const auto& [target, reason] : std::vector<std::pair<std::string, std::string>>{
+           {"/missing.png", "cannot fetch the image from 127.0.0.1: HTTP 404"},
+           {"/to-file", "file:///etc/passwd"},
+           {"/big.png", "cannot fetch the image from 127.0.0.1: larger than the limit of 1048576 bytes"}}) {
+    const auto r = image_chat(images.url(target));
+    EXPECT_EQ(r.status, 400) << target << ": " << r.body;
+    EXPECT_NE(r.body.find(reason), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(image_chat("http://127.0.0.1:1/x.png").status, 400);  // nothing listening
+  EXPECT_EQ(image_chat(images.url("/cat.png")).status, 200);      // and still serving
   std::filesystem::remove_all(dir);
 }
 
