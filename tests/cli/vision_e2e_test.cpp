@@ -209,14 +209,18 @@ TEST(VisionE2ENoProjector, AnImageForAModelWithoutAProjectorIsAFourHundred) {
   std::filesystem::remove_all(dir);
 }
 
+// dir/m.gguf and dir/mmproj.gguf: the smallest Gemma 3 and projector (one image token).
+bool synth_tiny_gemma3(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  return std::system((std::string(PAGODA_BINARY) + " synth --arch gemma3 --dim 64 --layers 1 --heads 2 --kv-heads 1 " +
+                      "--ffn 128 -o " + dir + "/m.gguf --mmproj " + dir + "/mmproj.gguf --mmproj-image-size 28 " +
+                      "--mmproj-dim 32 --mmproj-layers 1 --mmproj-heads 2 --mmproj-ffn 64 --mmproj-merge 2 " +
+                      ">/dev/null 2>&1").c_str()) == 0;
+}
+
 TEST(VisionE2EHub, AnHfRepoBringsItsProjectorAndAnUnusableOneLeavesTextOnly) {
   const std::string dir = "/tmp/pagoda_vision_hub_" + std::to_string(::getpid());
-  std::filesystem::create_directories(dir);
-  ASSERT_EQ(std::system((std::string(PAGODA_BINARY) + " synth --arch gemma3 --dim 64 --layers 1 --heads 2 --kv-heads 1 " +
-                         "--ffn 128 -o " + dir + "/m.gguf --mmproj " + dir + "/mmproj.gguf --mmproj-image-size 28 " +
-                         "--mmproj-dim 32 --mmproj-layers 1 --mmproj-heads 2 --mmproj-ffn 64 --mmproj-merge 2 " +
-                         ">/dev/null 2>&1").c_str()),
-            0);
+  ASSERT_TRUE(synth_tiny_gemma3(dir));
   auto slurp = [](const std::string& p) {
     std::ifstream in(p, std::ios::binary);
     std::stringstream ss;
@@ -277,12 +281,7 @@ TEST(VisionE2EHub, AnHfRepoBringsItsProjectorAndAnUnusableOneLeavesTextOnly) {
 
 TEST(VisionE2EUrls, AllowImageUrlsFetchesHttpImagesAndFailuresAreFourHundreds) {
   const std::string dir = "/tmp/pagoda_vision_urls_" + std::to_string(::getpid());
-  std::filesystem::create_directories(dir);
-  ASSERT_EQ(std::system((std::string(PAGODA_BINARY) + " synth --arch gemma3 --dim 64 --layers 1 --heads 2 --kv-heads 1 " +
-                         "--ffn 128 -o " + dir + "/m.gguf --mmproj " + dir + "/mmproj.gguf --mmproj-image-size 28 " +
-                         "--mmproj-dim 32 --mmproj-layers 1 --mmproj-heads 2 --mmproj-ffn 64 --mmproj-merge 2 " +
-                         ">/dev/null 2>&1").c_str()),
-            0);
+  ASSERT_TRUE(synth_tiny_gemma3(dir));
   const std::vector<uint8_t> png = test::encode_png_rgb(test::gradient_image(28, 28));
   using hub::testing::StandInHttp;
   StandInHttp images([&](const std::string& target, int fd) {
