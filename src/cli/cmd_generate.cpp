@@ -48,6 +48,7 @@ Runner add_generate(CLI::App& app) {
     bool ignore_eos = false;
     std::vector<std::string> stops;
     std::string mmproj;               // --mmproj: the vision projector
+    bool no_mmproj = false;           // --no-mmproj: not the hf:// repo's projector either
     std::vector<std::string> images;  // --image FILE, in order
     SamplingParams sp;
     KvOptions kv;
@@ -70,10 +71,13 @@ Runner add_generate(CLI::App& app) {
   app.add_option("-c,--ctx-size", o->ctx_size, "Context size (default: the model's)");
   app.add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens");
   app.add_option("--stop", o->stops, "Stop string (repeatable)");
-  app.add_option("--mmproj", o->mmproj, "Vision projector GGUF (llama.cpp's mmproj file; gemma3) for --image");
+  app.add_option("--mmproj", o->mmproj,
+                 "Vision projector GGUF (llama.cpp's mmproj file; gemma3) for --image; -m hf://... uses the repo's "
+                 "mmproj file when it has one");
+  app.add_flag("--no-mmproj", o->no_mmproj, "Neither download nor use the hf:// repo's projector");
   app.add_option("--image", o->images,
                  "Image file (PNG, JPEG, WebP; repeatable) at each <__media__> in the prompt, or before the prompt "
-                 "when it has none; needs --mmproj");
+                 "when it has none; needs --mmproj or an hf:// repo with one");
   add_quantize_option(app, o->quantize);
   o->kv.add_to(app);
   o->spec.add_to(app);
@@ -82,7 +86,9 @@ Runner add_generate(CLI::App& app) {
     EngineConfig ec;
     o->kv.resolve();  // bad KV flags fail before the model loads
     ec.spec = o->spec.resolve();
-    LoadedModel lm = load_model(o->model, LoadOptions{true, parse_quantize(o->quantize)});
+    // The hf:// repo's projector only when images need one and none is named.
+    const ResolvedModel resolved = resolve_model(o->model, !o->images.empty() && o->mmproj.empty() && !o->no_mmproj);
+    LoadedModel lm = load_model(resolved.path, LoadOptions{true, parse_quantize(o->quantize)});
     std::optional<LoadedModel> draft;
     if (ec.spec.draft) {
       draft = load_draft_model(o->spec.model_draft, lm);
@@ -103,10 +109,15 @@ Runner add_generate(CLI::App& app) {
 
     Request req;
     if (!o->images.empty()) {
-      if (o->mmproj.empty()) throw Error("--image needs --mmproj FILE (the model's vision projector)");
+      const std::string projector = o->mmproj.empty() ? resolved.mmproj : o->mmproj;
+      if (projector.empty())
+        throw Error(std::string("--image needs --mmproj FILE (the model's vision projector)") +
+                    (o->no_mmproj ? ", and --no-mmproj refuses the repo's"
+                     : resolved.path != o->model ? ": the model's repo has no mmproj file" : ""));
       server::ImageInputOptions io;
       io.threads = ec.threads;
-      server::ImageInputs images(load_vision_projector(o->mmproj, *lm.model, ec.max_batch_tokens), io);
+      server::ImageInputs images(load_vision_projector(projector, *lm.model, ec.max_batch_tokens), io);
+      if (projector != o->mmproj) std::fprintf(stderr, "projector: %s (the repo's)\n", projector.c_str());
       std::string text = o->prompt;
       if (text.find(server::kImageMarker) == std::string::npos) {
         std::string markers;

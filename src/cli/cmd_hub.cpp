@@ -30,15 +30,20 @@ Runner add_pull(CLI::App& app) {
   app.add_option("model", *name, "OWNER/REPO, OWNER/REPO:QUANT (e.g. :Q4_K_M) or OWNER/REPO/FILE (hf:// optional)")
       ->required();
   app.add_option("--revision", *revision, "Branch, tag or commit")->capture_default_str();
+  auto no_mmproj = std::make_shared<bool>(false);
+  app.add_flag("--no-mmproj", *no_mmproj, "Not the repo's vision projector (mmproj file), which a GGUF model brings");
   return [=] {
     hub::ModelRef ref = hub::ModelRef::parse(*name);
     ref.revision = *revision;
     const hub::HubConfig config = hub::HubConfig::from_env();
-    const hub::PullResult r = hub::pull(config, ref);
+    hub::PullOptions options;
+    options.mmproj = !*no_mmproj;
+    const hub::PullResult r = hub::pull(config, ref, options);
     std::fprintf(stderr, "%s @ %s: %zu file%s%s%s\n", r.repo_id.c_str(), r.commit.substr(0, 12).c_str(),
                  r.files.size(), r.files.size() == 1 ? "" : "s",
                  r.downloaded_bytes ? (", downloaded " + human_size(r.downloaded_bytes)).c_str() : ", all cached",
                  r.used_cache_only ? " (cache only)" : "");
+    if (!r.mmproj_path.empty()) std::fprintf(stderr, "vision projector: %s\n", r.mmproj_path.c_str());
     std::printf("%s\n", r.model_path.c_str());  // what -m takes
     return 0;
   };

@@ -36,6 +36,7 @@
 #include "common/text_file.h"
 #include "engine/engine.h"
 #include "http/http_server.h"
+#include "hub/bounded_get.h"
 #include "hub/hub.h"
 #include "server/api_server.h"
 #include "server/image_inputs.h"
@@ -257,6 +258,8 @@ server::ImageInputOptions image_options(const Opts& o, int threads) {
   io.max_images = o.max_images;
   io.cache_bytes = parse_byte_size(o.image_cache_bytes, "--image-cache-bytes");
   io.threads = threads;
+  if (o.allow_image_urls)
+    io.fetch_url = [](const std::string& url, uint64_t max_bytes) { return hub::bounded_get(url, max_bytes); };
   return io;
 }
 
@@ -288,6 +291,7 @@ Runner add_serve(CLI::App& app) {
     std::vector<std::string> cors_origins;
     std::string mmproj;  // --mmproj: the vision projector ("" none)
     bool no_mmproj = false;
+    bool allow_image_urls = false;
     std::string image_max_bytes = "20MiB", image_cache_bytes = "256MiB";
     int64_t image_max_pixels = 33'554'432;
     int max_images = 8;
@@ -373,8 +377,13 @@ Runner add_serve(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--mmproj", o->mmproj,
                  "Vision projector GGUF (llama.cpp's mmproj file) for images in chat: image_url parts, "
-                 "Anthropic image blocks, Responses input_image (gemma3 projectors)");
-  app.add_flag("--no-mmproj", o->no_mmproj, "Serve without images even when --mmproj is given");
+                 "Anthropic image blocks, Responses input_image (gemma3 projectors). -m hf://... uses the repo's "
+                 "mmproj file when it has one");
+  app.add_flag("--no-mmproj", o->no_mmproj,
+               "Serve without images: neither --mmproj nor, for -m hf://, the repo's projector (not downloaded)");
+  app.add_flag("--allow-image-urls", o->allow_image_urls,
+               "Fetch http(s) image URLs (10 s in all, at most 3 redirects, at most --image-max-bytes); "
+               "without it they are a 400");
   app.add_option("--image-max-bytes", o->image_max_bytes, "Largest image (decoded bytes); 400 beyond")
       ->capture_default_str();
   app.add_option("--image-max-pixels", o->image_max_pixels, "Most pixels (width x height) of an image; 400 beyond")
@@ -434,7 +443,10 @@ Runner add_serve(CLI::App& app) {
     if (!o->hf_repo.empty()) o->model = "hf://" + o->hf_repo;
     if (o->model.empty()) throw Error("--model is required (a GGUF file, a model directory or hf://OWNER/REPO), or -hf OWNER/REPO");
     const std::string requested_model = o->model;
-    o->model = resolve_model_path(o->model);  // hf://... -> the cached file or directory
+    // hf://... -> the cached file or directory, and the repo's projector unless --mmproj names
+    // one or --no-mmproj refuses images.
+    const ResolvedModel resolved = resolve_model(o->model, o->mmproj.empty() && !o->no_mmproj);
+    o->model = resolved.path;
     LoadOptions load_options;
     load_options.quantize = parse_quantize(o->quantize);
     // A directory always has a tokenizer.json; a GGUF may be weights only (synthetic).
@@ -553,13 +565,26 @@ Runner add_serve(CLI::App& app) {
     }
     api.set_pooling(pooling);
     std::unique_ptr<server::ImageInputs> images;
-    if (!o->mmproj.empty() && !o->no_mmproj) {
-      images = std::make_unique<server::ImageInputs>(load_vision_projector(o->mmproj, *lm.model, ec.max_batch_tokens),
-                                                     image_options(*o, ec.threads));
+    std::unique_ptr<VisionEncoder> encoder;
+    std::string projector = o->no_mmproj ? "" : o->mmproj;
+    if (!projector.empty()) {
+      encoder = load_vision_projector(projector, *lm.model, ec.max_batch_tokens);  // asked for: must work
+    } else if (!resolved.mmproj.empty()) {
+      // The repo's projector is a bonus: one it cannot use leaves a text model, as llama-server's -hf.
+      projector = resolved.mmproj;
+      try {
+        encoder = load_vision_projector(projector, *lm.model, ec.max_batch_tokens);
+      } catch (const Error& e) {
+        say(LogLevel::Warn, "pagoda serve: warning: not using the repo's projector (%s); serving text only "
+            "(--no-mmproj skips it)", e.what());
+      }
+    }
+    if (encoder) {
+      images = std::make_unique<server::ImageInputs>(std::move(encoder), image_options(*o, ec.threads));
       api.set_image_inputs(images.get());
       const VisionConfig& vc = images->encoder().config();
       say(LogLevel::Info, "pagoda serve: images: %s projector %s, %lldpx, %lld tokens an image", vc.projector_name.c_str(),
-          o->mmproj.c_str(), static_cast<long long>(vc.image_size), static_cast<long long>(vc.tokens_per_image()));
+          projector.c_str(), static_cast<long long>(vc.image_size), static_cast<long long>(vc.tokens_per_image()));
     }
     Engine engine(*lm.model, lm.tokenizer.get(), ec);
     engine.start();

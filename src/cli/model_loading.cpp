@@ -71,11 +71,16 @@ LoadedModel load_model(const std::string& path, bool require_tokenizer) {
   return load_model(path, options);
 }
 
-std::string resolve_model_path(const std::string& path) {
-  if (!hub::is_hub_uri(path)) return path;
+std::string resolve_model_path(const std::string& path) { return resolve_model(path, false).path; }
+
+ResolvedModel resolve_model(const std::string& path, bool with_mmproj) {
+  if (!hub::is_hub_uri(path)) return {path, ""};
   const hub::ModelRef ref = hub::ModelRef::parse(path);
-  const hub::PullResult r = hub::pull(hub::HubConfig::from_env(), ref);
-  return r.model_path.string();  // a split GGUF's first part: GgufFile::open maps the others
+  hub::PullOptions options;
+  options.mmproj = with_mmproj;
+  const hub::PullResult r = hub::pull(hub::HubConfig::from_env(), ref, options);
+  // A split GGUF's first part: GgufFile::open maps the others.
+  return {r.model_path.string(), r.mmproj_path.string()};
 }
 
 LoadedModel load_model(const std::string& requested_path, const LoadOptions& options) {

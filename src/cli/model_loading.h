@@ -44,6 +44,14 @@ struct LoadOptions {
 // first part, which GgufFile::open loads with the others.
 std::string resolve_model_path(const std::string& path);
 
+struct ResolvedModel {
+  std::string path;    // as resolve_model_path()
+  std::string mmproj;  // hf://: the repo's vision projector in the cache; "" none (or not asked for)
+};
+// resolve_model_path(), and for hf:// with `with_mmproj` the repo's vision projector too
+// (hub::PullOptions::mmproj): serve and generate use it unless --mmproj or --no-mmproj.
+ResolvedModel resolve_model(const std::string& path, bool with_mmproj);
+
 // Throws pagoda::Error. `path` may be hf://... (resolve_model_path). The tokenizer is loaded only when `require_tokenizer`
 // (logits and bench-model never need one).
 LoadedModel load_model(const std::string& path, bool require_tokenizer);

@@ -109,7 +109,8 @@ FileSelection from_set(const GgufSet& s) {
   return sel;
 }
 
-std::string quant_label(const std::string& set_name) {
+// The quant token of a set's name, upper-cased ("Q4_K_M", "F16"); "" when it has none.
+std::string quant_token(const std::string& set_name) {
   std::string name = basename(set_name);
   std::string label;
   size_t start = 0;
@@ -126,7 +127,23 @@ std::string quant_label(const std::string& set_name) {
     }
   }
   for (char& c : label) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return label;
+}
+
+std::string quant_label(const std::string& set_name) {
+  const std::string label = quant_token(set_name);
   return label.empty() ? basename(set_name) : label;
+}
+
+std::string dirname(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash);
+}
+
+// The number of folders `dir` has when it is `model_dir` or a folder above it; -1 otherwise.
+int ancestor_depth(const std::string& dir, const std::string& model_dir) {
+  if (!dir.empty() && dir != model_dir && model_dir.rfind(dir + "/", 0) != 0) return -1;
+  return dir.empty() ? 0 : 1 + static_cast<int>(std::count(dir.begin(), dir.end(), '/'));
 }
 
 const char* const kSafetensorsSideFiles[] = {
@@ -209,6 +226,39 @@ FileSelection select_files(const std::string& repo_id, const std::vector<std::st
   sel.files.insert(sel.files.end(), weights.begin(), weights.end());
   if (weights.front() == "model.safetensors.index.json") sel.safetensors_index = weights.front();
   return sel;
+}
+
+std::string select_mmproj(const std::vector<std::string>& repo_files, const std::string& model_file) {
+  const std::string model_dir = dirname(model_file);
+  std::vector<std::string> found;  // the candidates in the deepest folder, in name order
+  int depth = -1;
+  for (const auto& f : repo_files) {
+    std::string prefix;
+    int part = 0, total = 0;
+    if (!ends_with_ci(f, ".gguf") || ascii_lower(basename(f)).find("mmproj") == std::string::npos ||
+        parse_split(f, &prefix, &part, &total))
+      continue;
+    const int d = ancestor_depth(dirname(f), model_dir);
+    if (d < 0 || d < depth) continue;
+    if (d > depth) found.clear(), depth = d;
+    found.push_back(f);
+  }
+  if (found.empty()) return "";
+  std::sort(found.begin(), found.end());
+  // The model's own quant first: a repo that ships a projector per quant means them as pairs.
+  std::string model_set = model_file;
+  {
+    std::string prefix;
+    int part = 0, total = 0;
+    model_set = parse_split(model_file, &prefix, &part, &total) ? prefix : model_file.substr(0, model_file.size() - 5);
+  }
+  std::vector<std::string> preferred;
+  if (const std::string q = quant_token(model_set); !q.empty()) preferred.push_back(q);
+  for (const char* q : {"F16", "BF16", "F32"}) preferred.push_back(q);
+  for (const auto& q : preferred)
+    for (const auto& f : found)
+      if (match_strength(basename(f).substr(0, basename(f).size() - 5), q) == 2) return f;
+  return found.front();
 }
 
 std::vector<std::string> shards_from_index(const std::string& index_text, const std::string& index_path) {

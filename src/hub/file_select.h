@@ -15,6 +15,7 @@
 // - safetensors repo (config.json plus model.safetensors or model.safetensors.index.json):
 //   config.json, generation_config.json, the tokenizer files and chat template that exist,
 //   plus model.safetensors or the index (its shards come from shards_from_index()).
+// - The vision projector of a GGUF model (select_mmproj): see there.
 #pragma once
 
 #include <string>
@@ -29,11 +30,20 @@ struct FileSelection {
   std::string model_file;           // GGUF: the (first) file; "" for a safetensors repo
   int gguf_parts = 0;               // 0 for safetensors
   std::string safetensors_index;    // the index whose weight_map names more files, or ""
+  std::string mmproj_file;          // the vision projector among `files` (pull() sets it), or ""
 };
 
 // Throws Error (one line, naming the repo) when nothing fits.
 FileSelection select_files(const std::string& repo_id, const std::vector<std::string>& repo_files,
                            const ModelRef& ref);
+
+// The repo's vision projector for the GGUF `model_file` ("" when there is none): a *.gguf
+// whose file name contains "mmproj" (case-insensitively, not a split part), in the model's
+// folder or a folder above it, the deepest such folder first (llama.cpp's sibling rule, so a
+// repo with one folder per quant pairs each model with its own projector). Among those:
+// the one whose name has the model's quant label (quant of `model_file`, e.g. Q4_K_M) as a
+// whole token, else F16, else BF16, else F32 (whole tokens), else the first in name order.
+std::string select_mmproj(const std::vector<std::string>& repo_files, const std::string& model_file);
 
 // The distinct shard files the index's weight_map names (sorted), as repo paths next to the
 // index. Throws Error for malformed JSON or paths escaping the repo.

@@ -12,6 +12,7 @@
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
+#include <algorithm>
 #include <limits>
 
 #include "common/ascii.h"
@@ -120,9 +121,18 @@ std::string HttpResponse::header(const std::string& name) const {
 
 namespace {
 
+// The time the next operation may take: `timeout`, cut to what is left before `deadline`
+// (rounded up, so an expiry is never before the deadline).
+std::chrono::milliseconds op_timeout(const HttpRequest& request) {
+  if (!request.deadline) return request.timeout;
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(*request.deadline - std::chrono::steady_clock::now());
+  return std::clamp(left, std::chrono::milliseconds(0), request.timeout);
+}
+
 // Runs the one pending async operation on the caller's thread; the tcp_stream's expiry is the
 // timeout. Rejected alternative: synchronous Beast calls, which have no timeout at all (Asio's
 // blocking reads poll without a limit even with SO_RCVTIMEO set).
+
 void run_one(asio::io_context& ioc) {
   ioc.restart();
   ioc.run();
@@ -147,7 +157,7 @@ HttpResponse exchange(asio::io_context& ioc, Stream& stream, beast::tcp_stream& 
   req.set(http::field::connection, "close");
   for (const auto& [name, value] : request.headers) req.set(name, value);
 
-  lowest.expires_after(request.timeout);
+  lowest.expires_after(op_timeout(request));
   http::async_write(stream, req, [&](boost::system::error_code e, size_t) { ec = e; });
   run_one(ioc);
   if (ec) throw TransportError(where + ": sending the request failed: " + ec.message());
@@ -158,7 +168,7 @@ HttpResponse exchange(asio::io_context& ioc, Stream& stream, beast::tcp_stream& 
   // empty optional, so every sized body would fail.
   parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   if (head) parser.skip(true);
-  lowest.expires_after(request.timeout);
+  lowest.expires_after(op_timeout(request));
   http::async_read_header(stream, buffer, parser, [&](boost::system::error_code e, size_t) { ec = e; });
   run_one(ioc);
   if (ec) {
@@ -177,7 +187,7 @@ HttpResponse exchange(asio::io_context& ioc, Stream& stream, beast::tcp_stream& 
   while (!parser.is_done()) {
     parser.get().body().data = chunk;
     parser.get().body().size = sizeof(chunk);
-    lowest.expires_after(request.timeout);
+    lowest.expires_after(op_timeout(request));
     http::async_read_some(stream, buffer, parser, [&](boost::system::error_code e, size_t) { ec = e; });
     run_one(ioc);
     if (ec == http::error::need_buffer) ec = {};
@@ -230,7 +240,7 @@ HttpResponse http_fetch(const HttpRequest& request, const BodySink* sink, uint64
   asio::io_context ioc;
   if (!url.https) {
     beast::tcp_stream stream(ioc);
-    connect(ioc, stream, url, request.timeout);
+    connect(ioc, stream, url, op_timeout(request));
     return exchange(ioc, stream, stream, url, request, sink, max_body_bytes, on_head);
   }
   ssl::context ctx(ssl::context::tls_client);
@@ -256,8 +266,8 @@ HttpResponse http_fetch(const HttpRequest& request, const BodySink* sink, uint64
     SSL_set_tlsext_host_name(handle, url.host.c_str());
     SSL_set1_host(handle, url.host.c_str());
   }
-  connect(ioc, beast::get_lowest_layer(stream), url, request.timeout);
-  beast::get_lowest_layer(stream).expires_after(request.timeout);
+  connect(ioc, beast::get_lowest_layer(stream), url, op_timeout(request));
+  beast::get_lowest_layer(stream).expires_after(op_timeout(request));
   stream.async_handshake(ssl::stream_base::client, [&](boost::system::error_code e) { ec = e; });
   run_one(ioc);
   if (ec) {

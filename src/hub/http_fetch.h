@@ -71,6 +71,9 @@ struct HttpRequest {
   std::string url;
   std::vector<std::pair<std::string, std::string>> headers;
   std::chrono::milliseconds timeout{10000};
+  // When set, no operation waits past it either: a bound on the whole exchange (an image
+  // fetched for a request), where `timeout` alone bounds each operation.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
   std::string ca_bundle_file;  // PEM bundle replacing the default store; "" = default store
 };
 

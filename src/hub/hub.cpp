@@ -135,18 +135,30 @@ PullResult result_for(const RepoCache& cache, const std::string& repo_id, const 
   r.files = sel.files;
   r.gguf_parts = sel.gguf_parts;
   r.model_path = sel.model_file.empty() ? r.snapshot_dir : r.snapshot_dir / sel.model_file;
+  if (!sel.mmproj_file.empty()) r.mmproj_path = r.snapshot_dir / sel.mmproj_file;
   return r;
 }
 
+// Adds the model's vision projector to the selection (a GGUF model only).
+void add_mmproj(const PullOptions& options, const std::vector<std::string>& repo_files, FileSelection& sel) {
+  if (!options.mmproj || sel.gguf_parts == 0) return;
+  sel.mmproj_file = select_mmproj(repo_files, sel.model_file);
+  if (!sel.mmproj_file.empty() && std::find(sel.files.begin(), sel.files.end(), sel.mmproj_file) == sel.files.end())
+    sel.files.push_back(sel.mmproj_file);
+}
+
 // The model from the cache alone; throws Error starting with `why` when it is not all there.
-PullResult from_cache(const HubConfig& config, const RepoCache& cache, const ModelRef& ref, const std::string& why) {
+PullResult from_cache(const HubConfig& config, const RepoCache& cache, const ModelRef& ref, const PullOptions& options,
+                      const std::string& why) {
   const auto commit = cache.resolve_revision(ref.revision);
   if (!commit)
     throw Error(why + ": " + ref.repo_id + (ref.revision == "main" ? "" : "@" + ref.revision) +
                 " is not in the cache (" + config.cache_dir.string() + ")");
   FileSelection sel;
   try {
-    sel = select_files(ref.repo_id, cache.snapshot_files(*commit), ref);
+    const std::vector<std::string> files = cache.snapshot_files(*commit);
+    sel = select_files(ref.repo_id, files, ref);
+    add_mmproj(options, files, sel);  // the cached projector, if one was fetched
   } catch (const Error& e) {  // what the cache lacks, not necessarily the repo
     throw Error(why + ": in the cached snapshot " + commit->substr(0, 12) + ", " + e.what());
   }
@@ -231,14 +243,15 @@ uint64_t fetch_files(const HubConfig& config, const RepoCache& cache, const std:
   return bytes;
 }
 
-PullResult pull_online(const HubConfig& config, const RepoCache& cache, const ModelRef& ref, ProgressMeter& progress) {
+PullResult pull_online(const HubConfig& config, const RepoCache& cache, const ModelRef& ref, const PullOptions& options,
+                       ProgressMeter& progress) {
   Listing listing;
   try {
     listing = fetch_listing(config, ref);
   } catch (const TransportError& e) {
     // huggingface_hub's behaviour: an unreachable Hub falls back to a complete cached snapshot.
     try {
-      PullResult r = from_cache(config, cache, ref, "cannot reach " + config.endpoint);
+      PullResult r = from_cache(config, cache, ref, options, "cannot reach " + config.endpoint);
       progress.message(std::string("warning: ") + e.what() + "; using the cached snapshot " + r.commit);
       return r;
     } catch (const Error&) {
@@ -246,6 +259,7 @@ PullResult pull_online(const HubConfig& config, const RepoCache& cache, const Mo
     }
   }
   FileSelection sel = select_files(ref.repo_id, listing.files, ref);
+  add_mmproj(options, listing.files, sel);
   if (ref.revision != listing.commit) cache.write_ref(ref.revision, listing.commit);
   uint64_t bytes = fetch_files(config, cache, ref.repo_id, listing.commit, sel.files, progress);
   if (!sel.safetensors_index.empty()) {
@@ -266,14 +280,14 @@ PullResult pull_online(const HubConfig& config, const RepoCache& cache, const Mo
 
 }  // namespace
 
-PullResult pull(const HubConfig& config, const ModelRef& ref) {
+PullResult pull(const HubConfig& config, const ModelRef& ref, const PullOptions& options) {
   PAGODA_CHECK(!config.cache_dir.empty(), "pull: HubConfig::cache_dir is empty");
   check_revision(ref.revision);  // it names refs/<revision> in the cache: before any path or request
   RepoCache cache(config.cache_dir, ref.repo_id);
   ProgressMeter progress(config.progress, config.progress_is_terminal);
   try {
-    if (config.offline) return from_cache(config, cache, ref, "offline (HF_HUB_OFFLINE is set)");
-    return pull_online(config, cache, ref, progress);
+    if (config.offline) return from_cache(config, cache, ref, options, "offline (HF_HUB_OFFLINE is set)");
+    return pull_online(config, cache, ref, options, progress);
   } catch (const Error& e) {
     progress.finish();
     // Guarantee 3: whatever a message was built from, the token does not leave in it.

@@ -104,17 +104,27 @@ struct PullResult {
   // repo, the snapshot directory.
   std::filesystem::path model_path;
   int gguf_parts = 0;                  // 0 for safetensors, >1 for a split GGUF
+  // The repo's vision projector (file_select.h select_mmproj), present beside the model; ""
+  // when the repo has none, the model is not a GGUF, or PullOptions::mmproj is false.
+  std::filesystem::path mmproj_path;
   uint64_t downloaded_bytes = 0;       // 0 when everything was cached
   bool used_cache_only = false;        // offline, or the Hub unreachable and the cache complete
 };
 
+struct PullOptions {
+  // Also the repo's vision projector ("mmproj" GGUF) for a GGUF model, as llama-server's -hf
+  // fetches it (its --no-mmproj: false). Offline, the projector is the cached one, if any.
+  bool mmproj = true;
+};
+
 // Makes the model's files present in the cache (downloading what is missing) and returns
 // them. File choice (file_select.h): a GGUF repo gives the file matching the quant tag, the
-// default quant when none is given, or `ref.file`; a safetensors repo gives config.json,
-// generation_config.json, the tokenizer files and every shard the index names.
+// default quant when none is given, or `ref.file`, and its vision projector when the repo has
+// one (options.mmproj); a safetensors repo gives config.json, generation_config.json, the
+// tokenizer files and every shard the index names.
 // Offline (config.offline) it uses the cache only; online, when the Hub cannot be reached and
 // the cache holds a complete snapshot for the revision, it uses that with a warning.
-PullResult pull(const HubConfig& config, const ModelRef& ref);
+PullResult pull(const HubConfig& config, const ModelRef& ref, const PullOptions& options = {});
 
 struct CachedRepo {
   std::string repo_id;

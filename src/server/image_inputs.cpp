@@ -30,6 +30,16 @@ uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// The host of "scheme://[user@]host[:port]/...", for messages ("[::1]" keeps its brackets).
+std::string url_host(const std::string& url) {
+  const size_t start = url.find("://") + 3;
+  std::string authority = url.substr(start, url.find_first_of("/?#", start) - start);
+  if (const size_t at = authority.rfind('@'); at != std::string::npos) authority = authority.substr(at + 1);
+  const size_t colon = authority.rfind(':');
+  if (colon != std::string::npos && authority.find(']', colon) == std::string::npos) authority.resize(colon);
+  return authority.substr(0, 253);
+}
+
 }  // namespace
 
 ImageInputs::ImageInputs(std::unique_ptr<VisionEncoder> encoder, ImageInputOptions options)
@@ -46,9 +56,18 @@ ImageInputs::ImageInputs(std::unique_ptr<VisionEncoder> encoder, ImageInputOptio
 ImageInputs::~ImageInputs() = default;
 
 ImageInputs::Prepared ImageInputs::prepare(const std::string& url) {
-  if (starts_with_ci(url, "http://") || starts_with_ci(url, "https://"))
-    throw ApiError(400, "remote image URLs are not fetched: send the image inline as a data: URL "
-                        "(data:image/png;base64,...)");
+  if (starts_with_ci(url, "http://") || starts_with_ci(url, "https://")) {
+    if (!options_.fetch_url)
+      throw ApiError(400, "remote image URLs are not fetched: send the image inline as a data: URL "
+                          "(data:image/png;base64,...)");
+    std::vector<uint8_t> bytes;
+    try {
+      bytes = options_.fetch_url(url, options_.max_image_bytes);
+    } catch (const std::exception& e) {
+      throw ApiError(400, "cannot fetch the image from " + url_host(url) + ": " + e.what());
+    }
+    return prepare_bytes(bytes);
+  }
   if (!starts_with_ci(url, "data:"))
     throw ApiError(400, "an image URL must be a data: URL (data:image/png;base64,...)");
   DataUrl data;

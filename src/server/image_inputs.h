@@ -5,8 +5,9 @@
 //
 // Contract:
 // - prepare(url): throws ApiError 400 naming the limit or the problem for a URL that is not
-//   a data: URL (remote http(s) URLs: refused, as --allow-image-urls is not implemented to
-//   fetch them yet), bytes over max_image_bytes, an undecodable or unsupported image,
+//   a data: URL or, with options.fetch_url (serve --allow-image-urls), an http(s) URL it
+//   fetched (a failure: "cannot fetch the image from HOST: REASON"; without it http(s) URLs
+//   are refused), bytes over max_image_bytes, an undecodable or unsupported image,
 //   dimensions over max_image_pixels. Never crashes on hostile bytes.
 // - The rows of an image are keyed by the SHA-256 of its decoded pixels and the
 //   preprocessing settings (the projector's file, image size, mean, std); its placeholder
@@ -43,6 +44,9 @@ struct ImageInputOptions {
   int max_images = 8;                       // --max-images: per request
   uint64_t cache_bytes = 256ull << 20;      // --image-cache-bytes: encoder outputs kept
   int threads = 1;                          // the encoder's kernel threads
+  // --allow-image-urls: the bytes at an http(s) URL, at most max_bytes of them; throws
+  // std::exception with the reason. Empty: such URLs are refused. Runs on the caller's thread.
+  std::function<std::vector<uint8_t>(const std::string& url, uint64_t max_bytes)> fetch_url;
 };
 
 struct ImageInputStats {

@@ -3,13 +3,18 @@
 // input_image give the same answer for the same picture; a conversation resending an image
 // hits the prefix cache past it and another image shares nothing past its start; the
 // encoder's cache is booked in bytes; bad images, bad URLs and a model without a projector
-// are 400s in each API's shape, and the server keeps serving.
+// are 400s in each API's shape, and the server keeps serving. `-m hf://` (a stand-in Hub on
+// loopback) brings the repo's projector; an unusable one leaves a text server with a warning.
+// --allow-image-urls fetches http(s) images (a stand-in server on loopback); failures are 400s
+// naming the host and the reason.
 // (Side by side with llama-server on the same files: bench/vision_parity.sh.)
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
+#include "hub/fake_hub.h"
+#include "hub/stand_in_http.h"
 #include "image/image_encoders.h"
 #include "server_process.h"
 
@@ -201,6 +206,120 @@ TEST(VisionE2ENoProjector, AnImageForAModelWithoutAProjectorIsAFourHundred) {
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_NE(r.body.find("--mmproj"), std::string::npos) << r.body;
   // A projector for another model width, or not a projector at all: one-line load errors.
+  std::filesystem::remove_all(dir);
+}
+
+// dir/m.gguf and dir/mmproj.gguf: the smallest Gemma 3 and projector (one image token).
+bool synth_tiny_gemma3(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  return std::system((std::string(PAGODA_BINARY) + " synth --arch gemma3 --dim 64 --layers 1 --heads 2 --kv-heads 1 " +
+                      "--ffn 128 -o " + dir + "/m.gguf --mmproj " + dir + "/mmproj.gguf --mmproj-image-size 28 " +
+                      "--mmproj-dim 32 --mmproj-layers 1 --mmproj-heads 2 --mmproj-ffn 64 --mmproj-merge 2 " +
+                      ">/dev/null 2>&1").c_str()) == 0;
+}
+
+TEST(VisionE2EHub, AnHfRepoBringsItsProjectorAndAnUnusableOneLeavesTextOnly) {
+  const std::string dir = "/tmp/pagoda_vision_hub_" + std::to_string(::getpid());
+  ASSERT_TRUE(synth_tiny_gemma3(dir));
+  auto slurp = [](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  hub::testing::FakeHub hub;
+  hub::testing::FakeRepo good;
+  good.files["m-Q8_0.gguf"] = {slurp(dir + "/m.gguf"), true};
+  good.files["mmproj-m-F16.gguf"] = {slurp(dir + "/mmproj.gguf"), true};
+  good.files["mmproj-m-F32.gguf"] = {"GGUF: not the one chosen", true};
+  hub.add_repo("o/vision", good);
+  hub::testing::FakeRepo bad = good;
+  bad.files.erase("mmproj-m-F32.gguf");
+  bad.files["mmproj-m-F16.gguf"] = {"GGUF but not a projector", true};
+  hub.add_repo("o/bad-projector", bad);
+  auto env = [&](const std::string& cache) {
+    return std::vector<std::string>{"HF_ENDPOINT=" + hub.endpoint(), "HF_HUB_CACHE=" + dir + "/" + cache,
+                                    "HF_HUB_DISABLE_PROGRESS_BARS=1", "HF_HUB_OFFLINE=0"};
+  };
+  auto image_chat = [](uint16_t port) {
+    json body{{"messages", {{{"role", "user"}, {"content", parts("x", png_url(test::gradient_image(8, 8)))}}}},
+              {"max_tokens", 2}};
+    return http(port, "POST", "/v1/chat/completions", body.dump());
+  };
+  const std::string snapshot = "/snapshots/" + hub::testing::FakeRepo().commit + "/";
+  {
+    ServerProcess s({"-m", "hf://o/vision", "--threads", "1"}, env("c1"));
+    const uint16_t port = s.start();
+    ASSERT_NE(port, 0) << s.log();
+    EXPECT_NE(s.log().find("images: gemma3 projector " + dir + "/c1/models--o--vision" + snapshot + "mmproj-m-F16.gguf"),
+              std::string::npos)
+        << s.log();
+    EXPECT_EQ(image_chat(port).status, 200);
+  }
+  {  // -hf OWNER/REPO --no-mmproj: nothing fetched, no images.
+    ServerProcess s({"-hf", "o/vision", "--no-mmproj", "--threads", "1"}, env("c2"));
+    const uint16_t port = s.start();
+    ASSERT_NE(port, 0) << s.log();
+    EXPECT_FALSE(std::filesystem::exists(dir + "/c2/models--o--vision" + snapshot + "mmproj-m-F16.gguf"));
+    EXPECT_EQ(image_chat(port).status, 400);
+  }
+  {  // The repo's projector cannot be loaded: one warning, a text server.
+    ServerProcess s({"-m", "hf://o/bad-projector", "--threads", "1"}, env("c3"));
+    const uint16_t port = s.start();
+    ASSERT_NE(port, 0) << s.log();
+    EXPECT_NE(s.log().find("warning: not using the repo's projector"), std::string::npos) << s.log();
+    EXPECT_EQ(image_chat(port).status, 400);
+  }
+  {  // ... but an explicit --mmproj that fails stays an error.
+    ServerProcess s({"-m", "hf://o/vision", "--mmproj", dir + "/m.gguf", "--threads", "1"}, env("c3"));
+    EXPECT_NE(s.wait_exit(60), 0);
+    EXPECT_EQ(s.log().find("ready:"), std::string::npos) << s.log();
+    EXPECT_FALSE(std::filesystem::exists(dir + "/c3/models--o--vision" + snapshot + "mmproj-m-F16.gguf"));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(VisionE2EUrls, AllowImageUrlsFetchesHttpImagesAndFailuresAreFourHundreds) {
+  const std::string dir = "/tmp/pagoda_vision_urls_" + std::to_string(::getpid());
+  ASSERT_TRUE(synth_tiny_gemma3(dir));
+  const std::vector<uint8_t> png = test::encode_png_rgb(test::gradient_image(28, 28));
+  using hub::testing::StandInHttp;
+  StandInHttp images([&](const std::string& target, int fd) {
+    if (target == "/cat.png")
+      StandInHttp::send_all(fd, StandInHttp::response(200, "Content-Type: image/png\r\n", std::string(png.begin(), png.end())));
+    else if (target == "/to-file")
+      StandInHttp::send_all(fd, StandInHttp::response(302, "Location: file:///etc/passwd\r\n", ""));
+    else if (target == "/big.png")
+      StandInHttp::send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 99999999\r\nConnection: close\r\n\r\n");
+    else
+      StandInHttp::send_all(fd, StandInHttp::response(404, "", "no"));
+  });
+  ServerProcess s({"-m", dir + "/m.gguf", "--mmproj", dir + "/mmproj.gguf", "--allow-image-urls", "--image-max-bytes",
+                   "1MiB", "--threads", "1"});
+  const uint16_t port = s.start();
+  ASSERT_NE(port, 0) << s.log();
+  auto image_chat = [&](const std::string& url) {
+    json body{{"messages", {{{"role", "user"}, {"content", parts("x", url)}}}}, {"max_tokens", 2}, {"temperature", 0}};
+    return http(port, "POST", "/v1/chat/completions", body.dump());
+  };
+  const auto fetched = image_chat(images.url("/cat.png"));
+  EXPECT_EQ(fetched.status, 200) << fetched.body;
+  // The same picture inline: the same prompt, so the prefix cache takes all but the last token.
+  const auto inline_png = image_chat("data:image/png;base64," + base64(png));
+  EXPECT_EQ(inline_png.status, 200) << inline_png.body;
+  const json j = json::parse(inline_png.body);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(),
+            j["usage"]["prompt_tokens"].get<int64_t>() - 1);
+  for (const auto& [target, reason] : std::vector<std::pair<std::string, std::string>>{
+           {"/missing.png", "cannot fetch the image from 127.0.0.1: HTTP 404"},
+           {"/to-file", "file:///etc/passwd"},
+           {"/big.png", "cannot fetch the image from 127.0.0.1: larger than the limit of 1048576 bytes"}}) {
+    const auto r = image_chat(images.url(target));
+    EXPECT_EQ(r.status, 400) << target << ": " << r.body;
+    EXPECT_NE(r.body.find(reason), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(image_chat("http://127.0.0.1:1/x.png").status, 400);  // nothing listening
+  EXPECT_EQ(image_chat(images.url("/cat.png")).status, 200);      // and still serving
   std::filesystem::remove_all(dir);
 }
 

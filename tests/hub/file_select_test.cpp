@@ -79,6 +79,43 @@ TEST(FileSelect, ProjectorFilesAreNeverTheModel) {
   EXPECT_NE(e.find("no GGUF file for quant 'F16'"), std::string::npos) << e;
 }
 
+TEST(SelectMmproj, NoneWhenTheRepoHasNoProjector) {
+  EXPECT_EQ(select_mmproj({"m-Q4_K_M.gguf", "m-Q8_0.gguf", "README.md"}, "m-Q4_K_M.gguf"), "");
+  // Not a GGUF, or a split part: not a projector llama.cpp would load either.
+  EXPECT_EQ(select_mmproj({"m-Q4_K_M.gguf", "mmproj.md", "mmproj-F16-00001-of-00002.gguf"}, "m-Q4_K_M.gguf"), "");
+}
+
+TEST(SelectMmproj, TheModelsQuantThenF16ThenBF16ThenF32ThenTheFirst) {
+  const std::vector<std::string> all = {"m-Q4_K_M.gguf",        "m-Q8_0.gguf",         "mmproj-m-BF16.gguf",
+                                        "mmproj-m-F16.gguf",    "mmproj-m-F32.gguf",   "mmproj-m-Q8_0.gguf"};
+  EXPECT_EQ(select_mmproj(all, "m-Q8_0.gguf"), "mmproj-m-Q8_0.gguf");
+  EXPECT_EQ(select_mmproj(all, "m-Q4_K_M.gguf"), "mmproj-m-F16.gguf");
+  // F16 is a whole token: "BF16" does not count as F16.
+  EXPECT_EQ(select_mmproj({"m-Q4_K_M.gguf", "mmproj-m-BF16.gguf", "mmproj-m-F32.gguf"}, "m-Q4_K_M.gguf"),
+            "mmproj-m-BF16.gguf");
+  EXPECT_EQ(select_mmproj({"m-Q4_K_M.gguf", "mmproj-m-F32.gguf", "mmproj-m-Q8_0.gguf"}, "m-Q4_K_M.gguf"),
+            "mmproj-m-F32.gguf");
+  EXPECT_EQ(select_mmproj({"m-Q4_K_M.gguf", "mmproj-m-Q8_0.gguf", "mmproj-m-Q6_K.gguf"}, "m-Q4_K_M.gguf"),
+            "mmproj-m-Q6_K.gguf");  // name order
+  // Case-insensitive, as the Hub's repos spell it (bartowski: mmproj-...-f16.gguf).
+  EXPECT_EQ(select_mmproj(kBartowskiStyle, "Model-7B-Q4_K_M.gguf"), "mmproj-Model-7B-f16.gguf");
+  EXPECT_EQ(select_mmproj({"m-q8_0.gguf", "MMPROJ-F16.gguf", "mmproj-q8_0.gguf"}, "m-q8_0.gguf"), "mmproj-q8_0.gguf");
+  // A split model's quant is read from its name without the part suffix.
+  EXPECT_EQ(select_mmproj({"m-Q8_0-00001-of-00002.gguf", "mmproj-F16.gguf", "mmproj-Q8_0.gguf"},
+                          "m-Q8_0-00001-of-00002.gguf"),
+            "mmproj-Q8_0.gguf");
+}
+
+TEST(SelectMmproj, TheModelsFolderOrTheDeepestFolderAboveIt) {
+  const std::vector<std::string> files = {"Q4/m-Q4_K_M.gguf", "Q4/mmproj-Q8_0.gguf", "mmproj-F16.gguf",
+                                          "Q8/m-Q8_0.gguf",   "other/mmproj-F16.gguf"};
+  EXPECT_EQ(select_mmproj(files, "Q4/m-Q4_K_M.gguf"), "Q4/mmproj-Q8_0.gguf");  // its own folder beats F16 above
+  EXPECT_EQ(select_mmproj(files, "Q8/m-Q8_0.gguf"), "mmproj-F16.gguf");        // never another quant's folder
+  EXPECT_EQ(select_mmproj({"m-Q8_0.gguf", "sub/mmproj-F16.gguf"}, "m-Q8_0.gguf"), "");
+  // "Q4" is not a folder above "Q4x/...".
+  EXPECT_EQ(select_mmproj({"Q4x/m-Q8_0.gguf", "Q4/mmproj-F16.gguf"}, "Q4x/m-Q8_0.gguf"), "");
+}
+
 TEST(FileSelect, UnknownQuantListsTheQuantsThatExist) {
   const std::string e = error_of([&] { select_files("o/r", kBartowskiStyle, ref("o/r:Q3_K_L")); });
   EXPECT_EQ(e, "o/r has no GGUF file for quant 'Q3_K_L' (quants: F16, IQ4_XS, Q4_K_M, Q4_K_S, Q8_0)");

@@ -133,6 +133,45 @@ TEST_F(HubPullTest, NoTagPicksQ4KM) {
   EXPECT_SAME_BYTES(read_file(r.model_path), gguf_like(300000, 1));
 }
 
+TEST_F(HubPullTest, TheRepoProjectorComesWithTheModelUnlessItIsNotWanted) {
+  FakeHub hub;
+  FakeRepo repo = gguf_repo();
+  repo.files["mmproj-stories-F16.gguf"] = {gguf_like(5000, 2), true};
+  repo.files["mmproj-stories-Q8_0.gguf"] = {gguf_like(4000, 3), true};
+  hub.add_repo("o/r", repo);
+  const HubConfig config = config_for(hub);
+  const fs::path snap = repo_dir("models--o--r") / "snapshots" / kCommit;
+
+  // Without a projector: only the model is asked for.
+  PullOptions no_mmproj;
+  no_mmproj.mmproj = false;
+  const PullResult text_only = pull(config, ModelRef::parse("o/r"), no_mmproj);
+  EXPECT_EQ(text_only.model_path, snap / "stories260K-Q4_K_M.gguf");
+  EXPECT_TRUE(text_only.mmproj_path.empty());
+  EXPECT_EQ(hub.count("/o/r/resolve/" + std::string(kCommit) + "/mmproj", "HEAD"), 0);
+  EXPECT_FALSE(fs::exists(snap / "mmproj-stories-F16.gguf"));
+  EXPECT_FALSE(fs::exists(snap / "mmproj-stories-Q8_0.gguf"));
+
+  // The Q4_K_M model has no Q4_K_M projector: F16 it is, beside the model.
+  const PullResult r = pull(config, ModelRef::parse("o/r"));
+  EXPECT_EQ(r.mmproj_path, snap / "mmproj-stories-F16.gguf");
+  EXPECT_SAME_BYTES(read_file(r.mmproj_path), gguf_like(5000, 2));
+  EXPECT_EQ(r.downloaded_bytes, 5000u);  // the model was cached
+  EXPECT_NE(std::find(r.files.begin(), r.files.end(), "mmproj-stories-F16.gguf"), r.files.end());
+  EXPECT_FALSE(fs::exists(snap / "mmproj-stories-Q8_0.gguf"));
+
+  // The Q8_0 model takes the Q8_0 projector.
+  const PullResult q8 = pull(config, ModelRef::parse("o/r:Q8_0"));
+  EXPECT_EQ(q8.mmproj_path, snap / "mmproj-stories-Q8_0.gguf");
+  EXPECT_SAME_BYTES(read_file(q8.mmproj_path), gguf_like(4000, 3));
+
+  // Offline, the cached projector is found again; without it wanted, none.
+  HubConfig offline = config;
+  offline.offline = true;
+  EXPECT_EQ(pull(offline, ModelRef::parse("o/r")).mmproj_path, snap / "mmproj-stories-F16.gguf");
+  EXPECT_TRUE(pull(offline, ModelRef::parse("o/r"), no_mmproj).mmproj_path.empty());
+}
+
 TEST_F(HubPullTest, SplitGgufInASubfolderPullsEveryPartWithDeeperLinks) {
   FakeHub hub;
   FakeRepo repo;
