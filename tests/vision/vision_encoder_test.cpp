@@ -77,7 +77,8 @@ TEST(VisionEncoder, ReadsTheProjectorsShape) {
 }
 
 // The whole encoder against float64 numpy (relative RMS error; measured on an AMX Xeon:
-// f32 2.1e-7, f16 5.1e-6): bounds 50x and 200x that, for other kernel levels' rounding.
+// 2.2e-4 with f32 matrices, 1.7e-4 with f16 — the attention products take K and V as f16,
+// as llama.cpp's attention does; with f32 K and V it was 2.1e-7): bounded at 10x that.
 TEST(VisionEncoder, MatchesTheNumpyReference) {
   if (!have_numpy()) GTEST_SKIP() << "no /usr/bin/python3 with numpy";
   for (GgmlType type : {GgmlType::F32, GgmlType::F16}) {
@@ -101,7 +102,7 @@ TEST(VisionEncoder, MatchesTheNumpyReference) {
     }
     const double rel = std::sqrt(err / norm);
     std::printf("%s: relative error %.3g, max abs %.3g\n", type_name(type), rel, max_abs);
-    EXPECT_LT(rel, type == GgmlType::F32 ? 1e-5 : 1e-3) << type_name(type) << " max abs " << max_abs;
+    EXPECT_LT(rel, 2e-3) << type_name(type) << " max abs " << max_abs;
     // A second encode of the same pixels (scratch reused) gives the same rows.
     std::vector<float> again;
     e->encode(pixels.data(), pool, again);
