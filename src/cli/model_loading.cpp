@@ -186,10 +186,11 @@ std::unique_ptr<VisionEncoder> load_vision_projector(const std::string& path, co
   if (enc->config().text_dim != mc.dim)
     throw Error(path + ": the projector maps images to width " + std::to_string(enc->config().text_dim) +
                 " but the model's embeddings are " + std::to_string(mc.dim) + " wide: it is another model's projector");
-  if (mc.arch_name != "gemma3")
-    throw Error(path + ": a " + enc->config().projector_name + " projector feeds Gemma 3 models, not " + mc.arch_name);
+  const std::string feeds = enc->config().projector == VisionProjector::Gemma4V ? "gemma4" : "gemma3";
+  if (mc.arch_name != feeds)
+    throw Error(path + ": a " + enc->config().projector_name + " projector feeds " + feeds + " models, not " + mc.arch_name);
   if (enc->tokens_per_image() > max_batch_tokens)
-    throw Error("an image is " + std::to_string(enc->tokens_per_image()) + " tokens, more than --max-batch-tokens " +
+    throw Error("an image is up to " + std::to_string(enc->tokens_per_image()) + " tokens, more than --max-batch-tokens " +
                 std::to_string(max_batch_tokens) + ": raise it (an image's tokens are computed in one batch)");
   return enc;
 }

@@ -47,7 +47,8 @@ struct Batch {
   std::vector<uint8_t> want_hidden; // [n_tokens] 0/1 (embeddings: the pooled rows)
   // Image tokens (add_embedded): rows whose input is an embedding row of the model's width
   // (a vision projector's output, used as is: Gemma's sqrt(dim) scale applies to token
-  // embeddings only, as llama.cpp does) instead of a token's. embd[t] null for token rows;
+  // embeddings only, as llama.cpp does; Gemma 4's per-layer embedding of such a row is the
+  // padding token's, id 0) instead of a token's. embd[t] null for token rows;
   // the token id of an embedded row is not read. Empty when no row of the batch has one.
   std::vector<const float*> embd;
   // Rows that attend past their own position: an image's tokens see the whole image

@@ -381,7 +381,10 @@ void Model::per_layer_inputs(const Batch& batch, ThreadPool& pool) {
   // projection's matmul over the batch; one scratch row, no allocation.
   float* row = s.pl_row.data();
   for (int64_t t = 0; t < T; ++t) {
-    dequantize_row(per_layer_embd_->type, per_layer_embd_->data + rb * static_cast<size_t>(batch.tokens[t]), row, n_pl);
+    // An image's rows take the padding token's (id 0) per-layer embedding, as llama.cpp
+    // feeds Gemma 4 an embeddings batch.
+    const int32_t id = batch.embedded(static_cast<size_t>(t)) ? 0 : batch.tokens[t];
+    dequantize_row(per_layer_embd_->type, per_layer_embd_->data + rb * static_cast<size_t>(id), row, n_pl);
     float* p = &s.pl_inp[t * n_pl];
     for (int64_t l = 0; l < c.n_layers; ++l) {
       float* pl = p + l * pld;
@@ -437,8 +440,6 @@ bool Model::check_batch(const Batch& batch, const KvStore& kv, const std::vector
   PAGODA_CHECK((batch.embd.empty() && batch.attend_end.empty()) ||
                    (batch.embd.size() == batch.tokens.size() && batch.attend_end.size() == batch.tokens.size()),
                "batch embedding arrays differ in length");
-  PAGODA_CHECK(batch.embd.empty() || per_layer_embd_ == nullptr,
-               "this model takes no embedded (image) rows: its per-layer embeddings need token ids");
   const bool any_hidden = std::find(batch.want_hidden.begin(), batch.want_hidden.end(), 1) != batch.want_hidden.end();
   PAGODA_CHECK(!any_hidden || hidden != nullptr, "Model::forward: hidden states wanted but no output given");
   for (int64_t t = 0; t < T; ++t) {

@@ -105,17 +105,18 @@ ImageInputs::Prepared ImageInputs::prepare_bytes(std::span<const uint8_t> bytes)
     }
   }
   const VisionConfig& c = encoder_->config();
-  const RgbImage fitted = fit_and_pad(img, c.image_size, c.image_size);
-  std::vector<float> pixels(static_cast<size_t>(3 * c.image_size * c.image_size));
+  const auto [width, height] = encoder_->input_size(img.width, img.height);
+  const RgbImage fitted = fit_and_pad(img, width, height);
+  std::vector<float> pixels(static_cast<size_t>(3 * width * height));
   normalize_planar(fitted, c.mean, c.std, pixels.data());
   auto rows = std::make_shared<std::vector<float>>();
   const auto t0 = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> lk(encode_mu_);
-    encoder_->encode(pixels.data(), pool_, *rows);
+    encoder_->encode(pixels.data(), width, height, pool_, *rows);
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  auto ids = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(encoder_->tokens_per_image()));
+  auto ids = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(encoder_->tokens_for(width, height)));
   uint64_t base;
   std::memcpy(&base, key.data(), sizeof base);
   for (size_t i = 0; i < ids->size(); ++i)
