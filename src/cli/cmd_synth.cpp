@@ -19,6 +19,7 @@ Runner add_synth(CLI::App& app) {
     bool tied = false;
     uint64_t seed = 1;
     std::string mmproj, mmproj_type = "f16";
+    bool mmproj_no_std = false, mmproj_no_clamps = false;
     MmprojSpec mm;  // the projector's shape flags (text_dim from the model's width)
   };
   auto o = std::make_shared<Opts>();
@@ -59,8 +60,10 @@ Runner add_synth(CLI::App& app) {
       ->check(CLI::IsMember({"none", "mean", "cls", "last", "rank"}));
   app.add_option("--mmproj", o->mmproj,
                  "Also write a random-weight vision projector (llama.cpp's mmproj GGUF) for the model to this "
-                 "path: gemma3 only, a SigLIP encoder and Gemma 3's projector; the --mmproj-* flags shape it "
-                 "(defaults: SigLIP-400M at 896 px, Gemma 3 4B-27B's)");
+                 "path: --arch gemma3 (a SigLIP encoder and Gemma 3's projector; defaults SigLIP-400M at "
+                 "896 px, Gemma 3 4B-27B's) or gemma4 (Gemma 4's gemma4v projector; defaults E2B / E4B's "
+                 "tower: 768 wide, 16 layers, 12 heads, FFN 3072, 16 px patches, merge 3, position tables "
+                 "of 10240); the --mmproj-* flags shape it (defaults shown: gemma3's)");
   // The projector's shape: flag, field, help (defaults shown: MmprojSpec's).
   static const std::tuple<const char*, int64_t MmprojSpec::*, const char*> kMmprojSizes[] = {
       {"--mmproj-image-size", &MmprojSpec::image_size, "image side in pixels"},
@@ -72,10 +75,19 @@ Runner add_synth(CLI::App& app) {
       {"--mmproj-merge", &MmprojSpec::n_merge,
        "patches pooled per side into one image token (must divide the patches per side)"},
   };
+  // The flags given, copied over gemma4's defaults (their shown defaults are gemma3's).
+  auto given = std::make_shared<std::vector<std::pair<CLI::Option*, int64_t MmprojSpec::*>>>();
   for (const auto& [flag, field, help] : kMmprojSizes)
-    app.add_option(flag, o->mm.*field, std::string("Projector: ") + help)->capture_default_str();
+    given->emplace_back(app.add_option(flag, o->mm.*field, std::string("Projector: ") + help)->capture_default_str(),
+                        field);
+  given->emplace_back(app.add_option("--mmproj-pos-size", o->mm.pos_size,
+                                     "Projector (gemma4): rows of each position table (x and y)")
+                          ->capture_default_str(),
+                      &MmprojSpec::pos_size);
+  app.add_flag("--mmproj-no-std", o->mmproj_no_std, "Projector (gemma4): no v.std_bias / v.std_scale (as E2B / E4B)");
+  app.add_flag("--mmproj-no-clamps", o->mmproj_no_clamps, "Projector (gemma4): no clamp scalars");
   app.add_option("--mmproj-type", o->mmproj_type, "Projector: the encoder's matrix type")->capture_default_str();
-  return [o] {
+  return [o, given] {
     SynthSpec s;
     if (!o->shape.empty()) {
       auto named = synth_shape(o->shape);
@@ -113,9 +125,16 @@ Runner add_synth(CLI::App& app) {
     s.pooling = o->pooling;
     MmprojSpec mm = o->mm;
     if (!o->mmproj.empty()) {  // checked before the model is written
-      if (s.arch != "gemma3")
-        throw Error("synth: --mmproj writes Gemma 3's projector only (--arch gemma3), not " + s.arch +
-                    "'s; gemma4 and qwen35 projectors are not supported yet");
+      if (s.arch != "gemma3" && s.arch != "gemma4")
+        throw Error("synth: --mmproj writes Gemma 3's and Gemma 4's projectors only (--arch gemma3 or gemma4), "
+                    "not " + s.arch + "'s");
+      if (s.arch == "gemma4") {
+        mm = gemma4v_mmproj_spec();
+        for (const auto& [opt, field] : *given)
+          if (opt->count() > 0) mm.*field = o->mm.*field;
+        mm.std_scale = !o->mmproj_no_std;
+        mm.clamps = !o->mmproj_no_clamps;
+      }
       auto mt = parse_type_name(o->mmproj_type);
       if (!mt) throw Error("synth: unknown --mmproj-type '" + o->mmproj_type + "'");
       mm.type = *mt;

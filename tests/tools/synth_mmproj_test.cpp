@@ -1,6 +1,6 @@
-// tools/synth_mmproj.h: a small Gemma 3 projector read back with pagoda's GGUF reader
-// (keys, tensor names, shapes and types as llama.cpp's clip loader reads them), and the
-// specs it refuses.
+// tools/synth_mmproj.h: small Gemma 3 and Gemma 4 (gemma4v) projectors read back with
+// pagoda's GGUF reader (keys, tensor names, shapes and types as llama.cpp's clip loader reads
+// them), and the specs it refuses.
 #include "tools/synth_mmproj.h"
 
 #include <gtest/gtest.h>
@@ -143,11 +143,111 @@ TEST(SynthMmproj, BadSpecsThrow) {
   expect_throw(s, "text_dim");
   s = tiny(), s.n_layers = 0;
   expect_throw(s, "layers");
-  s = tiny(), s.projector = "gemma4v";
+  s = tiny(), s.projector = "qwen2vl";
   expect_throw(s, "projector");
   s = tiny(), s.type = GgmlType::Q4_0, s.ffn_dim = 48;  // 48 not a multiple of 32
   expect_throw(s, "block");
   EXPECT_THROW(write_synthetic_mmproj(tiny(), dir.path + "/no/such/dir/x.gguf"), Error);
+}
+
+MmprojSpec tiny4() {
+  MmprojSpec s = gemma4v_mmproj_spec();
+  s.dim = 64, s.ffn_dim = 96, s.n_layers = 2, s.n_heads = 4, s.n_merge = 2, s.pos_size = 40, s.text_dim = 128;
+  return s;
+}
+
+TEST(SynthMmproj, Gemma4vKeysTensorsShapesAndTypes) {
+  test::TempDir dir("synth_mmproj");
+  std::filesystem::create_directories(dir.path);
+  const std::string path = dir.path + "/mmproj.gguf";
+  write_synthetic_mmproj(tiny4(), path);
+  const gguf::GgufFile f = gguf::GgufFile::open(path);
+
+  EXPECT_EQ(f.get_string("general.architecture"), "clip");
+  EXPECT_EQ(f.get_string("clip.vision.projector_type"), "gemma4v");
+  EXPECT_FALSE(f.get_string("clip.projector_type"));
+  EXPECT_FALSE(f.get_bool("clip.use_gelu"));  // as the converter: llama.cpp's gelu_quick
+  EXPECT_EQ(f.get_uint("clip.vision.image_size"), 224u);
+  EXPECT_EQ(f.get_uint("clip.vision.patch_size"), 16u);
+  EXPECT_EQ(f.get_uint("clip.vision.embedding_length"), 64u);
+  EXPECT_EQ(f.get_uint("clip.vision.feed_forward_length"), 96u);
+  EXPECT_EQ(f.get_uint("clip.vision.block_count"), 2u);
+  EXPECT_EQ(f.get_uint("clip.vision.attention.head_count"), 4u);
+  EXPECT_EQ(f.get_uint("clip.vision.projection_dim"), 128u);
+  EXPECT_EQ(f.get_uint("clip.vision.projector.scale_factor"), 2u);
+  for (const auto& [key, want] : {std::pair{"clip.vision.image_mean", 0.0f}, std::pair{"clip.vision.image_std", 1.0f}}) {
+    const gguf::Array* a = f.get_array(key);
+    ASSERT_NE(a, nullptr) << key;
+    ASSERT_EQ(a->items.size(), 3u) << key;
+    for (const auto& v : a->items) EXPECT_FLOAT_EQ(static_cast<float>(*v.as_double()), want) << key;
+  }
+
+  std::map<std::string, std::pair<std::vector<int64_t>, GgmlType>> want = {
+      {"v.patch_embd.weight", {{16, 16, 3, 64}, GgmlType::F32}},
+      {"v.position_embd.weight", {{64, 40, 2}, GgmlType::F32}},
+      {"v.std_bias", {{64}, GgmlType::F32}},
+      {"v.std_scale", {{64}, GgmlType::F32}},
+      {"mm.input_projection.weight", {{64, 128}, GgmlType::F16}},
+  };
+  for (int l = 0; l < 2; ++l) {
+    const std::string b = "v.blk." + std::to_string(l) + ".";
+    for (const char* n : {"ln1", "ln2", "attn_post_norm", "ffn_post_norm"}) want[b + n + ".weight"] = {{64}, GgmlType::F32};
+    for (const char* n : {"attn_q_norm", "attn_k_norm"}) want[b + n + ".weight"] = {{16}, GgmlType::F32};
+    for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_out"}) want[b + m + ".weight"] = {{64, 64}, GgmlType::F16};
+    want[b + "ffn_gate.weight"] = {{64, 96}, GgmlType::F16};
+    want[b + "ffn_up.weight"] = {{64, 96}, GgmlType::F16};
+    want[b + "ffn_down.weight"] = {{96, 64}, GgmlType::F16};
+    want[b + "out_scale.weight"] = {{1}, GgmlType::F32};
+    for (const char* m : {"attn_q", "ffn_down"})
+      for (const char* c : {"input_min", "input_max", "output_min", "output_max"})
+        want[b + m + "." + c] = {{1}, GgmlType::F32};
+  }
+  EXPECT_EQ(f.tensors().size(), want.size());
+  for (const auto& [name, shape_type] : want) {
+    const gguf::TensorInfo* t = f.find_tensor(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->dims, shape_type.first) << name;
+    EXPECT_EQ(t->type, shape_type.second) << name;
+  }
+  auto scalar = [&](const std::string& name) { return *reinterpret_cast<const float*>(f.find_tensor(name)->data); };
+  EXPECT_LT(scalar("v.blk.1.attn_q.input_min"), 0.0f);
+  EXPECT_GT(scalar("v.blk.1.attn_q.input_max"), 0.0f);
+  EXPECT_LT(scalar("v.blk.0.ffn_down.output_min"), scalar("v.blk.0.ffn_down.output_max"));
+  EXPECT_NE(scalar("v.blk.0.attn_q.input_min"), -scalar("v.blk.0.attn_q.input_max"));  // asymmetric
+}
+
+TEST(SynthMmproj, Gemma4vDefaultsOptionalTensorsAndRefusals) {
+  test::TempDir dir("synth_mmproj");
+  std::filesystem::create_directories(dir.path);
+  const MmprojSpec d = gemma4v_mmproj_spec();
+  EXPECT_EQ(d.dim, 768);
+  EXPECT_EQ(d.n_layers, 16);
+  EXPECT_EQ(d.n_heads, 12);
+  EXPECT_EQ(d.ffn_dim, 3072);
+  EXPECT_EQ(d.patch_size, 16);
+  EXPECT_EQ(d.n_merge, 3);
+  EXPECT_EQ(d.pos_size, 10240);
+
+  MmprojSpec s = tiny4();
+  s.n_merge = 3, s.std_scale = false, s.clamps = false;
+  write_synthetic_mmproj(s, dir.path + "/a.gguf");
+  const gguf::GgufFile a = gguf::GgufFile::open(dir.path + "/a.gguf");
+  EXPECT_FALSE(a.get_uint("clip.vision.projector.scale_factor"));  // llama.cpp's default 3
+  EXPECT_EQ(a.find_tensor("v.std_bias"), nullptr);
+  EXPECT_EQ(a.find_tensor("v.blk.0.attn_q.input_max"), nullptr);
+  EXPECT_EQ(a.tensors().size(), 3u + 2u * 14u);  // per layer: 4 norms, 2 head norms, 7 matrices, out_scale
+
+  auto expect_throw = [&](MmprojSpec bad, const std::string& what) {
+    EXPECT_THROW(write_synthetic_mmproj(bad, dir.path + "/bad.gguf"), Error) << what;
+  };
+  s = tiny4(), s.n_heads = 8;  // head width 8: fine
+  EXPECT_NO_THROW(check_mmproj_spec(s));
+  s = tiny4(), s.dim = 72, s.n_heads = 12;  // head width 6: the 2-D RoPE needs a multiple of 4
+  expect_throw(s, "head width");
+  s = tiny4(), s.pos_size = 0;
+  expect_throw(s, "pos_size");
+  s = tiny4(), s.image_size = 100;  // unused by gemma4v: no multiple of the patch needed
+  EXPECT_NO_THROW(check_mmproj_spec(s));
 }
 
 }  // namespace
