@@ -297,6 +297,22 @@ TEST(PagedAttention, PrefillTilesWithWindowsAndSoftcapMatchTheReference) {
   std::printf("checked %lld tiles\n", static_cast<long long>(checked));
 }
 
+// A batch of one row per (seqs[i], pos[i]) over q / out ([rows, heads, head_dim]).
+AttnBatch attn_batch(const std::vector<SeqId>& seqs, const std::vector<int64_t>& pos, const std::vector<float>& q,
+                     std::vector<float>& out, int64_t heads, int64_t kv_heads, int64_t head_dim, float scale) {
+  AttnBatch ab;
+  ab.n_tokens = static_cast<int64_t>(seqs.size());
+  ab.seq_ids = seqs.data();
+  ab.positions = pos.data();
+  ab.q = q.data();
+  ab.out = out.data();
+  ab.n_heads = heads;
+  ab.n_kv_heads = kv_heads;
+  ab.head_dim = head_dim;
+  ab.scale = scale;
+  return ab;
+}
+
 // attend_batch tiles runs of consecutive positions; the per-token attend() (decode
 // kernel, no tiles) is the yardstick.
 TEST(PagedAttention, StorePrefillTilesMatchPerTokenAttentionForPromptsAndContinuations) {
@@ -339,16 +355,7 @@ TEST(PagedAttention, StorePrefillTilesMatchPerTokenAttentionForPromptsAndContinu
         }
         std::vector<float> q(static_cast<size_t>(T * kHeads * kHd)), out(q.size()), want(q.size());
         for (float& x : q) x = nd(rng);
-        AttnBatch ab;
-        ab.n_tokens = T;
-        ab.seq_ids = seqs.data();
-        ab.positions = pos.data();
-        ab.q = q.data();
-        ab.out = out.data();
-        ab.n_heads = kHeads;
-        ab.n_kv_heads = kNumKvHeads;
-        ab.head_dim = kHd;
-        ab.scale = 0.125f;
+        const AttnBatch ab = attn_batch(seqs, pos, q, out, kHeads, kNumKvHeads, kHd, 0.125f);
         store.attend_batch(0, ab, threads);
         const int n_q = static_cast<int>(kHeads / kNumKvHeads);
         for (int64_t i = 0; i < T; ++i)
@@ -393,16 +400,7 @@ TEST(PagedAttention, BidirectionalRowsSeeUpToTheirEndAndCausalRowsAroundThemDoNo
     }
     std::vector<float> q(static_cast<size_t>(T * kHeads * kHd)), out(q.size());
     for (float& x : q) x = nd(rng);
-    AttnBatch ab;
-    ab.n_tokens = T;
-    ab.seq_ids = seqs.data();
-    ab.positions = pos.data();
-    ab.q = q.data();
-    ab.out = out.data();
-    ab.n_heads = kHeads;
-    ab.n_kv_heads = kKv;
-    ab.head_dim = kHd;
-    ab.scale = 0.2f;
+    AttnBatch ab = attn_batch(seqs, pos, q, out, kHeads, kKv, kHd, 0.2f);
     ab.window = window;
     ab.attend_end = end.data();
     store.attend_batch(0, ab, threads);

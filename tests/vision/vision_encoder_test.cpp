@@ -47,12 +47,15 @@ bool have_numpy() {
          std::system((std::string(kPython) + " -c 'import numpy' >/dev/null 2>&1").c_str()) == 0;
 }
 
-std::vector<float> numpy_encode(const std::string& mmproj, const std::vector<float>& pixels, const std::string& dir) {
+// Runs a numpy reference script on raw f32 pixels (args between the pixels and the output
+// file: none for siglip_numpy.py, "H W" for gemma4v_numpy.py); its f32 output.
+std::vector<float> numpy_reference(const std::string& script, const std::string& mmproj,
+                                   const std::vector<float>& pixels, const std::string& args, const std::string& dir) {
   const std::string in = dir + "/pixels.f32", out = dir + "/out.f32";
   std::ofstream(in, std::ios::binary).write(reinterpret_cast<const char*>(pixels.data()),
                                             static_cast<std::streamsize>(pixels.size() * sizeof(float)));
-  const std::string cmd = std::string(kPython) + " " + PAGODA_SOURCE_DIR + "/tests/vision/siglip_numpy.py " + mmproj +
-                          " " + in + " " + out;
+  const std::string cmd = std::string(kPython) + " " + PAGODA_SOURCE_DIR + "/tests/vision/" + script + " " + mmproj +
+                          " " + in + (args.empty() ? "" : " " + args) + " " + out;
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream f(out, std::ios::binary | std::ios::ate);
   std::vector<float> r(static_cast<size_t>(f.tellg()) / sizeof(float));
@@ -91,7 +94,7 @@ TEST(VisionEncoder, MatchesTheNumpyReference) {
     ThreadPool pool(2);
     std::vector<float> got;
     e->encode(pixels.data(), pool, got);
-    const std::vector<float> want = numpy_encode(path, pixels, dir.path);
+    const std::vector<float> want = numpy_reference("siglip_numpy.py", path, pixels, "", dir.path);
     ASSERT_EQ(got.size(), want.size());
     ASSERT_EQ(got.size(), 4u * 48u);
     double err = 0, norm = 0, max_abs = 0;
@@ -114,21 +117,6 @@ MmprojSpec tiny_gemma4v() {
   MmprojSpec s = gemma4v_mmproj_spec();
   s.dim = 64, s.ffn_dim = 96, s.n_layers = 2, s.n_heads = 4, s.pos_size = 16, s.text_dim = 48, s.seed = 5;
   return s;
-}
-
-std::vector<float> numpy_encode_g4(const std::string& mmproj, const std::vector<float>& pixels, int64_t h, int64_t w,
-                                   const std::string& dir) {
-  const std::string in = dir + "/pixels.f32", out = dir + "/out.f32";
-  std::ofstream(in, std::ios::binary).write(reinterpret_cast<const char*>(pixels.data()),
-                                            static_cast<std::streamsize>(pixels.size() * sizeof(float)));
-  const std::string cmd = std::string(kPython) + " " + PAGODA_SOURCE_DIR + "/tests/vision/gemma4v_numpy.py " + mmproj +
-                          " " + in + " " + std::to_string(h) + " " + std::to_string(w) + " " + out;
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  std::ifstream f(out, std::ios::binary | std::ios::ate);
-  std::vector<float> r(static_cast<size_t>(f.tellg()) / sizeof(float));
-  f.seekg(0);
-  f.read(reinterpret_cast<char*>(r.data()), static_cast<std::streamsize>(r.size() * sizeof(float)));
-  return r;
 }
 
 // Gemma 4's projector (2-D RoPE, position tables, clamps, std scaling, gated MLP) on a
@@ -158,7 +146,8 @@ TEST(VisionEncoder, Gemma4vMatchesTheNumpyReference) {
   ThreadPool pool(2);
   std::vector<float> got;
   e->encode(pixels.data(), w, h, pool, got);
-  const std::vector<float> want = numpy_encode_g4(path, pixels, h, w, dir.path);
+  const std::vector<float> want =
+      numpy_reference("gemma4v_numpy.py", path, pixels, std::to_string(h) + " " + std::to_string(w), dir.path);
   ASSERT_EQ(got.size(), want.size());
   ASSERT_EQ(got.size(), 8u * 48u);
   double err = 0, norm = 0;
