@@ -111,10 +111,19 @@ ImageInputs::Prepared ImageInputs::prepare_bytes(std::span<const uint8_t> bytes)
   normalize_planar(fitted, c.mean, c.std, pixels.data());
   auto rows = std::make_shared<std::vector<float>>();
   const auto t0 = std::chrono::steady_clock::now();
+  // Encodes run one at a time; a request that waited here for another bringing the same
+  // image finds its rows cached by then instead of encoding them again.
+  std::unique_lock<std::mutex> encoding(encode_mu_);
   {
-    std::lock_guard<std::mutex> lk(encode_mu_);
-    encoder_->encode(pixels.data(), width, height, pool_, *rows);
+    std::lock_guard<std::mutex> lk(mu_);
+    if (auto it = index_.find(key); it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      ++stats_.hits;
+      return it->second->value;
+    }
   }
+  encoder_->encode(pixels.data(), width, height, pool_, *rows);
+  encoding.unlock();
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   auto ids = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(encoder_->tokens_for(width, height)));
   uint64_t base;

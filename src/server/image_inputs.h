@@ -16,7 +16,8 @@
 // - The encoder cache holds at most cache_bytes of rows (each entry booked at its rows'
 //   bytes plus its placeholder ids), least recently used evicted first; 0: off.
 // - Thread-safe: HTTP threads call prepare() concurrently; decoding runs on the caller's
-//   thread, encoding one image at a time on the encoder's own thread pool (a mutex).
+//   thread, encoding one image at a time on the encoder's own thread pool (a mutex); a
+//   request that waited for another encoding the same image takes its cached rows.
 #pragma once
 
 #include <array>
