@@ -4,7 +4,8 @@
 // is opened. Everything the model writes goes through renderMarkdown (escapes first) or
 // textContent, never into innerHTML raw; one message's elements are built in message_view.js.
 import { AuthError, HttpError, apiKey, countPromptTokens, getJson, setApiKey, streamChat } from './api.js';
-import { MAX_IMAGES, isAcceptedImage, titleOf, userContent } from './attachments.js';
+import { AttachmentPicker } from './attachment_picker.js';
+import { titleOf, userContent } from './attachments.js';
 import { CachePanel, formatBytes } from './cache_panel.js';
 import { defaultAnswerTokens, fewestTurnsToDrop, isContextFull, meterReading, turnStarts, usedTokensOf } from './context.js';
 import { messageElement, updateAssistant } from './message_view.js';
@@ -19,7 +20,6 @@ const state = {
   generation: null,  // {controller, conversation, message}
   nCtx: null,        // the model's context in tokens (GET /v1/models meta.n_ctx); null: not known
   meter: { conversationId: null, used: null, source: '' },  // the open conversation's tokens
-  attachments: [],   // images for the next message: [{url, name, type}] (see attachments.js)
 };
 
 // ---- theme ---------------------------------------------------------------------------
@@ -665,75 +665,6 @@ function startAnswer(c) {
   generate(c, answer);
 }
 
-// ---- attachments ---------------------------------------------------------------------
-
-function readAsDataUrl(file) {
-  return new Promise((resolve, reject) => {
-    const reader = new FileReader();
-    reader.onload = () => resolve(reader.result);
-    reader.onerror = () => reject(reader.error || new Error('could not read the file'));
-    reader.readAsDataURL(file);
-  });
-}
-
-function attachError(text) {
-  let e = $('composer').querySelector('.attach-error');
-  if (!text) return e?.remove();
-  if (!e) {
-    e = document.createElement('div');
-    e.className = 'attach-error';
-    e.dataset.testid = 'attach-error';
-    e.setAttribute('role', 'alert');
-    $('attachments').after(e);
-  }
-  e.textContent = text;
-}
-
-// Reads image files (from the picker or a paste) into the pending attachments; other files
-// are refused with a note (the server decodes PNG, JPEG and WebP).
-async function addAttachments(files) {
-  const refused = [];
-  for (const file of files) {
-    if (!isAcceptedImage(file)) { refused.push(`${file.name || 'file'}: not a PNG, JPEG or WebP image`); continue; }
-    if (state.attachments.length >= MAX_IMAGES) { refused.push(`at most ${MAX_IMAGES} images per message`); break; }
-    try {
-      const url = await readAsDataUrl(file);
-      state.attachments.push({ url, name: file.name || 'pasted image', type: file.type });
-    } catch (e) {
-      refused.push(`${file.name || 'file'}: ${e.message}`);
-    }
-  }
-  attachError(refused.join('; '));
-  renderAttachments();
-}
-
-function renderAttachments() {
-  const box = $('attachments');
-  box.hidden = state.attachments.length === 0;
-  box.replaceChildren(...state.attachments.map((a, i) => {
-    const item = document.createElement('div');
-    item.className = 'attachment';
-    item.dataset.testid = 'attachment';
-    const img = document.createElement('img');
-    img.src = a.url;
-    img.alt = a.name;
-    img.title = a.name;
-    const remove = document.createElement('button');
-    remove.type = 'button';
-    remove.textContent = '×';
-    remove.title = `Remove ${a.name}`;
-    remove.setAttribute('aria-label', `Remove ${a.name}`);
-    remove.dataset.testid = 'attachment-remove';
-    remove.addEventListener('click', () => {
-      state.attachments.splice(i, 1);
-      attachError('');
-      renderAttachments();
-    });
-    item.append(img, remove);
-    return item;
-  }));
-}
-
 // ---- settings ------------------------------------------------------------------------
 
 function openSettings() {
@@ -812,29 +743,16 @@ function init() {
   renderSidebar();
   renderMessages();
   const prompt = $('prompt');
+  const attachments = new AttachmentPicker({
+    composer: $('composer'), box: $('attachments'), button: $('attach'), input: $('attach-input'), prompt,
+  });
   $('composer').addEventListener('submit', (e) => {
     e.preventDefault();
     const text = prompt.value;
-    if (state.generation || (!text.trim() && state.attachments.length === 0)) return;
-    const images = state.attachments;
+    if (state.generation || (!text.trim() && attachments.count === 0)) return;
+    const images = attachments.take();
     prompt.value = '';
-    state.attachments = [];
-    attachError('');
-    renderAttachments();
     send(text, images);
-  });
-  $('attach').addEventListener('click', () => $('attach-input').click());
-  $('attach-input').addEventListener('change', (e) => {
-    const files = [...e.target.files];
-    e.target.value = '';  // the same file can be picked again
-    addAttachments(files);
-  });
-  prompt.addEventListener('paste', (e) => {
-    const files = [...(e.clipboardData?.items || [])].filter((i) => i.kind === 'file' && i.type.startsWith('image/'))
-      .map((i) => i.getAsFile()).filter(Boolean);
-    if (files.length === 0) return;  // text: pasted as usual
-    e.preventDefault();
-    addAttachments(files);
   });
   prompt.addEventListener('keydown', (e) => {
     if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
