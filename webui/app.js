@@ -2,13 +2,13 @@
 // Markdown, a stop button, settings, and the live KV cache panel (cache_panel.js).
 // One generation runs at a time; it keeps streaming into its conversation when another one
 // is opened. Everything the model writes goes through renderMarkdown (escapes first) or
-// textContent, never into innerHTML raw.
+// textContent, never into innerHTML raw; one message's elements are built in message_view.js.
 import { AuthError, HttpError, apiKey, countPromptTokens, getJson, setApiKey, streamChat } from './api.js';
-import { MAX_IMAGES, isAcceptedImage, titleOf, userContent } from './attachments.js';
+import { AttachmentPicker } from './attachment_picker.js';
+import { titleOf, userContent } from './attachments.js';
 import { CachePanel, formatBytes } from './cache_panel.js';
 import { defaultAnswerTokens, fewestTurnsToDrop, isContextFull, meterReading, turnStarts, usedTokensOf } from './context.js';
-import { escapeHtml, highlight } from './highlight.js';
-import { renderMarkdown } from './markdown.js';
+import { messageElement, updateAssistant } from './message_view.js';
 import * as store from './store.js';
 
 const $ = (id) => document.getElementById(id);
@@ -20,7 +20,6 @@ const state = {
   generation: null,  // {controller, conversation, message}
   nCtx: null,        // the model's context in tokens (GET /v1/models meta.n_ctx); null: not known
   meter: { conversationId: null, used: null, source: '' },  // the open conversation's tokens
-  attachments: [],   // images for the next message: [{url, name, type}] (see attachments.js)
 };
 
 // ---- theme ---------------------------------------------------------------------------
@@ -189,7 +188,8 @@ function renderMessages() {
       'cache as it fills, and each answer shows how many prompt tokens came from the prefix cache.</p>';
     box.replaceChildren(empty);
   } else {
-    box.replaceChildren(...c.messages.map((m, i) => messageElement(m, i)));
+    const streaming = state.generation?.message;
+    box.replaceChildren(...c.messages.map((m, i) => messageElement(m, i, c.messages[i - 1], m === streaming)));
     if (Number.isSafeInteger(c.dropped) && c.dropped > 0) {
       const note = document.createElement('p');
       note.className = 'dropped-note';
@@ -374,73 +374,6 @@ function newChatFromFull() {
   if (choice.pending) send(choice.pending.content, choice.pending.images);
 }
 
-function messageElement(m, index) {
-  const art = document.createElement('article');
-  art.className = `msg ${m.role}`;
-  art.dataset.index = index;
-  art.dataset.testid = `message-${m.role}`;
-  const head = document.createElement('div');
-  head.className = 'msg-head';
-  const role = document.createElement('div');
-  role.className = 'msg-role';
-  role.textContent = m.role === 'user' ? 'you' : 'assistant';
-  const actions = document.createElement('div');
-  actions.className = 'msg-actions';
-  const c = activeConversation();
-  if (m.role === 'user') {
-    actions.append(actionButton('edit', 'Edit', 'Edit this message and send it again (the messages after it go)'));
-  } else if (c?.messages[index - 1]?.role === 'user') {
-    actions.append(actionButton('regenerate', 'Regenerate', 'Write this answer again (the messages after it go)'));
-  }
-  head.append(role, actions);
-  art.append(head);
-  if (m.role === 'user') {
-    if (m.images?.length) art.append(imagesElement(m.images));
-    const body = document.createElement('div');
-    body.className = 'user-text';
-    body.textContent = m.content;
-    body.hidden = !m.content && Boolean(m.images?.length);
-    art.append(body);
-  } else {
-    updateAssistant(art, m);
-  }
-  return art;
-}
-
-// A user message's images: thumbnails, or a note for one whose data was not kept (stored
-// without it when localStorage was full, then the page reloaded).
-function imagesElement(images) {
-  const box = document.createElement('div');
-  box.className = 'msg-images';
-  box.dataset.testid = 'message-images';
-  box.append(...images.map((i) => {
-    if (typeof i.url === 'string' && i.url.startsWith('data:')) {
-      const img = document.createElement('img');
-      img.src = i.url;
-      img.alt = i.name || 'image';
-      img.title = i.name || '';
-      img.dataset.testid = 'message-image';
-      return img;
-    }
-    const note = document.createElement('span');
-    note.className = 'image-dropped';
-    note.textContent = `${i.name || 'image'}: not kept (the browser's storage was full)`;
-    return note;
-  }));
-  return box;
-}
-
-function actionButton(action, label, title) {
-  const b = document.createElement('button');
-  b.type = 'button';
-  b.className = 'msg-action';
-  b.dataset.action = action;
-  b.dataset.testid = action === 'edit' ? 'edit-message' : action;
-  b.textContent = label;
-  b.title = title;
-  return b;
-}
-
 // ---- edit and regenerate -------------------------------------------------------------
 
 // The open conversation and its message shown by `art`, or null (gone, or a generation runs:
@@ -522,104 +455,6 @@ function regenerate(art) {
   startAnswer(found.c);
 }
 
-function part(art, cls, tag = 'div') {
-  let e = art.querySelector(`:scope > .${cls}`);
-  if (!e) {
-    e = document.createElement(tag);
-    e.className = cls;
-    art.append(e);
-  }
-  return e;
-}
-
-function prettyJson(text) {
-  try {
-    return JSON.stringify(JSON.parse(text), null, 2);
-  } catch {
-    return null;
-  }
-}
-
-// Fills an assistant message's parts, keeping the elements (so a folded or unfolded
-// reasoning block stays as the reader left it while tokens arrive).
-function updateAssistant(art, m) {
-  if (m.reasoning) {
-    const details = part(art, 'reasoning', 'details');
-    let summary = details.querySelector('summary');
-    if (!summary) {
-      summary = document.createElement('summary');
-      details.append(summary);
-    }
-    const words = m.reasoning.trim().split(/\s+/).length;
-    summary.textContent = `Reasoning · ${words} word${words === 1 ? '' : 's'}`;
-    part(details, 'md').innerHTML = renderMarkdown(m.reasoning);
-  }
-  const content = part(art, 'content');
-  content.dataset.testid = 'assistant-content';
-  const json = m.format === 'json' && state.generation?.message !== m ? prettyJson(m.content) : null;
-  if (json !== null) {
-    content.innerHTML = '<div class="structured-label">structured output</div>' +
-      `<div class="code-block"><pre><code class="language-json">${highlight(json, 'json')}</code></pre></div>`;
-  } else {
-    content.innerHTML = renderMarkdown(m.content || '');
-  }
-  content.classList.toggle('streaming', state.generation?.message === m);
-  if (m.tool_calls?.length) {
-    const box = part(art, 'tool-calls');
-    box.replaceChildren(...m.tool_calls.map((tc) => {
-      const e = document.createElement('div');
-      e.className = 'tool-call';
-      e.dataset.testid = 'tool-call';
-      e.innerHTML = `<div class="tool-name">tool call <b>${escapeHtml(tc.name || '?')}</b>` +
-        `<span class="muted"> ${escapeHtml(tc.id || '')}</span></div>` +
-        `<pre><code class="language-json">${highlight(prettyJson(tc.arguments) ?? tc.arguments ?? '', 'json')}</code></pre>`;
-      return e;
-    }));
-  }
-  if (m.error) {
-    const err = part(art, 'msg-error');
-    err.setAttribute('role', 'alert');
-    err.textContent = m.error;
-  }
-  renderStats(part(art, 'msg-stats'), m);
-}
-
-function chip(label, value, testid, title) {
-  const e = document.createElement('span');
-  e.className = 'chip';
-  e.dataset.testid = testid;
-  if (title) e.title = title;
-  const l = document.createElement('span');
-  l.className = 'chip-label';
-  l.textContent = label;
-  const v = document.createElement('b');
-  v.textContent = value;
-  e.append(l, v);
-  return e;
-}
-
-function renderStats(box, m) {
-  const s = m.stats || {};
-  const chips = [];
-  if (s.prompt !== undefined) {
-    chips.push(chip('prompt', String(s.prompt), 'stat-prompt', 'prompt tokens'));
-    const cached = chip('cached', String(s.cached ?? 0), 'stat-cached', 'prompt tokens read from the prefix cache');
-    const bar = document.createElement('span');
-    bar.className = 'cache-ratio';
-    const fill = document.createElement('span');
-    fill.style.width = `${s.prompt ? (100 * (s.cached ?? 0)) / s.prompt : 0}%`;
-    bar.append(fill);
-    cached.append(bar);
-    chips.push(cached);
-  }
-  if (s.generated !== undefined) chips.push(chip('generated', `${s.approx ? '≈' : ''}${s.generated}`, 'stat-generated'));
-  if (s.ttft_ms !== undefined && s.ttft_ms !== null) chips.push(chip('TTFT', `${Math.round(s.ttft_ms)} ms`, 'stat-ttft', 'time to first token'));
-  if (s.tokens_per_s) chips.push(chip('speed', `${s.tokens_per_s.toFixed(1)} tok/s`, 'stat-tps', 'generated tokens per second after the first'));
-  if (s.finish) chips.push(chip('finish', s.finish, 'stat-finish'));
-  box.replaceChildren(...chips);
-  box.hidden = chips.length === 0;
-}
-
 let renderPending = false;
 function scheduleRender() {
   if (renderPending) return;
@@ -633,7 +468,7 @@ function scheduleRender() {
     if (!art) return;
     const box = $('messages');
     const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 80;
-    updateAssistant(art, g.message);
+    updateAssistant(art, g.message, true);
     if (atBottom) box.scrollTop = box.scrollHeight;
   });
 }
@@ -830,75 +665,6 @@ function startAnswer(c) {
   generate(c, answer);
 }
 
-// ---- attachments ---------------------------------------------------------------------
-
-function readAsDataUrl(file) {
-  return new Promise((resolve, reject) => {
-    const reader = new FileReader();
-    reader.onload = () => resolve(reader.result);
-    reader.onerror = () => reject(reader.error || new Error('could not read the file'));
-    reader.readAsDataURL(file);
-  });
-}
-
-function attachError(text) {
-  let e = $('composer').querySelector('.attach-error');
-  if (!text) return e?.remove();
-  if (!e) {
-    e = document.createElement('div');
-    e.className = 'attach-error';
-    e.dataset.testid = 'attach-error';
-    e.setAttribute('role', 'alert');
-    $('attachments').after(e);
-  }
-  e.textContent = text;
-}
-
-// Reads image files (from the picker or a paste) into the pending attachments; other files
-// are refused with a note (the server decodes PNG, JPEG and WebP).
-async function addAttachments(files) {
-  const refused = [];
-  for (const file of files) {
-    if (!isAcceptedImage(file)) { refused.push(`${file.name || 'file'}: not a PNG, JPEG or WebP image`); continue; }
-    if (state.attachments.length >= MAX_IMAGES) { refused.push(`at most ${MAX_IMAGES} images per message`); break; }
-    try {
-      const url = await readAsDataUrl(file);
-      state.attachments.push({ url, name: file.name || 'pasted image', type: file.type });
-    } catch (e) {
-      refused.push(`${file.name || 'file'}: ${e.message}`);
-    }
-  }
-  attachError(refused.join('; '));
-  renderAttachments();
-}
-
-function renderAttachments() {
-  const box = $('attachments');
-  box.hidden = state.attachments.length === 0;
-  box.replaceChildren(...state.attachments.map((a, i) => {
-    const item = document.createElement('div');
-    item.className = 'attachment';
-    item.dataset.testid = 'attachment';
-    const img = document.createElement('img');
-    img.src = a.url;
-    img.alt = a.name;
-    img.title = a.name;
-    const remove = document.createElement('button');
-    remove.type = 'button';
-    remove.textContent = '×';
-    remove.title = `Remove ${a.name}`;
-    remove.setAttribute('aria-label', `Remove ${a.name}`);
-    remove.dataset.testid = 'attachment-remove';
-    remove.addEventListener('click', () => {
-      state.attachments.splice(i, 1);
-      attachError('');
-      renderAttachments();
-    });
-    item.append(img, remove);
-    return item;
-  }));
-}
-
 // ---- settings ------------------------------------------------------------------------
 
 function openSettings() {
@@ -977,29 +743,16 @@ function init() {
   renderSidebar();
   renderMessages();
   const prompt = $('prompt');
+  const attachments = new AttachmentPicker({
+    composer: $('composer'), box: $('attachments'), button: $('attach'), input: $('attach-input'), prompt,
+  });
   $('composer').addEventListener('submit', (e) => {
     e.preventDefault();
     const text = prompt.value;
-    if (state.generation || (!text.trim() && state.attachments.length === 0)) return;
-    const images = state.attachments;
+    if (state.generation || (!text.trim() && attachments.count === 0)) return;
+    const images = attachments.take();
     prompt.value = '';
-    state.attachments = [];
-    attachError('');
-    renderAttachments();
     send(text, images);
-  });
-  $('attach').addEventListener('click', () => $('attach-input').click());
-  $('attach-input').addEventListener('change', (e) => {
-    const files = [...e.target.files];
-    e.target.value = '';  // the same file can be picked again
-    addAttachments(files);
-  });
-  prompt.addEventListener('paste', (e) => {
-    const files = [...(e.clipboardData?.items || [])].filter((i) => i.kind === 'file' && i.type.startsWith('image/'))
-      .map((i) => i.getAsFile()).filter(Boolean);
-    if (files.length === 0) return;  // text: pasted as usual
-    e.preventDefault();
-    addAttachments(files);
   });
   prompt.addEventListener('keydown', (e) => {
     if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {

@@ -1,10 +1,12 @@
 // HttpServer connections — the Beast HTTP/1.1 state machine. The contract is in
 // http_server.h; the server lifecycle (bind, accept, stop) is in http_server.cpp.
 //
-// The file reads top to bottom: the exchange (the thread-safe answer side), the
-// connection state machine, and the two entry points the server uses. The state shared
-// by server and connections is in http_connection.h; the wire helpers (the plain error body,
-// response heads, chunk framing, the key compare) are in http_wire.{h,cpp}.
+// The file reads top to bottom: the connection state machine, the hooks its exchanges
+// post through, and the entry points the server uses. The state shared by server and
+// connections is in http_connection.h; the exchange (the thread-safe answer side) is in
+// http_exchange.cpp and the routing of a read request in http_routing.cpp, both declared
+// in http_connection_internal.h; the wire helpers (the plain error body, response heads,
+// chunk framing, the key compare) are in http_wire.{h,cpp}.
 //
 // One connection, all on its strand (so no member of Connection needs a lock; only
 // `pending_bytes_` is also touched by exchanges, hence atomic):
@@ -33,8 +35,10 @@
 // server still has valid counters to touch (it touches none: it is closed by then).
 
 // ThreadSanitizer does not model std::atomic_thread_fence (-Wtsan warns at every Asio
-// handler); Asio's queues are mutex-guarded, so its fences add nothing TSan needs. Both
-// Asio TUs of the server (this one and http_server.cpp) set it, so they agree.
+// handler); Asio's queues are mutex-guarded, so its fences add nothing TSan needs. Every
+// TU of the server that includes Asio sets it, so they agree: http_server.cpp,
+// http_connection.cpp, http_exchange.cpp and http_routing.cpp (http_connection.h
+// includes Asio).
 #if defined(__SANITIZE_THREAD__) && !defined(BOOST_ASIO_DISABLE_FENCED_BLOCK)
 #define BOOST_ASIO_DISABLE_FENCED_BLOCK 1
 #endif
@@ -57,6 +61,7 @@
 #include "common/ascii.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "http/http_connection_internal.h"
 #include "http/http_wire.h"
 #include "http/request_id.h"
 
@@ -105,79 +110,6 @@ Clock::duration seconds_to_duration(double s) {
 }
 
 }  // namespace
-
-enum class Output { kResponse, kStreamHead, kChunk, kStreamEnd };
-
-// ---------------------------------------------------------------------------------
-// Exchange: the answer side of one request. Every method locks `mu_`; the connection
-// is reached only by posting onto its strand (never run inline, so no lock is held
-// across user code and the strand never waits for `mu_` while the exchange waits for
-// the strand). Phases: unanswered -> (respond) done, or unanswered -> (start_stream)
-// streaming -> (finish) done. `closed_` = no call reaches the connection any more.
-class Exchange final : public HttpExchange {
- public:
-  using Headers = std::vector<std::pair<std::string, std::string>>;
-  // `cors`: the CORS headers every answer to this request carries (wire::cors_headers).
-  Exchange(std::shared_ptr<ServerShared> shared, std::weak_ptr<Connection> conn, bool http11,
-           bool keep_alive, std::string request_id, Headers cors)
-      : shared_(std::move(shared)),
-        conn_(std::move(conn)),
-        http11_(http11),
-        keep_alive_(keep_alive),
-        request_id_(std::move(request_id)),
-        cors_(std::move(cors)) {
-    shared_->in_flight.fetch_add(1);
-  }
-  ~Exchange() override {
-    if (counted_) shared_->in_flight.fetch_sub(1);
-  }
-
-  bool respond(HttpResponse response) override;
-  bool start_stream(int status, std::string content_type,
-                    std::vector<std::pair<std::string, std::string>> headers) override;
-  bool send(std::string chunk) override;
-  void finish() override;
-  void on_close(std::function<void()> callback) override;
-  bool closed() const override {
-    std::lock_guard lock(mu_);
-    return closed_;
-  }
-
-  // Connection side, on its strand: the connection is closed. Fires on_close once if
-  // the exchange was unanswered or streaming.
-  void notify_closed();
-
- private:
-  enum class Phase { kUnanswered, kStreaming, kDone };
-
-  void release_in_flight_locked() {
-    if (counted_) {
-      counted_ = false;
-      shared_->in_flight.fetch_sub(1);
-    }
-  }
-  // Posts `bytes` to the connection; false (and closed) when it is gone. `error_body`:
-  // an error response's body, for on_complete.
-  bool post_locked(std::string bytes, Output kind, int status, bool keep_alive, std::string error_body = {});
-
-  const std::shared_ptr<ServerShared> shared_;
-  const std::weak_ptr<Connection> conn_;
-  const bool http11_;
-  const bool keep_alive_;  // what the request asked for
-  const std::string request_id_;  // sent back as X-Request-Id
-  const Headers cors_;
-
-  mutable std::mutex mu_;
-  Phase phase_ = Phase::kUnanswered;
-  bool closed_ = false;
-  bool close_notified_ = false;     // the connection reported its close
-  bool closed_unanswered_ = false;  // ... while unanswered or streaming
-  bool counted_ = true;             // still counted in in_flight
-  bool chunked_ = false;            // streaming: chunked framing (HTTP/1.1)
-  bool stream_keep_alive_ = false;
-  int stream_status_ = 0;
-  std::function<void()> on_close_;
-};
 
 // ---------------------------------------------------------------------------------
 class Connection : public std::enable_shared_from_this<Connection> {
@@ -526,94 +458,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return h.first == "Access-Control-Allow-Origin";
     });
     auto exchange = begin_exchange(http11, keep_alive, std::move(cors));
-    // Host, before routing: a request whose Host names another server gets nothing of
-    // this one, not even a 404 that tells which paths exist.
-    const size_t hosts = msg.count(beast::http::field::host);
-    if (hosts > 1 || (hosts == 0 && http11)) {
-      exchange->respond(error_response(400, hosts > 1 ? "more than one Host header"
-                                                      : "an HTTP/1.1 request without a Host header"));
-      return;
-    }
-    if (hosts == 1 && shared_->options.api_key.empty() &&
-        !host_header_allowed(sv(msg[beast::http::field::host]), shared_->options.host)) {
-      exchange->respond(error_response(
-          403, "Host " + std::string(sv(msg[beast::http::field::host])).substr(0, 256) +
-                   " does not name this server: without an API key, only localhost, 127.0.0.0/8, [::1] and the "
-                   "address it listens on are accepted (this stops web pages that rebind their own DNS name to it); "
-                   "set an API key to serve other names"));
-      return;
-    }
-    auto it = shared_->routes.find(request_.path);
-    // "/v1/responses/*" matches "/v1/responses/<one non-empty segment>".
-    if (const size_t slash = request_.path.rfind('/');
-        it == shared_->routes.end() && slash != std::string::npos && slash + 1 < request_.path.size())
-      it = shared_->routes.find(request_.path.substr(0, slash + 1) + "*");
-    if (it == shared_->routes.end()) {
-      exchange->respond(error_response(404, "no route for " + request_.method + " " + request_.path));
-      return;
-    }
-    const std::vector<Route>& routes = it->second;
-    std::string allow;
-    for (const Route& r : routes) allow += r.method + ", ";
-    allow += "OPTIONS";
-    if (request_.method == "OPTIONS") {
-      HttpResponse r;
-      r.status = 204;
-      r.headers = {{"Allow", allow}};
-      if (cors_allowed) {  // a preflight from an allowed origin
-        r.headers.insert(r.headers.end(),
-                         {{"Access-Control-Allow-Methods", allow},
-                          {"Access-Control-Allow-Headers",
-                           "Authorization, Content-Type, x-api-key, anthropic-version, X-Request-Id"},
-                          {"Access-Control-Max-Age", "86400"}});
-      }
-      exchange->respond(std::move(r));
-      return;
-    }
-    const auto route = std::find_if(routes.begin(), routes.end(),
-                                    [&](const Route& r) { return r.method == request_.method; });
-    if (route == routes.end()) {
-      const std::string msg = "method " + request_.method + " not allowed on " + request_.path;
-      HttpResponse r = routes.front().error_body ? routes.front().error_body(405, msg) : error_response(405, msg);
-      r.headers.emplace_back("Allow", allow);
-      exchange->respond(std::move(r));
-      return;
-    }
-    if (route->auth && !authorized()) {
-      const std::string msg = "invalid or missing API key (Authorization: Bearer ... or x-api-key)";
-      HttpResponse r = route->error_body ? route->error_body(401, msg) : error_response(401, msg);
-      r.headers.emplace_back("WWW-Authenticate", "Bearer");
-      exchange->respond(std::move(r));
-      return;
-    }
-    try {
-      route->handler(request_, exchange);
-    } catch (const std::exception& e) {
-      log_error("handler for " + request_.method + " " + request_.path + " threw: " + e.what());
-      exchange->respond(error_response(500, e.what()));
-    } catch (...) {
-      log_error("handler for " + request_.method + " " + request_.path + " threw");
-      exchange->respond(error_response(500, "internal error"));
-    }
-  }
-
-  bool authorized() const {
-    const std::string& key = shared_->options.api_key;
-    if (key.empty()) return true;
-    auto trimmed = [](std::string_view v) {
-      while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
-      while (!v.empty() && v.back() == ' ') v.remove_suffix(1);
-      return v;
-    };
-    // Anthropic's SDKs send the key as x-api-key.
-    if (const auto x = request_.headers.find("x-api-key"); x != request_.headers.end() && keys_equal(trimmed(x->second), key))
-      return true;
-    const auto it = request_.headers.find("authorization");
-    if (it == request_.headers.end()) return false;
-    std::string_view value = it->second;
-    constexpr std::string_view kScheme = "bearer ";
-    if (value.size() < kScheme.size() || !iequals(value.substr(0, kScheme.size()), kScheme)) return false;
-    return keys_equal(trimmed(value.substr(kScheme.size())), key);
+    route_request(*shared_, request_, exchange, http11, msg.count(beast::http::field::host),
+                  sv(msg[beast::http::field::host]), cors_allowed);
   }
 
   void report_complete(int status, std::string_view error_body, bool closed) {
@@ -840,124 +686,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
 };
 
 // ---------------------------------------------------------------------------------
-bool Exchange::post_locked(std::string bytes, Output kind, int status, bool keep_alive, std::string error_body) {
-  std::shared_ptr<Connection> conn = conn_.lock();
-  if (!conn) {
-    closed_ = true;
-    return false;
-  }
+void connection_post_output(std::shared_ptr<Connection> conn, const Exchange* from, std::string bytes,
+                            Output kind, int status, bool keep_alive, std::string error_body) {
   conn->pending_bytes_.fetch_add(bytes.size());
-  net::post(conn->strand(), [conn, from = this, bytes = std::move(bytes), kind, status, keep_alive,
-                             error_body = std::move(error_body)]() mutable {
+  const net::any_io_executor& strand = conn->strand();
+  net::post(strand, [conn = std::move(conn), from, bytes = std::move(bytes), kind, status, keep_alive,
+                     error_body = std::move(error_body)]() mutable {
     conn->output(from, std::move(bytes), kind, status, keep_alive, error_body);
   });
-  return true;
 }
 
-bool Exchange::respond(HttpResponse response) {
-  std::function<void()> dropped;  // destroyed after the unlock: it may own anything
-  std::lock_guard lock(mu_);
-  if (closed_ || phase_ != Phase::kUnanswered) return false;
-  phase_ = Phase::kDone;
-  release_in_flight_locked();
-  dropped = std::move(on_close_);
-  const bool keep_alive = keep_alive_ && !shared_->stopping.load();
-  response.headers.emplace_back("X-Request-Id", request_id_);
-  response.headers.insert(response.headers.end(), cors_.begin(), cors_.end());
-  // Only errors' bodies travel to on_complete (their message is the log's reason); a
-  // success's body may be megabytes.
-  std::string error_body = response.status >= 400 ? response.body : std::string();
-  return post_locked(serialize_response(response, http11_, keep_alive), Output::kResponse,
-                     response.status, keep_alive, std::move(error_body));
-}
+size_t connection_pending_bytes(const Connection& conn) { return conn.pending_bytes_.load(); }
 
-bool Exchange::start_stream(int status, std::string content_type,
-                            std::vector<std::pair<std::string, std::string>> headers) {
-  std::lock_guard lock(mu_);
-  if (closed_ || phase_ != Phase::kUnanswered) return false;
-  phase_ = Phase::kStreaming;
-  chunked_ = http11_;
-  stream_keep_alive_ = keep_alive_ && chunked_ && !shared_->stopping.load();
-  stream_status_ = status;
-  headers.emplace_back("X-Request-Id", request_id_);
-  headers.insert(headers.end(), cors_.begin(), cors_.end());
-  return post_locked(serialize_stream_head(status, content_type, headers, chunked_, stream_keep_alive_),
-                     Output::kStreamHead, status, stream_keep_alive_);
-}
-
-bool Exchange::send(std::string chunk) {
-  std::lock_guard lock(mu_);
-  if (closed_ || phase_ != Phase::kStreaming) return false;
-  if (chunk.empty()) return true;  // an empty chunk would end a chunked stream
-  std::shared_ptr<Connection> conn = conn_.lock();
-  if (!conn) {
-    closed_ = true;
-    return false;
-  }
-  std::string bytes = chunked_ ? frame_chunk(chunk) : std::move(chunk);
-  // Only this exchange adds to the connection's pending bytes while it streams (under
-  // mu_); the strand only subtracts, so the check cannot be raced past the bound.
-  if (conn->pending_bytes_.load() + bytes.size() > shared_->options.max_pending_bytes) {
-    closed_ = true;
-    conn->post_close(true);  // fires on_close on the strand
-    return false;
-  }
-  return post_locked(std::move(bytes), Output::kChunk, stream_status_, stream_keep_alive_);
-}
-
-void Exchange::finish() {
-  std::function<void()> dropped;
-  std::lock_guard lock(mu_);
-  if (closed_ || phase_ != Phase::kStreaming) return;
-  phase_ = Phase::kDone;
-  release_in_flight_locked();
-  dropped = std::move(on_close_);
-  post_locked(chunked_ ? std::string("0\r\n\r\n") : std::string(), Output::kStreamEnd, stream_status_,
-              stream_keep_alive_);
-}
-
-void Exchange::on_close(std::function<void()> callback) {
-  std::function<void()> unused;  // destroyed after the unlock
-  {
-    std::lock_guard lock(mu_);
-    if (!close_notified_) {
-      if (phase_ != Phase::kDone) {
-        unused = std::move(on_close_);
-        on_close_ = std::move(callback);
-      } else {
-        unused = std::move(callback);  // answered: it can never fire
-      }
-      return;
-    }
-    if (!closed_unanswered_) {
-      unused = std::move(callback);
-      return;
-    }
-  }
-  if (callback) callback();  // the client is already gone: at once, on this thread
-}
-
-void Exchange::notify_closed() {
-  std::function<void()> callback;
-  {
-    std::lock_guard lock(mu_);
-    closed_ = true;
-    if (close_notified_) return;
-    close_notified_ = true;
-    if (phase_ == Phase::kDone) return;
-    closed_unanswered_ = true;
-    release_in_flight_locked();
-    callback = std::move(on_close_);
-  }
-  if (!callback) return;
-  try {
-    callback();
-  } catch (const std::exception& e) {
-    log_error(std::string("on_close callback threw: ") + e.what());
-  } catch (...) {
-    log_error("on_close callback threw");
-  }
-}
+void connection_post_close(Connection& conn, bool abort) { conn.post_close(abort); }
 
 void serve_connection(tcp::socket socket, std::shared_ptr<ServerShared> shared) {
   std::make_shared<Connection>(std::move(socket), std::move(shared))->start();

@@ -1,6 +1,7 @@
 // The connection side of HttpServer (internal to src/http): what the server and its
 // connections share, and the entry points the server's lifecycle (http_server.cpp)
-// uses. Connections and exchanges live in http_connection.cpp.
+// uses. Connections live in http_connection.cpp, exchanges in http_exchange.cpp (both
+// declared, with the routing, in http_connection_internal.h).
 #pragma once
 
 #include <atomic>
@@ -41,8 +42,6 @@ struct ServerShared {
   std::atomic<bool> stopping{false};
   Registry registry;
 };
-
-// What an exchange hands to its connection (on the strand).
 
 // Serves one accepted socket until it closes; the connection lives in its own handlers.
 // Called on an I/O thread.

@@ -40,8 +40,9 @@ std::string sha256_hex(const std::string& bytes) {
 TEST(WebUiFiles, EmbedsEveryFileOfWebuiByteForByte) {
   std::vector<std::string> names;
   for (const EmbeddedFile& f : webui_files()) names.push_back(f.name);
-  for (const char* required : {"index.html", "app.js", "api.js", "cache_panel.js", "context.js", "highlight.js",
-                               "markdown.js", "store.js", "style.css"})
+  for (const char* required : {"index.html", "app.js", "api.js", "attachment_picker.js", "cache_panel.js",
+                               "context.js", "highlight.js", "markdown.js", "message_view.js", "store.js",
+                               "style.css"})
     EXPECT_NE(std::find(names.begin(), names.end(), required), names.end()) << required;
   EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
   for (const EmbeddedFile& f : webui_files()) {
