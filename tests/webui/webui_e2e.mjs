@@ -557,7 +557,8 @@ step('a conversation that no longer fits offers to drop its oldest turns or star
   check(await choice.getAttribute('data-pending') === 'true', 'the choice does not offer to resend the refused message');
   const refused = lastAssistant(page);
   check(/context/.test(await refused.locator('.msg-error').textContent()), 'the refusal is not shown on the answer');
-  check((await meterOf(page)).level === 'full', `the meter shows ${JSON.stringify(await meterOf(page))} with the message refused`);
+  // The meter recounts asynchronously after the refusal: wait for it rather than read it once.
+  await until('the meter full with the message refused', async () => (await meterOf(page)).level === 'full');
   await page.screenshot({ path: path.join(opts.out, 'screenshots', 'context-full.png') });
 
   // Drop the oldest turns: the refused message is sent again, with the system prompt and
@@ -722,13 +723,18 @@ step('an image is attached, sent as an image_url part, and kept through a retry'
         content[1]?.type === 'image_url' && content[1].image_url.url === `data:image/png;base64,${png.toString('base64')}` &&
         content.length === 2, `the message was sent as ${JSON.stringify(content).slice(0, 300)}`);
   check(await page.locator('[data-testid="attachment"]').count() === 0, 'the attachment stayed after sending');
-  const userMsg = page.locator('[data-testid="message-user"]').last();
-  await userMsg.locator('[data-testid="message-image"]').waitFor();
-  const box = await userMsg.locator('[data-testid="message-image"]').boundingBox();
-  check(box && box.width <= 240 && box.height <= 240, `the thumbnail is ${JSON.stringify(box)}`);
   const error = lastAssistant(page).locator('.msg-error');
   await error.waitFor();
   check(/takes no images/.test(await error.textContent()), `the server's refusal is not shown: ${await error.textContent()}`);
+  // The refusal redraws the conversation: the thumbnail is measured once it is laid out again
+  // (measured between the two, a new <img> could have no size yet).
+  const userMsg = page.locator('[data-testid="message-user"]').last();
+  let box = null;
+  await until('the thumbnail laid out', async () => {
+    box = await userMsg.locator('[data-testid="message-image"]').boundingBox().catch(() => null);
+    return box !== null && box.width > 0 && box.height > 0;
+  });
+  check(box.width <= 240 && box.height <= 240, `the thumbnail is ${JSON.stringify(box)}`);
   await page.locator('[data-testid="send"]').waitFor({ state: 'visible' });
   await page.screenshot({ path: path.join(opts.out, 'screenshots', 'image.png') });
   // Regenerating and editing send the image again.
