@@ -101,9 +101,9 @@ TEST_F(ImageInputsTest, TheCacheKeepsItsBoundEvictingTheLeastRecentlyUsed) {
   EXPECT_EQ(off->stats().bytes, 0u);
 }
 
-// Eight threads released together: the rows are encoded once and shared. (On 2 cores the
-// threads seldom overlap inside prepare(); the cache check under the encode lock is what
-// covers it when they do, which this test cannot force.)
+// Eight threads released together: the rows are encoded once and shared. (On 2 idle cores
+// the threads seldom overlap inside prepare(); under load they do: the full suite caught an
+// encode lock released before the insert with 2 encodes.)
 TEST_F(ImageInputsTest, ConcurrentRequestsForOneNewImageEncodeItOnce) {
   auto in = make(1 << 20);
   const std::string url = png_url(test::random_image(56, 56, 9));
