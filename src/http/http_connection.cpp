@@ -34,14 +34,8 @@
 // counters, the registry of open connections), so an exchange that outlives the
 // server still has valid counters to touch (it touches none: it is closed by then).
 
-// ThreadSanitizer does not model std::atomic_thread_fence (-Wtsan warns at every Asio
-// handler); Asio's queues are mutex-guarded, so its fences add nothing TSan needs. Every
-// TU of the server that includes Asio sets it, so they agree: http_server.cpp,
-// http_connection.cpp, http_exchange.cpp and http_routing.cpp (http_connection.h
-// includes Asio).
-#if defined(__SANITIZE_THREAD__) && !defined(BOOST_ASIO_DISABLE_FENCED_BLOCK)
-#define BOOST_ASIO_DISABLE_FENCED_BLOCK 1
-#endif
+// First: Asio's configuration, the same in every TU of the module.
+#include "http/asio_tsan.h"  // IWYU pragma: keep
 
 #include "http/http_connection.h"
 

@@ -4,14 +4,8 @@
 // http_connection.cpp, reached only through the connection_* hooks, so this file holds
 // no socket and touches no strand itself.
 
-// ThreadSanitizer does not model std::atomic_thread_fence (-Wtsan warns at every Asio
-// handler); Asio's queues are mutex-guarded, so its fences add nothing TSan needs. Every
-// TU of the server that includes Asio sets it, so they agree: http_server.cpp,
-// http_connection.cpp, http_exchange.cpp and http_routing.cpp (http_connection.h
-// includes Asio).
-#if defined(__SANITIZE_THREAD__) && !defined(BOOST_ASIO_DISABLE_FENCED_BLOCK)
-#define BOOST_ASIO_DISABLE_FENCED_BLOCK 1
-#endif
+// First: Asio's configuration, the same in every TU of the module.
+#include "http/asio_tsan.h"  // IWYU pragma: keep
 
 #include <exception>
 #include <functional>

@@ -25,21 +25,8 @@ using json = nlohmann::json;
 using testing::http;
 using testing::ServerProcess;
 
-std::string base64(const std::vector<uint8_t>& b) {
-  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  for (size_t i = 0; i < b.size(); i += 3) {
-    const uint32_t n = (uint32_t{b[i]} << 16) | (i + 1 < b.size() ? uint32_t{b[i + 1]} << 8 : 0) |
-                       (i + 2 < b.size() ? uint32_t{b[i + 2]} : 0);
-    out += k[(n >> 18) & 63];
-    out += k[(n >> 12) & 63];
-    out += i + 1 < b.size() ? k[(n >> 6) & 63] : '=';
-    out += i + 2 < b.size() ? k[n & 63] : '=';
-  }
-  return out;
-}
-
-std::string png_url(const RgbImage& img) { return "data:image/png;base64," + base64(test::encode_png_rgb(img)); }
+std::string png_url(const RgbImage& img) { return test::png_data_url(img); }
+using test::base64;
 
 class VisionE2E : public ::testing::Test {
  protected:

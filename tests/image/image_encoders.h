@@ -151,4 +151,24 @@ inline std::vector<uint8_t> encode_png_rgb(const RgbImage& img, bool interlace =
   return encode_png(s, img.pixels);
 }
 
+// Standard base64 with padding (the independent encoder the data-URL tests send with).
+inline std::string base64(const std::vector<uint8_t>& b) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < b.size(); i += 3) {
+    const uint32_t n = (uint32_t{b[i]} << 16) | (i + 1 < b.size() ? uint32_t{b[i + 1]} << 8 : 0) |
+                       (i + 2 < b.size() ? uint32_t{b[i + 2]} : 0);
+    out += k[(n >> 18) & 63];
+    out += k[(n >> 12) & 63];
+    out += i + 1 < b.size() ? k[(n >> 6) & 63] : '=';
+    out += i + 2 < b.size() ? k[n & 63] : '=';
+  }
+  return out;
+}
+
+// The image as a PNG in a data: URL, as a chat request carries it.
+inline std::string png_data_url(const RgbImage& img, bool interlace = false) {
+  return "data:image/png;base64," + base64(encode_png_rgb(img, interlace));
+}
+
 }  // namespace pagoda::test
