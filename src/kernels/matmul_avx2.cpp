@@ -187,7 +187,7 @@ void float_tile(const WeightMatrix& w, const float* x, const Tile& tile, float* 
     for (; t + 2 <= tile.tok_end; t += 2) rows.template operator()<2>(t);
     for (; t < tile.tok_end; ++t) rows.template operator()<1>(t);
   };
-  walk_chunks(w.n_cols(), tile, 2, pass);
+  walk_chunks(w.n_cols(), kFloatKcAvx2, tile, 2, pass);
 }
 
 // ---- activation quantizer (bit-identical to quantize_act_row_scalar) ----

@@ -245,13 +245,18 @@ struct Tile {
   int64_t row_begin, row_end, tok_begin, tok_end;
 };
 
-// Float-weight kernels walk columns in chunks of kFloatKc: a 4-row x 2-token
-// micro-tile then reads 4 KiB of f16 weights and 4 KiB of activations per
-// chunk, all from L1, where whole 2048-column rows (16 + 16 KiB per
-// micro-tile) streamed from L2 at 32 B/cycle and held the FMAs to ~45% of peak
-// (AVX2). Chunk boundaries depend only on n_cols, so the summation order is the
-// same for every tiling.
-constexpr int64_t kFloatKc = 512;
+// Float-weight kernels walk columns in chunks (walk_chunks' kc). AVX2: kFloatKcAvx2, where
+// a 4-row x 2-token micro-tile then reads 4 KiB of f16 weights and 4 KiB of activations
+// per chunk, all from L1, where whole 2048-column rows (16 + 16 KiB per micro-tile)
+// streamed from L2 at 32 B/cycle and held the FMAs to ~45% of peak. AVX-512:
+// kFloatKcAvx512, since each chunk ends in a reduction of 16 accumulators (4 x 4
+// micro-tile) that 256 vdpbf16ps must pay for: one Zen 4 core, 512 tokens x 5632 x 2048,
+// chunks of 512 / 1024 / 2048 / 4096 columns: BF16 174 / 196 / 209 / 207 Gop/s, F16 99 /
+// 105 / 111 / 110 (after reduce_4x4); a 4-token micro-tile's bf16 activations are then
+// 16 KiB, in L1 beside the weight rows streaming from L2. Chunk boundaries depend only on
+// n_cols and the level, so the summation order is the same for every tiling.
+constexpr int64_t kFloatKcAvx2 = 512;
+constexpr int64_t kFloatKcAvx512 = 2048;
 
 // How far ahead of the line being read the decode kernels ask for weights, on every
 // level: prefetch_ahead (matmul_simd.h, where the 2 KiB was measured) and prefetch_row_ahead.
@@ -274,22 +279,20 @@ inline void prefetch_row_ahead(const uint8_t* row, int64_t off, int64_t row_byte
   __builtin_prefetch(row + ahead, 0, 3);
 }
 
-// Calls pass(k0, k1, r0, r1) over the tile. With more tokens than one
+// Calls pass(k0, k1, r0, r1) over the tile, in column chunks of kc. With more tokens than one
 // micro-tile holds, chunks are the outer loop (the chunk's weights are reused
 // from L1/L2 by every token micro-tile); with few (decode), each group of 4
 // rows runs through all its chunks before the next, so weights stream
 // sequentially from DRAM. Both orders add the same chunk sums in the same
 // order into y, so a token's result does not depend on the batch around it.
 template <class Pass>
-void walk_chunks(int64_t n_cols, const Tile& tile, int64_t micro_tokens, Pass&& pass) {
+void walk_chunks(int64_t n_cols, int64_t kc, const Tile& tile, int64_t micro_tokens, Pass&& pass) {
   if (tile.tok_end - tile.tok_begin > micro_tokens) {
-    for (int64_t k0 = 0; k0 < n_cols; k0 += kFloatKc)
-      pass(k0, std::min(n_cols, k0 + kFloatKc), tile.row_begin, tile.row_end);
+    for (int64_t k0 = 0; k0 < n_cols; k0 += kc) pass(k0, std::min(n_cols, k0 + kc), tile.row_begin, tile.row_end);
     return;
   }
   for (int64_t r = tile.row_begin; r < tile.row_end; r += 4)
-    for (int64_t k0 = 0; k0 < n_cols; k0 += kFloatKc)
-      pass(k0, std::min(n_cols, k0 + kFloatKc), r, std::min(tile.row_end, r + 4));
+    for (int64_t k0 = 0; k0 < n_cols; k0 += kc) pass(k0, std::min(n_cols, k0 + kc), r, std::min(tile.row_end, r + 4));
 }
 
 // Quantized weights, packed layout, quantized activations.
