@@ -142,3 +142,5 @@ inline float reduce_max_ps(__m512 v) {
 #define _mm512_reduce_add_epi32 pagoda::emu::reduce_add_epi32
 #define _mm512_reduce_add_ps pagoda::emu::reduce_add_ps
 #define _mm512_reduce_max_ps pagoda::emu::reduce_max_ps
+// SIMDe 0.7.4 has the function but no native alias for it.
+#define _mm512_shuffle_f32x4(a, b, imm8) simde_mm512_shuffle_f32x4(a, b, imm8)
