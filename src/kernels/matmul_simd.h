@@ -569,12 +569,19 @@ void packed_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile
   const size_t group_bytes = n_units * packed_unit_bytes(T, L);
   const int64_t g0 = tile.row_begin / L, g1 = (tile.row_end + L - 1) / L;
   auto valid = [&](int64_t g) { return static_cast<int>(std::min<int64_t>(L, w.n_rows() - g * L)); };
+  // A tile of exactly 8 tokens (eight decoding streams) on a level with registers for it:
+  // one pass of 1 group x 8 tokens, so the weights streaming from memory feed all eight
+  // tokens while they arrive, where two 2-group x 4-token passes read them from memory
+  // for the first four (at one stream's bandwidth-bound speed) and then computed the
+  // other four from L2: memory time and compute time added up instead of overlapping.
+  constexpr bool kOnePass8 = is_block32(T) && V::kMaxN >= 8;
+  const bool one_pass8 = kOnePass8 && tile.tok_end - tile.tok_begin == 8;
   // Step-vector scratch (unpack_codes): none, being written, or written.
   Codes codes = Codes::Packed;
   uint8_t* scratch = nullptr;
   const size_t scratch_group_bytes = static_cast<size_t>(n_units) * 8 * 4 * L;
   if constexpr (unpack_codes<V, T>()) {
-    if (tile.tok_end - tile.tok_begin >= 2 * V::kBlock32N) {
+    if (!one_pass8 && tile.tok_end - tile.tok_begin >= 2 * V::kBlock32N) {
       thread_local std::vector<uint8_t> buf;
       const size_t need = static_cast<size_t>(g1 - g0) * scratch_group_bytes;
       if (buf.size() < need) buf.resize(need);
@@ -582,7 +589,7 @@ void packed_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile
       codes = Codes::PackedAndStore;
     }
   }
-  auto run = [&]<int N>(int64_t t0) {
+  auto run = [&]<int N, int GB = V::kGroups>(int64_t t0) {
     // The tile's first micro-tile reads its weights from memory (see prefetch_ahead).
     const bool prefetch = t0 == tile.tok_begin;
     int64_t g = g0;
@@ -606,12 +613,16 @@ void packed_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile
         }
         block32_kernel<V, T, G, N>(gp, up, a, t0, y, w.n_rows(), row0, n_valid, prefetch);
       };
-      for (; g + V::kGroups <= g1; g += V::kGroups) groups.template operator()<V::kGroups>();
+      if constexpr (GB > 1)
+        for (; g + GB <= g1; g += GB) groups.template operator()<GB>();
       for (; g < g1; ++g) groups.template operator()<1>();
     } else {
       for (; g < g1; ++g) group_kernel<V, T, N>(w.packed() + g * group_bytes, a, t0, y, w.n_rows(), g * L, valid(g), prefetch);
     }
   };
+  if constexpr (kOnePass8) {
+    if (one_pass8) return run.template operator()<8, 1>(tile.tok_begin);
+  }
   constexpr int kN = is_block32(T) ? V::kBlock32N : V::kMaxN;
   int64_t t = tile.tok_begin;
   for (; t + kN <= tile.tok_end; t += kN) {

@@ -227,21 +227,24 @@ TEST_P(MatmulTypeTest, OneAndTwoThreadsGiveIdenticalResults) {
 }
 
 // Decoding a token alone (matvec) gives the same bits as that token inside a
-// prefill batch, so batched and single decode agree exactly.
+// prefill batch, so batched and single decode agree exactly. 13 tokens: 4-token
+// micro-tiles and a tail; 8: the one-pass 8-token micro-tile of eight decoding streams.
 TEST_P(MatmulTypeTest, TokenAloneMatchesTokenInBatch) {
   const GgmlType type = GetParam();
-  const int64_t n_rows = 40, n_cols = 512, n_tokens = 13;
-  std::mt19937 rng(5);
-  const std::vector<uint8_t> w = make_weights(type, n_rows, n_cols, rng);
-  const std::vector<float> x = make_acts(n_tokens, n_cols, rng);
-  for (Isa isa : levels(type)) {
-    const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), isa);
-    std::vector<float> batch(n_tokens * n_rows), one(n_rows);
-    matmul(m, x.data(), n_tokens, batch.data(), pool(2));
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      matmul(m, x.data() + t * n_cols, 1, one.data(), pool(2));
-      EXPECT_EQ(0, std::memcmp(one.data(), batch.data() + t * n_rows, n_rows * sizeof(float)))
-          << type_name(type) << " " << isa_name(isa) << " token " << t;
+  for (const int64_t n_tokens : {13, 8}) {
+    const int64_t n_rows = 40, n_cols = 512;
+    std::mt19937 rng(5);
+    const std::vector<uint8_t> w = make_weights(type, n_rows, n_cols, rng);
+    const std::vector<float> x = make_acts(n_tokens, n_cols, rng);
+    for (Isa isa : levels(type)) {
+      const WeightMatrix m = WeightMatrix::prepare(type, n_rows, n_cols, w.data(), isa);
+      std::vector<float> batch(n_tokens * n_rows), one(n_rows);
+      matmul(m, x.data(), n_tokens, batch.data(), pool(2));
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        matmul(m, x.data() + t * n_cols, 1, one.data(), pool(2));
+        EXPECT_EQ(0, std::memcmp(one.data(), batch.data() + t * n_rows, n_rows * sizeof(float)))
+            << type_name(type) << " " << isa_name(isa) << " token " << t << " of " << n_tokens;
+      }
     }
   }
 }
