@@ -16,6 +16,7 @@ CpuFeatures detect() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return f;
   unsigned max_leaf = eax;
+  f.amd = ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163;  // "Auth" "enti" "cAMD"
   __get_cpuid(1, &eax, &ebx, &ecx, &edx);
   bool osxsave = ecx & (1u << 27);
   f.fma = ecx & (1u << 12);

@@ -27,6 +27,7 @@ struct CpuFeatures {
   bool amx_tile = false;  // CPUID and the OS's XCR0 (XTILECFG / XTILEDATA state)
   bool amx_int8 = false;
   bool amx_bf16 = false;
+  bool amd = false;  // CPUID vendor "AuthenticAMD"
 };
 
 const CpuFeatures& cpu_features();

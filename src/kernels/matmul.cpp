@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -24,6 +25,14 @@
 #include "kernels/matmul_impl.h"
 
 namespace pagoda {
+
+bool matmul_detail::decode_prefetch_l2() {
+  if (const char* env = std::getenv("PAGODA_PREFETCH")) {
+    if (std::strcmp(env, "l1") == 0) return false;
+    if (std::strcmp(env, "l2") == 0) return true;
+  }
+  return cpu_features().amd;
+}
 
 using namespace matmul_detail;
 

@@ -262,6 +262,23 @@ constexpr int64_t kFloatKcAvx512 = 2048;
 // level: prefetch_ahead (matmul_simd.h, where the 2 KiB was measured) and prefetch_row_ahead.
 constexpr int64_t kDecodePrefetchAhead = 2048;
 
+// Which cache the decode prefetches fill: L1 (prefetcht0) where they were measured first,
+// on the Intel Xeon; L2 (prefetcht2) on AMD. On a Zen 4, two threads, alternating runs of
+// one binary, prefetcht0 held every decode kernel to ~29-31 GB/s (F16 12.7-13.7 tok/s on a
+// 1.1B model) while a plain read loop streamed 60 GB/s and llama.cpp's F16 decode 41-50:
+// each prefetch into L1 holds one of the core's few L1 miss buffers for a whole DRAM
+// round trip. Into L2 (whose miss buffers are several times as many) F16 decode read
+// 16.3-20.2 tok/s, Q4_0 49.6-52.8 against 42.9-50.5. Not measured on Intel, so it keeps
+// L1; PAGODA_PREFETCH=l1|l2 overrides it (decode_prefetch_l2, matmul.cpp).
+bool decode_prefetch_l2();
+inline const bool kDecodePrefetchL2 = decode_prefetch_l2();
+
+// One decode prefetch of the weights at p, into the cache kDecodePrefetchL2 says.
+inline __attribute__((always_inline)) void prefetch_weights(const void* p) {
+  if (kDecodePrefetchL2) __builtin_prefetch(p, 0, 1);
+  else __builtin_prefetch(p, 0, 3);
+}
+
 // The float kernels' decode prefetch (one or two tokens: the rows stream from DRAM) for
 // byte `off` of row i of an RM-row micro-tile: kDecodePrefetchAhead bytes ahead, and once
 // that passes the row's end, on into row i + RM (the next micro-tile's row i), the next
@@ -276,7 +293,7 @@ template <int RM>
 inline void prefetch_row_ahead(const uint8_t* row, int64_t off, int64_t row_bytes) {
   int64_t ahead = off + kDecodePrefetchAhead;
   if (ahead >= row_bytes) ahead += (RM - 1) * row_bytes;
-  __builtin_prefetch(row + ahead, 0, 3);
+  prefetch_weights(row + ahead);
 }
 
 // Calls pass(k0, k1, r0, r1) over the tile, in column chunks of kc. With more tokens than one

@@ -51,9 +51,16 @@ namespace pagoda::matmul_detail {
 // the lines kDecodePrefetchAhead bytes ahead of the one being unpacked raised them to
 // 10-12 / 11-12 GB/s (1,024 ahead: +10-20%; 2,048: +20-50%; 4,096: no better). Only the
 // first token micro-tile of a tile prefetches: later ones find the tile's weights in L1/L2.
-template <class V>
+// ToL1: the K-quants' group kernel asks for L1 on every CPU. Its units read into L2
+// (kDecodePrefetchL2, matmul_impl.h) measured slower on Zen 4 (Q4_K_M tg64, two alternating
+// rounds: 41.6 / 44.5 -> 35.1 / 36.7 tok/s), where the 32-wide formats gained (Q4_0 +4-5%,
+// Q8_0 +6-11%).
+template <class V, bool ToL1 = false>
 inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t* p, size_t bytes) {
-  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + kDecodePrefetchAhead + off, 0, 3);
+  for (size_t off = 0; off < bytes; off += 64) {
+    if constexpr (ToL1) __builtin_prefetch(p + kDecodePrefetchAhead + off, 0, 3);
+    else prefetch_weights(p + kDecodePrefetchAhead + off);
+  }
 }
 
 // Whether the codes fed to the dot instructions are Q8_0-style bytes (q + 128 for
@@ -372,7 +379,7 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
     const int64_t nsb = n_cols / 256;
     for (int64_t u = 0; u < nsb; ++u) {
       const uint8_t* p = gp + u * unit_bytes;
-      if (prefetch) prefetch_ahead<V>(p, unit_bytes);
+      if (prefetch) prefetch_ahead<V, true>(p, unit_bytes);
       const uint8_t* sp = p + 8 * chunk;
       // isum = sum_j sc_j x dot_j and imin = sum_j m_j x sum32_j, exact integers (so every
       // level gets the same ones). AVX2: the int16 pair sums go through one pmaddwd with
@@ -434,7 +441,7 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
     const I m0f = V::set1(0x0F);
     for (int64_t u = 0; u < nsb; ++u) {
       const uint8_t* p = gp + u * unit_bytes;
-      if (prefetch) prefetch_ahead<V>(p, unit_bytes);
+      if (prefetch) prefetch_ahead<V, true>(p, unit_bytes);
       const uint8_t* sp = p + 8 * chunk;
       I isum[N], iaux[N];  // iaux: Q2_K sum m_i s16_i; Q3_K sum sc_i s16_i
       for (int t = 0; t < N; ++t) isum[t] = iaux[t] = V::zero();
@@ -483,7 +490,7 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
     const int64_t nsb = n_cols / 256;
     for (int64_t u = 0; u < nsb; ++u) {
       const uint8_t* p = gp + u * unit_bytes;
-      if (prefetch) prefetch_ahead<V>(p, unit_bytes);
+      if (prefetch) prefetch_ahead<V, true>(p, unit_bytes);
       const uint8_t* sp = p + 8 * chunk;
       I isum[N];
       for (int t = 0; t < N; ++t) isum[t] = V::zero();
@@ -511,7 +518,7 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
     const int64_t nsb = n_cols / 256;
     for (int64_t u = 0; u < nsb; ++u) {
       const uint8_t* p = gp + u * unit_bytes;
-      if (prefetch) prefetch_ahead<V>(p, unit_bytes);
+      if (prefetch) prefetch_ahead<V, true>(p, unit_bytes);
       const uint8_t* sp = p + 8 * chunk;
       I isum[N];
       for (int t = 0; t < N; ++t) isum[t] = V::zero();
