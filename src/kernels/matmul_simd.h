@@ -51,16 +51,20 @@ namespace pagoda::matmul_detail {
 // the lines kDecodePrefetchAhead bytes ahead of the one being unpacked raised them to
 // 10-12 / 11-12 GB/s (1,024 ahead: +10-20%; 2,048: +20-50%; 4,096: no better). Only the
 // first token micro-tile of a tile prefetches: later ones find the tile's weights in L1/L2.
-// ToL1: the K-quants' group kernel asks for L1 on every CPU. Its units read into L2
-// (kDecodePrefetchL2, matmul_impl.h) measured slower on Zen 4 (Q4_K_M tg64, two alternating
-// rounds: 41.6 / 44.5 -> 35.1 / 36.7 tok/s), where the 32-wide formats gained (Q4_0 +4-5%,
-// Q8_0 +6-11%).
-template <class V, bool ToL1 = false>
+// KQuant: the K-quants' group kernel, whose burst of a unit's lines (2,304 bytes for Q4_K)
+// wants more distance when it goes to L2: on Zen 4 (Q4_K_M tg64, alternating rounds) L2 at
+// 2 KiB ahead read 35.1 / 36.7 tok/s against L1's 41.6 / 44.5, L2 at 4 KiB 47.3-48.3
+// against 43.7-44.1 (8 KiB: 47.6-48.5; none at all 46.6-47.3; L1 at 4 KiB 43.8-45.3). Where
+// kDecodePrefetchL2 is off (Intel) it asks for L1 at kDecodePrefetchAhead as measured there.
+template <class V, bool KQuant = false>
 inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t* p, size_t bytes) {
-  for (size_t off = 0; off < bytes; off += 64) {
-    if constexpr (ToL1) __builtin_prefetch(p + kDecodePrefetchAhead + off, 0, 3);
-    else prefetch_weights(p + kDecodePrefetchAhead + off);
+  if constexpr (KQuant) {
+    if (kDecodePrefetchL2) {
+      for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + 2 * kDecodePrefetchAhead + off, 0, 1);
+      return;
+    }
   }
+  for (size_t off = 0; off < bytes; off += 64) prefetch_weights(p + kDecodePrefetchAhead + off);
 }
 
 // Whether the codes fed to the dot instructions are Q8_0-style bytes (q + 128 for
