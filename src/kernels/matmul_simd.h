@@ -58,13 +58,8 @@ namespace pagoda::matmul_detail {
 // kDecodePrefetchL2 is off (Intel) it asks for L1 at kDecodePrefetchAhead as measured there.
 template <class V, bool KQuant = false>
 inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t* p, size_t bytes) {
-  if constexpr (KQuant) {
-    if (kDecodePrefetchL2) {
-      for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + 2 * kDecodePrefetchAhead + off, 0, 1);
-      return;
-    }
-  }
-  for (size_t off = 0; off < bytes; off += 64) prefetch_weights(p + kDecodePrefetchAhead + off);
+  const int64_t ahead = KQuant && kDecodePrefetchL2 ? 2 * kDecodePrefetchAhead : kDecodePrefetchAhead;
+  for (size_t off = 0; off < bytes; off += 64) prefetch_weights(p + ahead + off);
 }
 
 // Whether the codes fed to the dot instructions are Q8_0-style bytes (q + 128 for
@@ -624,8 +619,7 @@ void packed_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile
         }
         block32_kernel<V, T, G, N>(gp, up, a, t0, y, w.n_rows(), row0, n_valid, prefetch);
       };
-      if constexpr (GB > 1)
-        for (; g + GB <= g1; g += GB) groups.template operator()<GB>();
+      for (; g + GB <= g1; g += GB) groups.template operator()<GB>();
       for (; g < g1; ++g) groups.template operator()<1>();
     } else {
       for (; g < g1; ++g) group_kernel<V, T, N>(w.packed() + g * group_bytes, a, t0, y, w.n_rows(), g * L, valid(g), prefetch);
