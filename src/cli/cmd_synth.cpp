@@ -63,7 +63,9 @@ Runner add_synth(CLI::App& app) {
                  "path: --arch gemma3 (a SigLIP encoder and Gemma 3's projector; defaults SigLIP-400M at "
                  "896 px, Gemma 3 4B-27B's) or gemma4 (Gemma 4's gemma4v projector; defaults E2B / E4B's "
                  "tower: 768 wide, 16 layers, 12 heads, FFN 3072, 16 px patches, merge 3, position tables "
-                 "of 10240); the --mmproj-* flags shape it (defaults shown: gemma3's)");
+                 "of 10240) or qwen35 / qwen35moe (Qwen 3.5's qwen3vl_merger projector: 1152 wide, 27 layers, "
+                 "16 heads, FFN 4304, 16 px patches, merge 2, a 48 x 48 position grid: image size 768); the "
+                 "--mmproj-* flags shape it (defaults shown: gemma3's)");
   // The projector's shape: flag, field, help (defaults shown: MmprojSpec's).
   static const std::tuple<const char*, int64_t MmprojSpec::*, const char*> kMmprojSizes[] = {
       {"--mmproj-image-size", &MmprojSpec::image_size, "image side in pixels"},
@@ -75,7 +77,7 @@ Runner add_synth(CLI::App& app) {
       {"--mmproj-merge", &MmprojSpec::n_merge,
        "patches pooled per side into one image token (must divide the patches per side)"},
   };
-  // The flags given, copied over gemma4's defaults (their shown defaults are gemma3's).
+  // The flags given, copied over gemma4's or qwen35's defaults (their shown defaults are gemma3's).
   auto given = std::make_shared<std::vector<std::pair<CLI::Option*, int64_t MmprojSpec::*>>>();
   for (const auto& [flag, field, help] : kMmprojSizes)
     given->emplace_back(app.add_option(flag, o->mm.*field, std::string("Projector: ") + help)->capture_default_str(),
@@ -125,10 +127,14 @@ Runner add_synth(CLI::App& app) {
     s.pooling = o->pooling;
     MmprojSpec mm = o->mm;
     if (!o->mmproj.empty()) {  // checked before the model is written
-      if (s.arch != "gemma3" && s.arch != "gemma4")
-        throw Error("synth: --mmproj writes Gemma 3's and Gemma 4's projectors only (--arch gemma3 or gemma4), "
-                    "not " + s.arch + "'s");
-      if (s.arch == "gemma4") {
+      if (s.arch != "gemma3" && s.arch != "gemma4" && s.arch != "qwen35" && s.arch != "qwen35moe")
+        throw Error("synth: --mmproj writes Gemma 3's, Gemma 4's and Qwen 3.5's projectors only (--arch gemma3, gemma4, "
+                    "qwen35 or qwen35moe), not " + s.arch + "'s");
+      if (s.arch == "qwen35" || s.arch == "qwen35moe") {
+        mm = qwen3vl_mmproj_spec();
+        for (const auto& [opt, field] : *given)
+          if (opt->count() > 0) mm.*field = o->mm.*field;
+      } else if (s.arch == "gemma4") {
         mm = gemma4v_mmproj_spec();
         for (const auto& [opt, field] : *given)
           if (opt->count() > 0) mm.*field = o->mm.*field;

@@ -18,29 +18,32 @@ std::string num(int64_t x) { return std::to_string(x); }
 }  // namespace
 
 void check_mmproj_spec(const MmprojSpec& s) {
-  const bool g4 = s.projector == "gemma4v";
-  if (s.projector != "gemma3" && !g4)
-    throw Error("synth: mmproj projector '" + s.projector + "' is not supported (gemma3 or gemma4v)");
+  const bool g4 = s.projector == "gemma4v", qw = s.projector == "qwen3vl_merger";
+  if (s.projector != "gemma3" && !g4 && !qw)
+    throw Error("synth: mmproj projector '" + s.projector + "' is not supported (gemma3, gemma4v or qwen3vl_merger)");
   if (s.image_size <= 0 || s.patch_size <= 0 || s.dim <= 0 || s.ffn_dim <= 0 || s.n_layers <= 0 ||
       s.n_heads <= 0 || s.n_merge <= 0 || (g4 && s.pos_size <= 0))
     throw Error("synth: every mmproj size must be positive");
   if (s.text_dim <= 0) throw Error("synth: the mmproj needs the text model's width (text_dim)");
-  if (!g4) {  // gemma4v resizes every image to a multiple of patch x merge: image_size is unused
+  if (qw && s.n_merge != 2) throw Error("synth: qwen3vl_merger merges 2 x 2 patches, not " + num(s.n_merge));
+  // gemma4v resizes every image to a multiple of patch x merge: image_size is unused;
+  // qwen3vl_merger's is its position grid's side in pixels (resized to each image's).
+  if (!g4) {
     if (s.image_size % s.patch_size != 0)
       throw Error("synth: mmproj image size " + num(s.image_size) + " is not a multiple of the patch size " +
                   num(s.patch_size));
     const int64_t side = s.image_size / s.patch_size;
-    if (side % s.n_merge != 0)
+    if (!qw && side % s.n_merge != 0)
       throw Error("synth: " + num(side) + " patches per side are not a multiple of the merge " + num(s.n_merge));
   }
   if (s.dim % s.n_heads != 0)
     throw Error("synth: mmproj dim " + num(s.dim) + " is not a multiple of its heads " + num(s.n_heads));
-  if (g4 && (s.dim / s.n_heads) % 4 != 0)
-    throw Error("synth: gemma4v head width " + num(s.dim / s.n_heads) +
+  if ((g4 || qw) && (s.dim / s.n_heads) % 4 != 0)
+    throw Error("synth: " + s.projector + " head width " + num(s.dim / s.n_heads) +
                 " is not a multiple of 4 (its 2-D RoPE rotates two halves in pairs)");
   if (!(s.eps > 0.0f)) throw Error("synth: the mmproj norm epsilon must be positive");
   const int64_t blk = traits(s.type).block_size;
-  for (int64_t width : {s.dim, s.ffn_dim})
+  for (int64_t width : {s.dim, s.ffn_dim, qw ? 4 * s.dim : s.dim})
     if (width % blk != 0)
       throw Error("synth: mmproj matrix width " + num(width) + " is not a multiple of the " +
                   std::string(type_name(s.type)) + " block size " + num(blk));
@@ -51,6 +54,14 @@ MmprojSpec gemma4v_mmproj_spec() {
   s.projector = "gemma4v";
   s.image_size = 224, s.patch_size = 16, s.dim = 768, s.ffn_dim = 3072, s.n_layers = 16, s.n_heads = 12;
   s.n_merge = 3, s.pos_size = 10240;
+  return s;
+}
+
+MmprojSpec qwen3vl_mmproj_spec() {
+  MmprojSpec s;
+  s.projector = "qwen3vl_merger";
+  s.image_size = 768, s.patch_size = 16, s.dim = 1152, s.ffn_dim = 4304, s.n_layers = 27, s.n_heads = 16;
+  s.n_merge = 2;
   return s;
 }
 
@@ -163,13 +174,49 @@ void add_gemma4v_tensors(const MmprojSpec& spec, TensorMaker& t) {
   t.random("mm.input_projection.weight", GgmlType::F16, {d, spec.text_dim}, inv_sqrt(d));
 }
 
+// Qwen 3.5's: the 3-D patch convolution's two temporal slices (v.patch_embd.weight and
+// .weight.1, HF's [dim, 3, 2, p, p] split as the converter does) with a bias, a square grid
+// of learned positions (image_size / patch per side), LayerNorm blocks with a fused biased
+// qkv and a biased GELU FFN, the final LayerNorm (the merger's norm: v.post_ln) and the
+// merger mm.0 [4 dim -> 4 dim], mm.2 [4 dim -> text_dim], biased.
+void add_qwen3vl_tensors(const MmprojSpec& spec, TensorMaker& t) {
+  const int64_t p = spec.patch_size, d = spec.dim, f = spec.ffn_dim;
+  const int64_t side = spec.image_size / spec.patch_size;
+  // Each slice sees the same still image: 1/sqrt(2 fan_in) keeps their sum at 1/sqrt(fan_in).
+  t.random("v.patch_embd.weight", GgmlType::F32, {p, p, 3, d}, inv_sqrt(2 * 3 * p * p));
+  t.random("v.patch_embd.weight.1", GgmlType::F32, {p, p, 3, d}, inv_sqrt(2 * 3 * p * p));
+  t.bias("v.patch_embd.bias", d);
+  t.random("v.position_embd.weight", GgmlType::F32, {d, side * side}, 0.5f);
+  for (int64_t l = 0; l < spec.n_layers; ++l) {
+    const std::string b = "v.blk." + num(l) + ".";
+    t.norm(b + "ln1.weight", d);
+    t.bias(b + "ln1.bias", d);
+    t.random(b + "attn_qkv.weight", spec.type, {d, 3 * d}, inv_sqrt(d));
+    t.bias(b + "attn_qkv.bias", 3 * d);
+    t.random(b + "attn_out.weight", spec.type, {d, d}, inv_sqrt(d));
+    t.bias(b + "attn_out.bias", d);
+    t.norm(b + "ln2.weight", d);
+    t.bias(b + "ln2.bias", d);
+    t.random(b + "ffn_up.weight", spec.type, {d, f}, inv_sqrt(d));
+    t.bias(b + "ffn_up.bias", f);
+    t.random(b + "ffn_down.weight", spec.type, {f, d}, inv_sqrt(f));
+    t.bias(b + "ffn_down.bias", d);
+  }
+  t.norm("v.post_ln.weight", d);
+  t.bias("v.post_ln.bias", d);
+  t.random("mm.0.weight", spec.type, {4 * d, 4 * d}, inv_sqrt(4 * d));
+  t.bias("mm.0.bias", 4 * d);
+  t.random("mm.2.weight", spec.type, {4 * d, spec.text_dim}, inv_sqrt(4 * d));
+  t.bias("mm.2.bias", spec.text_dim);
+}
+
 }  // namespace
 
 void write_synthetic_mmproj(const MmprojSpec& spec, const std::string& path) {
   check_mmproj_spec(spec);
   using gguf::Value;
   auto u32 = [](int64_t x) { return Value::u32(static_cast<uint32_t>(x)); };
-  const bool g4 = spec.projector == "gemma4v";
+  const bool g4 = spec.projector == "gemma4v", qw = spec.projector == "qwen3vl_merger";
 
   gguf::GgufWriter w;
   w.set("general.architecture", Value::str("clip"));
@@ -193,17 +240,21 @@ void write_synthetic_mmproj(const MmprojSpec& spec, const std::string& path) {
   w.set("clip.vision.block_count", u32(spec.n_layers));
   w.set("clip.vision.attention.head_count", u32(spec.n_heads));
   w.set("clip.vision.attention.layer_norm_epsilon", Value::f32(spec.eps));
-  // gemma3: (x - 0.5) / 0.5; gemma4v: x unchanged, its graph maps [0, 1] to [-1, 1] itself.
+  if (qw) w.set("clip.vision.spatial_merge_size", u32(spec.n_merge));
+  // gemma3, qwen3vl_merger: (x - 0.5) / 0.5; gemma4v: x unchanged, its graph maps [0, 1] to
+  // [-1, 1] itself.
   const float mean = g4 ? 0.0f : 0.5f, stdev = g4 ? 1.0f : 0.5f;
   w.set("clip.vision.image_mean", Value::f32_array({mean, mean, mean}));
   w.set("clip.vision.image_std", Value::f32_array({stdev, stdev, stdev}));
   // llama.cpp reads it optionally (default 4 for gemma3, 3 for gemma4v); the converters
   // write it only otherwise (gemma4's never).
-  if (spec.n_merge != (g4 ? 3 : 4)) w.set("clip.vision.projector.scale_factor", u32(spec.n_merge));
+  if (!qw && spec.n_merge != (g4 ? 3 : 4)) w.set("clip.vision.projector.scale_factor", u32(spec.n_merge));
 
   TensorMaker t{w, synth_random::Rng(spec.seed), {}};
   if (g4)
     add_gemma4v_tensors(spec, t);
+  else if (qw)
+    add_qwen3vl_tensors(spec, t);
   else
     add_gemma3_tensors(spec, t);
   w.write(path);

@@ -11,10 +11,12 @@
 // average pooling, std bias / scale, RMS norm and the projection; clamp scalars
 // (.input_min/.input_max/.output_min/.output_max, Gemma4ClippableLinear) on every layer's
 // attn_q and ffn_down. tests/vision/gemma4v_numpy.py is its numpy reference.
+// Qwen 3.5's ("qwen3vl_merger"): add_qwen3vl_tensors in synth_mmproj.cpp; its numpy
+// reference is tests/vision/qwen3vl_numpy.py.
 // Weights as synth's (tools/synth.h): seeded, matrices 1/sqrt(fan_in), norms 1 with a small
 // jitter, biases std 0.1, position embeddings std 0.5.
 // Contract: write_synthetic_mmproj() throws pagoda::Error for an invalid spec (a projector
-// other than gemma3 / gemma4v, a non-positive size, for gemma3 image_size not a multiple of
+// other than gemma3 / gemma4v / qwen3vl_merger, a non-positive size, for gemma3 image_size not a multiple of
 // patch_size or patches per side not a multiple of n_merge, for gemma4v a head width not a
 // multiple of 4 (its 2-D RoPE), heads not dividing dim, a matrix width not a multiple of the
 // type's block) or an unwritable path.
@@ -64,6 +66,9 @@ void check_mmproj_spec(const MmprojSpec& spec);
 // heads of 64, FFN 3072, 16 px patches, 3 x 3 pooling, 10240-row position tables), with
 // image_size 224 as the converter writes it (unused by the dynamic-resolution path).
 MmprojSpec gemma4v_mmproj_spec();
+// Qwen 3.5's vision tower (Qwen3-VL's without deepstack: 27 layers 1152 wide of 16 heads,
+// FFN 4304, 16 px patches, 2 x 2 merge, a 48 x 48 position grid: image_size 768).
+MmprojSpec qwen3vl_mmproj_spec();
 void write_synthetic_mmproj(const MmprojSpec& spec, const std::string& path);
 
 }  // namespace pagoda

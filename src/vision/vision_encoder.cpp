@@ -7,89 +7,11 @@
 #include "common/error.h"
 #include "kernels/ops.h"
 #include "tensor/types.h"
+#include "vision/vision_internal.h"
 
 namespace pagoda {
 
-// A projection: y = clamp_out(clamp_in(x) · Wᵀ + b). The clamps are Gemma 4's
-// Gemma4ClippableLinear (scalars beside the weight; none: ±inf, skipped).
-struct VisionEncoder::Linear {
-  WeightMatrix w;
-  std::vector<float> b;  // [rows] or empty
-  float in_min = -INFINITY, in_max = INFINITY, out_min = -INFINITY, out_max = INFINITY;
-  bool clamps_in() const { return in_min != -INFINITY || in_max != INFINITY; }
-  bool clamps_out() const { return out_min != -INFINITY || out_max != INFINITY; }
-  bool empty() const { return w.n_rows() == 0; }
-};
-
-struct VisionEncoder::Layer {
-  // Norm weights [dim]; the biases are empty for RMS norms (gemma4v).
-  std::vector<float> ln1_w, ln1_b, ln2_w, ln2_b;
-  Linear q, k, v, o;                      // [dim, dim]
-  Linear up, gate, down;                  // [ffn, dim] (gate empty: ungated), [dim, ffn]
-  std::vector<float> q_norm, k_norm;      // [head_dim] (gemma4v) or empty
-  std::vector<float> attn_post_norm, ffn_post_norm;  // [dim] (gemma4v) or empty
-  std::vector<float> out_scale;           // [dim] or [1] (gemma4v) or empty
-};
-
-struct VisionEncoder::Scratch {
-  std::vector<float> patches;  // [T, 3 * patch²] (im2col)
-  std::vector<float> x;        // [T, dim] residual stream
-  std::vector<float> xn;       // [T, dim]
-  std::vector<float> q, k, v;  // [T, dim]
-  std::vector<float> attn;     // [T, dim]
-  std::vector<float> tmp;      // [T, dim]
-  std::vector<float> ffn, ffn_gate;  // [T, ffn]
-  std::vector<float> clamped;  // a projection's clamped input
-  std::vector<float> rope_cos, rope_sin;  // gemma4v: [T][head_dim / 4] by column, then by row
-  // One head at a time: K_h [T, hd], V_hᵀ [hd, T], Q_h [T, hd], scores [T, T], O_h [T, hd].
-  std::vector<float> kh, vth, qh, scores, oh;
-  std::vector<f16_t> kh16, vth16;  // K_h and V_hᵀ as the attention products' f16 "weights"
-};
-
 namespace {
-
-std::string where(const gguf::GgufFile& f) { return f.path() + ": "; }
-
-const gguf::TensorInfo& tensor(const gguf::GgufFile& f, const std::string& name, std::vector<int64_t> dims) {
-  const gguf::TensorInfo* t = f.find_tensor(name);
-  if (t == nullptr) throw Error(where(f) + "projector tensor " + name + " is missing");
-  if (!t->type_known || t->data == nullptr) throw Error(where(f) + "projector tensor " + name + " has an unknown type");
-  std::vector<int64_t> got = t->dims;
-  while (got.size() > dims.size() && got.back() == 1) got.pop_back();
-  if (got != dims) {
-    std::string want = "[";
-    for (size_t i = 0; i < dims.size(); ++i) want += (i ? ", " : "") + std::to_string(dims[i]);
-    throw Error(where(f) + "projector tensor " + name + " has shape " + t->shape_string() + ", expected " + want + "]");
-  }
-  return *t;
-}
-
-std::vector<float> floats(const gguf::GgufFile& f, const std::string& name, std::vector<int64_t> dims) {
-  const gguf::TensorInfo& t = tensor(f, name, dims);
-  std::vector<float> out(static_cast<size_t>(t.n_elements()));
-  const int64_t row = t.dims[0];
-  if (row % traits(t.type).block_size != 0) throw Error(where(f) + "projector tensor " + name + ": bad row length");
-  const size_t rb = row_bytes(t.type, row);
-  for (int64_t r = 0; r < t.n_rows(); ++r) dequantize_row(t.type, t.data + r * rb, &out[r * row], row);
-  for (float v : out)
-    if (!std::isfinite(v)) throw Error(where(f) + "projector tensor " + name + " holds a non-finite value");
-  return out;
-}
-
-WeightMatrix matrix(const gguf::GgufFile& f, const std::string& name, int64_t rows, int64_t cols) {
-  const gguf::TensorInfo& t = tensor(f, name, {cols, rows});
-  if (!traits(t.type).weight_supported || cols % traits(t.type).block_size != 0)
-    throw Error(where(f) + "projector tensor " + name + " has type " + std::string(type_name(t.type)) +
-                ", which the matrix kernels do not take at width " + std::to_string(cols));
-  return WeightMatrix::prepare(t.type, rows, cols, t.data);
-}
-
-int64_t positive_key(const gguf::GgufFile& f, const std::string& key) {
-  const auto v = f.get_int(key);
-  if (!v) throw Error(where(f) + "projector key " + key + " is missing");
-  if (*v <= 0 || *v > (int64_t{1} << 20)) throw Error(where(f) + "projector key " + key + " = " + std::to_string(*v) + " is out of range");
-  return *v;
-}
 
 // LayerNorm over n values: (x - mean) / sqrt(var + eps) * w + b, statistics in double.
 void layer_norm(const float* x, const float* w, const float* b, float* y, int64_t n, float eps) {
@@ -136,209 +58,26 @@ void to_f16(const std::vector<float>& in, std::vector<f16_t>& out, ThreadPool& p
   });
 }
 
+
 }  // namespace
 
 VisionEncoder::~VisionEncoder() = default;
 
-std::unique_ptr<VisionEncoder> VisionEncoder::load(std::shared_ptr<const gguf::GgufFile> file) {
-  const gguf::GgufFile& f = *file;
-  if (f.get_string("general.architecture").value_or("") != "clip")
-    throw Error(where(f) + "not a projector file (general.architecture is not \"clip\"); --mmproj takes an mmproj GGUF");
-  if (f.get_bool("clip.has_vision_encoder") == false)
-    throw Error(where(f) + "the projector has no vision encoder");
-  std::string proj = f.get_string("clip.vision.projector_type").value_or(f.get_string("clip.projector_type").value_or(""));
-  if (proj.empty()) throw Error(where(f) + "projector key clip.projector_type is missing");
-  std::unique_ptr<VisionEncoder> e(new VisionEncoder());
-  e->file_ = std::move(file);
-  VisionConfig& c = e->config_;
-  c.projector_name = proj;
-  if (proj == "gemma3") {
-    c.projector = VisionProjector::Gemma3;
-  } else if (proj == "gemma4v") {
-    c.projector = VisionProjector::Gemma4V;
-    c.n_merge = 3;  // llama.cpp's default pooling kernel, unless the file says
-  } else {
-    throw Error(where(f) + "projector type \"" + proj + "\" is not supported (supported: gemma3, gemma4v)");
-  }
-  c.image_size = positive_key(f, "clip.vision.image_size");
-  c.patch_size = positive_key(f, "clip.vision.patch_size");
-  c.dim = positive_key(f, "clip.vision.embedding_length");
-  c.ffn_dim = positive_key(f, "clip.vision.feed_forward_length");
-  c.n_layers = positive_key(f, "clip.vision.block_count");
-  c.n_heads = positive_key(f, "clip.vision.attention.head_count");
-  c.eps = static_cast<float>(f.get_float("clip.vision.attention.layer_norm_epsilon").value_or(1e-6));
-  if (auto m = f.get_int("clip.vision.projector.scale_factor")) c.n_merge = *m;
-  if (c.n_layers > 1024 || c.n_heads > c.dim || c.dim % c.n_heads != 0)
-    throw Error(where(f) + "projector has an impossible shape (heads must divide the width)");
-  if (c.n_merge <= 0 || c.n_merge > 64) throw Error(where(f) + "projector pool size " + std::to_string(c.n_merge) + " is out of range");
-  auto read3 = [&](const char* key, std::array<float, 3>& out) {
-    const gguf::Array* a = f.get_array(key);
-    if (a == nullptr) return;
-    if (a->items.size() != 3) throw Error(where(f) + std::string(key) + " must hold 3 values");
-    for (int i = 0; i < 3; ++i) {
-      const auto v = a->items[i].as_double();
-      if (!v || !std::isfinite(*v)) throw Error(where(f) + std::string(key) + " must hold numbers");
-      out[i] = static_cast<float>(*v);
-    }
-  };
-  read3("clip.vision.image_mean", c.mean);
-  read3("clip.vision.image_std", c.std);
-  for (float sd : c.std)
-    if (sd == 0.0f) throw Error(where(f) + "clip.vision.image_std holds a zero");
-  const bool gelu = f.get_bool("clip.use_gelu").value_or(false), silu = f.get_bool("clip.use_silu").value_or(false);
-  if (gelu && silu) throw Error(where(f) + "both clip.use_gelu and clip.use_silu are set");
-  c.activation = gelu ? VisionActivation::Gelu : silu ? VisionActivation::Silu : VisionActivation::GeluQuick;
-  if (c.projector == VisionProjector::Gemma3) e->load_gemma3();
-  else e->load_gemma4v();
-  if (auto pd = f.get_int("clip.vision.projection_dim"); pd && *pd != c.text_dim)
-    throw Error(where(f) + "clip.vision.projection_dim " + std::to_string(*pd) +
-                " disagrees with mm.input_projection.weight's width " + std::to_string(c.text_dim));
-  e->scratch_ = std::make_unique<Scratch>();
-  return e;
-}
-
-void VisionEncoder::load_gemma3() {
-  const gguf::GgufFile& f = *file_;
-  VisionConfig& c = config_;
-  if (c.image_size % c.patch_size != 0 || c.patches_per_side() % c.n_merge != 0)
-    throw Error(where(f) + "projector image size " + std::to_string(c.image_size) + " is not a whole number of " +
-                std::to_string(c.patch_size) + "-pixel patches pooled " + std::to_string(c.n_merge) + " by " +
-                std::to_string(c.n_merge));
-  if (c.n_patches() > 65536) throw Error(where(f) + "projector takes more than 65536 patches per image");
-  const int64_t D = c.dim, P = c.patch_size;
-  {
-    const gguf::TensorInfo& t = tensor(f, "v.patch_embd.weight", {P, P, 3, D});
-    if (!traits(t.type).weight_supported) throw Error(where(f) + "v.patch_embd.weight has an unsupported type");
-    patch_embd_ = WeightMatrix::prepare(t.type, D, 3 * P * P, t.data);
-  }
-  patch_bias_ = floats(f, "v.patch_embd.bias", {D});
-  pos_embd_ = floats(f, "v.position_embd.weight", {D, c.n_patches()});
-  for (int64_t il = 0; il < c.n_layers; ++il) {
-    auto L = std::make_unique<Layer>();
-    const std::string p = "v.blk." + std::to_string(il) + ".";
-    L->ln1_w = floats(f, p + "ln1.weight", {D});
-    L->ln1_b = floats(f, p + "ln1.bias", {D});
-    L->ln2_w = floats(f, p + "ln2.weight", {D});
-    L->ln2_b = floats(f, p + "ln2.bias", {D});
-    for (auto [lin, name] : {std::pair{&L->q, "attn_q"}, {&L->k, "attn_k"}, {&L->v, "attn_v"}, {&L->o, "attn_out"}}) {
-      lin->w = matrix(f, p + name + ".weight", D, D);
-      lin->b = floats(f, p + name + ".bias", {D});
-    }
-    // Older converters swapped ffn_up and ffn_down (llama.cpp's is_ffn_swapped): the
-    // matrix whose input is the width D is the up projection, whatever its name.
-    std::string up = p + "ffn_up", down = p + "ffn_down";
-    if (const gguf::TensorInfo* d = f.find_tensor(down + ".weight"); d && !d->dims.empty() && d->dims[0] == D &&
-                                                                      c.ffn_dim != D)
-      std::swap(up, down);
-    L->up.w = matrix(f, up + ".weight", c.ffn_dim, D);
-    L->up.b = floats(f, up + ".bias", {c.ffn_dim});
-    L->down.w = matrix(f, down + ".weight", D, c.ffn_dim);
-    L->down.b = floats(f, down + ".bias", {D});
-    layers_.push_back(std::move(L));
-  }
-  post_ln_w_ = floats(f, "v.post_ln.weight", {D});
-  post_ln_b_ = floats(f, "v.post_ln.bias", {D});
-  soft_emb_norm_ = floats(f, "mm.soft_emb_norm.weight", {D});
-  const gguf::TensorInfo* t = f.find_tensor("mm.input_projection.weight");
-  if (t == nullptr || t->dims.size() != 2 || t->dims[1] != D)
-    throw Error(where(f) + "projector tensor mm.input_projection.weight is missing or not [text width, " +
-                std::to_string(D) + "]");
-  c.text_dim = t->dims[0];
-  const std::vector<float> w = floats(f, "mm.input_projection.weight", {c.text_dim, D});
-  // The file holds it as [D rows][text_dim]: out = x · W. The kernels take rows per output.
-  input_proj_t_.resize(w.size());
-  for (int64_t i = 0; i < D; ++i)
-    for (int64_t j = 0; j < c.text_dim; ++j) input_proj_t_[j * D + i] = w[i * c.text_dim + j];
-  input_proj_ = std::make_unique<Linear>();
-  input_proj_->w = WeightMatrix::prepare(GgmlType::F32, c.text_dim, D, reinterpret_cast<const uint8_t*>(input_proj_t_.data()));
-}
-
-// Gemma4ClippableLinear's scalars beside `name`.weight, each optional.
-static void read_clamps(const gguf::GgufFile& f, const std::string& name, float& in_min, float& in_max, float& out_min,
-                 float& out_max) {
-  auto scalar = [&](const char* suffix, float& out) {
-    const std::string n = name + suffix;
-    if (f.find_tensor(n) == nullptr) return;
-    const std::vector<float> v = floats(f, n, {1});
-    out = v[0];
-  };
-  scalar(".input_min", in_min);
-  scalar(".input_max", in_max);
-  scalar(".output_min", out_min);
-  scalar(".output_max", out_max);
-  if (!(in_min <= in_max) || !(out_min <= out_max)) throw Error(where(f) + name + ": a clamp's minimum is above its maximum");
-}
-
-void VisionEncoder::load_gemma4v() {
-  const gguf::GgufFile& f = *file_;
-  VisionConfig& c = config_;
-  const int64_t D = c.dim, P = c.patch_size, hd = c.head_dim();
-  if (hd % 4 != 0) throw Error(where(f) + "gemma4v needs a head size divisible by 4 (2-D RoPE), not " + std::to_string(hd));
-  c.dynamic_size = true;
-  // llama.cpp's limits for this projector (clip.cpp: set_limit_image_tokens(40, 280)).
-  const int64_t area = P * P * c.n_merge * c.n_merge;
-  c.min_pixels = 40 * area;
-  c.max_pixels = 280 * area;
-  c.rope_theta = 100.0f;
-  {
-    const gguf::TensorInfo& t = tensor(f, "v.patch_embd.weight", {P, P, 3, D});
-    if (!traits(t.type).weight_supported) throw Error(where(f) + "v.patch_embd.weight has an unsupported type");
-    patch_embd_ = WeightMatrix::prepare(t.type, D, 3 * P * P, t.data);
-  }
-  {
-    const gguf::TensorInfo* t = f.find_tensor("v.position_embd.weight");
-    if (t == nullptr || t->dims.size() < 2 || t->dims[0] != D)
-      throw Error(where(f) + "projector tensor v.position_embd.weight is missing or not [" + std::to_string(D) + ", N, 2]");
-    c.pos_table = t->dims[1];
-    pos_embd_ = floats(f, "v.position_embd.weight", {D, c.pos_table, 2});
-  }
-  auto lin = [&](Linear& l, const std::string& name, int64_t rows, int64_t cols, bool bias) {
-    l.w = matrix(f, name + ".weight", rows, cols);
-    if (bias || f.find_tensor(name + ".bias")) l.b = floats(f, name + ".bias", {rows});
-    read_clamps(f, name, l.in_min, l.in_max, l.out_min, l.out_max);
-  };
-  auto optional = [&](const std::string& name, std::vector<int64_t> dims) {
-    return f.find_tensor(name) ? floats(f, name, std::move(dims)) : std::vector<float>{};
-  };
-  for (int64_t il = 0; il < c.n_layers; ++il) {
-    auto L = std::make_unique<Layer>();
-    const std::string p = "v.blk." + std::to_string(il) + ".";
-    L->ln1_w = floats(f, p + "ln1.weight", {D});
-    L->ln2_w = floats(f, p + "ln2.weight", {D});
-    lin(L->q, p + "attn_q", D, D, false);
-    lin(L->k, p + "attn_k", D, D, false);
-    lin(L->v, p + "attn_v", D, D, false);
-    lin(L->o, p + "attn_out", D, D, false);
-    L->q_norm = optional(p + "attn_q_norm.weight", {hd});
-    L->k_norm = optional(p + "attn_k_norm.weight", {hd});
-    L->attn_post_norm = optional(p + "attn_post_norm.weight", {D});
-    L->ffn_post_norm = optional(p + "ffn_post_norm.weight", {D});
-    if (const gguf::TensorInfo* t = f.find_tensor(p + "out_scale.weight"))
-      L->out_scale = floats(f, p + "out_scale.weight", {t->n_elements() == 1 ? int64_t{1} : D});
-    lin(L->up, p + "ffn_up", c.ffn_dim, D, false);
-    if (f.find_tensor(p + "ffn_gate.weight")) lin(L->gate, p + "ffn_gate", c.ffn_dim, D, false);
-    lin(L->down, p + "ffn_down", D, c.ffn_dim, false);
-    layers_.push_back(std::move(L));
-  }
-  std_bias_ = optional("v.std_bias", {D});
-  std_scale_ = optional("v.std_scale", {D});
-  if (std_bias_.empty() != std_scale_.empty()) throw Error(where(f) + "v.std_bias and v.std_scale come together");
-  const gguf::TensorInfo* t = f.find_tensor("mm.input_projection.weight");
-  if (t == nullptr || t->dims.size() != 2 || t->dims[0] != D)
-    throw Error(where(f) + "projector tensor mm.input_projection.weight is missing or not [" + std::to_string(D) +
-                ", text width]");
-  c.text_dim = t->dims[1];
-  input_proj_ = std::make_unique<Linear>();
-  lin(*input_proj_, "mm.input_projection", c.text_dim, D, false);
-  rope_inv_freq_.resize(static_cast<size_t>(hd / 4));
-  rope_inv_freq(rope_inv_freq_.data(), hd / 2, c.rope_theta, 1.0f, nullptr);
-}
-
 std::string VisionEncoder::image_begin_text() const {
-  return config_.projector == VisionProjector::Gemma4V ? "<|image>" : "<start_of_image>";
+  switch (config_.projector) {
+    case VisionProjector::Gemma3: return "<start_of_image>";
+    case VisionProjector::Gemma4V: return "<|image>";
+    case VisionProjector::Qwen3VL: return "<|vision_start|>";
+  }
+  return "";
 }
 std::string VisionEncoder::image_end_text() const {
-  return config_.projector == VisionProjector::Gemma4V ? "<image|>" : "<end_of_image>";
+  switch (config_.projector) {
+    case VisionProjector::Gemma3: return "<end_of_image>";
+    case VisionProjector::Gemma4V: return "<image|>";
+    case VisionProjector::Qwen3VL: return "<|vision_end|>";
+  }
+  return "";
 }
 
 std::pair<int64_t, int64_t> VisionEncoder::input_size(int64_t width, int64_t height) const {
@@ -367,6 +106,11 @@ std::pair<int64_t, int64_t> VisionEncoder::input_size(int64_t width, int64_t hei
 int64_t VisionEncoder::tokens_for(int64_t width, int64_t height) const {
   const int64_t m = config_.patch_size * config_.n_merge;
   return (width / m) * (height / m);
+}
+
+std::pair<int64_t, int64_t> VisionEncoder::tokens_grid(int64_t width, int64_t height) const {
+  const int64_t m = config_.patch_size * config_.n_merge;
+  return {width / m, height / m};
 }
 
 size_t VisionEncoder::weight_bytes() const {
@@ -467,15 +211,41 @@ void VisionEncoder::rope_2d(int64_t T, int64_t n_x, ThreadPool& pool) {
   });
 }
 
+// Qwen-VL's 2-D RoPE on q and k ([T, dim], heads of hd, rows in block order): NEOX pairs
+// (i, i + hd/2) over the whole head; pairs i < hd/4 rotate by the patch's row, the rest by
+// its column, each quarter with frequencies base^(-4k / hd) (llama.cpp: ggml_rope_multi,
+// vision mode, sections hd/4 each, positions (y, x, y, x)).
+void VisionEncoder::rope_qwen(int64_t T, int64_t n_x, ThreadPool& pool) {
+  const VisionConfig& c = config_;
+  Scratch& s = *scratch_;
+  const int64_t hd = c.head_dim(), D = c.dim, q4 = hd / 4;
+  s.rope_cos.resize(static_cast<size_t>(2 * T * q4));
+  s.rope_sin.resize(static_cast<size_t>(2 * T * q4));
+  const int64_t bx_n = n_x / 2;
+  for_rows(pool, T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t / 4, r = t % 4;
+      const int64_t py = 2 * (b / bx_n) + r / 2, px = 2 * (b % bx_n) + r % 2;
+      float* cs = &s.rope_cos[2 * t * q4];
+      float* sn = &s.rope_sin[2 * t * q4];
+      rope_table(cs, sn, hd / 2, py, rope_inv_freq_.data());
+      rope_table(cs + q4, sn + q4, hd / 2, px, rope_inv_freq_.data());
+      rope_apply(&s.q[t * D], c.n_heads, hd, hd, cs, sn, true);
+      rope_apply(&s.k[t * D], c.n_heads, hd, hd, cs, sn, true);
+    }
+  });
+}
+
 void VisionEncoder::encode(const float* pixels, int64_t width, int64_t height, ThreadPool& pool,
                            std::vector<float>& out) {
   const VisionConfig& c = config_;
   Scratch& s = *scratch_;
-  const bool g4 = c.projector == VisionProjector::Gemma4V;
+  const bool g4 = c.projector == VisionProjector::Gemma4V, qw = c.projector == VisionProjector::Qwen3VL;
   const int64_t D = c.dim, P = c.patch_size, hd = c.head_dim();
   PAGODA_CHECK(width % (P * c.n_merge) == 0 && height % (P * c.n_merge) == 0 && width > 0 && height > 0,
                "VisionEncoder::encode: the input is not a whole number of pooled patches");
-  PAGODA_CHECK(g4 || (width == c.image_size && height == c.image_size), "VisionEncoder::encode: gemma3 takes image_size only");
+  PAGODA_CHECK(g4 || qw || (width == c.image_size && height == c.image_size),
+               "VisionEncoder::encode: gemma3 takes image_size only");
   const int64_t n_x = width / P, n_y = height / P, T = n_x * n_y;
   PAGODA_CHECK(!g4 || (n_x <= c.pos_table && n_y <= c.pos_table),
                "VisionEncoder::encode: the image has more patches per side than the position table");
@@ -485,10 +255,17 @@ void VisionEncoder::encode(const float* pixels, int64_t width, int64_t height, T
   s.ffn.resize(T * c.ffn_dim);
   // Patch embedding: the stride-P convolution as im2col + one matmul; column order
   // (channel, ky, kx) is the conv weight's [P, P, 3, D] layout read row by row. Gemma 4
-  // feeds the conv 2x - 1 of its [0, 1] pixels.
+  // feeds the conv 2x - 1 of its [0, 1] pixels. Row t is the patch at patch_yx(t): raster
+  // order, or for qwen3vl_merger block order (each 2 x 2 block's patches adjacent, blocks
+  // row-major), llama.cpp's permutation before its merger.
+  auto patch_yx = [&](int64_t t) -> std::pair<int64_t, int64_t> {
+    if (!qw) return {t / n_x, t % n_x};
+    const int64_t b = t / 4, r = t % 4, bx_n = n_x / 2;
+    return {2 * (b / bx_n) + r / 2, 2 * (b % bx_n) + r % 2};
+  };
   for_rows(pool, T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t py = t / n_x, px = t % n_x;
+      const auto [py, px] = patch_yx(t);
       float* row = &s.patches[t * K];
       for (int64_t ch = 0; ch < 3; ++ch)
         for (int64_t ky = 0; ky < P; ++ky) {
@@ -500,14 +277,37 @@ void VisionEncoder::encode(const float* pixels, int64_t width, int64_t height, T
     }
   });
   matmul(patch_embd_, s.patches.data(), T, s.x.data(), pool);
+  // qwen3vl_merger: the side x side position grid resized bilinearly to n_x x n_y with the
+  // corners aligned, in float and in the order of ggml's interpolate (source x = x *
+  // (side - 1) / (n_x - 1), clamped neighbours, a(1-dx)(1-dy) + b dx(1-dy) + c(1-dx)dy + d dx dy).
+  const int64_t side = c.pos_table;
+  const float sfx = n_x > 1 && side > 1 ? static_cast<float>(n_x - 1) / static_cast<float>(side - 1)
+                                        : static_cast<float>(n_x) / static_cast<float>(side);
+  const float sfy = n_y > 1 && side > 1 ? static_cast<float>(n_y - 1) / static_cast<float>(side - 1)
+                                        : static_cast<float>(n_y) / static_cast<float>(side);
   for_rows(pool, T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      if (!patch_bias_.empty()) add_inplace(&s.x[t * D], patch_bias_.data(), D);
+      float* x = &s.x[t * D];
+      if (!patch_bias_.empty()) add_inplace(x, patch_bias_.data(), D);
       if (g4) {  // a column table, then a row table
-        add_inplace(&s.x[t * D], &pos_embd_[(t % n_x) * D], D);
-        add_inplace(&s.x[t * D], &pos_embd_[(c.pos_table + t / n_x) * D], D);
+        add_inplace(x, &pos_embd_[(t % n_x) * D], D);
+        add_inplace(x, &pos_embd_[(c.pos_table + t / n_x) * D], D);
+      } else if (qw) {
+        const auto [py, px] = patch_yx(t);
+        const float fy = static_cast<float>(py) / sfy, fx = static_cast<float>(px) / sfx;
+        const int64_t y0 = static_cast<int64_t>(std::floor(fy)), x0 = static_cast<int64_t>(std::floor(fx));
+        const int64_t ya = std::clamp<int64_t>(y0, 0, side - 1), yb = std::clamp<int64_t>(y0 + 1, 0, side - 1);
+        const int64_t xa = std::clamp<int64_t>(x0, 0, side - 1), xb = std::clamp<int64_t>(x0 + 1, 0, side - 1);
+        const float dy = std::clamp(fy - static_cast<float>(ya), 0.0f, 1.0f);
+        const float dx = std::clamp(fx - static_cast<float>(xa), 0.0f, 1.0f);
+        const float* a = &pos_embd_[(ya * side + xa) * D];
+        const float* b = &pos_embd_[(ya * side + xb) * D];
+        const float* cc = &pos_embd_[(yb * side + xa) * D];
+        const float* d = &pos_embd_[(yb * side + xb) * D];
+        for (int64_t i = 0; i < D; ++i)
+          x[i] += a[i] * (1 - dx) * (1 - dy) + b[i] * dx * (1 - dy) + cc[i] * (1 - dx) * dy + d[i] * dx * dy;
       } else {
-        add_inplace(&s.x[t * D], &pos_embd_[t * D], D);
+        add_inplace(x, &pos_embd_[t * D], D);
       }
     }
   });
@@ -556,6 +356,7 @@ void VisionEncoder::encode(const float* pixels, int64_t width, int64_t height, T
       });
       rope_2d(T, n_x, pool);
     }
+    if (qw) rope_qwen(T, n_x, pool);
     attention(T, pool);
     linear(L.o, s.attn.data(), T, s.tmp.data(), pool);
     if (!L.attn_post_norm.empty()) norm(L.attn_post_norm, {}, s.tmp.data(), s.tmp.data());
@@ -592,6 +393,17 @@ void VisionEncoder::encode(const float* pixels, int64_t width, int64_t height, T
   if (!post_ln_w_.empty()) {
     norm(post_ln_w_, post_ln_b_, s.x.data(), s.xn.data());
     final_rows = s.xn.data();
+  }
+  if (qw) {  // the merger: rows in block order, so each block's four rows are one [4 D] row
+    const int64_t n_out = T / 4, F1 = merger_fc1_->w.n_rows();
+    s.ffn.resize(static_cast<size_t>(n_out * F1));
+    linear(*merger_fc1_, final_rows, n_out, s.ffn.data(), pool);
+    for_rows(pool, n_out, [&](int64_t o0, int64_t o1) {
+      for (int64_t i = o0 * F1; i < o1 * F1; ++i) s.ffn[i] = activate(s.ffn[i], VisionActivation::Gelu);
+    });
+    out.resize(static_cast<size_t>(n_out * c.text_dim));
+    linear(*merger_fc2_, s.ffn.data(), n_out, out.data(), pool);
+    return;
   }
   // The pool: the mean of each n_merge x n_merge block of the patch grid (tokens row-major
   // over the pooled grid). Gemma 3: an RMS norm with its weight; Gemma 4: times sqrt(width),

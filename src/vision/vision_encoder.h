@@ -15,6 +15,16 @@
 //   Matrices may carry clamps (Gemma4ClippableLinear: `.input_min/max`, `.output_min/max`
 //   scalars). Dynamic input: the image's own aspect, sides a multiple of patch x n_merge,
 //   between 40 and 280 tokens (llama.cpp's limits).
+// - `qwen3vl_merger` (Qwen 3.5 / 3.6; Qwen3-VL's without its deepstack layers, which are
+//   refused): the two temporal slices of the patch convolution (summed: a still image is
+//   both frames), learned positions on a square grid resized bilinearly (corners aligned) to
+//   the image's patch grid, pre-norm LayerNorm blocks with biased fused qkv, 2-D RoPE (the
+//   first half of each head's NEOX pairs by the patch's row, the second by its column), a
+//   final LayerNorm, then the merger: the rows of each 2 x 2 block side by side, mm.0, GELU,
+//   mm.2. Patches run in block order (the four of a block adjacent), so the output rows are
+//   the blocks row-major. Dynamic input: the image's aspect, sides a multiple of 2 patches,
+//   8 to 4096 tokens (llama.cpp's limits). Causal in the language model, whose M-RoPE
+//   places each output row at (row, column) of the grid: uses_mrope(), tokens_grid().
 // Others are refused at load by name.
 //
 // Contract:
@@ -26,8 +36,9 @@
 // - encode() takes [3][height][width] f32 pixels of that size, normalized with the config's
 //   mean / std, and writes [tokens_for(width, height)][text_dim] f32. Called from one thread
 //   at a time (it owns scratch); kernels fan out over `pool`. Deterministic for a pool size.
-// - Image tokens attend to each other both ways in the language model (llama.cpp's
-//   mtmd_decode_use_non_causal is true for gemma3 and gemma4v): bidirectional_image_tokens().
+// - Image tokens attend to each other both ways in the language model for gemma3 and gemma4v
+//   (llama.cpp's mtmd_decode_use_non_causal), causally for qwen3vl_merger:
+//   bidirectional_image_tokens().
 #pragma once
 
 #include <array>
@@ -43,7 +54,7 @@
 
 namespace pagoda {
 
-enum class VisionProjector { Gemma3, Gemma4V };
+enum class VisionProjector { Gemma3, Gemma4V, Qwen3VL };
 
 enum class VisionActivation { Gelu, GeluQuick, Silu };
 
@@ -62,9 +73,10 @@ struct VisionConfig {
   std::array<float, 3> mean{0.5f, 0.5f, 0.5f};
   std::array<float, 3> std{0.5f, 0.5f, 0.5f};
   VisionActivation activation = VisionActivation::Gelu;
-  // gemma4v: the image keeps its aspect within [min_pixels, max_pixels] (sides a multiple of
-  // patch_size * n_merge), RoPE over patch columns and rows with this base, position tables
-  // of pos_table entries per axis.
+  // gemma4v, qwen3vl_merger: the image keeps its aspect within [min_pixels, max_pixels]
+  // (sides a multiple of patch_size * n_merge), RoPE over patch columns and rows with this
+  // base; gemma4v: position tables of pos_table entries per axis; qwen3vl_merger: a
+  // pos_table x pos_table grid of learned positions.
   bool dynamic_size = false;
   int64_t min_pixels = 0, max_pixels = 0;
   float rope_theta = 100.0f;
@@ -92,7 +104,12 @@ class VisionEncoder {
   const VisionConfig& config() const { return config_; }
   const std::string& path() const { return file_->path(); }
   int64_t tokens_per_image() const { return config_.tokens_per_image(); }
-  bool bidirectional_image_tokens() const { return true; }
+  bool bidirectional_image_tokens() const { return config_.projector != VisionProjector::Qwen3VL; }
+  // The language model places image rows by M-RoPE (qwen3vl_merger): row i of an image
+  // whose tokens_grid is (nx, ny) sits at (row i / nx, column i % nx).
+  bool uses_mrope() const { return config_.projector == VisionProjector::Qwen3VL; }
+  // The output rows' grid (columns, rows) for an input of that size.
+  std::pair<int64_t, int64_t> tokens_grid(int64_t width, int64_t height) const;
   // The text the chat template's image marker becomes around the image's tokens, as
   // llama.cpp's libmtmd writes it for this projector (gemma3: "<start_of_image>" before,
   // "<end_of_image>" after; tokenized as ordinary text with the model's tokenizer).
@@ -123,20 +140,25 @@ class VisionEncoder {
   // Loads the layers and the projector tensors of each type (vision_encoder.cpp).
   void load_gemma3();
   void load_gemma4v();
+  void load_qwen3vl();
   void rope_2d(int64_t T, int64_t n_x, ThreadPool& pool);  // gemma4v: q and k rotated in place
+  void rope_qwen(int64_t T, int64_t n_x, ThreadPool& pool);  // qwen3vl_merger: likewise
 
   std::shared_ptr<const gguf::GgufFile> file_;
   VisionConfig config_;
   WeightMatrix patch_embd_;            // [dim, 3 * patch * patch]
-  std::vector<float> patch_bias_;      // [dim] (gemma3; empty for gemma4v)
-  std::vector<float> pos_embd_;        // gemma3 [n_patches, dim]; gemma4v [2][pos_table][dim]
+  std::vector<float> patch_bias_;      // [dim] (gemma3, qwen3vl_merger; empty for gemma4v)
+  std::vector<float> pos_embd_;        // gemma3 [n_patches, dim]; gemma4v [2][pos_table][dim];
+                                       // qwen3vl_merger [pos_table²][dim]
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<float> post_ln_w_, post_ln_b_;  // [dim] (gemma3)
   std::vector<float> soft_emb_norm_;   // [dim] (gemma3)
   std::vector<float> std_bias_, std_scale_;  // [dim] (gemma4v, optional)
   std::vector<float> input_proj_t_;    // gemma3: [text_dim, dim] f32 (the file's [dim][text_dim] transposed)
   std::unique_ptr<Linear> input_proj_;  // [text_dim, dim]
-  std::vector<float> rope_inv_freq_;   // gemma4v: [head_dim / 4]
+  std::vector<float> rope_inv_freq_;   // gemma4v, qwen3vl_merger: [head_dim / 4]
+  std::vector<float> patch_w_sum_;     // qwen3vl_merger: the two temporal slices summed, f32
+  std::unique_ptr<Linear> merger_fc1_, merger_fc2_;  // qwen3vl_merger: mm.0, mm.2
   std::unique_ptr<Scratch> scratch_;
 };
 

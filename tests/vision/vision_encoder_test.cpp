@@ -180,6 +180,93 @@ TEST(VisionEncoder, Gemma4vFitsImagesAsLlamaCppDoes) {
   }
 }
 
+MmprojSpec tiny_qwen3vl() {
+  MmprojSpec s = qwen3vl_mmproj_spec();
+  s.image_size = 48, s.dim = 64, s.ffn_dim = 96, s.n_layers = 2, s.n_heads = 4, s.text_dim = 48, s.seed = 9;
+  return s;
+}
+
+// Qwen 3.5's projector (summed temporal slices, a 3 x 3 position grid resized to the
+// image's 4 x 6 patches, 2-D RoPE in block order, the 2 x 2 merger) on a non-square input
+// against its float64 numpy reference (tests/vision/qwen3vl_numpy.py), which runs the
+// patches in raster order.
+TEST(VisionEncoder, Qwen3vlMatchesTheNumpyReference) {
+  if (!have_numpy()) GTEST_SKIP() << "no /usr/bin/python3 with numpy";
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16}) {
+    test::TempDir dir("vision_qw_numpy");
+    std::filesystem::create_directories(dir.path);
+    const std::string path = dir.path + "/p.gguf";
+    MmprojSpec spec = tiny_qwen3vl();
+    spec.type = type;
+    write_synthetic_mmproj(spec, path);
+    auto e = load_encoder(path);
+    EXPECT_EQ(e->config().projector, VisionProjector::Qwen3VL);
+    EXPECT_EQ(e->image_begin_text(), "<|vision_start|>");
+    EXPECT_EQ(e->image_end_text(), "<|vision_end|>");
+    EXPECT_FALSE(e->bidirectional_image_tokens());
+    EXPECT_TRUE(e->uses_mrope());
+    const int64_t w = 64, h = 96;  // 4 x 6 patches of 16 px: 2 x 3 merged tokens
+    EXPECT_EQ(e->tokens_for(w, h), 6);
+    EXPECT_EQ(e->tokens_grid(w, h), (std::pair<int64_t, int64_t>(2, 3)));
+    std::vector<float> pixels(static_cast<size_t>(3 * w * h));
+    std::mt19937 rng(13);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (float& x : pixels) x = u(rng);
+    ThreadPool pool(2);
+    std::vector<float> got;
+    e->encode(pixels.data(), w, h, pool, got);
+    const std::vector<float> want =
+        numpy_reference("qwen3vl_numpy.py", path, pixels, std::to_string(h) + " " + std::to_string(w), dir.path);
+    ASSERT_EQ(got.size(), want.size());
+    ASSERT_EQ(got.size(), 6u * 48u);
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      err += (got[i] - want[i]) * (got[i] - want[i]);
+      norm += want[i] * want[i];
+    }
+    const double rel = std::sqrt(err / norm);
+    std::printf("qwen3vl_merger %s: relative error %.3g\n", type_name(type), rel);
+    EXPECT_LT(rel, 2e-3) << type_name(type);
+  }
+}
+
+// llama.cpp's calc_size_preserved_ratio for the Qwen-VL limits (patch 16, merge 2: sides by
+// 32, 8..4096 tokens), worked by hand.
+TEST(VisionEncoder, Qwen3vlFitsImagesAsLlamaCppDoes) {
+  test::TempDir dir("vision_qw_size");
+  std::filesystem::create_directories(dir.path);
+  write_synthetic_mmproj(tiny_qwen3vl(), dir.path + "/p.gguf");
+  auto e = load_encoder(dir.path + "/p.gguf");
+  using P = std::pair<int64_t, int64_t>;
+  EXPECT_EQ(e->input_size(64, 64), P(96, 96));      // 4 < 8 tokens: sqrt(2) up, ceil to 32s
+  EXPECT_EQ(e->input_size(1000, 500), P(992, 512));  // rounded to 32s: 31 x 16 = 496 tokens
+  EXPECT_EQ(e->input_size(4000, 4000), P(2048, 2048));  // 125² > 4096 tokens: down, floor
+  EXPECT_EQ(e->tokens_for(2048, 2048), 4096);
+}
+
+// A Qwen3-VL projector with deepstack layers is refused by name (no language model here
+// takes their rows).
+TEST(VisionEncoder, Qwen3vlRefusesDeepstackLayers) {
+  test::TempDir dir("vision_qw_deep");
+  std::filesystem::create_directories(dir.path);
+  const std::string good = dir.path + "/p.gguf", bad = dir.path + "/deep.gguf";
+  write_synthetic_mmproj(tiny_qwen3vl(), good);
+  const gguf::GgufFile f = gguf::GgufFile::open(good);
+  gguf::GgufWriter w;
+  for (const auto& [k, v] : f.metadata()) w.set(k, v);
+  for (const gguf::TensorInfo& t : f.tensors())
+    w.add_tensor(t.name, t.type, t.dims, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+  const std::vector<float> fc1(64 * 4 * 64, 0.0f);
+  w.add_tensor_f32("v.deepstack.0.fc1.weight", GgmlType::F32, {4 * 64, 64}, fc1.data());
+  w.write(bad);
+  try {
+    load_encoder(bad);
+    ADD_FAILURE() << "loaded a deepstack projector";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("deepstack"), std::string::npos) << err.what();
+  }
+}
+
 // The good file rewritten with one key set (or a tensor dropped).
 void rewrite(const std::string& from, const std::string& to, const std::string& key, const gguf::Value* value,
              const std::string& drop_tensor = "") {
@@ -204,12 +291,12 @@ TEST(VisionEncoder, RefusesFilesThatAreNotItsProjectorWithTheReason) {
       EXPECT_NE(std::string(err.what()).find(needle), std::string::npos) << err.what();
     }
   };
-  const gguf::Value llama = gguf::Value::str("llama"), qwen = gguf::Value::str("qwen3vl_merger"),
+  const gguf::Value llama = gguf::Value::str("llama"), qwen2 = gguf::Value::str("qwen2vl_merger"),
                     odd = gguf::Value::u32(50), zero = gguf::Value::u32(0);
   rewrite(good, bad, "general.architecture", &llama);
   expect_error("not a projector file");
-  rewrite(good, bad, "clip.projector_type", &qwen);
-  expect_error("\"qwen3vl_merger\" is not supported");
+  rewrite(good, bad, "clip.projector_type", &qwen2);
+  expect_error("\"qwen2vl_merger\" is not supported");
   rewrite(good, bad, "clip.vision.image_size", &odd);
   expect_error("not a whole number of 14-pixel patches");
   rewrite(good, bad, "clip.vision.attention.head_count", &zero);
