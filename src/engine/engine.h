@@ -86,6 +86,7 @@
 // logits row is indexed for reuse).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -161,7 +162,19 @@ struct ImageSpan {
   // The image's tokens see each other both ways (Gemma 3): a prefill chunk never ends
   // inside the image (Scheduler: SchedSeq::atomic_spans).
   bool bidirectional = true;
+  // M-RoPE (Qwen 3.5's projector; grid_x * grid_y == n_tokens, 0 otherwise): token i of the
+  // image sits at (row i / grid_x, column i % grid_x). The image starts at temporal position
+  // t (its offset less what the images before it saved), its tokens rotate by (t, t + row,
+  // t + column), and it advances the temporal position by max(grid_x, grid_y), not
+  // n_tokens: every later token's is its index less the sum of n_tokens - max(grid_x,
+  // grid_y) over the images before it (llama.cpp's mtmd positions).
+  int64_t grid_x = 0, grid_y = 0;
 };
+
+// The M-RoPE positions (temporal, height, width) of prompt position `pos` of a prompt with
+// these images (ImageSpan::grid_x's rule): inside an image with a grid (t, t + row, t +
+// column), elsewhere pos less what the images before it saved, three times.
+std::array<int64_t, 3> mrope_position(const std::vector<ImageSpan>& images, int64_t pos);
 
 struct Request {
   std::vector<int32_t> prompt;  // token ids, non-empty
@@ -402,6 +415,7 @@ class Engine {
   };
   std::optional<Invalid> validate(const Request& r) const;
   std::optional<std::string> validate_images(const Request& r) const;  // Request::images' rules
+  void set_mrope_positions(const SchedulerOutput& plan);  // batch_.mrope (ImageSpan::grid_x)
   // submit() (grouped false: one request) and submit_group().
   SubmitResult accept(std::vector<Request> requests, std::shared_ptr<RequestSink> sink, bool grouped);
 

@@ -23,6 +23,7 @@
 //   step allocates nothing.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -56,6 +57,12 @@ struct Batch {
   // 0 = causal (position + 1). Every row up to that end must be in the same batch or
   // already stored. Empty when no row has one.
   std::vector<int64_t> attend_end;
+  // M-RoPE positions (Qwen 3.5 with images: ModelConfig::rope_sections): row t rotates by
+  // (temporal, height, width) = mrope[t] instead of positions[t] in every section, the
+  // fourth section by 0 (llama.cpp's layout for text and image rows alike). positions[t]
+  // stays the KV slot (contiguous), which also decides what row t sees. Empty: each row's
+  // three are its position. Set for every row or none (set_mrope after the rows are added).
+  std::vector<std::array<int64_t, 3>> mrope;
 
   void clear() {
     tokens.clear();
@@ -65,6 +72,7 @@ struct Batch {
     want_hidden.clear();
     embd.clear();
     attend_end.clear();
+    mrope.clear();
   }
   void add(int32_t token, int64_t pos, SeqId seq, bool logits, bool hidden = false) {
     tokens.push_back(token);
@@ -197,6 +205,7 @@ class Model {
   bool check_batch(const Batch& batch, const KvStore& kv, const std::vector<float>* hidden) const;
   void embed(const Batch& batch, ThreadPool& pool);  // scratch x (and Gemma 4's pl_inp)
   void rope_tables(const Batch& batch);              // scratch rope_cos/sin (and local)
+  void mrope_tables(const Batch& batch);             // rope_cos/sin of rows with M-RoPE positions
   // Hybrid models: the batch's sequences and their states (null for other models).
   RecurrentStates* claim_recurrent_states(const Batch& batch, KvStore& kv);
   void advance_recurrent_states(const Batch& batch, RecurrentStates& states);

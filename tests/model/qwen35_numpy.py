@@ -219,6 +219,18 @@ def rope_angles(cfg, positions):
     return pos[:, None] * (text_pos * inv_freq)[None, :]
 
 
+def rope_angles_mrope(cfg, positions3):
+    """(T, n_rot/2) angles for M-RoPE positions (T, 3) = (t, h, w) per token (an image's
+    tokens: (t, t + row, t + column)); the fourth component is 0, as for text."""
+    pos = np.asarray(positions3, dtype=np.float64)
+    if pos.ndim != 2 or pos.shape[1] != 3:
+        raise ValueError("M-RoPE positions of shape %s, want (T, 3)" % (pos.shape,))
+    pos4 = np.concatenate([pos, np.zeros((pos.shape[0], 1))], axis=1)
+    i = np.arange(cfg.n_rot // 2, dtype=np.float64)
+    inv_freq = cfg.rope_base ** (-2.0 * i / cfg.n_rot)
+    return pos4[:, cfg.rope_components()] * inv_freq[None, :]
+
+
 def attention_with_past(q, k, v, n_head_kv, scale):
     """q: (T, H, hd) at positions P..P+T-1, k/v: (P+T, KV, hd) at 0..P+T-1 -> (T, H, hd).
     Query t sees keys 0..P+t. Written separately from llama_numpy.causal_attention (the
@@ -391,16 +403,27 @@ class Qwen35Model:
         """tokens -> logits (n_tokens, n_vocab) float64; continues `state` when given."""
         return self.mm(self.hidden_states(tokens, state), self.output)
 
-    def hidden_states(self, tokens, state=None):
+    def hidden_states(self, tokens, state=None, embd=None, mrope=None):
+        """embd: (T, dim) rows fed instead of the tokens marked -1 (an image's, used as they
+        are); mrope: (T, 3) M-RoPE positions instead of the text positions (p, p, p)."""
         cfg = self.cfg
         tokens = np.asarray(tokens, dtype=np.int64)
         if tokens.ndim != 1 or tokens.size == 0:
             raise ValueError("need a non-empty 1-D token list")
-        if tokens.min() < 0 or tokens.max() >= self.n_vocab:
+        embedded = tokens == -1
+        if embedded.any() and embd is None:
+            raise ValueError("tokens marked -1 need embd rows")
+        if tokens[~embedded].size and (tokens[~embedded].min() < 0 or tokens[~embedded].max() >= self.n_vocab):
             raise ValueError("token id out of range [0, %d)" % self.n_vocab)
         n_past = state.n_past if state is not None else 0
-        angles = rope_angles(cfg, np.arange(n_past, n_past + tokens.size))
-        x = self.token_embd[tokens]
+        if mrope is None:
+            angles = rope_angles(cfg, np.arange(n_past, n_past + tokens.size))
+        else:
+            angles = rope_angles_mrope(cfg, mrope)
+        x = self.token_embd[np.where(embedded, 0, tokens)]
+        if embedded.any():
+            x = x.copy()
+            x[embedded] = np.asarray(embd, dtype=np.float64)[embedded]
         self.route_gap = None
         for il, L in enumerate(self.layers):
             xn = rms_norm(x, L["attn_norm"], cfg.rms_eps)
