@@ -377,7 +377,7 @@ Runner add_serve(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--mmproj", o->mmproj,
                  "Vision projector GGUF (llama.cpp's mmproj file) for images in chat: image_url parts, "
-                 "Anthropic image blocks, Responses input_image (gemma3 projectors). -m hf://... uses the repo's "
+                 "Anthropic image blocks, Responses input_image (gemma3, gemma4v, qwen3vl_merger projectors). -m hf://... uses the repo's "
                  "mmproj file when it has one");
   app.add_flag("--no-mmproj", o->no_mmproj,
                "Serve without images: neither --mmproj nor, for -m hf://, the repo's projector (not downloaded)");
@@ -583,7 +583,7 @@ Runner add_serve(CLI::App& app) {
       images = std::make_unique<server::ImageInputs>(std::move(encoder), image_options(*o, ec.threads));
       api.set_image_inputs(images.get());
       const VisionConfig& vc = images->encoder().config();
-      say(LogLevel::Info, "pagoda serve: images: %s projector %s, %lldpx, %lld tokens an image", vc.projector_name.c_str(),
+      say(LogLevel::Info, "pagoda serve: images: %s projector %s, %lldpx, up to %lld tokens an image", vc.projector_name.c_str(),
           projector.c_str(), static_cast<long long>(vc.image_size), static_cast<long long>(vc.tokens_per_image()));
     }
     Engine engine(*lm.model, lm.tokenizer.get(), ec);

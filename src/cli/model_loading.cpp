@@ -178,7 +178,8 @@ LoadedModel load_draft_model(const std::string& path, const LoadedModel& target)
 }
 
 // The projector of --mmproj, checked against the model it serves: the same embedding
-// width, an image's tokens fit in one batch (they attend both ways).
+// width, the model family it feeds, and for the projectors whose image tokens attend both
+// ways (Gemma's) an image's tokens fit in one batch.
 std::unique_ptr<VisionEncoder> load_vision_projector(const std::string& path, const Model& model,
                                                      int64_t max_batch_tokens) {
   auto enc = VisionEncoder::load(std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(path)));
@@ -186,10 +187,15 @@ std::unique_ptr<VisionEncoder> load_vision_projector(const std::string& path, co
   if (enc->config().text_dim != mc.dim)
     throw Error(path + ": the projector maps images to width " + std::to_string(enc->config().text_dim) +
                 " but the model's embeddings are " + std::to_string(mc.dim) + " wide: it is another model's projector");
-  const std::string feeds = enc->config().projector == VisionProjector::Gemma4V ? "gemma4" : "gemma3";
-  if (mc.arch_name != feeds)
-    throw Error(path + ": a " + enc->config().projector_name + " projector feeds " + feeds + " models, not " + mc.arch_name);
-  if (enc->tokens_per_image() > max_batch_tokens)
+  const VisionProjector kind = enc->config().projector;
+  const std::string feeds = kind == VisionProjector::Gemma4V ? "gemma4" : kind == VisionProjector::Qwen3VL ? "qwen35" : "gemma3";
+  if (mc.arch_name != feeds && !(kind == VisionProjector::Qwen3VL && mc.arch_name == "qwen35moe"))
+    throw Error(path + ": a " + enc->config().projector_name + " projector feeds " +
+                (kind == VisionProjector::Qwen3VL ? std::string("qwen35 / qwen35moe") : feeds) + " models, not " +
+                mc.arch_name);
+  if (enc->uses_mrope() && mc.rope_sections.empty())
+    throw Error(path + ": the projector places images by M-RoPE, and the model has no rope.dimension_sections");
+  if (enc->bidirectional_image_tokens() && enc->tokens_per_image() > max_batch_tokens)
     throw Error("an image is up to " + std::to_string(enc->tokens_per_image()) + " tokens, more than --max-batch-tokens " +
                 std::to_string(max_batch_tokens) + ": raise it (an image's tokens are computed in one batch)");
   return enc;

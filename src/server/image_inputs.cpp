@@ -131,7 +131,8 @@ ImageInputs::Prepared ImageInputs::prepare_bytes(std::span<const uint8_t> bytes)
   std::memcpy(&base, key.data(), sizeof base);
   for (size_t i = 0; i < ids->size(); ++i)
     (*ids)[i] = std::numeric_limits<int32_t>::min() + static_cast<int32_t>(mix64(base + i) & 0x7fffffffu);
-  Prepared p{std::move(rows), std::move(ids)};
+  const auto [grid_x, grid_y] = encoder_->tokens_grid(width, height);
+  Prepared p{std::move(rows), std::move(ids), grid_x, grid_y};
   std::lock_guard<std::mutex> lk(mu_);
   ++stats_.encoded;
   stats_.encode_ms += ms;
@@ -177,6 +178,10 @@ PromptWithImages assemble_prompt(const std::string& text, const std::vector<Imag
     span.n_tokens = static_cast<int64_t>(p.placeholders->size());
     span.embeddings = p.rows;
     span.bidirectional = encoder.bidirectional_image_tokens();
+    if (encoder.uses_mrope()) {
+      span.grid_x = p.grid_x;
+      span.grid_y = p.grid_y;
+    }
     out.images.push_back(std::move(span));
     out.ids.insert(out.ids.end(), p.placeholders->begin(), p.placeholders->end());
     out.ids.insert(out.ids.end(), end.begin(), end.end());

@@ -67,6 +67,7 @@ class ImageInputs {
   struct Prepared {
     std::shared_ptr<const std::vector<float>> rows;  // [n_tokens, text width]
     std::shared_ptr<const std::vector<int32_t>> placeholders;  // [n_tokens], negative
+    int64_t grid_x = 0, grid_y = 0;  // the rows' grid (VisionEncoder::tokens_grid)
   };
   // Throws ApiError (see contract).
   Prepared prepare(const std::string& url);
