@@ -17,9 +17,23 @@
 //
 // Adding an ISA: an Isa value and its feature test (cpu_features), its compiler flags
 // (CMakeLists.txt, by file-name suffix), its kernel files with a register function, and
-// one case in kernel_table.cpp. Adding a weight type: its packing traits (matmul_impl.h)
-// and its entries in each level's register function; tests/kernels/kernel_table_test.cpp
-// fails for a level that lacks an entry for a type prepare() accepts.
+// one case in kernel_table.cpp. Adding a weight type (MXFP4 was the last; grep it for each
+// place):
+//   1. tensor/types.h, types.cpp: the GgmlType value and its traits (block size and bytes,
+//      weight_supported); tensor/codecs*.cpp its scalar dequantize / quantize (the
+//      reference everything else is checked against); tensor/file_type.* its llama.cpp
+//      label when it has one.
+//   2. kernels/matmul_impl.h: its packed layout (the layout table and the comment above
+//      it); matmul_pack.cpp the packing and matmul_unpack.cpp its exact inverse;
+//      matmul.cpp the scalar level's kernel, when the generic dequantize-and-dot path does
+//      not already take it.
+//   3. kernels/matmul_simd.h: the type in register_packed_kernels' list and in
+//      packed_dispatch, and its weight decode in the packed kernel (shared by AVX2 and
+//      AVX-512 through the vector traits); AMX only where its tile path takes the type.
+//   4. Tests: tests/tensor codecs (known answers and tests/model/gguf_numpy.py's numpy
+//      decoder), tests/kernels/matmul_test.cpp and matmul_unpack_test.cpp type lists;
+//      tests/kernels/kernel_table_test.cpp fails for a level that lacks an entry for a
+//      type prepare() accepts.
 #pragma once
 
 #include <array>
@@ -29,12 +43,12 @@
 #include "kernels/cpu_features.h"
 #include "kernels/matmul_impl.h"
 #include "kernels/ops_internal.h"
+#include "tensor/block_id.h"
 #include "tensor/types.h"
 
 namespace pagoda {
 
 struct KvLayerView;                // kernels/paged_attention.h
-enum class BlockId : int32_t;      // kv/block_table.h
 
 // Quantized weights (packed for the level, or GGUF layout for Scalar) x quantized activations,
 // one tile of the output.

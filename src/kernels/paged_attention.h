@@ -31,11 +31,10 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/kernel_table.h"
+#include "tensor/block_id.h"
 #include "tensor/kv_types.h"
 
 namespace pagoda {
-
-enum class BlockId : int32_t;  // kv/block_table.h: a block of the paged KV pool
 
 // What the attention kernels need to read one layer's blocks (PagedKvPool::layer_view).
 // Valid while the pool lives.

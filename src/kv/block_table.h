@@ -24,14 +24,10 @@
 #include <span>
 #include <vector>
 
+#include "tensor/block_id.h"
+
 namespace pagoda {
 
-// The index of a block in the pool: [0, blocks_budget). A distinct type so a block id
-// cannot be passed where a sequence id, position or count is expected.
-enum class BlockId : int32_t {};
-inline constexpr int32_t idx(BlockId b) { return static_cast<int32_t>(b); }
-// A released entry of a sliding-window table (no block, no reference).
-inline constexpr BlockId kNoBlock{-1};
 
 class BlockTable {
  public:
