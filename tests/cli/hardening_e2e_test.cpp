@@ -79,8 +79,9 @@ TEST_F(Hardening, EightMebibytesOfEmptyObjectsAreParsedInLinearTimeOnEveryJsonRo
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     EXPECT_EQ(res.status, r.status) << r.path << ": " << res.body.substr(0, 300);
     // The quadratic parse took ~24 minutes for this; linear is ~0.2 s a core, plus sending
-    // 8 MiB over loopback and one token of a 260K model.
-    EXPECT_LT(seconds, 3.0) << r.path;
+    // 8 MiB over loopback and one token of a 260K model: 20 s tells the two apart on any
+    // machine load.
+    EXPECT_LT(seconds, 20.0) << r.path;
   }
 }
 

@@ -66,8 +66,9 @@ TEST_F(HttpServerTest, ClientCloseMidStreamFiresOnCloseWithinASecond) {
   EXPECT_FALSE(first);
   const auto t0 = Clock::now();
   c.close();
-  EXPECT_TRUE(probe.wait(1000ms));
-  EXPECT_LT(seconds_since(t0), 1.0);
+  // Noticed in milliseconds; the failure streams forever. 5 s: no flake under load.
+  EXPECT_TRUE(probe.wait(5000ms));
+  EXPECT_LT(seconds_since(t0), 5.0);
   stop.store(true);
   engine.join();
   EXPECT_EQ(probe.count.load(), 1);
@@ -237,9 +238,9 @@ TEST_F(HttpServerTest, SlowClientIsDroppedOverPendingBytesAndOthersAreServed) {
     // The kernel buffers a few MiB on loopback before the server's queue grows.
     while (sent < (512u << 20) && ex->send(chunk)) sent += chunk.size();
   });
-  EXPECT_TRUE(probe.wait(1500ms));
+  EXPECT_TRUE(probe.wait(10000ms));
   engine.join();
-  EXPECT_LT(seconds_since(t0), 1.5);
+  EXPECT_LT(seconds_since(t0), 10.0);  // the failure queues all 512 MiB; `sent` tells it apart
   EXPECT_LT(sent, 512u << 20);
   EXPECT_TRUE(ex->closed());
   EXPECT_EQ(probe.count.load(), 1);
@@ -278,9 +279,10 @@ TEST_F(HttpServerTest, HeaderAndIdleTimeoutsCloseConnections) {
   Client partial(port);
   partial.send("GET /health HTTP/1.1\r\nHost:");
   const auto t0 = Clock::now();
-  EXPECT_TRUE(silent.wait_closed(1.5));
-  EXPECT_TRUE(partial.wait_closed(1.5));
-  EXPECT_LT(seconds_since(t0), 1.0);
+  // Closed at ~0.3 s; the failure never closes them. The bound leaves a loaded machine 15x.
+  EXPECT_TRUE(silent.wait_closed(5.0));
+  EXPECT_TRUE(partial.wait_closed(5.0));
+  EXPECT_LT(seconds_since(t0), 5.0);
 
   Client idle(port);
   idle.send(get("/health"));
@@ -602,7 +604,7 @@ TEST_F(HttpServerTest, StopWithOpenConnectionsIsPromptAndFiresOnClose) {
   EXPECT_EQ(server->in_flight(), 4);
   const auto t0 = Clock::now();
   server->stop();
-  EXPECT_LT(seconds_since(t0), 1.0);
+  EXPECT_LT(seconds_since(t0), 5.0);  // the failure waits for the held exchanges: forever
   EXPECT_EQ(probe.count.load(), 4);
   EXPECT_EQ(server->connections(), 0);
   EXPECT_EQ(server->in_flight(), 0);

@@ -97,7 +97,7 @@ TEST(BoundedGet, TheTimeoutBoundsTheWholeExchange) {
     EXPECT_EQ(error_of([&] { bounded_get(server.url(target), 1 << 20, 500ms); }), "timed out after 0.5 s") << target;
     const auto took = std::chrono::steady_clock::now() - t0;
     EXPECT_GE(took, 450ms) << target;
-    EXPECT_LT(took, 1200ms) << target;
+    EXPECT_LT(took, 5000ms) << target;  // the drip lasts 250 s, the stall forever
   }
 }
 
