@@ -1,5 +1,5 @@
 // jinja builtins: lookups, iteration and calls (see builtins.h); the filters are
-// in filters.cpp, the tests in tests.cpp, the Python methods in methods.cpp.
+// in filters.cpp, the tests (`x is name`) in is_tests.cpp, the Python methods in methods.cpp.
 #include "jinja/builtins.h"
 
 #include <algorithm>

@@ -5,7 +5,7 @@
 //
 // Contract:
 // - find_filter / find_test are the one table each of what the engine implements
-//   (filters.cpp, tests.cpp): the parser resolves every name there once, and a
+//   (filters.cpp, is_tests.cpp): the parser resolves every name there once, and a
 //   name they do not know is unsupported. is_method says which
 //   attribute calls the parser accepts; get_attr implements them.
 // - Filters and tests are pure functions of their arguments; the only shared

@@ -163,7 +163,7 @@ class ApiServer {
   void handle_responses(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
   void handle_response_get(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
   void handle_response_delete(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
-  // The pooling routes (api_server_pooling.cpp, embeddings_api.h): POST /v1/embeddings
+  // The embedding routes (api_server_embeddings.cpp, embeddings_api.h): POST /v1/embeddings
   // and POST /v1/rerank (also /rerank, as llama-server).
   void handle_embeddings(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);
   void handle_rerank(const http::HttpRequest& req, std::shared_ptr<http::HttpExchange> ex);

@@ -1,5 +1,5 @@
-// Field readers shared by the OpenAI protocol parsers (openai_request.cpp,
-// openai_tools.cpp) and the response pieces shared by the builders (openai_response.cpp,
+// Field readers shared by the OpenAI protocol parsers (openai_parse.cpp,
+// openai_tools.cpp) and the response pieces shared by the builders (openai_render.cpp,
 // openai_tools.cpp). Internal to src/server.
 //
 // Each opt_* returns nullopt for an absent field or JSON null (OpenAI clients send null

@@ -1,5 +1,5 @@
-// OpenAI wire protocol: request parsing/validation (openai_request.cpp, openai_tools.cpp)
-// and response / SSE chunk JSON (openai_response.cpp).
+// OpenAI wire protocol: request parsing/validation (openai_parse.cpp, openai_tools.cpp)
+// and response / SSE chunk JSON (openai_render.cpp).
 //
 // Contract:
 // - Pure functions over JSON text: no engine, no sockets, no clock (callers pass

@@ -1,6 +1,6 @@
 // The Responses API request mapping and response / event JSON. The contract is
 // responses_api.h's; validation of everything the chat endpoint also takes is
-// parse_chat_request's (openai_request.cpp, openai_tools.cpp).
+// parse_chat_request's (openai_parse.cpp, openai_tools.cpp).
 #include "server/responses_api.h"
 
 #include <charconv>

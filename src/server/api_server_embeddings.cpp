@@ -1,4 +1,4 @@
-// ApiServer's pooling routes: POST /v1/embeddings and POST /v1/rerank (embeddings_api.h
+// ApiServer's embedding routes: POST /v1/embeddings and POST /v1/rerank (embeddings_api.h
 // is their wire protocol). Each input (or document) becomes one engine request; the
 // requests of one HTTP request go in together (Engine::submit_group: one unit towards
 // the queue limit) and a PoolingSink answers once the last one has finished.

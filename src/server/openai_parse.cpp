@@ -1,6 +1,6 @@
 // OpenAI request parsing: the field readers (openai_fields.h) and the chat, completion
 // and utility-endpoint parsers. The contract is openai_protocol.h's; responses and SSE
-// chunks are built in openai_response.cpp, tools and output constraints parsed in
+// chunks are built in openai_render.cpp, tools and output constraints parsed in
 // openai_tools.cpp.
 #include "server/openai_protocol.h"
 

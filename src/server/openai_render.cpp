@@ -1,6 +1,6 @@
 // OpenAI response building: non-streaming bodies, streaming chunks and SSE events,
 // logprobs, usage and the utility endpoints' answers. The contract is
-// openai_protocol.h's; requests are parsed in openai_request.cpp.
+// openai_protocol.h's; requests are parsed in openai_parse.cpp.
 #include "server/openai_protocol.h"
 
 #include <charconv>
