@@ -125,13 +125,20 @@ void add_gemma3_tensors(const MmprojSpec& spec, TensorMaker& t) {
 }
 
 // Gemma4ClippableLinear's bounds, set so that they bite on this file's activations (RMS ~1
-// into attn_q, ~0.5 into ffn_down): asymmetric, so a swapped min / max shows.
+// into attn_q/k/v, ~0.5 into ffn_down): asymmetric, so a swapped min / max shows. q, k and v
+// read the same normed input and carry the same input bounds (their outputs' differ):
+// llama.cpp's ggml_clamp works in place, so attn_q's input clamp also reaches the K and V
+// products there; with equal input bounds that is the same arithmetic as clamping each
+// projection's own input (HF's, and pagoda's). With attn_q's bounds alone, llama-server's
+// image rows differ (its first logprob ~0.1 from pagoda's: bench/vision_peer_check_gemma4.md).
 struct Clamp {
   const char* matrix;
   float in_min, in_max, out_min, out_max;
 };
 constexpr Clamp kGemma4vClamps[] = {
     {"attn_q", -1.25f, 1.5f, -1.0f, 1.125f},
+    {"attn_k", -1.25f, 1.5f, -1.125f, 0.875f},
+    {"attn_v", -1.25f, 1.5f, -0.75f, 1.0f},
     {"ffn_down", -0.5f, 0.75f, -0.875f, 0.75f},
 };
 

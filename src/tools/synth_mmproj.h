@@ -10,7 +10,8 @@
 // post-attention / post-FFN norms, a gated FFN, a per-layer output scale), n_merge x n_merge
 // average pooling, std bias / scale, RMS norm and the projection; clamp scalars
 // (.input_min/.input_max/.output_min/.output_max, Gemma4ClippableLinear) on every layer's
-// attn_q and ffn_down. tests/vision/gemma4v_numpy.py is its numpy reference.
+// attn_q / attn_k / attn_v (one input bound, as llama.cpp needs: synth_mmproj.cpp) and
+// ffn_down. tests/vision/gemma4v_numpy.py is its numpy reference.
 // Qwen 3.5's ("qwen3vl_merger"): add_qwen3vl_tensors in synth_mmproj.cpp; its numpy
 // reference is tests/vision/qwen3vl_numpy.py.
 // Weights as synth's (tools/synth.h): seeded, matrices 1/sqrt(fan_in), norms 1 with a small
