@@ -86,6 +86,16 @@ struct TensorMaker {
     w.add_tensor_f32(name, GgmlType::F32, {n}, buf.data());
   }
   void bias(const std::string& name, int64_t n) { random(name, GgmlType::F32, {n}, 0.1f); }
+  // NAME.weight (a norm's, ~1) then NAME.bias: a LayerNorm.
+  void layer_norm(const std::string& name, int64_t n) {
+    norm(name + ".weight", n);
+    bias(name + ".bias", n);
+  }
+  // NAME.weight [out, in] (std 1/sqrt(in)) then NAME.bias [out]: a biased projection.
+  void linear(const std::string& name, GgmlType type, int64_t in, int64_t out) {
+    random(name + ".weight", type, {in, out}, 1.0f / std::sqrt(static_cast<float>(in)));
+    bias(name + ".bias", out);
+  }
   void scalar(const std::string& name, float v) { w.add_tensor_f32(name, GgmlType::F32, {1}, &v); }
 };
 
@@ -100,23 +110,15 @@ void add_gemma3_tensors(const MmprojSpec& spec, TensorMaker& t) {
   t.random("v.position_embd.weight", GgmlType::F32, {d, side * side}, 0.5f);
   for (int64_t l = 0; l < spec.n_layers; ++l) {
     const std::string b = "v.blk." + num(l) + ".";
-    t.norm(b + "ln1.weight", d);
-    t.bias(b + "ln1.bias", d);
-    for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_out"}) {
-      t.random(b + m + ".weight", spec.type, {d, d}, inv_sqrt(d));
-      t.bias(b + m + ".bias", d);
-    }
-    t.norm(b + "ln2.weight", d);
-    t.bias(b + "ln2.bias", d);
+    t.layer_norm(b + "ln1", d);
+    for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_out"}) t.linear(b + m, spec.type, d, d);
+    t.layer_norm(b + "ln2", d);
     // ffn_down's ne0 is ffn_dim: llama.cpp swaps up and down of a gemma3 file whose
     // ffn_down has ne0 == dim (old converters' names).
-    t.random(b + "ffn_up.weight", spec.type, {d, f}, inv_sqrt(d));
-    t.bias(b + "ffn_up.bias", f);
-    t.random(b + "ffn_down.weight", spec.type, {f, d}, inv_sqrt(f));
-    t.bias(b + "ffn_down.bias", d);
+    t.linear(b + "ffn_up", spec.type, d, f);
+    t.linear(b + "ffn_down", spec.type, f, d);
   }
-  t.norm("v.post_ln.weight", d);
-  t.bias("v.post_ln.bias", d);
+  t.layer_norm("v.post_ln", d);
   // The projector: soft_emb_norm as the converter stores it (HF's weight + 1), and the
   // projection [text_dim, dim] that llama.cpp transposes before x . W (std 1/sqrt(dim): image
   // embeddings of RMS ~1, as Gemma's scaled token embeddings).
@@ -196,25 +198,16 @@ void add_qwen3vl_tensors(const MmprojSpec& spec, TensorMaker& t) {
   t.random("v.position_embd.weight", GgmlType::F32, {d, side * side}, 0.5f);
   for (int64_t l = 0; l < spec.n_layers; ++l) {
     const std::string b = "v.blk." + num(l) + ".";
-    t.norm(b + "ln1.weight", d);
-    t.bias(b + "ln1.bias", d);
-    t.random(b + "attn_qkv.weight", spec.type, {d, 3 * d}, inv_sqrt(d));
-    t.bias(b + "attn_qkv.bias", 3 * d);
-    t.random(b + "attn_out.weight", spec.type, {d, d}, inv_sqrt(d));
-    t.bias(b + "attn_out.bias", d);
-    t.norm(b + "ln2.weight", d);
-    t.bias(b + "ln2.bias", d);
-    t.random(b + "ffn_up.weight", spec.type, {d, f}, inv_sqrt(d));
-    t.bias(b + "ffn_up.bias", f);
-    t.random(b + "ffn_down.weight", spec.type, {f, d}, inv_sqrt(f));
-    t.bias(b + "ffn_down.bias", d);
+    t.layer_norm(b + "ln1", d);
+    t.linear(b + "attn_qkv", spec.type, d, 3 * d);
+    t.linear(b + "attn_out", spec.type, d, d);
+    t.layer_norm(b + "ln2", d);
+    t.linear(b + "ffn_up", spec.type, d, f);
+    t.linear(b + "ffn_down", spec.type, f, d);
   }
-  t.norm("v.post_ln.weight", d);
-  t.bias("v.post_ln.bias", d);
-  t.random("mm.0.weight", spec.type, {4 * d, 4 * d}, inv_sqrt(4 * d));
-  t.bias("mm.0.bias", 4 * d);
-  t.random("mm.2.weight", spec.type, {4 * d, spec.text_dim}, inv_sqrt(4 * d));
-  t.bias("mm.2.bias", spec.text_dim);
+  t.layer_norm("v.post_ln", d);
+  t.linear("mm.0", spec.type, 4 * d, 4 * d);
+  t.linear("mm.2", spec.type, 4 * d, spec.text_dim);
 }
 
 }  // namespace

@@ -11,6 +11,19 @@ namespace pagoda {
 
 using namespace vision_detail;
 
+namespace {
+
+// A block's two LayerNorms (gemma3, qwen3vl_merger): PREFIX ln1 / ln2 .weight and .bias.
+template <class Layer>
+void read_layer_norms(const gguf::GgufFile& f, const std::string& p, int64_t D, Layer& L) {
+  L.ln1_w = floats(f, p + "ln1.weight", {D});
+  L.ln1_b = floats(f, p + "ln1.bias", {D});
+  L.ln2_w = floats(f, p + "ln2.weight", {D});
+  L.ln2_b = floats(f, p + "ln2.bias", {D});
+}
+
+}  // namespace
+
 std::unique_ptr<VisionEncoder> VisionEncoder::load(std::shared_ptr<const gguf::GgufFile> file) {
   const gguf::GgufFile& f = *file;
   if (f.get_string("general.architecture").value_or("") != "clip")
@@ -91,10 +104,7 @@ void VisionEncoder::load_gemma3() {
   for (int64_t il = 0; il < c.n_layers; ++il) {
     auto L = std::make_unique<Layer>();
     const std::string p = "v.blk." + std::to_string(il) + ".";
-    L->ln1_w = floats(f, p + "ln1.weight", {D});
-    L->ln1_b = floats(f, p + "ln1.bias", {D});
-    L->ln2_w = floats(f, p + "ln2.weight", {D});
-    L->ln2_b = floats(f, p + "ln2.bias", {D});
+    read_layer_norms(f, p, D, *L);
     for (auto [lin, name] : {std::pair{&L->q, "attn_q"}, {&L->k, "attn_k"}, {&L->v, "attn_v"}, {&L->o, "attn_out"}}) {
       lin->w = matrix(f, p + name + ".weight", D, D);
       lin->b = floats(f, p + name + ".bias", {D});
@@ -254,10 +264,7 @@ void VisionEncoder::load_qwen3vl() {
   for (int64_t il = 0; il < c.n_layers; ++il) {
     auto L = std::make_unique<Layer>();
     const std::string p = "v.blk." + std::to_string(il) + ".";
-    L->ln1_w = floats(f, p + "ln1.weight", {D});
-    L->ln1_b = floats(f, p + "ln1.bias", {D});
-    L->ln2_w = floats(f, p + "ln2.weight", {D});
-    L->ln2_b = floats(f, p + "ln2.bias", {D});
+    read_layer_norms(f, p, D, *L);
     if (f.find_tensor(p + "attn_qkv.weight")) {
       // The fused [3D, D] matrix as three row ranges (q, k, v): views into the file.
       const gguf::TensorInfo& t = tensor(f, p + "attn_qkv.weight", {D, 3 * D});

@@ -64,6 +64,16 @@ std::vector<float> numpy_reference(const std::string& script, const std::string&
   return r;
 }
 
+// sqrt(sum (got - want)^2 / sum want^2); the sizes must match.
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    err += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  return std::sqrt(err / norm);
+}
+
 TEST(VisionEncoder, ReadsTheProjectorsShape) {
   test::TempDir dir("vision_shape");
   std::filesystem::create_directories(dir.path);
@@ -150,12 +160,7 @@ TEST(VisionEncoder, Gemma4vMatchesTheNumpyReference) {
       numpy_reference("gemma4v_numpy.py", path, pixels, std::to_string(h) + " " + std::to_string(w), dir.path);
   ASSERT_EQ(got.size(), want.size());
   ASSERT_EQ(got.size(), 8u * 48u);
-  double err = 0, norm = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    err += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += want[i] * want[i];
-  }
-  const double rel = std::sqrt(err / norm);
+  const double rel = relative_error(got, want);
   std::printf("gemma4v: relative error %.3g\n", rel);
   EXPECT_LT(rel, 2e-3);
 }
@@ -219,12 +224,7 @@ TEST(VisionEncoder, Qwen3vlMatchesTheNumpyReference) {
         numpy_reference("qwen3vl_numpy.py", path, pixels, std::to_string(h) + " " + std::to_string(w), dir.path);
     ASSERT_EQ(got.size(), want.size());
     ASSERT_EQ(got.size(), 6u * 48u);
-    double err = 0, norm = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      err += (got[i] - want[i]) * (got[i] - want[i]);
-      norm += want[i] * want[i];
-    }
-    const double rel = std::sqrt(err / norm);
+    const double rel = relative_error(got, want);
     std::printf("qwen3vl_merger %s: relative error %.3g\n", type_name(type), rel);
     EXPECT_LT(rel, 2e-3) << type_name(type);
   }
