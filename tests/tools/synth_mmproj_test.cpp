@@ -198,7 +198,7 @@ TEST(SynthMmproj, Gemma4vKeysTensorsShapesAndTypes) {
     want[b + "ffn_up.weight"] = {{64, 96}, GgmlType::F16};
     want[b + "ffn_down.weight"] = {{96, 64}, GgmlType::F16};
     want[b + "out_scale.weight"] = {{1}, GgmlType::F32};
-    for (const char* m : {"attn_q", "ffn_down"})
+    for (const char* m : {"attn_q", "attn_k", "attn_v", "ffn_down"})
       for (const char* c : {"input_min", "input_max", "output_min", "output_max"})
         want[b + m + "." + c] = {{1}, GgmlType::F32};
   }
@@ -211,6 +211,13 @@ TEST(SynthMmproj, Gemma4vKeysTensorsShapesAndTypes) {
   }
   auto scalar = [&](const std::string& name) { return *reinterpret_cast<const float*>(f.find_tensor(name)->data); };
   EXPECT_LT(scalar("v.blk.1.attn_q.input_min"), 0.0f);
+  // q, k and v read the same rows and share their input bounds (llama.cpp's in-place clamp
+  // makes q's reach k and v: synth_mmproj.cpp), not their output bounds.
+  for (const char* m : {"attn_k", "attn_v"}) {
+    EXPECT_EQ(scalar(std::string("v.blk.1.") + m + ".input_min"), scalar("v.blk.1.attn_q.input_min")) << m;
+    EXPECT_EQ(scalar(std::string("v.blk.1.") + m + ".input_max"), scalar("v.blk.1.attn_q.input_max")) << m;
+    EXPECT_NE(scalar(std::string("v.blk.1.") + m + ".output_min"), scalar("v.blk.1.attn_q.output_min")) << m;
+  }
   EXPECT_GT(scalar("v.blk.1.attn_q.input_max"), 0.0f);
   EXPECT_LT(scalar("v.blk.0.ffn_down.output_min"), scalar("v.blk.0.ffn_down.output_max"));
   EXPECT_NE(scalar("v.blk.0.attn_q.input_min"), -scalar("v.blk.0.attn_q.input_max"));  // asymmetric
@@ -248,6 +255,60 @@ TEST(SynthMmproj, Gemma4vDefaultsOptionalTensorsAndRefusals) {
   expect_throw(s, "pos_size");
   s = tiny4(), s.image_size = 100;  // unused by gemma4v: no multiple of the patch needed
   EXPECT_NO_THROW(check_mmproj_spec(s));
+}
+
+// Qwen 3.5's projector as llama.cpp's converter writes qwen3vl_merger: the keys its loader
+// reads, both temporal patch slices, a square position grid, fused biased qkv, the merger.
+TEST(SynthMmproj, Qwen3vlKeysTensorsShapesAndTypes) {
+  test::TempDir dir("synth_mmproj_qwen");
+  std::filesystem::create_directories(dir.path);
+  const std::string path = dir.path + "/mmproj.gguf";
+  MmprojSpec spec = qwen3vl_mmproj_spec();
+  spec.image_size = 48, spec.dim = 64, spec.ffn_dim = 96, spec.n_layers = 2, spec.n_heads = 4, spec.text_dim = 128;
+  write_synthetic_mmproj(spec, path);
+  const gguf::GgufFile f = gguf::GgufFile::open(path);
+  EXPECT_EQ(f.get_string("clip.projector_type"), "qwen3vl_merger");
+  EXPECT_EQ(f.get_bool("clip.use_gelu"), true);
+  EXPECT_EQ(f.get_uint("clip.vision.spatial_merge_size"), 2u);
+  EXPECT_EQ(f.get_uint("clip.vision.image_size"), 48u);
+  EXPECT_EQ(f.get_uint("clip.vision.projection_dim"), 128u);
+  EXPECT_FALSE(f.get_uint("clip.vision.projector.scale_factor"));
+  std::map<std::string, std::pair<std::vector<int64_t>, GgmlType>> want = {
+      {"v.patch_embd.weight", {{16, 16, 3, 64}, GgmlType::F32}},
+      {"v.patch_embd.weight.1", {{16, 16, 3, 64}, GgmlType::F32}},
+      {"v.patch_embd.bias", {{64}, GgmlType::F32}},
+      {"v.position_embd.weight", {{64, 9}, GgmlType::F32}},  // a 3 x 3 grid (48 / 16)
+      {"v.post_ln.weight", {{64}, GgmlType::F32}},
+      {"v.post_ln.bias", {{64}, GgmlType::F32}},
+      {"mm.0.weight", {{256, 256}, GgmlType::F16}},
+      {"mm.0.bias", {{256}, GgmlType::F32}},
+      {"mm.2.weight", {{256, 128}, GgmlType::F16}},
+      {"mm.2.bias", {{128}, GgmlType::F32}},
+  };
+  for (int l = 0; l < 2; ++l) {
+    const std::string b = "v.blk." + std::to_string(l) + ".";
+    for (const char* n : {"ln1", "ln2"}) {
+      want[b + n + ".weight"] = {{64}, GgmlType::F32};
+      want[b + n + ".bias"] = {{64}, GgmlType::F32};
+    }
+    want[b + "attn_qkv.weight"] = {{64, 192}, GgmlType::F16};
+    want[b + "attn_qkv.bias"] = {{192}, GgmlType::F32};
+    want[b + "attn_out.weight"] = {{64, 64}, GgmlType::F16};
+    want[b + "attn_out.bias"] = {{64}, GgmlType::F32};
+    want[b + "ffn_up.weight"] = {{64, 96}, GgmlType::F16};
+    want[b + "ffn_up.bias"] = {{96}, GgmlType::F32};
+    want[b + "ffn_down.weight"] = {{96, 64}, GgmlType::F16};
+    want[b + "ffn_down.bias"] = {{64}, GgmlType::F32};
+  }
+  EXPECT_EQ(f.tensors().size(), want.size());
+  for (const auto& [name, shape_type] : want) {
+    const gguf::TensorInfo* t = f.find_tensor(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->dims, shape_type.first) << name;
+    EXPECT_EQ(t->type, shape_type.second) << name;
+  }
+  spec.n_merge = 3;
+  EXPECT_THROW(write_synthetic_mmproj(spec, path), Error);  // the merger is 2 x 2
 }
 
 }  // namespace
