@@ -250,8 +250,185 @@ void add_env_names(CLI::App& app) {
 
 }  // namespace
 
-template <class Opts>
-server::ImageInputOptions image_options(const Opts& o, int threads) {
+namespace {
+
+struct ServeOpts {
+  std::string model, host = "127.0.0.1", api_key, api_key_file, chat_template_file, chat_template, alias, hf_repo;
+  int64_t n_predict = -1;
+  int port = 8080, threads = 0, parallel = 4, max_queue = 64, io_threads = 2;
+  int64_t max_connections = 0;  // 0: http::default_max_connections()
+  int64_t ctx_size = 0, max_batch_tokens = 512;
+  std::string max_body_bytes = "8MiB", quantize;
+  double shutdown_timeout = 10, request_timeout = 0;
+  int64_t responses_store_entries = 1024;
+  double responses_store_ttl = 3600;
+  std::string responses_store_bytes = "256MiB";
+  std::string grammar_cache_bytes = "64MiB";
+  std::string answer_tokens_bytes = "32MiB";
+  bool no_log = false;
+  bool verbose = false;
+  std::string log_format = "text", log_file;
+  bool no_webui = false;
+  std::string reasoning_format = "auto";
+  bool embeddings = false;
+  bool strict_model_names = false;
+  std::string pooling;  // "" : the model's
+  std::string replica_id;
+  double drain_seconds = 0;
+  int busy_status = 429;
+  std::vector<std::string> cors_origins;
+  std::string mmproj;  // --mmproj: the vision projector ("" none)
+  bool no_mmproj = false;
+  bool allow_image_urls = false;
+  std::string image_max_bytes = "20MiB", image_cache_bytes = "256MiB";
+  int64_t image_max_pixels = 33'554'432;
+  int max_images = 8;
+  KvOptions kv;
+  PromptCacheOptions cache;
+  SpecOptions spec;
+};
+
+// The serve flags by concern, each group into its fields of ServeOpts.
+
+// The model, its context and batching, the chat template.
+void add_model_options(CLI::App& app, ServeOpts& o) {
+  auto* model_opt =
+      app.add_option("-m,--model", o.model, "GGUF model file, Hugging Face model directory or hf://OWNER/REPO[:QUANT]");
+  app.add_option("--hf-repo", o.hf_repo, "OWNER/REPO[:QUANT] on the Hugging Face Hub (llama-server's -hf): -m hf://...")
+      ->excludes(model_opt);
+  app.add_option("-a,--alias", o.alias, "Model name in the API (default: the file name)");
+  app.add_option("-n,--n-predict", o.n_predict,
+                 "Tokens to generate when a request does not say (-1: until the end of the context)")
+      ->capture_default_str()->check(CLI::Range(int64_t{-1}, int64_t{1} << 30));
+  app.add_option("-t,--threads", o.threads, "Kernel worker threads (default: all cores)");
+  app.add_option("--parallel", o.parallel, "Requests generating at once")->capture_default_str()->check(CLI::Range(1, 1024));
+  app.add_option("--max-queue", o.max_queue, "Requests waiting beyond --parallel before 429")->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("-c,--ctx-size", o.ctx_size, "Tokens per sequence (default: the model's context length)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  app.add_option("--max-batch-tokens", o.max_batch_tokens, "Tokens per forward step (decode + chunked prefill)")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  auto* template_file_opt =
+      app.add_option("--chat-template-file", o.chat_template_file, "Jinja chat template to use instead of the model's");
+  app.add_option("--chat-template", o.chat_template,
+                 "A built-in chat template (" + chat::ChatTemplate::builtin_names() +
+                     ") or a Jinja template file, instead of the model's")
+      ->excludes(template_file_opt);
+  app.add_option("--reasoning-format", o.reasoning_format,
+                 "auto: a thinking model's reasoning goes to reasoning_content; none: it stays in content")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "none"}));
+  add_quantize_option(app, o.quantize);
+}
+
+// The listener: address, API keys (returned: serve_runner resolves them), limits, shutdown.
+std::pair<CLI::Option*, CLI::Option*> add_http_options(CLI::App& app, ServeOpts& o) {
+  app.add_option("--host", o.host, "Address to bind (loopback unless told otherwise)")->capture_default_str();
+  app.add_option("--port", o.port, "TCP port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+  auto* key = app.add_option("--api-key", o.api_key,
+                             "Require 'Authorization: Bearer KEY' (not on /health); an empty key is refused. Without a "
+                             "key, only Host headers naming this server (localhost, 127.0.0.0/8, [::1], --host) are served");
+  auto* key_file =
+      app.add_option("--api-key-file", o.api_key_file, "Read the API key from a file (first line)")->excludes(key);
+  app.add_option("--max-body-bytes", o.max_body_bytes, "Largest request body (413 beyond)")->capture_default_str();
+  app.add_option("--shutdown-timeout", o.shutdown_timeout, "Seconds running requests get to finish on SIGINT/SIGTERM")
+      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--request-timeout", o.request_timeout, "Cancel a request after this many seconds (0: never)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1e6));
+  app.add_option("--io-threads", o.io_threads, "HTTP I/O threads")->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--max-connections", o.max_connections,
+                 "Open connections at most; at the cap the least recently used idle one is closed for a new "
+                 "one (never one with a request in flight), else the new one gets 503. Default (0): 3/4 of the "
+                 "open-file limit (RLIMIT_NOFILE), at most 65536")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  app.add_option("--cors-origin", o.cors_origins,
+                 "Let web pages of this origin (scheme://host[:port], or * for any) read the answers (CORS); "
+                 "repeatable. Default: none (the built-in web UI is same-origin and needs none)")
+      ->check(check_cors_origin);
+  app.add_flag("--no-webui", o.no_webui, "Do not serve the built-in web UI at / (it is then a 404)");
+  app.add_option("--replica-id", o.replica_id,
+                 "This replica's name in log lines and /v1/cache/stats (default: <host name>:<port>)")
+      ->check([](const std::string& id) -> std::string {
+        if (id.empty() || id.size() > 64) return "must be 1 to 64 characters";
+        for (char c : id)
+          if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.' && c != ':')
+            return "may hold only letters, digits and - _ . :";
+        return "";
+      });
+  app.add_option("--drain-seconds", o.drain_seconds,
+                 "On SIGTERM, answer /health with 503 for this long while still serving requests, before "
+                 "stopping (behind a load balancer: longer than its health checks take to mark a server down)")
+      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--busy-status", o.busy_status,
+                 "Status of a request refused because --parallel + --max-queue are full: 429 (Anthropic routes: "
+                 "529), or 503, which load balancers such as HAProxy 2.x retry on another replica")
+      ->capture_default_str()->check(CLI::IsMember({429, 503}));
+  return {key, key_file};
+}
+
+void add_log_options(CLI::App& app, ServeOpts& o) {
+  app.add_flag("--no-log-requests", o.no_log, "Do not log one line per request");
+  app.add_flag("-v,--verbose", o.verbose,
+               "Log more: passing /health checks and the web UI's polls too, and per request the client "
+               "address, body size and timing breakdown (prefill, decode, engine, preemptions)");
+  app.add_option("--log-format", o.log_format,
+                 "text: one line per event for people; json: one JSON object per line (ts, level, replica, "
+                 "request_id, method, path, status, duration_ms, tokens, tok/s, reason...)")
+      ->capture_default_str()->check(CLI::IsMember({"text", "json"}));
+  app.add_option("--log-file", o.log_file, "Append the log to this file instead of stderr (created if missing)");
+}
+
+// The APIs' own state: stored responses, compiled grammars, answer ids, embeddings.
+void add_api_options(CLI::App& app, ServeOpts& o) {
+  app.add_option("--responses-store-entries", o.responses_store_entries,
+                 "Responses API: most stored responses (store: true) kept for GET and previous_response_id; "
+                 "the least recently used goes first (0: store none)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  app.add_option("--responses-store-ttl", o.responses_store_ttl,
+                 "Responses API: seconds a stored response is kept (0: until evicted)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1e9));
+  app.add_option("--responses-store-bytes", o.responses_store_bytes,
+                 "Responses API: most bytes of memory stored responses and their conversations hold")
+      ->capture_default_str();
+  app.add_option("--grammar-cache-bytes", o.grammar_cache_bytes,
+                 "Most bytes of memory compiled grammars (JSON schemas, GBNF, regexes) kept for reuse hold, "
+                 "their token-mask caches included")
+      ->capture_default_str();
+  app.add_option("--answer-tokens-bytes", o.answer_tokens_bytes,
+                 "Most bytes of memory the token ids of recent chat answers hold; a conversation that sends an "
+                 "answer back is fed the ids the model produced, so its prefix stays cached (0: off)")
+      ->capture_default_str();
+  app.add_flag("--embeddings", o.embeddings, "Serve /v1/embeddings and /v1/rerank (reranker models)");
+  app.add_flag("--strict-model-names", o.strict_model_names,
+               "Answer 404 to a request naming another model (default: serve it with the loaded model and log the name)");
+  app.add_option("--pooling", o.pooling,
+                 "How /v1/embeddings pools the final hidden states (default: the model's pooling_type "
+                 "metadata, else last)")
+      ->check(CLI::IsMember({"none", "mean", "cls", "last", "rank"}));
+}
+
+// Images in chat (docs/vision.md).
+void add_image_options(CLI::App& app, ServeOpts& o) {
+  app.add_option("--mmproj", o.mmproj,
+                 "Vision projector GGUF (llama.cpp's mmproj file) for images in chat: image_url parts, "
+                 "Anthropic image blocks, Responses input_image (gemma3, gemma4v, qwen3vl_merger projectors). -m hf://... uses the repo's "
+                 "mmproj file when it has one");
+  app.add_flag("--no-mmproj", o.no_mmproj,
+               "Serve without images: neither --mmproj nor, for -m hf://, the repo's projector (not downloaded)");
+  app.add_flag("--allow-image-urls", o.allow_image_urls,
+               "Fetch http(s) image URLs (10 s in all, at most 3 redirects, at most --image-max-bytes); "
+               "without it they are a 400");
+  app.add_option("--image-max-bytes", o.image_max_bytes, "Largest image (decoded bytes); 400 beyond")
+      ->capture_default_str();
+  app.add_option("--image-max-pixels", o.image_max_pixels, "Most pixels (width x height) of an image; 400 beyond")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app.add_option("--max-images", o.max_images, "Most images in one request; 400 beyond")
+      ->capture_default_str()->check(CLI::Range(1, 256));
+  app.add_option("--image-cache-bytes", o.image_cache_bytes,
+                 "Most bytes of memory encoded images (the projector's output rows) kept for reuse (0: off)")
+      ->capture_default_str();
+}
+
+server::ImageInputOptions image_options(const ServeOpts& o, int threads) {
   server::ImageInputOptions io;
   io.max_image_bytes = parse_byte_size(o.image_max_bytes, "--image-max-bytes");
   io.max_image_pixels = o.image_max_pixels;
@@ -263,161 +440,151 @@ server::ImageInputOptions image_options(const Opts& o, int threads) {
   return io;
 }
 
+server::PoolingSetup resolve_pooling(const ServeOpts& o, const LoadedModel& lm) {
+  // Pooling: --pooling, else the file's {arch}.pooling_type, else last: every model
+  // pagoda runs is a causal decoder, where only the last token has seen the whole input
+  // (mean would weigh the early tokens' states, which saw only a prefix).
+  server::PoolingSetup pooling;
+  const ModelConfig& mc = lm.model->config();
+  pooling.pooling = o.pooling == "none"   ? Pooling::None
+                    : o.pooling == "mean" ? Pooling::Mean
+                    : o.pooling == "cls"  ? Pooling::Cls
+                    : o.pooling == "last" ? Pooling::Last
+                    : o.pooling == "rank" ? Pooling::Rank
+                    : mc.pooling != Pooling::Unspecified ? mc.pooling
+                                                        : Pooling::Last;
+  pooling.n_embd = mc.dim;
+  if (lm.file) pooling.rerank_template = lm.file->get_string("tokenizer.chat_template.rerank").value_or("");
+  if (o.embeddings && pooling.pooling == Pooling::Rank && lm.model->n_cls_out() == 0) {
+    // No head (a Qwen3-Reranker Hugging Face directory, whose lm_head llama.cpp's
+    // converter would cut down to cls.output.weight): the logits of "yes" and "no" at
+    // the last token are the head's two outputs, the same numbers.
+    auto single = [&](const char* word) -> int32_t {
+      std::vector<int32_t> ids;
+      if (lm.tokenizer) ids = lm.tokenizer->encode(word, /*add_special=*/false, /*parse_special=*/false);
+      if (ids.size() != 1)
+        throw Error(o.model + ": pooling rank needs a classification head (tensor 'cls.output.weight') or a "
+                    "vocabulary where \"yes\" and \"no\" are single tokens; this model has neither");
+      return ids[0];
+    };
+    pooling.rank_tokens = {single("yes"), single("no")};
+    // Qwen3-Reranker's prompt format (its model card), when the model brings none.
+    if (pooling.rerank_template.empty())
+      pooling.rerank_template =
+          "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the "
+          "Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n"
+          "<Instruct>: Given a web search query, retrieve relevant passages that answer the query\n<Query>: "
+          "{query}\n<Document>: {document}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+  }
+  return pooling;
+}
+
+// The projector to serve images with: --mmproj (which must load), else the hf:// repo's
+// (one that cannot be used leaves a text server with a warning); `projector` names it.
+std::unique_ptr<VisionEncoder> load_serve_projector(const ServeOpts& o, const std::string& repo_mmproj, const Model& model,
+                                                    int64_t max_batch_tokens, std::string& projector) {
+  std::unique_ptr<VisionEncoder> encoder;
+  projector = o.no_mmproj ? "" : o.mmproj;
+  if (!projector.empty()) {
+    encoder = load_vision_projector(projector, model, max_batch_tokens);  // asked for: must work
+  } else if (!repo_mmproj.empty()) {
+    // The repo's projector is a bonus: one it cannot use leaves a text model, as llama-server's -hf.
+    projector = repo_mmproj;
+    try {
+      encoder = load_vision_projector(projector, model, max_batch_tokens);
+    } catch (const Error& e) {
+      say(LogLevel::Warn, "pagoda serve: warning: not using the repo's projector (%s); serving text only "
+          "(--no-mmproj skips it)", e.what());
+    }
+  }
+  return encoder;
+}
+
+// The engine's settings from the flags (the KV budget is chosen once the model is known).
+EngineConfig engine_config_from(ServeOpts& o) {
+  EngineConfig ec;
+  o.kv.resolve();  // bad KV flags fail before the model loads; the budget is chosen after
+  ec.cache = o.cache.resolve();
+  ec.disk = o.cache.resolve_disk();
+  ec.state_snapshot_bytes = o.cache.resolve_state_snapshot_bytes();
+  ec.state_snapshot_interval = o.cache.resolve_state_snapshot_interval();
+  ec.spec = o.spec.resolve();
+  ec.parallel = o.parallel;
+  ec.max_queue = o.max_queue;
+  ec.ctx_size = o.ctx_size;
+  ec.max_batch_tokens = o.max_batch_tokens;
+  ec.threads = o.threads > 0 ? o.threads : ThreadPool::default_num_threads();
+  return ec;
+}
+
+// The API layer's settings from the flags; `requested_model` is -m as given (an hf://
+// name is the model's id unless --alias says otherwise).
+server::ApiServerOptions api_options_from(const ServeOpts& o, const std::string& requested_model) {
+  server::ApiServerOptions ao;
+  ao.model_id = !o.alias.empty()           ? o.alias
+                : hub::is_hub_uri(requested_model) ? hub::ModelRef::parse(requested_model).to_string()
+                                                   : default_model_id(o.model);
+  ao.log_requests = !o.no_log;
+  ao.request_timeout_ms = static_cast<int64_t>(o.request_timeout * 1000);
+  ao.extract_reasoning = o.reasoning_format == "auto";
+  ao.responses_store_entries = static_cast<size_t>(o.responses_store_entries);
+  ao.responses_store_ttl_ms = static_cast<int64_t>(o.responses_store_ttl * 1000);
+  ao.responses_store_bytes = parse_byte_size(o.responses_store_bytes, "--responses-store-bytes");
+  ao.grammar_cache_bytes = parse_byte_size(o.grammar_cache_bytes, "--grammar-cache-bytes");
+  ao.answer_tokens_bytes = parse_byte_size(o.answer_tokens_bytes, "--answer-tokens-bytes");
+  ao.embeddings = o.embeddings;
+  ao.busy_status = o.busy_status;
+  ao.strict_model_names = o.strict_model_names;
+  ao.default_max_tokens = o.n_predict;
+  return ao;
+}
+
+// Serves until SIGINT / SIGTERM; on SIGTERM with --drain-seconds, /health says 503 that
+// long first; then running requests get --shutdown-timeout to finish before the rest are
+// cancelled.
+void serve_until_signalled(SignalWatch& signals, const ServeOpts& o, server::ApiServer& api, http::HttpServer& http,
+                           Engine& engine) {
+  signals.set_phase(SignalWatch::Phase::Serving);
+  const int sig = signals.wait();
+  if (sig == SIGTERM && o.drain_seconds > 0) {
+    say(LogLevel::Info,
+        "pagoda serve: SIGTERM: draining for %.1f s (/health answers 503, requests are still served; "
+        "a second signal stops at once)",
+        o.drain_seconds);
+    api.begin_draining();
+    if (const int again = signals.wait_for(o.drain_seconds); again != 0)
+      say(LogLevel::Info, "pagoda serve: %s during the drain: ending it", again == SIGINT ? "SIGINT" : "SIGTERM");
+  }
+  say(LogLevel::Info, "pagoda serve: %s: stopping (up to %.1f s for running requests; a second signal exits at once)",
+      sig == SIGINT ? "SIGINT" : "SIGTERM", o.shutdown_timeout);
+  signals.set_phase(SignalWatch::Phase::Stopping);
+  api.begin_shutdown();
+  http.stop_accepting();
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000));
+  while (engine.stats().in_flight > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const int64_t cancelled = engine.stats().in_flight;
+  engine.stop();  // cancels what is left; their sinks queue an error event / 503
+  const auto flush_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (http.in_flight() > 0 && std::chrono::steady_clock::now() < flush_deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  http.stop();
+  say(LogLevel::Info, "pagoda serve: stopped (%lld request(s) cancelled at shutdown)",
+      static_cast<long long>(cancelled));
+}
+
+}  // namespace
+
 Runner add_serve(CLI::App& app) {
-  struct Opts {
-    std::string model, host = "127.0.0.1", api_key, api_key_file, chat_template_file, chat_template, alias, hf_repo;
-    int64_t n_predict = -1;
-    int port = 8080, threads = 0, parallel = 4, max_queue = 64, io_threads = 2;
-    int64_t max_connections = 0;  // 0: http::default_max_connections()
-    int64_t ctx_size = 0, max_batch_tokens = 512;
-    std::string max_body_bytes = "8MiB", quantize;
-    double shutdown_timeout = 10, request_timeout = 0;
-    int64_t responses_store_entries = 1024;
-    double responses_store_ttl = 3600;
-    std::string responses_store_bytes = "256MiB";
-    std::string grammar_cache_bytes = "64MiB";
-    std::string answer_tokens_bytes = "32MiB";
-    bool no_log = false;
-    bool verbose = false;
-    std::string log_format = "text", log_file;
-    bool no_webui = false;
-    std::string reasoning_format = "auto";
-    bool embeddings = false;
-    bool strict_model_names = false;
-    std::string pooling;  // "" : the model's
-    std::string replica_id;
-    double drain_seconds = 0;
-    int busy_status = 429;
-    std::vector<std::string> cors_origins;
-    std::string mmproj;  // --mmproj: the vision projector ("" none)
-    bool no_mmproj = false;
-    bool allow_image_urls = false;
-    std::string image_max_bytes = "20MiB", image_cache_bytes = "256MiB";
-    int64_t image_max_pixels = 33'554'432;
-    int max_images = 8;
-    KvOptions kv;
-    PromptCacheOptions cache;
-    SpecOptions spec;
-  };
-  auto o = std::make_shared<Opts>();
-  auto* model_opt =
-      app.add_option("-m,--model", o->model, "GGUF model file, Hugging Face model directory or hf://OWNER/REPO[:QUANT]");
-  app.add_option("--hf-repo", o->hf_repo, "OWNER/REPO[:QUANT] on the Hugging Face Hub (llama-server's -hf): -m hf://...")
-      ->excludes(model_opt);
-  app.add_option("--host", o->host, "Address to bind (loopback unless told otherwise)")->capture_default_str();
-  app.add_option("--port", o->port, "TCP port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
-  auto* key = app.add_option("--api-key", o->api_key,
-                             "Require 'Authorization: Bearer KEY' (not on /health); an empty key is refused. Without a "
-                             "key, only Host headers naming this server (localhost, 127.0.0.0/8, [::1], --host) are served");
-  auto* key_file =
-      app.add_option("--api-key-file", o->api_key_file, "Read the API key from a file (first line)")->excludes(key);
-  app.add_option("-a,--alias", o->alias, "Model name in the API (default: the file name)");
-  app.add_option("-n,--n-predict", o->n_predict,
-                 "Tokens to generate when a request does not say (-1: until the end of the context)")
-      ->capture_default_str()->check(CLI::Range(int64_t{-1}, int64_t{1} << 30));
-  app.add_option("-t,--threads", o->threads, "Kernel worker threads (default: all cores)");
-  app.add_option("--parallel", o->parallel, "Requests generating at once")->capture_default_str()->check(CLI::Range(1, 1024));
-  app.add_option("--max-queue", o->max_queue, "Requests waiting beyond --parallel before 429")->capture_default_str()
-      ->check(CLI::Range(0, 1 << 20));
-  app.add_option("-c,--ctx-size", o->ctx_size, "Tokens per sequence (default: the model's context length)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
-  app.add_option("--max-batch-tokens", o->max_batch_tokens, "Tokens per forward step (decode + chunked prefill)")
-      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
-  auto* template_file_opt =
-      app.add_option("--chat-template-file", o->chat_template_file, "Jinja chat template to use instead of the model's");
-  app.add_option("--chat-template", o->chat_template,
-                 "A built-in chat template (" + chat::ChatTemplate::builtin_names() +
-                     ") or a Jinja template file, instead of the model's")
-      ->excludes(template_file_opt);
-  app.add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (413 beyond)")->capture_default_str();
-  app.add_option("--shutdown-timeout", o->shutdown_timeout, "Seconds running requests get to finish on SIGINT/SIGTERM")
-      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
-  app.add_option("--request-timeout", o->request_timeout, "Cancel a request after this many seconds (0: never)")
-      ->capture_default_str()->check(CLI::Range(0.0, 1e6));
-  app.add_option("--io-threads", o->io_threads, "HTTP I/O threads")->capture_default_str()->check(CLI::Range(1, 64));
-  app.add_option("--max-connections", o->max_connections,
-                 "Open connections at most; at the cap the least recently used idle one is closed for a new "
-                 "one (never one with a request in flight), else the new one gets 503. Default (0): 3/4 of the "
-                 "open-file limit (RLIMIT_NOFILE), at most 65536")
-      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
-  app.add_option("--cors-origin", o->cors_origins,
-                 "Let web pages of this origin (scheme://host[:port], or * for any) read the answers (CORS); "
-                 "repeatable. Default: none (the built-in web UI is same-origin and needs none)")
-      ->check(check_cors_origin);
-  app.add_flag("--no-log-requests", o->no_log, "Do not log one line per request");
-  app.add_flag("-v,--verbose", o->verbose,
-               "Log more: passing /health checks and the web UI's polls too, and per request the client "
-               "address, body size and timing breakdown (prefill, decode, engine, preemptions)");
-  app.add_option("--log-format", o->log_format,
-                 "text: one line per event for people; json: one JSON object per line (ts, level, replica, "
-                 "request_id, method, path, status, duration_ms, tokens, tok/s, reason...)")
-      ->capture_default_str()->check(CLI::IsMember({"text", "json"}));
-  app.add_option("--log-file", o->log_file, "Append the log to this file instead of stderr (created if missing)");
-  app.add_flag("--no-webui", o->no_webui, "Do not serve the built-in web UI at / (it is then a 404)");
-  app.add_option("--reasoning-format", o->reasoning_format,
-                 "auto: a thinking model's reasoning goes to reasoning_content; none: it stays in content")
-      ->capture_default_str()->check(CLI::IsMember({"auto", "none"}));
-  app.add_option("--responses-store-entries", o->responses_store_entries,
-                 "Responses API: most stored responses (store: true) kept for GET and previous_response_id; "
-                 "the least recently used goes first (0: store none)")
-      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
-  app.add_option("--responses-store-ttl", o->responses_store_ttl,
-                 "Responses API: seconds a stored response is kept (0: until evicted)")
-      ->capture_default_str()->check(CLI::Range(0.0, 1e9));
-  app.add_option("--responses-store-bytes", o->responses_store_bytes,
-                 "Responses API: most bytes of memory stored responses and their conversations hold")
-      ->capture_default_str();
-  app.add_option("--grammar-cache-bytes", o->grammar_cache_bytes,
-                 "Most bytes of memory compiled grammars (JSON schemas, GBNF, regexes) kept for reuse hold, "
-                 "their token-mask caches included")
-      ->capture_default_str();
-  app.add_option("--answer-tokens-bytes", o->answer_tokens_bytes,
-                 "Most bytes of memory the token ids of recent chat answers hold; a conversation that sends an "
-                 "answer back is fed the ids the model produced, so its prefix stays cached (0: off)")
-      ->capture_default_str();
-  app.add_option("--mmproj", o->mmproj,
-                 "Vision projector GGUF (llama.cpp's mmproj file) for images in chat: image_url parts, "
-                 "Anthropic image blocks, Responses input_image (gemma3, gemma4v, qwen3vl_merger projectors). -m hf://... uses the repo's "
-                 "mmproj file when it has one");
-  app.add_flag("--no-mmproj", o->no_mmproj,
-               "Serve without images: neither --mmproj nor, for -m hf://, the repo's projector (not downloaded)");
-  app.add_flag("--allow-image-urls", o->allow_image_urls,
-               "Fetch http(s) image URLs (10 s in all, at most 3 redirects, at most --image-max-bytes); "
-               "without it they are a 400");
-  app.add_option("--image-max-bytes", o->image_max_bytes, "Largest image (decoded bytes); 400 beyond")
-      ->capture_default_str();
-  app.add_option("--image-max-pixels", o->image_max_pixels, "Most pixels (width x height) of an image; 400 beyond")
-      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  app.add_option("--max-images", o->max_images, "Most images in one request; 400 beyond")
-      ->capture_default_str()->check(CLI::Range(1, 256));
-  app.add_option("--image-cache-bytes", o->image_cache_bytes,
-                 "Most bytes of memory encoded images (the projector's output rows) kept for reuse (0: off)")
-      ->capture_default_str();
-  app.add_flag("--embeddings", o->embeddings, "Serve /v1/embeddings and /v1/rerank (reranker models)");
-  app.add_flag("--strict-model-names", o->strict_model_names,
-               "Answer 404 to a request naming another model (default: serve it with the loaded model and log the name)");
-  app.add_option("--pooling", o->pooling,
-                 "How /v1/embeddings pools the final hidden states (default: the model's pooling_type "
-                 "metadata, else last)")
-      ->check(CLI::IsMember({"none", "mean", "cls", "last", "rank"}));
-  app.add_option("--replica-id", o->replica_id,
-                 "This replica's name in log lines and /v1/cache/stats (default: <host name>:<port>)")
-      ->check([](const std::string& id) -> std::string {
-        if (id.empty() || id.size() > 64) return "must be 1 to 64 characters";
-        for (char c : id)
-          if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.' && c != ':')
-            return "may hold only letters, digits and - _ . :";
-        return "";
-      });
-  app.add_option("--drain-seconds", o->drain_seconds,
-                 "On SIGTERM, answer /health with 503 for this long while still serving requests, before "
-                 "stopping (behind a load balancer: longer than its health checks take to mark a server down)")
-      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
-  app.add_option("--busy-status", o->busy_status,
-                 "Status of a request refused because --parallel + --max-queue are full: 429 (Anthropic routes: "
-                 "529), or 503, which load balancers such as HAProxy 2.x retry on another replica")
-      ->capture_default_str()->check(CLI::IsMember({429, 503}));
-  add_quantize_option(app, o->quantize);
+  auto o = std::make_shared<ServeOpts>();
+  add_model_options(app, *o);
+  const std::pair<CLI::Option*, CLI::Option*> keys = add_http_options(app, *o);
+  CLI::Option* key = keys.first;
+  CLI::Option* key_file = keys.second;
+  add_log_options(app, *o);
+  add_api_options(app, *o);
+  add_image_options(app, *o);
   o->kv.add_to(app);
   o->cache.add_to(app);
   o->spec.add_to(app);
@@ -425,18 +592,7 @@ Runner add_serve(CLI::App& app) {
 
   auto serve = [o, key, key_file]() -> int {
     // Everything the user can get wrong is checked before anything starts.
-    EngineConfig ec;
-    o->kv.resolve();  // bad KV flags fail before the model loads; the budget is chosen after
-    ec.cache = o->cache.resolve();
-    ec.disk = o->cache.resolve_disk();
-    ec.state_snapshot_bytes = o->cache.resolve_state_snapshot_bytes();
-    ec.state_snapshot_interval = o->cache.resolve_state_snapshot_interval();
-    ec.spec = o->spec.resolve();
-    ec.parallel = o->parallel;
-    ec.max_queue = o->max_queue;
-    ec.ctx_size = o->ctx_size;
-    ec.max_batch_tokens = o->max_batch_tokens;
-    ec.threads = o->threads > 0 ? o->threads : ThreadPool::default_num_threads();
+    EngineConfig ec = engine_config_from(*o);
     const std::string api_key = resolve_api_key(o->api_key, *key, o->api_key_file, *key_file);
     const uint64_t max_body = parse_byte_size(o->max_body_bytes, "--max-body-bytes");
     if (max_body == 0) throw Error("--max-body-bytes must be greater than 0");
@@ -465,22 +621,7 @@ Runner add_serve(CLI::App& app) {
     SignalWatch signals(sigs);
     signal(SIGPIPE, SIG_IGN);
 
-    server::ApiServerOptions ao;
-    ao.model_id = !o->alias.empty()           ? o->alias
-                  : hub::is_hub_uri(requested_model) ? hub::ModelRef::parse(requested_model).to_string()
-                                                     : default_model_id(o->model);
-    ao.log_requests = !o->no_log;
-    ao.request_timeout_ms = static_cast<int64_t>(o->request_timeout * 1000);
-    ao.extract_reasoning = o->reasoning_format == "auto";
-    ao.responses_store_entries = static_cast<size_t>(o->responses_store_entries);
-    ao.responses_store_ttl_ms = static_cast<int64_t>(o->responses_store_ttl * 1000);
-    ao.responses_store_bytes = parse_byte_size(o->responses_store_bytes, "--responses-store-bytes");
-    ao.grammar_cache_bytes = parse_byte_size(o->grammar_cache_bytes, "--grammar-cache-bytes");
-    ao.answer_tokens_bytes = parse_byte_size(o->answer_tokens_bytes, "--answer-tokens-bytes");
-    ao.embeddings = o->embeddings;
-    ao.busy_status = o->busy_status;
-    ao.strict_model_names = o->strict_model_names;
-    ao.default_max_tokens = o->n_predict;
+    const server::ApiServerOptions ao = api_options_from(*o, requested_model);
     server::ApiServer api(ao);
     http::HttpServerOptions ho;
     ho.host = o->host;
@@ -528,57 +669,12 @@ Runner add_serve(CLI::App& app) {
     defaults.top_p = lm.generation.top_p;
     defaults.top_k = lm.generation.top_k;
     defaults.repetition_penalty = lm.generation.repetition_penalty;
-    // Pooling: --pooling, else the file's {arch}.pooling_type, else last: every model
-    // pagoda runs is a causal decoder, where only the last token has seen the whole input
-    // (mean would weigh the early tokens' states, which saw only a prefix).
-    server::PoolingSetup pooling;
     const ModelConfig& mc = lm.model->config();
-    pooling.pooling = o->pooling == "none"   ? Pooling::None
-                      : o->pooling == "mean" ? Pooling::Mean
-                      : o->pooling == "cls"  ? Pooling::Cls
-                      : o->pooling == "last" ? Pooling::Last
-                      : o->pooling == "rank" ? Pooling::Rank
-                      : mc.pooling != Pooling::Unspecified ? mc.pooling
-                                                          : Pooling::Last;
-    pooling.n_embd = mc.dim;
-    if (lm.file) pooling.rerank_template = lm.file->get_string("tokenizer.chat_template.rerank").value_or("");
-    if (o->embeddings && pooling.pooling == Pooling::Rank && lm.model->n_cls_out() == 0) {
-      // No head (a Qwen3-Reranker Hugging Face directory, whose lm_head llama.cpp's
-      // converter would cut down to cls.output.weight): the logits of "yes" and "no" at
-      // the last token are the head's two outputs, the same numbers.
-      auto single = [&](const char* word) -> int32_t {
-        std::vector<int32_t> ids;
-        if (lm.tokenizer) ids = lm.tokenizer->encode(word, /*add_special=*/false, /*parse_special=*/false);
-        if (ids.size() != 1)
-          throw Error(o->model + ": pooling rank needs a classification head (tensor 'cls.output.weight') or a "
-                      "vocabulary where \"yes\" and \"no\" are single tokens; this model has neither");
-        return ids[0];
-      };
-      pooling.rank_tokens = {single("yes"), single("no")};
-      // Qwen3-Reranker's prompt format (its model card), when the model brings none.
-      if (pooling.rerank_template.empty())
-        pooling.rerank_template =
-            "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the "
-            "Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n"
-            "<Instruct>: Given a web search query, retrieve relevant passages that answer the query\n<Query>: "
-            "{query}\n<Document>: {document}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
-    }
+    const server::PoolingSetup pooling = resolve_pooling(*o, lm);
     api.set_pooling(pooling);
     std::unique_ptr<server::ImageInputs> images;
-    std::unique_ptr<VisionEncoder> encoder;
-    std::string projector = o->no_mmproj ? "" : o->mmproj;
-    if (!projector.empty()) {
-      encoder = load_vision_projector(projector, *lm.model, ec.max_batch_tokens);  // asked for: must work
-    } else if (!resolved.mmproj.empty()) {
-      // The repo's projector is a bonus: one it cannot use leaves a text model, as llama-server's -hf.
-      projector = resolved.mmproj;
-      try {
-        encoder = load_vision_projector(projector, *lm.model, ec.max_batch_tokens);
-      } catch (const Error& e) {
-        say(LogLevel::Warn, "pagoda serve: warning: not using the repo's projector (%s); serving text only "
-            "(--no-mmproj skips it)", e.what());
-      }
-    }
+    std::string projector;
+    std::unique_ptr<VisionEncoder> encoder = load_serve_projector(*o, resolved.mmproj, *lm.model, ec.max_batch_tokens, projector);
     if (encoder) {
       images = std::make_unique<server::ImageInputs>(std::move(encoder), image_options(*o, ec.threads));
       api.set_image_inputs(images.get());
@@ -623,34 +719,7 @@ Runner add_serve(CLI::App& app) {
           format_bytes(ss.state_bytes).c_str(), format_bytes(ss.capacity_bytes).c_str(),
           static_cast<long long>(ss.capacity_bytes / ss.state_bytes),
           static_cast<long long>(engine.config().state_snapshot_interval));
-    signals.set_phase(SignalWatch::Phase::Serving);
-    const int sig = signals.wait();
-    if (sig == SIGTERM && o->drain_seconds > 0) {
-      say(LogLevel::Info,
-          "pagoda serve: SIGTERM: draining for %.1f s (/health answers 503, requests are still served; "
-          "a second signal stops at once)",
-          o->drain_seconds);
-      api.begin_draining();
-      if (const int again = signals.wait_for(o->drain_seconds); again != 0)
-        say(LogLevel::Info, "pagoda serve: %s during the drain: ending it", again == SIGINT ? "SIGINT" : "SIGTERM");
-    }
-    say(LogLevel::Info, "pagoda serve: %s: stopping (up to %.1f s for running requests; a second signal exits at once)",
-        sig == SIGINT ? "SIGINT" : "SIGTERM", o->shutdown_timeout);
-    signals.set_phase(SignalWatch::Phase::Stopping);
-    api.begin_shutdown();
-    http.stop_accepting();
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::milliseconds(static_cast<int64_t>(o->shutdown_timeout * 1000));
-    while (engine.stats().in_flight > 0 && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    const int64_t cancelled = engine.stats().in_flight;
-    engine.stop();  // cancels what is left; their sinks queue an error event / 503
-    const auto flush_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    while (http.in_flight() > 0 && std::chrono::steady_clock::now() < flush_deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    http.stop();
-    say(LogLevel::Info, "pagoda serve: stopped (%lld request(s) cancelled at shutdown)",
-        static_cast<long long>(cancelled));
+    serve_until_signalled(signals, *o, api, http, engine);
     return 0;
   };
 
