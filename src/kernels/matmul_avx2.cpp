@@ -1,7 +1,7 @@
 // AVX2 + FMA + F16C matmul kernels: the packed quantized micro-kernels of
 // matmul_simd.h with pmaddubsw/pmaddwd (no VNNI), the activation quantizer,
 // and the row-major float kernels.
-#include <immintrin.h>
+#include "kernels/simd_avx2.h"  // first: it brings <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
@@ -26,91 +26,7 @@ inline float hsum_ps(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-struct V256 {
-  static constexpr int L = 8;
-  // 16 ymm registers: 4 float + 4 int accumulators + weights and temporaries.
-  static constexpr int kMaxN = 4;
-  // Row groups per micro-kernel of the 32-wide formats (block32_kernel): 2
-  // groups x 4 tokens = 8 int16 pair-sum registers; the 8 float accumulators
-  // spill to L1 and are touched once per 32 columns.
-  static constexpr int kGroups = 2;
-  static constexpr int kBlock32N = 4;
-  // pmaddubsw saturates at 32767, so Q8_0 codes (q + 128 up to 255) cannot
-  // go in as unsigned; the kernel uses |q| x sign(x, q) (max 2 x 128 x 127 =
-  // 32512) and needs no offset correction.
-  static constexpr int kQ8Offset = 0;
-  using I = __m256i;
-  using F = __m256;
-  static I load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-  static void store_i(void* p, I v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
-  static I zero() { return _mm256_setzero_si256(); }
-  static I set1(int32_t v) { return _mm256_set1_epi32(v); }
-  static I and_(I a, I b) { return _mm256_and_si256(a, b); }
-  static I or_and(I a, I b, I c) { return _mm256_or_si256(a, _mm256_and_si256(b, c)); }
-  template <int n> static I srli16(I a) { return _mm256_srli_epi16(a, n); }
-  template <int n> static I slli16(I a) {
-    if constexpr (n == 0) return a;
-    else return _mm256_slli_epi16(a, n);
-  }
-  static I bcast4(const int8_t* x4) {
-    int32_t v;
-    __builtin_memcpy(&v, x4, 4);
-    return _mm256_set1_epi32(v);
-  }
-  // No VNNI: pmaddubsw gives int16 sums of 2 products, summed over several
-  // steps (pair_steps in matmul_simd.h) before pmaddwd widens them.
-  static constexpr bool kPairSums = true;
-  static I mul16(I w, I xb) { return _mm256_maddubs_epi16(w, xb); }
-  static I q8_prep(I codes) { return codes; }  // packed as q already (q8_codes_signed)
-  static I mul16_q8(I w, I xb) {
-    return _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(xb, w));
-  }
-  // The empty asm pins each partial sum in a register: without it GCC
-  // reassociates the 8-step add chains of all N tokens into trees, computes
-  // all 32 products first and spills half of them (2.3x slower on Zen 3).
-  static I add16(I a, I b) {
-    I r = _mm256_add_epi16(a, b);
-    __asm__("" : "+x"(r));
-    return r;
-  }
-  static I widen(I p16) { return _mm256_madd_epi16(p16, _mm256_set1_epi16(1)); }
-  static I mullo(I a, I b) { return _mm256_mullo_epi32(a, b); }
-  static I add(I a, I b) {  // pinned like add16
-    I r = _mm256_add_epi32(a, b);
-    __asm__("" : "+x"(r));
-    return r;
-  }
-  static I load_u8_i32(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
-  static I load_s8_i32(const uint8_t* p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
-  static F load_f16(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-  static I pack16(I lo, I hi) { return _mm256_blend_epi16(lo, _mm256_slli_epi32(hi, 16), 0xAA); }
-  static I dot16(I acc, I a, I b) { return add(acc, _mm256_madd_epi16(a, b)); }
-  static I bcast16(const uint8_t* p) { return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-  static I lut16(I table, I idx) { return _mm256_shuffle_epi8(table, idx); }
-  // 2^(e-128): f32 exponent field e - 1, or for e < 2 the subnormal 0x00200000 << e.
-  static F load_e8m0_half(const uint8_t* p) {
-    const I e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-    const I normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
-    const I sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
-    const I small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
-    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small));
-  }
-  static F cvt(I a) { return _mm256_cvtepi32_ps(a); }
-  static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
-  static F fnmadd(F a, F b, F c) { return _mm256_fnmadd_ps(a, b, c); }
-  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
-  static F set1f(float f) { return _mm256_set1_ps(f); }
-  static F fzero() { return _mm256_setzero_ps(); }
-  static void store(float* y, F v, int n_valid) {
-    if (n_valid == L) {
-      _mm256_storeu_ps(y, v);
-      return;
-    }
-    alignas(32) float tmp[L];
-    _mm256_store_ps(tmp, v);
-    for (int i = 0; i < n_valid; ++i) y[i] = tmp[i];
-  }
-};
+using V256 = simd_avx2::Vec;  // kernels/simd_avx2.h: the one trait struct of this level
 
 // ---- float weights, row-major: 4 rows x 2 tokens (8 accumulators) ----
 

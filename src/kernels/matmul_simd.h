@@ -278,7 +278,7 @@ void block32_kernel(const uint8_t* const* gp, uint8_t* const* up, const Quantize
   // the quantizer and a broadcast per (token, block): rejected as no cheaper.
   constexpr bool has_min = T == GgmlType::Q4_1 || T == GgmlType::Q5_1;
   constexpr int offset = signed_codes(T) ? V::kQ8Offset : T == GgmlType::Q4_0 ? 8 : 16;
-  [[maybe_unused]] I tbl = V::zero();
+  [[maybe_unused]] I tbl = V::izero();
   if constexpr (is_codebook(T)) tbl = codebook_table<V, T>();
   constexpr size_t scale_off = (T == GgmlType::Q8_0 ? 8 : T == GgmlType::Q5_0 || T == GgmlType::Q5_1 ? 5 : 4) * VB;
   const int64_t nb = n_cols / 32;
@@ -301,7 +301,7 @@ void block32_kernel(const uint8_t* const* gp, uint8_t* const* up, const Quantize
         for (int g = 0; g < G; ++g) prefetch_ahead<V>(p[g], unit_bytes);
     I acc[G][N], p16[G][N];
     for (int g = 0; g < G; ++g)
-      for (int t = 0; t < N; ++t) acc[g][t] = V::zero();
+      for (int t = 0; t < N; ++t) acc[g][t] = V::izero();
     static_for<0, 8>([&](auto i) {
       constexpr int s = step_of_call(T, i);
       I w[G];
@@ -388,7 +388,7 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
       // Measured (Xeon, one core, 512 x 2048 x 2048 Q4_K, 4 alternating rounds): AVX2
       // 70-76 -> 88-104 Gop/s, AVX-512 152-161 -> 170-193; decode unchanged.
       I isum[N];
-      for (int t = 0; t < N; ++t) isum[t] = V::zero();
+      for (int t = 0; t < N; ++t) isum[t] = V::izero();
       for (int j = 0; j < 8; ++j) {
         const I sc = V::load_u8_i32(sp + 4 * L + j * L);
         if constexpr (V::kPairSums) {
@@ -405,7 +405,7 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
           });
         } else {
           I dot[N], p16[N];
-          for (int t = 0; t < N; ++t) dot[t] = V::zero();
+          for (int t = 0; t < N; ++t) dot[t] = V::izero();
           chunk_steps<V, T>(p + j * chunk, [&](auto s, I w) {
             for (int t = 0; t < N; ++t)
               step_acc<V, T, call_index(T, s)>(dot[t], p16[t], w, V::bcast4(xq[t] + u * 256 + j * 32 + 4 * s));
@@ -419,7 +419,7 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
       const F dd = V::load_f16(sp), dm = V::load_f16(sp + 2 * L);
       for (int t = 0; t < N; ++t) {
         const int32_t* s32p = a.sum32_pairs + (t0 + t) * (n_cols / 64) + u * 4;
-        I imin = V::dot16(V::zero(), mp[0], V::set1(s32p[0]));
+        I imin = V::dot16(V::izero(), mp[0], V::set1(s32p[0]));
         for (int i = 1; i < 4; ++i) imin = V::dot16(imin, mp[i], V::set1(s32p[i]));
         const F dxt = V::set1f(a.d[(t0 + t) * nsb + u]);
         accf[t] = V::fmadd(V::cvt(isum[t]), V::mul(dd, dxt), accf[t]);
@@ -443,10 +443,10 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
       if (prefetch) prefetch_ahead<V, true>(p, unit_bytes);
       const uint8_t* sp = p + 8 * chunk;
       I isum[N], iaux[N];  // iaux: Q2_K sum m_i s16_i; Q3_K sum sc_i s16_i
-      for (int t = 0; t < N; ++t) isum[t] = iaux[t] = V::zero();
+      for (int t = 0; t < N; ++t) isum[t] = iaux[t] = V::izero();
       for (int j = 0; j < 8; ++j) {
         I dot0[N], dot1[N], p0[N], p1[N];
-        for (int t = 0; t < N; ++t) dot0[t] = dot1[t] = V::zero();
+        for (int t = 0; t < N; ++t) dot0[t] = dot1[t] = V::izero();
         chunk_steps<V, T>(p + j * chunk, [&](auto s, I w) {
           for (int t = 0; t < N; ++t) {
             const I xb = V::bcast4(xq[t] + u * 256 + j * 32 + 4 * s);
@@ -492,10 +492,10 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
       if (prefetch) prefetch_ahead<V, true>(p, unit_bytes);
       const uint8_t* sp = p + 8 * chunk;
       I isum[N];
-      for (int t = 0; t < N; ++t) isum[t] = V::zero();
+      for (int t = 0; t < N; ++t) isum[t] = V::izero();
       for (int j = 0; j < 8; ++j) {
         I dot[N], p16[N];
-        for (int t = 0; t < N; ++t) dot[t] = V::zero();
+        for (int t = 0; t < N; ++t) dot[t] = V::izero();
         chunk_steps<V, T>(p + j * chunk, [&](auto s, I w) {
           for (int t = 0; t < N; ++t)
             step_acc<V, T, call_index(T, s)>(dot[t], p16[t], w, V::bcast4(xq[t] + u * 256 + j * 32 + 4 * s));
@@ -520,12 +520,12 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
       if (prefetch) prefetch_ahead<V, true>(p, unit_bytes);
       const uint8_t* sp = p + 8 * chunk;
       I isum[N];
-      for (int t = 0; t < N; ++t) isum[t] = V::zero();
+      for (int t = 0; t < N; ++t) isum[t] = V::izero();
       for (int j = 0; j < 8; ++j) {
         // Two 16-column sub-blocks (steps 0-3 and 4-7), each with its own scale;
         // the -32 offset is folded in as -32 x (sum of the 16 activations).
         I dot0[N], dot1[N], p0[N], p1[N];
-        for (int t = 0; t < N; ++t) dot0[t] = dot1[t] = V::zero();
+        for (int t = 0; t < N; ++t) dot0[t] = dot1[t] = V::izero();
         chunk_steps<V, T>(p + j * chunk, [&](auto s, I w) {
           for (int t = 0; t < N; ++t) {
             const I xb = V::bcast4(xq[t] + u * 256 + j * 32 + 4 * s);

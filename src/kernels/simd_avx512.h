@@ -1,7 +1,9 @@
-// Vec: the AVX-512 (F/BW/VL/DQ) float-vector traits (16 floats per __m512, tails through
-// mask registers) that the width-generic kernels are written over: kernels/ops_simd.h
-// (row ops) and kernels/paged_attention_simd.h (paged attention). The AVX2 twin is
-// kernels/simd_avx2.h; the operations and their contracts are listed there.
+// Vec: the AVX-512 (F/BW/VL/DQ, VNNI) traits (16 floats per __m512, tails through mask
+// registers; 16 int32 lanes per __m512i) that the width-generic kernels are written over:
+// kernels/ops_simd.h (row ops), kernels/paged_attention_simd.h (paged attention) and
+// kernels/matmul_simd.h (the packed quantized matmul, as V512): the one trait struct of
+// this level. The AVX2 twin is kernels/simd_avx2.h; the float operations and their
+// contracts are listed there, the matmul ones at the end of the struct.
 //
 // Include only from *_avx512.cpp files, and before anything else that includes
 // <immintrin.h> (so the pragma below covers it): they are the ones built with the AVX-512
@@ -96,6 +98,72 @@ struct Vec {
                            int64_t dst_stride) {
     simd_x86::transpose8x8_rows(base, row_bytes, f16, d0, dst, dst_stride);
   }
+
+  // ---- The packed matmul kernels' traits (kernels/matmul_simd.h): 32-bit integer lanes
+  // I for the codes' dot products, F the same floats as Reg. Integer names where the
+  // float ones above are taken: izero(), set1(int32_t), load(const void*), store_i.
+  static constexpr int L = 16;
+  // Tokens per micro-tile: 8 float + 8 int accumulators + ~6 temporaries of
+  // the 32 zmm registers. 12 would also fit for the 32-wide formats but not
+  // with the K-quants' extra per-sub-block accumulators.
+  static constexpr int kMaxN = 8;
+  // The 32-wide formats: 2 row groups x 4 tokens per micro-kernel (8 int + 8 float
+  // accumulators), so each activation broadcast feeds two vpdpbusd and each weight
+  // vector four. Measured on a Xeon (2 threads, alternating binaries) against 1 group x
+  // 8 tokens, where every vpdpbusd took its broadcast as a memory operand: matmul
+  // 512 x 2048 x 2048 Q4_0 424-468 -> 492-518 Gop/s, matvec 5632 x 2048 Q4_0 71-76 ->
+  // 78-82, Q8_0 41-42 -> 44-54; pp512 Q4_0 146-184 -> 250-281 tok/s; decode within noise.
+  static constexpr int kGroups = 2;
+  static constexpr int kBlock32N = 4;
+  // Q8_0 codes are q + 128 (u8 for vpdpbusd); subtract 128 x sum(x) per block.
+  static constexpr int kQ8Offset = 128;
+  using I = __m512i;
+  using F = __m512;
+  static I load(const void* p) { return _mm512_loadu_si512(p); }
+  static void store_i(void* p, I v) { _mm512_storeu_si512(p, v); }
+  static I izero() { return _mm512_setzero_si512(); }
+  static I set1(int32_t v) { return _mm512_set1_epi32(v); }
+  static I and_(I a, I b) { return _mm512_and_si512(a, b); }
+  static I or_and(I a, I b, I c) { return _mm512_ternarylogic_epi32(a, b, c, 0xF8); }
+  template <int n> static I srli16(I a) { return _mm512_srli_epi16(a, n); }
+  template <int n> static I slli16(I a) {
+    if constexpr (n == 0) return a;
+    else return _mm512_slli_epi16(a, n);
+  }
+  static I bcast4(const int8_t* x4) {
+    int32_t v;
+    __builtin_memcpy(&v, x4, 4);
+    return _mm512_set1_epi32(v);
+  }
+  static constexpr bool kPairSums = false;
+  static I dot4(I acc, I w, I xb) { return _mm512_dpbusd_epi32(acc, w, xb); }
+  static I q8_prep(I codes) { return codes; }
+  static I dot4_q8(I acc, I w, I xb) { return dot4(acc, w, xb); }
+  static I mullo(I a, I b) { return _mm512_mullo_epi32(a, b); }
+  static I add(I a, I b) { return _mm512_add_epi32(a, b); }
+  static I load_u8_i32(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static I load_s8_i32(const uint8_t* p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static F load_f16(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static I pack16(I lo, I hi) { return _mm512_mask_blend_epi16(0xAAAAAAAA, lo, _mm512_slli_epi32(hi, 16)); }
+  static I dot16(I acc, I a, I b) { return _mm512_dpwssd_epi32(acc, a, b); }
+  static I bcast16(const uint8_t* p) { return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static I lut16(I table, I idx) { return _mm512_shuffle_epi8(table, idx); }
+  // 2^(e-128): f32 exponent field e - 1, or for e < 2 the subnormal 0x00200000 << e.
+  static F load_e8m0_half(const uint8_t* p) {
+    const I e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const I normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const I sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    const __mmask16 small = _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, sub));
+  }
+  static F cvt(I a) { return _mm512_cvtepi32_ps(a); }
+  static F set1f(float f) { return _mm512_set1_ps(f); }
+  static F fzero() { return _mm512_setzero_ps(); }
+  static void store(float* y, F v, int n_valid) {
+    if (n_valid == L) _mm512_storeu_ps(y, v);
+    else _mm512_mask_storeu_ps(y, static_cast<__mmask16>((1u << n_valid) - 1), v);
+  }
+
 };
 
 }  // namespace
