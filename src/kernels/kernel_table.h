@@ -23,8 +23,9 @@
 //      weight_supported); tensor/codecs*.cpp its scalar dequantize / quantize (the
 //      reference everything else is checked against); tensor/file_type.* its llama.cpp
 //      label when it has one.
-//   2. kernels/matmul_impl.h: its packed layout (the layout table and the comment above
-//      it); matmul_pack.cpp the packing and matmul_unpack.cpp its exact inverse;
+//   2. kernels/matmul_impl.h: its packed layout: pack_traits, unit_layout (where each part
+//      of a unit lies, which the packing, the unpacking and the kernels all read) and the
+//      comment above them; matmul_pack.cpp the packing and matmul_unpack.cpp its inverse;
 //      matmul.cpp the scalar level's kernel, when the generic dequantize-and-dot path does
 //      not already take it.
 //   3. kernels/matmul_simd.h: the type in register_packed_kernels' list and in

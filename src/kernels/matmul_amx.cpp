@@ -119,7 +119,7 @@ void amx_subtile(const uint8_t* gp, const uint8_t* b_base, size_t b_stride, cons
                  int64_t n_rows, int64_t row0, int n_valid) {
   constexpr int L = 16;
   constexpr size_t VB = 4 * L;
-  constexpr size_t scale_off = (T == GgmlType::Q8_0 ? 8 : 4) * VB;
+  constexpr size_t scale_off = unit_layout(T).chunk_vectors * VB;  // d (matmul_impl.h's UnitLayout)
   const size_t unit_bytes = packed_unit_bytes(T, L);
   __m512 acc[16];
   static_for<0, 16>([&](auto t) { acc[t] = _mm512_setzero_ps(); });
@@ -165,7 +165,9 @@ void amx_subtile_q4k(const uint8_t* gp, const uint8_t* b_base, const Super256Til
   constexpr int L = 16;
   constexpr size_t VB = 4 * L;
   constexpr size_t b_stride = 8 * VB;
-  constexpr size_t scales_off = 8 * 4 * VB;  // [d][dmin][sc: 8 x L][m: 8 x L] after the codes
+  // [d][dmin][sc: 8 x L][m: 8 x L] after the codes (matmul_impl.h's UnitLayout)
+  constexpr UnitLayout lay = unit_layout(GgmlType::Q4_K);
+  constexpr size_t scales_off = lay.chunks * lay.chunk_vectors * VB;
   const size_t unit_bytes = packed_unit_bytes(GgmlType::Q4_K, L);
   const int8_t* ablk = acts.q;
   // The float accumulators and the first half's sums live in memory: the 16 running
@@ -180,7 +182,7 @@ void amx_subtile_q4k(const uint8_t* gp, const uint8_t* b_base, const Super256Til
 #define PAGODA_AMX_FINISH(u)                                                                                    \
   do {                                                                                                          \
     const uint8_t* sp = gp + (u) * unit_bytes + scales_off;                                                     \
-    const __m512 dd = f16x16(sp), dm = f16x16(sp + 2 * L);                                                      \
+    const __m512 dd = f16x16(sp), dm = f16x16(sp + lay.m * L);                                                      \
     __m512i mn[4];                                                                                              \
     for (int i = 0; i < 4; ++i) mn[i] = pack16(u8x16(sp + (12 + 2 * i) * L), u8x16(sp + (13 + 2 * i) * L));    \
     const float* td = acts.d + (u) * 16;                                                                        \
@@ -201,7 +203,7 @@ void amx_subtile_q4k(const uint8_t* gp, const uint8_t* b_base, const Super256Til
 #define PAGODA_AMX_SCALE(k)                                                                                     \
   do {                                                                                                          \
     const int32_t* cb = cbuf + ((k) & 1) * 256;                                                                 \
-    const uint8_t* sp = gp + ((k) >> 3) * unit_bytes + scales_off + 4 * L + ((k) & 7) * L;                      \
+    const uint8_t* sp = gp + ((k) >> 3) * unit_bytes + scales_off + lay.sc * L + ((k) & 7) * L;                      \
     const __m512 sc = _mm512_cvtepi32_ps(u8x16(sp));                                                            \
     static_for<0, 16>([&](auto t) {                                                                             \
       fs[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * t)), sc, fs[t]);                   \
@@ -236,7 +238,9 @@ void amx_subtile_q6k(const uint8_t* gp, const uint8_t* b_base, const Super256Til
                      int64_t row0, int n_valid) {
   constexpr int L = 16;
   constexpr size_t VB = 4 * L;
-  constexpr size_t scales_off = 8 * 6 * VB;  // [d: L f16][sc: 16 x L s8] after the codes
+  // [d: L f16][sc: 16 x L s8] after the codes (matmul_impl.h's UnitLayout)
+  constexpr UnitLayout lay = unit_layout(GgmlType::Q6_K);
+  constexpr size_t scales_off = lay.chunks * lay.chunk_vectors * VB;
   const size_t unit_bytes = packed_unit_bytes(GgmlType::Q6_K, L);
   const int8_t* ablk = acts.q;
   alignas(64) float acc[256];
@@ -268,7 +272,7 @@ void amx_subtile_q6k(const uint8_t* gp, const uint8_t* b_base, const Super256Til
 #define PAGODA_AMX_SCALE(k)                                                                                     \
   do {                                                                                                          \
     const int32_t* cb = cbuf + ((k) & 1) * 256;                                                                 \
-    const uint8_t* sp = gp + ((k) >> 4) * unit_bytes + scales_off + 2 * L + ((k) & 15) * L;                     \
+    const uint8_t* sp = gp + ((k) >> 4) * unit_bytes + scales_off + lay.sc * L + ((k) & 15) * L;                     \
     const __m512i sc = s8x16(sp);                                                                               \
     static_for<0, 16>([&](auto t) {                                                                             \
       isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(_mm512_load_si512(cb + 16 * t), sc));              \
@@ -284,10 +288,15 @@ void amx_subtile_q6k(const uint8_t* gp, const uint8_t* b_base, const Super256Til
 
 // Q6_K's chunk (32 columns of 16 rows: 4 nibble vectors, then 2 vectors of the top two
 // bits) -> the 8 vectors of its codes, step s at out + s * 64, as chunk_steps forms them.
+static_assert(unit_layout(GgmlType::Q4_K).chunk_vectors == 4 && unit_layout(GgmlType::Q4_K).m == 2 &&
+                  unit_layout(GgmlType::Q4_K).sc == 4 && unit_layout(GgmlType::Q6_K).chunk_vectors == 6 &&
+                  unit_layout(GgmlType::Q6_K).sc == 2 && unit_layout(GgmlType::Q6_K).high == 4,
+              "the AMX kernels were written and timed against these offsets");
 inline void unpack_q6k_chunk(const uint8_t* cp, uint8_t* out) {
   constexpr size_t VB = 64;
   const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-  const __m512i h0 = _mm512_loadu_si512(cp + 4 * VB), h1 = _mm512_loadu_si512(cp + 5 * VB);
+  constexpr int hi_vec = unit_layout(GgmlType::Q6_K).high;
+  const __m512i h0 = _mm512_loadu_si512(cp + hi_vec * VB), h1 = _mm512_loadu_si512(cp + (hi_vec + 1) * VB);
   // Bits 2p..2p+1 of each byte of h -> bits 4..5.
   auto high = [](__m512i h, int p) {
     switch (p) {

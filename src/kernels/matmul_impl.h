@@ -72,6 +72,38 @@ enum class ActKind {
   Super256  // Q8_K-style: one f32 scale per 256 values, + int sums per 16 and 32
 };
 
+// Where each part of a packed unit lies (the unit layouts above): the one description
+// that pack_unit_lane (matmul_pack.cpp), its inverse (matmul_unpack.cpp) and the kernels
+// (matmul_simd.h) read. A unit is `chunks` 32-column chunks of `chunk_vectors` code
+// vectors (VB = 4 x lanes bytes each: the nibble or low 2-bit vectors, then the high-bit
+// ones from `high`), then the scale area, whose parts sit at offsets counted in `lanes`
+// bytes (a 2-byte f16 per lane spans 2): d (f16; MXFP4's e8m0 byte), m (f16 m or dmin),
+// sc and mn (one byte per lane for each of the unit's n_scales sub-block scales / mins;
+// Q2_K keeps sc | mn << 4 in sc). -1: the part is absent.
+struct UnitLayout {
+  int chunks = 1;
+  int chunk_vectors = 0;
+  int high = -1;  // first high-bit / 2-bit vector within a chunk
+  int d = 0, m = -1, sc = -1, mn = -1;
+  int n_scales = 0;
+};
+constexpr UnitLayout unit_layout(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q8_0: return {1, 8, -1, 0, -1, -1, -1, 0};
+    case GgmlType::Q4_0: case GgmlType::IQ4_NL: case GgmlType::MXFP4: return {1, 4, -1, 0, -1, -1, -1, 0};
+    case GgmlType::Q4_1: return {1, 4, -1, 0, 2, -1, -1, 0};
+    case GgmlType::Q5_0: return {1, 5, 4, 0, -1, -1, -1, 0};
+    case GgmlType::Q5_1: return {1, 5, 4, 0, 2, -1, -1, 0};
+    case GgmlType::Q4_K: return {8, 4, -1, 0, 2, 4, 12, 8};
+    case GgmlType::Q5_K: return {8, 5, 4, 0, 2, 4, 12, 8};
+    case GgmlType::Q6_K: return {8, 6, 4, 0, -1, 2, -1, 16};
+    case GgmlType::Q2_K: return {8, 2, -1, 0, 2, 4, -1, 16};
+    case GgmlType::Q3_K: return {8, 3, 2, 0, -1, 2, -1, 16};
+    case GgmlType::IQ4_XS: return {8, 4, -1, 0, -1, 2, -1, 8};
+    default: return {};
+  }
+}
+
 // Packing traits of one weight type: the one place that says how its blocks are packed
 // (the unit layouts above) and which activation format its kernels take. A type without
 // a packed layout (the float types, Q8_1, ...) has packed = false.
@@ -101,6 +133,25 @@ constexpr PackTraits pack_traits(GgmlType t) {
     default: return {};
   }
 }
+
+// The traits and the layout describe the same bytes: the code vectors, and the scale
+// area's end (MXFP4's d is one byte a lane).
+constexpr bool layout_matches_traits(GgmlType t) {
+  const UnitLayout l = unit_layout(t);
+  const PackTraits p = pack_traits(t);
+  int end = l.d + (t == GgmlType::MXFP4 ? 1 : 2);
+  if (l.m >= 0) end = l.m + 2;
+  if (l.sc >= 0) end = l.sc + l.n_scales;
+  if (l.mn >= 0) end = l.mn + l.n_scales;
+  return l.chunks * l.chunk_vectors == p.code_vectors && end == p.scale_bytes;
+}
+static_assert(layout_matches_traits(GgmlType::Q8_0) && layout_matches_traits(GgmlType::Q4_0) &&
+              layout_matches_traits(GgmlType::Q4_1) && layout_matches_traits(GgmlType::Q5_0) &&
+              layout_matches_traits(GgmlType::Q5_1) && layout_matches_traits(GgmlType::IQ4_NL) &&
+              layout_matches_traits(GgmlType::MXFP4) && layout_matches_traits(GgmlType::Q4_K) &&
+              layout_matches_traits(GgmlType::Q5_K) && layout_matches_traits(GgmlType::Q6_K) &&
+              layout_matches_traits(GgmlType::Q2_K) && layout_matches_traits(GgmlType::Q3_K) &&
+              layout_matches_traits(GgmlType::IQ4_XS));
 
 // The types whose blocks are 256-value super-blocks (activations as Q8_K).
 constexpr bool is_super_block(GgmlType t) { return pack_traits(t).unit_cols == 256; }

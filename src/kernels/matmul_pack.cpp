@@ -265,76 +265,62 @@ void pack_unit_lane(GgmlType type, const UnitCodes& u, int lanes, int r, uint8_t
     }
   };
   auto put_f16 = [&](uint8_t* at, f16_t v) { std::memcpy(at + 2 * r, &v, 2); };
+  // Every offset from the type's UnitLayout (matmul_impl.h), which the kernels read too.
+  const UnitLayout lay = unit_layout(type);
+  const size_t chunk = static_cast<size_t>(lay.chunk_vectors) * vb;
+  uint8_t* const scales = p + static_cast<size_t>(lay.chunks) * chunk;
+  auto at = [&](int off) { return scales + static_cast<size_t>(off) * static_cast<size_t>(lanes); };
   switch (type) {
     case GgmlType::Q8_0:
       for (int col = 0; col < 32; ++col)
         p[(col / 4) * vb + 4 * r + col % 4] = static_cast<uint8_t>(u.c[col] ^ (q8_codes_signed(lanes) ? 0x80 : 0));
-      put_f16(p + 8 * vb, u.d_bits);
+      put_f16(at(lay.d), u.d_bits);
       return;
     case GgmlType::Q4_0:
     case GgmlType::Q4_1:
-      put_nibbles(u.c, p);
-      put_f16(p + 4 * vb, u.d_bits);
-      if (type == GgmlType::Q4_1) put_f16(p + 4 * vb + 2 * lanes, u.m_bits);
-      return;
     case GgmlType::Q5_0:
     case GgmlType::Q5_1:
       put_nibbles(u.c, p);
-      put_high1(u.c, p + 4 * vb);
-      put_f16(p + 5 * vb, u.d_bits);
-      if (type == GgmlType::Q5_1) put_f16(p + 5 * vb + 2 * lanes, u.m_bits);
+      if (lay.high >= 0) put_high1(u.c, p + lay.high * vb);
+      put_f16(at(lay.d), u.d_bits);
+      if (lay.m >= 0) put_f16(at(lay.m), u.m_bits);
       return;
     case GgmlType::Q4_K:
-    case GgmlType::Q5_K: {
-      const bool q5 = type == GgmlType::Q5_K;
-      const size_t chunk = (q5 ? 5 : 4) * vb;
+    case GgmlType::Q5_K:
+    case GgmlType::IQ4_XS:
       for (int j = 0; j < 8; ++j) {
         put_nibbles(u.c + 32 * j, p + j * chunk);
-        if (q5) put_high1(u.c + 32 * j, p + j * chunk + 4 * vb);
+        if (lay.high >= 0) put_high1(u.c + 32 * j, p + j * chunk + lay.high * vb);
       }
-      uint8_t* s = p + 8 * chunk;
-      put_f16(s, u.d_bits);
-      put_f16(s + 2 * lanes, u.m_bits);
-      for (int j = 0; j < 8; ++j) {
-        s[4 * lanes + j * lanes + r] = u.sc[j];
-        s[12 * lanes + j * lanes + r] = u.mn[j];
+      put_f16(at(lay.d), u.d_bits);
+      if (lay.m >= 0) put_f16(at(lay.m), u.m_bits);
+      for (int j = 0; j < lay.n_scales; ++j) {
+        at(lay.sc)[j * lanes + r] = u.sc[j];
+        if (lay.mn >= 0) at(lay.mn)[j * lanes + r] = u.mn[j];
       }
       return;
-    }
-    case GgmlType::Q6_K: {
-      const size_t chunk = 6 * vb;
+    case GgmlType::Q6_K:
       for (int j = 0; j < 8; ++j) {
         put_nibbles(u.c + 32 * j, p + j * chunk);
-        put_high2(u.c + 32 * j, p + j * chunk + 4 * vb);
+        put_high2(u.c + 32 * j, p + j * chunk + lay.high * vb);
       }
-      uint8_t* s = p + 8 * chunk;
-      put_f16(s, u.d_bits);
-      for (int i = 0; i < 16; ++i) s[2 * lanes + i * lanes + r] = u.sc[i];
+      put_f16(at(lay.d), u.d_bits);
+      for (int i = 0; i < lay.n_scales; ++i) at(lay.sc)[i * lanes + r] = u.sc[i];
       return;
-    }
     case GgmlType::Q2_K:
     case GgmlType::Q3_K: {
       const bool q3 = type == GgmlType::Q3_K;
-      const size_t chunk = (q3 ? 3 : 2) * vb;
       for (int j = 0; j < 8; ++j) {
         put_low2(u.c + 32 * j, p + j * chunk);
-        if (q3) put_bit2(u.c + 32 * j, p + j * chunk + 2 * vb);
+        if (q3) put_bit2(u.c + 32 * j, p + j * chunk + lay.high * vb);
       }
-      uint8_t* s = p + 8 * chunk;
-      put_f16(s, u.d_bits);
+      put_f16(at(lay.d), u.d_bits);
       if (q3) {
-        for (int i = 0; i < 16; ++i) s[2 * lanes + i * lanes + r] = u.sc[i];
+        for (int i = 0; i < lay.n_scales; ++i) at(lay.sc)[i * lanes + r] = u.sc[i];
       } else {
-        put_f16(s + 2 * lanes, u.m_bits);
-        for (int i = 0; i < 16; ++i) s[4 * lanes + i * lanes + r] = static_cast<uint8_t>(u.sc[i] | u.mn[i] << 4);
+        put_f16(at(lay.m), u.m_bits);
+        for (int i = 0; i < lay.n_scales; ++i) at(lay.sc)[i * lanes + r] = static_cast<uint8_t>(u.sc[i] | u.mn[i] << 4);
       }
-      return;
-    }
-    case GgmlType::IQ4_XS: {
-      for (int j = 0; j < 8; ++j) put_nibbles(u.c + 32 * j, p + j * 4 * vb);
-      uint8_t* s = p + 32 * vb;
-      put_f16(s, u.d_bits);
-      for (int j = 0; j < 8; ++j) s[2 * lanes + j * lanes + r] = u.sc[j];
       return;
     }
     default:
@@ -349,24 +335,27 @@ void pack_unit_lane(GgmlType type, const UnitCodes& u, int lanes, int r, uint8_t
 // the per-code path for the two formats most files use.
 void pack_fast_lane(GgmlType type, const uint8_t* blk, int lanes, int r, uint8_t* p) {
   const size_t vb = 4 * static_cast<size_t>(lanes);
+  const UnitLayout lay = unit_layout(type);
+  uint8_t* const scales = p + static_cast<size_t>(lay.chunk_vectors) * vb;
+  auto at = [&](int off) { return scales + static_cast<size_t>(off) * static_cast<size_t>(lanes); };
   if (type == GgmlType::Q8_0) {
     const uint8_t* qs = blk + offsetof(BlockQ8_0, qs);
     const uint8_t flip = q8_codes_signed(lanes) ? 0 : 0x80;
     for (int s = 0; s < 8; ++s)
       for (int i = 0; i < 4; ++i) p[s * vb + 4 * r + i] = static_cast<uint8_t>(qs[4 * s + i] ^ flip);
-    std::memcpy(p + 8 * vb + 2 * r, blk, 2);
+    std::memcpy(at(lay.d) + 2 * r, blk, 2);
     return;
   }
   if (type == GgmlType::MXFP4) {
     for (int s = 0; s < 4; ++s) std::memcpy(p + s * vb + 4 * r, blk + offsetof(BlockMXFP4, qs) + 4 * s, 4);
-    p[4 * vb + r] = blk[0];  // e
+    at(lay.d)[r] = blk[0];  // e
     return;
   }
   // Q4_0, Q4_1, IQ4_NL (IQ4_NL's bytes are Q4_0's: f16 d, then the same nibble order)
   const size_t qs_off = type == GgmlType::Q4_1 ? offsetof(BlockQ4_1, qs) : offsetof(BlockQ4_0, qs);
   for (int s = 0; s < 4; ++s) std::memcpy(p + s * vb + 4 * r, blk + qs_off + 4 * s, 4);
-  std::memcpy(p + 4 * vb + 2 * r, blk, 2);                                            // d
-  if (type == GgmlType::Q4_1) std::memcpy(p + 4 * vb + 2 * lanes + 2 * r, blk + 2, 2);  // m
+  std::memcpy(at(lay.d) + 2 * r, blk, 2);                           // d
+  if (lay.m >= 0) std::memcpy(at(lay.m) + 2 * r, blk + 2, 2);  // m (Q4_1)
 }
 
 }  // namespace

@@ -100,7 +100,7 @@ inline __attribute__((always_inline)) void chunk_steps(const uint8_t* cp, Step&&
       step(std::integral_constant<int, s + 4>{}, V::and_(V::template srli16<4>(v), m0f));
     });
   } else if constexpr (T == GgmlType::Q5_0 || T == GgmlType::Q5_1 || T == GgmlType::Q5_K) {
-    const I hv = V::load(cp + 4 * VB);
+    const I hv = V::load(cp + unit_layout(T).high * VB);
     const I m10 = V::set1(0x10101010);
     // Bit s of each byte -> bit 4.
     auto high = [&](auto s) {
@@ -118,7 +118,7 @@ inline __attribute__((always_inline)) void chunk_steps(const uint8_t* cp, Step&&
     const I m03 = V::set1(0x03030303);
     const I l0 = V::load(cp), l1 = V::load(cp + VB);
     [[maybe_unused]] I hv;
-    if constexpr (T == GgmlType::Q3_K) hv = V::load(cp + 2 * VB);
+    if constexpr (T == GgmlType::Q3_K) hv = V::load(cp + unit_layout(T).high * VB);
     static_for<0, 8>([&](auto s) {
       // Bits 2(s&3)..+1 of vector s/4 -> bits 0..1; Q3_K: bit s of hv -> bit 2.
       I c = V::and_(V::template srli16<2 * (s & 3)>(s < 4 ? l0 : l1), m03);
@@ -138,7 +138,7 @@ inline __attribute__((always_inline)) void chunk_steps(const uint8_t* cp, Step&&
       step(std::integral_constant<int, s + 4>{}, V::lut16(tbl, V::and_(V::template srli16<4>(v), m0f)));
     });
   } else if constexpr (T == GgmlType::Q6_K) {
-    const I h0 = V::load(cp + 4 * VB), h1 = V::load(cp + 5 * VB);
+    const I h0 = V::load(cp + unit_layout(T).high * VB), h1 = V::load(cp + (unit_layout(T).high + 1) * VB);
     const I m30 = V::set1(0x30303030);
     // Bits 2p..2p+1 of each byte -> bits 4..5.
     auto high = [&](auto s) {
@@ -230,7 +230,7 @@ inline __attribute__((always_inline)) typename V::I step_codes(const uint8_t* cp
     } else if constexpr (is_codebook(T)) {
       return V::lut16(tbl, lo);
     } else {  // Q5: bit s of each byte of the high-bit vector -> bit 4
-      const I hv = V::load(cp + 4 * VB);
+      const I hv = V::load(cp + unit_layout(T).high * VB);
       I h;
       if constexpr (s <= 4) h = V::template slli16<4 - s>(hv);
       else h = V::template srli16<s - 4>(hv);
@@ -280,7 +280,8 @@ void block32_kernel(const uint8_t* const* gp, uint8_t* const* up, const Quantize
   constexpr int offset = signed_codes(T) ? V::kQ8Offset : T == GgmlType::Q4_0 ? 8 : 16;
   [[maybe_unused]] I tbl = V::izero();
   if constexpr (is_codebook(T)) tbl = codebook_table<V, T>();
-  constexpr size_t scale_off = (T == GgmlType::Q8_0 ? 8 : T == GgmlType::Q5_0 || T == GgmlType::Q5_1 ? 5 : 4) * VB;
+  constexpr UnitLayout lay = unit_layout(T);
+  constexpr size_t scale_off = lay.chunk_vectors * VB + lay.d * L;
   const int64_t nb = n_cols / 32;
   const int8_t* xq[N];
   const float* dx[N];
@@ -325,7 +326,7 @@ void block32_kernel(const uint8_t* const* gp, uint8_t* const* up, const Quantize
     }
     if constexpr (has_min) {
       F mw[G];
-      for (int g = 0; g < G; ++g) mw[g] = V::load_f16(p[g] + scale_off + 2 * L);
+      for (int g = 0; g < G; ++g) mw[g] = V::load_f16(p[g] + scale_off + (lay.m - lay.d) * L);
       for (int t = 0; t < N; ++t) {
         const F dxt = V::set1f(dx[t][u]), dsxt = V::set1f(dsx[t][u]);
         for (int g = 0; g < G; ++g) {
@@ -372,14 +373,18 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
   for (int t = 0; t < N; ++t) xq[t] = a.q + (t0 + t) * n_cols;
   F accf[N];
   for (int t = 0; t < N; ++t) accf[t] = V::fzero();
+  // The unit's parts where unit_layout(T) (matmul_impl.h) puts them: chunks of chunk
+  // bytes, then the scale area sp with d at 0 and m, sc, mn at their lane offsets.
+  constexpr UnitLayout lay = unit_layout(T);
+  constexpr size_t chunk = lay.chunk_vectors * VB;
+  static_assert(lay.d == 0, "the kernels read d at the scale area's start");
 
   if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
-    constexpr size_t chunk = (T == GgmlType::Q5_K ? 5 : 4) * VB;
     const int64_t nsb = n_cols / 256;
     for (int64_t u = 0; u < nsb; ++u) {
       const uint8_t* p = gp + u * unit_bytes;
       if (prefetch) prefetch_ahead<V, true>(p, unit_bytes);
-      const uint8_t* sp = p + 8 * chunk;
+      const uint8_t* sp = p + lay.chunks * chunk;
       // isum = sum_j sc_j x dot_j and imin = sum_j m_j x sum32_j, exact integers (so every
       // level gets the same ones). AVX2: the int16 pair sums go through one pmaddwd with
       // the scale in both halves, instead of a widening pmaddwd and a 32-bit multiply.
@@ -390,7 +395,7 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
       I isum[N];
       for (int t = 0; t < N; ++t) isum[t] = V::izero();
       for (int j = 0; j < 8; ++j) {
-        const I sc = V::load_u8_i32(sp + 4 * L + j * L);
+        const I sc = V::load_u8_i32(sp + lay.sc * L + j * L);
         if constexpr (V::kPairSums) {
           const I scp = V::pack16(sc, sc);
           I p16[N];
@@ -415,8 +420,8 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
       }
       I mp[4];
       for (int i = 0; i < 4; ++i)
-        mp[i] = V::pack16(V::load_u8_i32(sp + 12 * L + 2 * i * L), V::load_u8_i32(sp + 12 * L + (2 * i + 1) * L));
-      const F dd = V::load_f16(sp), dm = V::load_f16(sp + 2 * L);
+        mp[i] = V::pack16(V::load_u8_i32(sp + lay.mn * L + 2 * i * L), V::load_u8_i32(sp + lay.mn * L + (2 * i + 1) * L));
+      const F dd = V::load_f16(sp), dm = V::load_f16(sp + lay.m * L);
       for (int t = 0; t < N; ++t) {
         const int32_t* s32p = a.sum32_pairs + (t0 + t) * (n_cols / 64) + u * 4;
         I imin = V::dot16(V::izero(), mp[0], V::set1(s32p[0]));
@@ -435,13 +440,12 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
     // applies both scales, and one more the mins (or Q3_K's offsets) against the
     // activations' 16-sums as pairs: 3-4 uops per token and chunk where two 32-bit
     // multiplies per term took 8-10 (measured: docs/performance.md, matmul per weight type).
-    constexpr size_t chunk = (T == GgmlType::Q3_K ? 3 : 2) * VB;
     const int64_t nsb = n_cols / 256;
     const I m0f = V::set1(0x0F);
     for (int64_t u = 0; u < nsb; ++u) {
       const uint8_t* p = gp + u * unit_bytes;
       if (prefetch) prefetch_ahead<V, true>(p, unit_bytes);
-      const uint8_t* sp = p + 8 * chunk;
+      const uint8_t* sp = p + lay.chunks * chunk;
       I isum[N], iaux[N];  // iaux: Q2_K sum m_i s16_i; Q3_K sum sc_i s16_i
       for (int t = 0; t < N; ++t) isum[t] = iaux[t] = V::izero();
       for (int j = 0; j < 8; ++j) {
@@ -456,11 +460,11 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
         });
         I sc01, aux01;  // per lane: (sub-block 2j, 2j+1) scales, and mins (Q2_K) or scales
         if constexpr (T == GgmlType::Q2_K) {
-          const I sm0 = V::load_u8_i32(sp + 4 * L + (2 * j) * L), sm1 = V::load_u8_i32(sp + 4 * L + (2 * j + 1) * L);
+          const I sm0 = V::load_u8_i32(sp + lay.sc * L + (2 * j) * L), sm1 = V::load_u8_i32(sp + lay.sc * L + (2 * j + 1) * L);
           sc01 = V::pack16(V::and_(sm0, m0f), V::and_(sm1, m0f));
           aux01 = V::pack16(V::template srli16<4>(sm0), V::template srli16<4>(sm1));  // lanes < 256: no spill
         } else {
-          sc01 = V::pack16(V::load_s8_i32(sp + 2 * L + (2 * j) * L), V::load_s8_i32(sp + 2 * L + (2 * j + 1) * L));
+          sc01 = V::pack16(V::load_s8_i32(sp + lay.sc * L + (2 * j) * L), V::load_s8_i32(sp + lay.sc * L + (2 * j + 1) * L));
           aux01 = sc01;
         }
         for (int t = 0; t < N; ++t) {
@@ -470,7 +474,7 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
       }
       const F dd = V::load_f16(sp);
       [[maybe_unused]] F dm = V::fzero();
-      if constexpr (T == GgmlType::Q2_K) dm = V::load_f16(sp + 2 * L);
+      if constexpr (T == GgmlType::Q2_K) dm = V::load_f16(sp + lay.m * L);
       for (int t = 0; t < N; ++t) {
         const F dxt = V::set1f(a.d[(t0 + t) * nsb + u]);
         if constexpr (T == GgmlType::Q2_K) {
@@ -485,12 +489,11 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
   } else if constexpr (T == GgmlType::IQ4_XS) {
     // Per 32-column sub-block j: the table levels' dot (AVX-512: levels + 128, so
     // minus 128 x the activation sum) times the signed 6-bit scale.
-    constexpr size_t chunk = 4 * VB;
     const int64_t nsb = n_cols / 256;
     for (int64_t u = 0; u < nsb; ++u) {
       const uint8_t* p = gp + u * unit_bytes;
       if (prefetch) prefetch_ahead<V, true>(p, unit_bytes);
-      const uint8_t* sp = p + 8 * chunk;
+      const uint8_t* sp = p + lay.chunks * chunk;
       I isum[N];
       for (int t = 0; t < N; ++t) isum[t] = V::izero();
       for (int j = 0; j < 8; ++j) {
@@ -500,7 +503,7 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
           for (int t = 0; t < N; ++t)
             step_acc<V, T, call_index(T, s)>(dot[t], p16[t], w, V::bcast4(xq[t] + u * 256 + j * 32 + 4 * s));
         });
-        const I sc = V::load_s8_i32(sp + 2 * L + j * L);
+        const I sc = V::load_s8_i32(sp + lay.sc * L + j * L);
         for (int t = 0; t < N; ++t) {
           I dj = dot[t];
           if constexpr (V::kQ8Offset != 0)
@@ -513,12 +516,11 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
         accf[t] = V::fmadd(V::cvt(isum[t]), V::mul(dd, V::set1f(a.d[(t0 + t) * nsb + u])), accf[t]);
     }
   } else if constexpr (T == GgmlType::Q6_K) {
-    constexpr size_t chunk = 6 * VB;
     const int64_t nsb = n_cols / 256;
     for (int64_t u = 0; u < nsb; ++u) {
       const uint8_t* p = gp + u * unit_bytes;
       if (prefetch) prefetch_ahead<V, true>(p, unit_bytes);
-      const uint8_t* sp = p + 8 * chunk;
+      const uint8_t* sp = p + lay.chunks * chunk;
       I isum[N];
       for (int t = 0; t < N; ++t) isum[t] = V::izero();
       for (int j = 0; j < 8; ++j) {
@@ -533,8 +535,8 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
             else step_acc<V, T, s - 4>(dot1[t], p1[t], w, xb);
           }
         });
-        const I sc0 = V::load_s8_i32(sp + 2 * L + (2 * j) * L);
-        const I sc1 = V::load_s8_i32(sp + 2 * L + (2 * j + 1) * L);
+        const I sc0 = V::load_s8_i32(sp + lay.sc * L + (2 * j) * L);
+        const I sc1 = V::load_s8_i32(sp + lay.sc * L + (2 * j + 1) * L);
         for (int t = 0; t < N; ++t) {
           const int32_t* s16 = a.sum16 + (t0 + t) * (n_cols / 16) + u * 16 + 2 * j;
           const I d0 = V::add(dot0[t], V::set1(-32 * s16[0]));

@@ -32,23 +32,26 @@ namespace {
 // plain copies of row lane `r` of packed unit `p` back into GGUF block `blk`.
 void unpack_fast_lane(GgmlType type, const uint8_t* p, int lanes, int r, uint8_t* blk) {
   const size_t vb = 4 * static_cast<size_t>(lanes);
+  const UnitLayout lay = unit_layout(type);
+  const uint8_t* const scales = p + static_cast<size_t>(lay.chunk_vectors) * vb;
+  auto at = [&](int off) { return scales + static_cast<size_t>(off) * static_cast<size_t>(lanes); };
   if (type == GgmlType::Q8_0) {
     uint8_t* qs = blk + offsetof(BlockQ8_0, qs);
     const uint8_t flip = q8_codes_signed(lanes) ? 0 : 0x80;
     for (int s = 0; s < 8; ++s)
       for (int i = 0; i < 4; ++i) qs[4 * s + i] = static_cast<uint8_t>(p[s * vb + 4 * r + i] ^ flip);
-    std::memcpy(blk, p + 8 * vb + 2 * r, 2);
+    std::memcpy(blk, at(lay.d) + 2 * r, 2);
     return;
   }
   if (type == GgmlType::MXFP4) {
     for (int s = 0; s < 4; ++s) std::memcpy(blk + offsetof(BlockMXFP4, qs) + 4 * s, p + s * vb + 4 * r, 4);
-    blk[0] = p[4 * vb + r];
+    blk[0] = at(lay.d)[r];
     return;
   }
   const size_t qs_off = type == GgmlType::Q4_1 ? offsetof(BlockQ4_1, qs) : offsetof(BlockQ4_0, qs);
   for (int s = 0; s < 4; ++s) std::memcpy(blk + qs_off + 4 * s, p + s * vb + 4 * r, 4);
-  std::memcpy(blk, p + 4 * vb + 2 * r, 2);
-  if (type == GgmlType::Q4_1) std::memcpy(blk + 2, p + 4 * vb + 2 * lanes + 2 * r, 2);
+  std::memcpy(blk, at(lay.d) + 2 * r, 2);
+  if (lay.m >= 0) std::memcpy(blk + 2, at(lay.m) + 2 * r, 2);
 }
 
 // The inverse of pack_unit_lane: the codes and scales of row lane `r` of packed unit `p`.
@@ -91,69 +94,59 @@ void unpack_unit_lane(GgmlType type, const uint8_t* p, int lanes, int r, UnitCod
     std::memcpy(&v, at + 2 * r, 2);
     return v;
   };
+  // Every offset from the type's UnitLayout (matmul_impl.h), as pack_unit_lane wrote them.
+  const UnitLayout lay = unit_layout(type);
+  const size_t chunk = static_cast<size_t>(lay.chunk_vectors) * vb;
+  const uint8_t* const scales = p + static_cast<size_t>(lay.chunks) * chunk;
+  auto at = [&](int off) { return scales + static_cast<size_t>(off) * static_cast<size_t>(lanes); };
   switch (type) {
     case GgmlType::Q5_0:
     case GgmlType::Q5_1:
       get_nibbles(p, u.c);
-      get_high1(p + 4 * vb, u.c);
-      u.d_bits = get_f16(p + 5 * vb);
-      if (type == GgmlType::Q5_1) u.m_bits = get_f16(p + 5 * vb + 2 * lanes);
+      get_high1(p + lay.high * vb, u.c);
+      u.d_bits = get_f16(at(lay.d));
+      if (lay.m >= 0) u.m_bits = get_f16(at(lay.m));
       return;
     case GgmlType::Q4_K:
-    case GgmlType::Q5_K: {
-      const bool q5 = type == GgmlType::Q5_K;
-      const size_t chunk = (q5 ? 5 : 4) * vb;
+    case GgmlType::Q5_K:
+    case GgmlType::IQ4_XS:
       for (int j = 0; j < 8; ++j) {
         get_nibbles(p + j * chunk, u.c + 32 * j);
-        if (q5) get_high1(p + j * chunk + 4 * vb, u.c + 32 * j);
+        if (lay.high >= 0) get_high1(p + j * chunk + lay.high * vb, u.c + 32 * j);
       }
-      const uint8_t* s = p + 8 * chunk;
-      u.d_bits = get_f16(s);
-      u.m_bits = get_f16(s + 2 * lanes);
-      for (int j = 0; j < 8; ++j) {
-        u.sc[j] = s[4 * lanes + j * lanes + r];
-        u.mn[j] = s[12 * lanes + j * lanes + r];
+      u.d_bits = get_f16(at(lay.d));
+      if (lay.m >= 0) u.m_bits = get_f16(at(lay.m));
+      for (int j = 0; j < lay.n_scales; ++j) {
+        u.sc[j] = at(lay.sc)[j * lanes + r];
+        if (lay.mn >= 0) u.mn[j] = at(lay.mn)[j * lanes + r];
       }
       return;
-    }
-    case GgmlType::Q6_K: {
-      const size_t chunk = 6 * vb;
+    case GgmlType::Q6_K:
       for (int j = 0; j < 8; ++j) {
         get_nibbles(p + j * chunk, u.c + 32 * j);
-        get_high2(p + j * chunk + 4 * vb, u.c + 32 * j);
+        get_high2(p + j * chunk + lay.high * vb, u.c + 32 * j);
       }
-      const uint8_t* s = p + 8 * chunk;
-      u.d_bits = get_f16(s);
-      for (int i = 0; i < 16; ++i) u.sc[i] = s[2 * lanes + i * lanes + r];
+      u.d_bits = get_f16(at(lay.d));
+      for (int i = 0; i < lay.n_scales; ++i) u.sc[i] = at(lay.sc)[i * lanes + r];
       return;
-    }
     case GgmlType::Q2_K:
     case GgmlType::Q3_K: {
       const bool q3 = type == GgmlType::Q3_K;
-      const size_t chunk = (q3 ? 3 : 2) * vb;
       for (int j = 0; j < 8; ++j) {
         get_low2(p + j * chunk, u.c + 32 * j);
-        if (q3) get_bit2(p + j * chunk + 2 * vb, u.c + 32 * j);
+        if (q3) get_bit2(p + j * chunk + lay.high * vb, u.c + 32 * j);
       }
-      const uint8_t* s = p + 8 * chunk;
-      u.d_bits = get_f16(s);
+      u.d_bits = get_f16(at(lay.d));
       if (q3) {
-        for (int i = 0; i < 16; ++i) u.sc[i] = s[2 * lanes + i * lanes + r];
+        for (int i = 0; i < lay.n_scales; ++i) u.sc[i] = at(lay.sc)[i * lanes + r];
       } else {
-        u.m_bits = get_f16(s + 2 * lanes);
-        for (int i = 0; i < 16; ++i) {
-          const uint8_t b = s[4 * lanes + i * lanes + r];
+        u.m_bits = get_f16(at(lay.m));
+        for (int i = 0; i < lay.n_scales; ++i) {
+          const uint8_t b = at(lay.sc)[i * lanes + r];
           u.sc[i] = b & 0xF;
           u.mn[i] = b >> 4;
         }
       }
-      return;
-    }
-    case GgmlType::IQ4_XS: {
-      for (int j = 0; j < 8; ++j) get_nibbles(p + j * 4 * vb, u.c + 32 * j);
-      const uint8_t* s = p + 32 * vb;
-      u.d_bits = get_f16(s);
-      for (int j = 0; j < 8; ++j) u.sc[j] = s[2 * lanes + j * lanes + r];
       return;
     }
     default:
