@@ -6,14 +6,14 @@
 #include <mutex>
 
 #include "server/api_server.h"
-#include "server/completion_sink.h"
+#include "server/answer_helpers.h"
 #include "server/embeddings_api.h"
 
 namespace pagoda::server {
 
 namespace {
 
-using namespace completion_detail;
+using namespace answer_detail;
 
 // The engine thread's side of one embeddings / rerank HTTP request: collects the
 // results of its requests (in any order) and answers once, when the last has finished,
