@@ -24,13 +24,7 @@ port=18490
 mkdir -p "$out"
 [ -f "$model" ] || "$pagoda" synth --arch qwen35 --dim 512 --layers 8 --type q8_0 \
   --vocab-from "$root/../shared/models/qwen3-tokenizer" -o "$model" >/dev/null
-wait_ready() {
-  for _ in $(seq 1 600); do
-    if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then return 0; fi
-    sleep 0.1
-  done
-  echo "server did not become ready" >&2; exit 1
-}
+. "$root/bench/lib_server.sh"  # wait_ready
 stop() { kill -INT "$server_pid"; wait "$server_pid" || true; }
 bench() {
   "$pagoda" bench --quiet --url "http://127.0.0.1:$port" -m "$model" --seed "${SEED:-1}" --workload multi-turn \

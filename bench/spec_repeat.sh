@@ -16,13 +16,7 @@ port=18491
 mkdir -p "$out"
 [ -f "$model" ] || "$pagoda" synth --shape tinyllama-1.1b --type q4_0 \
   --vocab-from "$root/../shared/models/ggml-vocab/ggml-vocab-llama-spm.gguf" -o "$model" >/dev/null
-wait_ready() {
-  for _ in $(seq 1 600); do
-    if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then return 0; fi
-    sleep 0.1
-  done
-  echo "server did not become ready" >&2; exit 1
-}
+. "$root/bench/lib_server.sh"  # wait_ready
 text() {
   curl -sf "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
     -d '{"prompt": "The old lighthouse keeper wrote in his log every night", "max_tokens": 64, "temperature": 0, "ignore_eos": true}' |

@@ -25,6 +25,19 @@ MmprojSpec tiny() {
   return s;
 }
 
+using TensorSpecs = std::map<std::string, std::pair<std::vector<int64_t>, GgmlType>>;
+
+// The file holds exactly these tensors, each with its ggml dims and type.
+void expect_exactly_these_tensors(const gguf::GgufFile& f, const TensorSpecs& want) {
+  EXPECT_EQ(f.tensors().size(), want.size());
+  for (const auto& [name, shape_type] : want) {
+    const gguf::TensorInfo* t = f.find_tensor(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->dims, shape_type.first) << name;
+    EXPECT_EQ(t->type, shape_type.second) << name;
+  }
+}
+
 TEST(SynthMmproj, KeysTensorsShapesAndTypes) {
   test::TempDir dir("synth_mmproj");
   std::filesystem::create_directories(dir.path);
@@ -57,7 +70,7 @@ TEST(SynthMmproj, KeysTensorsShapesAndTypes) {
   }
 
   // name -> (ggml dims, type): every tensor, nothing else.
-  std::map<std::string, std::pair<std::vector<int64_t>, GgmlType>> want = {
+  TensorSpecs want = {
       {"v.patch_embd.weight", {{14, 14, 3, 64}, GgmlType::F32}},
       {"v.patch_embd.bias", {{64}, GgmlType::F32}},
       {"v.position_embd.weight", {{64, 16}, GgmlType::F32}},
@@ -82,13 +95,7 @@ TEST(SynthMmproj, KeysTensorsShapesAndTypes) {
     want[b + "ffn_down.weight"] = {{96, 64}, GgmlType::F16};
     want[b + "ffn_down.bias"] = {{64}, GgmlType::F32};
   }
-  EXPECT_EQ(f.tensors().size(), want.size());
-  for (const auto& [name, shape_type] : want) {
-    const gguf::TensorInfo* t = f.find_tensor(name);
-    ASSERT_NE(t, nullptr) << name;
-    EXPECT_EQ(t->dims, shape_type.first) << name;
-    EXPECT_EQ(t->type, shape_type.second) << name;
-  }
+  expect_exactly_these_tensors(f, want);
   // Norm weights near 1, not all equal; finite random matrices.
   const gguf::TensorInfo* norm = f.find_tensor("mm.soft_emb_norm.weight");
   const auto* w = reinterpret_cast<const float*>(norm->data);
@@ -182,7 +189,7 @@ TEST(SynthMmproj, Gemma4vKeysTensorsShapesAndTypes) {
     for (const auto& v : a->items) EXPECT_FLOAT_EQ(static_cast<float>(*v.as_double()), want) << key;
   }
 
-  std::map<std::string, std::pair<std::vector<int64_t>, GgmlType>> want = {
+  TensorSpecs want = {
       {"v.patch_embd.weight", {{16, 16, 3, 64}, GgmlType::F32}},
       {"v.position_embd.weight", {{64, 40, 2}, GgmlType::F32}},
       {"v.std_bias", {{64}, GgmlType::F32}},
@@ -202,13 +209,7 @@ TEST(SynthMmproj, Gemma4vKeysTensorsShapesAndTypes) {
       for (const char* c : {"input_min", "input_max", "output_min", "output_max"})
         want[b + m + "." + c] = {{1}, GgmlType::F32};
   }
-  EXPECT_EQ(f.tensors().size(), want.size());
-  for (const auto& [name, shape_type] : want) {
-    const gguf::TensorInfo* t = f.find_tensor(name);
-    ASSERT_NE(t, nullptr) << name;
-    EXPECT_EQ(t->dims, shape_type.first) << name;
-    EXPECT_EQ(t->type, shape_type.second) << name;
-  }
+  expect_exactly_these_tensors(f, want);
   auto scalar = [&](const std::string& name) { return *reinterpret_cast<const float*>(f.find_tensor(name)->data); };
   EXPECT_LT(scalar("v.blk.1.attn_q.input_min"), 0.0f);
   // q, k and v read the same rows and share their input bounds (llama.cpp's in-place clamp
@@ -273,7 +274,7 @@ TEST(SynthMmproj, Qwen3vlKeysTensorsShapesAndTypes) {
   EXPECT_EQ(f.get_uint("clip.vision.image_size"), 48u);
   EXPECT_EQ(f.get_uint("clip.vision.projection_dim"), 128u);
   EXPECT_FALSE(f.get_uint("clip.vision.projector.scale_factor"));
-  std::map<std::string, std::pair<std::vector<int64_t>, GgmlType>> want = {
+  TensorSpecs want = {
       {"v.patch_embd.weight", {{16, 16, 3, 64}, GgmlType::F32}},
       {"v.patch_embd.weight.1", {{16, 16, 3, 64}, GgmlType::F32}},
       {"v.patch_embd.bias", {{64}, GgmlType::F32}},
@@ -300,13 +301,7 @@ TEST(SynthMmproj, Qwen3vlKeysTensorsShapesAndTypes) {
     want[b + "ffn_down.weight"] = {{96, 64}, GgmlType::F16};
     want[b + "ffn_down.bias"] = {{64}, GgmlType::F32};
   }
-  EXPECT_EQ(f.tensors().size(), want.size());
-  for (const auto& [name, shape_type] : want) {
-    const gguf::TensorInfo* t = f.find_tensor(name);
-    ASSERT_NE(t, nullptr) << name;
-    EXPECT_EQ(t->dims, shape_type.first) << name;
-    EXPECT_EQ(t->type, shape_type.second) << name;
-  }
+  expect_exactly_these_tensors(f, want);
   spec.n_merge = 3;
   EXPECT_THROW(write_synthetic_mmproj(spec, path), Error);  // the merger is 2 x 2
 }
