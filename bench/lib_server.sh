@@ -7,3 +7,12 @@ wait_ready() {
   done
   echo "server did not become ready" >&2; exit 1
 }
+
+# start_server NAME CMD...: runs CMD in the background, its output in $out/serve-NAME.log,
+# sets server_pid and waits until it answers.
+start_server() {
+  local name="$1"; shift
+  "$@" >"$out/serve-$name.log" 2>&1 &
+  server_pid=$!
+  wait_ready
+}

@@ -21,12 +21,11 @@ port=18494
 mkdir -p "$out"
 [ -f "$model" ] || "$pagoda" synth --shape tinyllama-1.1b --type "$type" \
   --vocab-from "$root/../shared/models/ggml-vocab/ggml-vocab-llama-spm.gguf" -o "$model" >/dev/null
-. "$root/bench/lib_server.sh"  # wait_ready
+. "$root/bench/lib_server.sh"  # wait_ready, start_server
 run() {  # NAME, then the server command
   local name="$1"; shift
-  "$@" >"$out/serve-$name.log" 2>&1 &
-  local pid=$!
-  wait_ready
+  start_server "$name" "$@"
+  local pid=$server_pid
   # One warm-up request: the first forward pages the weights in.
   "$pagoda" bench --quiet --url "http://127.0.0.1:$port" --endpoint completions --workload random --requests 1 --input-len 16 \
     --output-len 4 --timeout 900 >/dev/null

@@ -18,12 +18,11 @@ port=18492
 mkdir -p "$out"
 [ -f "$model" ] || "$pagoda" synth --shape tinyllama-1.1b --type q4_0 \
   --vocab-from "$root/../shared/models/ggml-vocab/ggml-vocab-llama-spm.gguf" -o "$model" >/dev/null
-. "$root/bench/lib_server.sh"  # wait_ready
+. "$root/bench/lib_server.sh"  # wait_ready, start_server
 run() {  # NAME, then the server command
   local name="$1"; shift
-  "$@" >"$out/serve-$name.log" 2>&1 &
-  local pid=$!
-  wait_ready
+  start_server "$name" "$@"
+  local pid=$server_pid
   "$pagoda" bench --quiet --url "http://127.0.0.1:$port" -m "$model" --endpoint completions --workload repeat \
     --turns 2 --requests $((2 * jobs)) --input-len 64 --output-len 128 --timeout 900 --label "$name" \
     --out "$out/peer-$name.json" >/dev/null

@@ -130,17 +130,13 @@ Runner add_synth(CLI::App& app) {
       if (s.arch != "gemma3" && s.arch != "gemma4" && s.arch != "qwen35" && s.arch != "qwen35moe")
         throw Error("synth: --mmproj writes Gemma 3's, Gemma 4's and Qwen 3.5's projectors only (--arch gemma3, gemma4, "
                     "qwen35 or qwen35moe), not " + s.arch + "'s");
-      if (s.arch == "qwen35" || s.arch == "qwen35moe") {
-        mm = qwen3vl_mmproj_spec();
+      if (s.arch != "gemma3") {  // another family's defaults, then the size flags given
+        mm = s.arch == "gemma4" ? gemma4v_mmproj_spec() : qwen3vl_mmproj_spec();
         for (const auto& [opt, field] : *given)
           if (opt->count() > 0) mm.*field = o->mm.*field;
-      } else if (s.arch == "gemma4") {
-        mm = gemma4v_mmproj_spec();
-        for (const auto& [opt, field] : *given)
-          if (opt->count() > 0) mm.*field = o->mm.*field;
-        mm.std_scale = !o->mmproj_no_std;
-        mm.clamps = !o->mmproj_no_clamps;
       }
+      mm.std_scale = !o->mmproj_no_std;  // gemma4v's options (the others ignore them)
+      mm.clamps = !o->mmproj_no_clamps;
       auto mt = parse_type_name(o->mmproj_type);
       if (!mt) throw Error("synth: unknown --mmproj-type '" + o->mmproj_type + "'");
       mm.type = *mt;

@@ -104,9 +104,9 @@ constexpr UnitLayout unit_layout(GgmlType t) {
   }
 }
 
-// Packing traits of one weight type: the one place that says how its blocks are packed
-// (the unit layouts above) and which activation format its kernels take. A type without
-// a packed layout (the float types, Q8_1, ...) has packed = false.
+// Packing traits of one weight type, derived from its UnitLayout: whether it has a packed
+// layout (the float types, Q8_1, ... have none: packed = false), which activation format
+// its kernels take, and a unit's columns, code vectors and scale bytes per lane.
 struct PackTraits {
   bool packed = false;
   ActKind act = ActKind::Block32;  // Super256 for the 256-value super-block formats
@@ -115,43 +115,26 @@ struct PackTraits {
   int scale_bytes = 0;             // scale / min bytes per row (lane) per unit
 };
 constexpr PackTraits pack_traits(GgmlType t) {
-  constexpr ActKind B = ActKind::Block32, S = ActKind::Super256;
-  switch (t) {
-    case GgmlType::Q8_0: return {true, B, 32, 8, 2};
-    case GgmlType::Q4_0: return {true, B, 32, 4, 2};
-    case GgmlType::Q4_1: return {true, B, 32, 4, 4};
-    case GgmlType::Q5_0: return {true, B, 32, 5, 2};
-    case GgmlType::Q5_1: return {true, B, 32, 5, 4};
-    case GgmlType::IQ4_NL: return {true, B, 32, 4, 2};
-    case GgmlType::MXFP4: return {true, B, 32, 4, 1};
-    case GgmlType::Q4_K: return {true, S, 256, 32, 20};
-    case GgmlType::Q5_K: return {true, S, 256, 40, 20};
-    case GgmlType::Q6_K: return {true, S, 256, 48, 18};
-    case GgmlType::Q2_K: return {true, S, 256, 16, 20};
-    case GgmlType::Q3_K: return {true, S, 256, 24, 18};
-    case GgmlType::IQ4_XS: return {true, S, 256, 32, 10};
-    default: return {};
-  }
-}
-
-// The traits and the layout describe the same bytes: the code vectors, and the scale
-// area's end (MXFP4's d is one byte a lane).
-constexpr bool layout_matches_traits(GgmlType t) {
   const UnitLayout l = unit_layout(t);
-  const PackTraits p = pack_traits(t);
+  if (l.chunk_vectors == 0) return {};
+  // The scale area ends after its last part: d (f16; MXFP4's one e8m0 byte), m, sc, mn.
   int end = l.d + (t == GgmlType::MXFP4 ? 1 : 2);
   if (l.m >= 0) end = l.m + 2;
   if (l.sc >= 0) end = l.sc + l.n_scales;
   if (l.mn >= 0) end = l.mn + l.n_scales;
-  return l.chunks * l.chunk_vectors == p.code_vectors && end == p.scale_bytes;
+  return {true, l.chunks > 1 ? ActKind::Super256 : ActKind::Block32, 32 * l.chunks, l.chunks * l.chunk_vectors, end};
 }
-static_assert(layout_matches_traits(GgmlType::Q8_0) && layout_matches_traits(GgmlType::Q4_0) &&
-              layout_matches_traits(GgmlType::Q4_1) && layout_matches_traits(GgmlType::Q5_0) &&
-              layout_matches_traits(GgmlType::Q5_1) && layout_matches_traits(GgmlType::IQ4_NL) &&
-              layout_matches_traits(GgmlType::MXFP4) && layout_matches_traits(GgmlType::Q4_K) &&
-              layout_matches_traits(GgmlType::Q5_K) && layout_matches_traits(GgmlType::Q6_K) &&
-              layout_matches_traits(GgmlType::Q2_K) && layout_matches_traits(GgmlType::Q3_K) &&
-              layout_matches_traits(GgmlType::IQ4_XS));
+// The unit sizes the layouts above state (code vectors, scale bytes per lane).
+static_assert(pack_traits(GgmlType::Q8_0).code_vectors == 8 && pack_traits(GgmlType::Q8_0).scale_bytes == 2 &&
+              pack_traits(GgmlType::Q4_1).scale_bytes == 4 && pack_traits(GgmlType::Q5_1).code_vectors == 5 &&
+              pack_traits(GgmlType::MXFP4).scale_bytes == 1 && pack_traits(GgmlType::Q4_K).code_vectors == 32 &&
+              pack_traits(GgmlType::Q4_K).scale_bytes == 20 && pack_traits(GgmlType::Q5_K).code_vectors == 40 &&
+              pack_traits(GgmlType::Q6_K).code_vectors == 48 && pack_traits(GgmlType::Q6_K).scale_bytes == 18 &&
+              pack_traits(GgmlType::Q2_K).code_vectors == 16 && pack_traits(GgmlType::Q2_K).scale_bytes == 20 &&
+              pack_traits(GgmlType::Q3_K).code_vectors == 24 && pack_traits(GgmlType::Q3_K).scale_bytes == 18 &&
+              pack_traits(GgmlType::IQ4_XS).code_vectors == 32 && pack_traits(GgmlType::IQ4_XS).scale_bytes == 10 &&
+              pack_traits(GgmlType::Q4_K).unit_cols == 256 && pack_traits(GgmlType::Q4_0).unit_cols == 32 &&
+              !pack_traits(GgmlType::F16).packed);
 
 // The types whose blocks are 256-value super-blocks (activations as Q8_K).
 constexpr bool is_super_block(GgmlType t) { return pack_traits(t).unit_cols == 256; }

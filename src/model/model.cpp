@@ -430,6 +430,26 @@ void Model::set_context_size(int64_t n_ctx) {
   }
   rope_inv_freq_.resize(c.n_rot / 2);
   rope_attn_factor_ = rope_scaled_inv_freq(rope_inv_freq_.data(), c.n_rot, c.rope_theta, scaling, factors);
+  // M-RoPE (rope.dimension_sections): the position each pair turns by, llama.cpp's
+  // interleaved rule on sector i % (sum of sections): 1 mod 3 and below 3 x sections[1]
+  // the height, 2 mod 3 and below 3 x sections[2] the width, 0 mod 3 and below 3 x
+  // sections[0] the temporal, else the fourth position (0 for every row in llama.cpp).
+  mrope_component_.clear();
+  mrope_reaches_fourth_ = false;
+  if (!c.rope_sections.empty()) {
+    int64_t sect_dims = 0;
+    for (int64_t v : c.rope_sections) sect_dims += v;
+    auto section = [&](size_t k) { return k < c.rope_sections.size() ? c.rope_sections[k] : int64_t{0}; };
+    for (int64_t i = 0; i < c.n_rot / 2; ++i) {
+      const int64_t sector = sect_dims > 0 ? i % sect_dims : i;
+      uint8_t k = 3;
+      if (sector % 3 == 1 && sector < 3 * section(1)) k = 1;
+      else if (sector % 3 == 2 && sector < 3 * section(2)) k = 2;
+      else if (sector % 3 == 0 && sector < 3 * section(0)) k = 0;
+      mrope_component_.push_back(k);
+      mrope_reaches_fourth_ |= k == 3;
+    }
+  }
   rope_inv_freq_local_.clear();
   rope_attn_factor_local_ = 1.0f;
   if (c.rope_theta_local > 0.0f) {

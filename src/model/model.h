@@ -228,6 +228,10 @@ class Model {
   std::vector<float> cls_out_bias_;  // [n_cls_out] or empty
   std::vector<float> rope_inv_freq_;  // [n_rot/2]
   float rope_attn_factor_ = 1.0f;
+  // M-RoPE: [n_rot/2] the position each pair turns by (0 t, 1 h, 2 w, 3 the fourth, 0),
+  // and whether any pair takes the fourth (then no row's plain table is right).
+  std::vector<uint8_t> mrope_component_;
+  bool mrope_reaches_fourth_ = false;
   // Local (sliding-window) layers with their own RoPE (gemma3: base 10000, unscaled);
   // empty when local layers use the global one.
   std::vector<float> rope_inv_freq_local_;  // [n_rot/2] or empty

@@ -498,45 +498,27 @@ void Model::rope_tables(const Batch& batch) {
                  batch.positions[t], rope_inv_freq_local_.data(), rope_attn_factor_local_);
 }
 
-// Interleaved M-RoPE (llama.cpp's IMROPE, Qwen 3.5 / 3.6): pair i of the n_rot/2, in sector
-// i % (sum of sections), rotates by the height position when the sector is 1 mod 3 and below
-// 3 x sections[1], by the width when 2 mod 3 and below 3 x sections[2], by the temporal when
-// 0 mod 3 and below 3 x sections[0], else by 0 (the fourth position, 0 for every row in
-// llama.cpp). Each entry comes from rope_table at that position, so a row whose three
-// positions equal its own gets the table above bit for bit (on [11, 11, 10, 0] no pair
-// reaches the fourth).
+// Interleaved M-RoPE (llama.cpp's IMROPE, Qwen 3.5 / 3.6): pair i takes the position
+// mrope_component_[i] names (set_context_size derives it from the sections). Each entry
+// comes from rope_table at that position, so a row whose three positions equal its own
+// gets the table above bit for bit (on [11, 11, 10, 0] no pair reaches the fourth).
 void Model::mrope_tables(const Batch& batch) {
   const ModelConfig& c = config_;
   Scratch& s = *scratch_;
   const int64_t T = static_cast<int64_t>(batch.size()), half_rot = c.n_rot / 2;
-  const std::vector<int64_t>& sec = c.rope_sections;
-  int64_t sect_dims = 0;
-  for (int64_t v : sec) sect_dims += v;
-  auto section = [&](size_t k) { return k < sec.size() ? sec[k] : int64_t{0}; };
-  std::vector<int> component(static_cast<size_t>(half_rot));  // 0 t, 1 h, 2 w, 3 the fourth (0)
-  bool reaches_fourth = false;
-  for (int64_t i = 0; i < half_rot; ++i) {
-    const int64_t sector = sect_dims > 0 ? i % sect_dims : i;
-    int k = 3;
-    if (sector % 3 == 1 && sector < 3 * section(1)) k = 1;
-    else if (sector % 3 == 2 && sector < 3 * section(2)) k = 2;
-    else if (sector % 3 == 0 && sector < 3 * section(0)) k = 0;
-    component[static_cast<size_t>(i)] = k;
-    reaches_fourth |= k == 3;
-  }
-  std::vector<float> cs(static_cast<size_t>(4 * half_rot)), sn(cs.size());
+  float* cs = s.mrope_cos.data();  // [4][half_rot]: one row's tables at its four positions
+  float* sn = s.mrope_sin.data();
   for (int64_t t = 0; t < T; ++t) {
     const std::array<int64_t, 3>& p = batch.mrope[static_cast<size_t>(t)];
-    if (p[0] == batch.positions[t] && p[1] == p[0] && p[2] == p[0] && !reaches_fourth)
+    if (p[0] == batch.positions[t] && p[1] == p[0] && p[2] == p[0] && !mrope_reaches_fourth_)
       continue;  // a text row at its own position: the plain table is already right
     const int64_t pos[4] = {p[0], p[1], p[2], 0};
     for (int k = 0; k < 4; ++k)
-      rope_table(&cs[static_cast<size_t>(k * half_rot)], &sn[static_cast<size_t>(k * half_rot)], c.n_rot, pos[k],
-                 rope_inv_freq_.data(), rope_attn_factor_);
+      rope_table(cs + k * half_rot, sn + k * half_rot, c.n_rot, pos[k], rope_inv_freq_.data(), rope_attn_factor_);
     for (int64_t i = 0; i < half_rot; ++i) {
-      const size_t k = static_cast<size_t>(component[static_cast<size_t>(i)]);
-      s.rope_cos[t * half_rot + i] = cs[k * half_rot + static_cast<size_t>(i)];
-      s.rope_sin[t * half_rot + i] = sn[k * half_rot + static_cast<size_t>(i)];
+      const int64_t k = mrope_component_[static_cast<size_t>(i)];
+      s.rope_cos[t * half_rot + i] = cs[k * half_rot + i];
+      s.rope_sin[t * half_rot + i] = sn[k * half_rot + i];
     }
   }
 }

@@ -85,6 +85,7 @@ struct Model::Scratch {
   std::vector<float> tmp;   // [T, dim]
   std::vector<float> rope_cos;  // [T, n_rot/2] per-token RoPE table, shared by all layers
   std::vector<float> rope_sin;  // [T, n_rot/2]
+  std::vector<float> mrope_cos, mrope_sin;  // [4, n_rot/2] one M-RoPE row at its four positions
   std::vector<float> rope_cos_local;  // [T, n_rot/2] local layers' own RoPE (gemma3)
   std::vector<float> rope_sin_local;
   std::vector<int64_t> out_rows;
@@ -143,6 +144,10 @@ struct Model::Scratch {
     grow(tmp, T * c.dim);
     grow(rope_cos, T * (c.n_rot / 2));
     grow(rope_sin, T * (c.n_rot / 2));
+    if (!c.rope_sections.empty()) {
+      grow(mrope_cos, 4 * (c.n_rot / 2));
+      grow(mrope_sin, 4 * (c.n_rot / 2));
+    }
     if (c.rope_theta_local > 0.0f) {
       const int64_t half_local = (c.n_rot_local > 0 ? c.n_rot_local : c.n_rot) / 2;
       grow(rope_cos_local, T * half_local);

@@ -67,6 +67,8 @@ MmprojSpec qwen3vl_mmproj_spec() {
 
 namespace {
 
+float inv_sqrt(int64_t fan_in) { return 1.0f / std::sqrt(static_cast<float>(fan_in)); }
+
 // Draws a file's tensors from one seeded stream, in the order they are added.
 struct TensorMaker {
   gguf::GgufWriter& w;
@@ -93,13 +95,12 @@ struct TensorMaker {
   }
   // NAME.weight [out, in] (std 1/sqrt(in)) then NAME.bias [out]: a biased projection.
   void linear(const std::string& name, GgmlType type, int64_t in, int64_t out) {
-    random(name + ".weight", type, {in, out}, 1.0f / std::sqrt(static_cast<float>(in)));
+    random(name + ".weight", type, {in, out}, inv_sqrt(in));
     bias(name + ".bias", out);
   }
   void scalar(const std::string& name, float v) { w.add_tensor_f32(name, GgmlType::F32, {1}, &v); }
 };
 
-float inv_sqrt(int64_t fan_in) { return 1.0f / std::sqrt(static_cast<float>(fan_in)); }
 
 void add_gemma3_tensors(const MmprojSpec& spec, TensorMaker& t) {
   const int64_t p = spec.patch_size, d = spec.dim, f = spec.ffn_dim;

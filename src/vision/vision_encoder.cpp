@@ -58,7 +58,6 @@ void to_f16(const std::vector<float>& in, std::vector<f16_t>& out, ThreadPool& p
   });
 }
 
-
 }  // namespace
 
 VisionEncoder::~VisionEncoder() = default;
@@ -103,14 +102,14 @@ std::pair<int64_t, int64_t> VisionEncoder::input_size(int64_t width, int64_t hei
   return {w, h};
 }
 
-int64_t VisionEncoder::tokens_for(int64_t width, int64_t height) const {
-  const int64_t m = config_.patch_size * config_.n_merge;
-  return (width / m) * (height / m);
-}
-
 std::pair<int64_t, int64_t> VisionEncoder::tokens_grid(int64_t width, int64_t height) const {
   const int64_t m = config_.patch_size * config_.n_merge;
   return {width / m, height / m};
+}
+
+int64_t VisionEncoder::tokens_for(int64_t width, int64_t height) const {
+  const auto [x, y] = tokens_grid(width, height);
+  return x * y;
 }
 
 size_t VisionEncoder::weight_bytes() const {
@@ -187,51 +186,63 @@ void VisionEncoder::linear(const Linear& l, const float* x, int64_t T, float* y,
   });
 }
 
-// Gemma 4's 2-D RoPE on q and k ([T, dim], heads of hd): in each head the first half
-// rotates by the patch's column and the second half by its row, each half in NEOX pairs
-// (i, i + hd/4) with base rope_theta over hd/2 dims (llama.cpp: two ggml_rope_ext of
-// n_dims hd/2, the second offset by hd/2).
-void VisionEncoder::rope_2d(int64_t T, int64_t n_x, ThreadPool& pool) {
+// Row t's patch (row, column): raster order, or for qwen3vl_merger block order (each 2 x 2
+// block's four patches adjacent, blocks row-major: llama.cpp's permutation before its
+// merger, so each block's rows meet it as one [4 D] row).
+std::pair<int64_t, int64_t> VisionEncoder::patch_at(int64_t t, int64_t n_x) const {
+  if (config_.projector != VisionProjector::Qwen3VL) return {t / n_x, t % n_x};
+  const int64_t b = t / 4, r = t % 4, bx_n = n_x / 2;
+  return {2 * (b / bx_n) + r / 2, 2 * (b % bx_n) + r % 2};
+}
+
+// The 2-D RoPE tables of an image, once per encode (every layer rotates by the same
+// positions): per row two quarter-head tables [hd / 4] with base rope_theta over hd / 2
+// dims, gemma4v's by the patch's column then its row, qwen3vl_merger's by its row then
+// its column.
+void VisionEncoder::rope_tables_2d(int64_t T, int64_t n_x, ThreadPool& pool) {
   const VisionConfig& c = config_;
   Scratch& s = *scratch_;
-  const int64_t hd = c.head_dim(), D = c.dim, q4 = hd / 4;
+  const int64_t hd = c.head_dim(), q4 = hd / 4;
+  const bool column_first = c.projector == VisionProjector::Gemma4V;
   s.rope_cos.resize(static_cast<size_t>(2 * T * q4));
   s.rope_sin.resize(static_cast<size_t>(2 * T * q4));
   for_rows(pool, T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      rope_table(&s.rope_cos[2 * t * q4], &s.rope_sin[2 * t * q4], hd / 2, t % n_x, rope_inv_freq_.data());
-      rope_table(&s.rope_cos[(2 * t + 1) * q4], &s.rope_sin[(2 * t + 1) * q4], hd / 2, t / n_x, rope_inv_freq_.data());
-      for (float* base : {&s.q[t * D], &s.k[t * D]})
-        for (int64_t h = 0; h < c.n_heads; ++h) {
-          float* x = base + h * hd;
-          rope_apply(x, 1, hd / 2, hd / 2, &s.rope_cos[2 * t * q4], &s.rope_sin[2 * t * q4], true);
-          rope_apply(x + hd / 2, 1, hd / 2, hd / 2, &s.rope_cos[(2 * t + 1) * q4], &s.rope_sin[(2 * t + 1) * q4], true);
-        }
+      const auto [py, px] = patch_at(t, n_x);
+      rope_table(&s.rope_cos[2 * t * q4], &s.rope_sin[2 * t * q4], hd / 2, column_first ? px : py,
+                 rope_inv_freq_.data());
+      rope_table(&s.rope_cos[(2 * t + 1) * q4], &s.rope_sin[(2 * t + 1) * q4], hd / 2, column_first ? py : px,
+                 rope_inv_freq_.data());
     }
   });
 }
 
-// Qwen-VL's 2-D RoPE on q and k ([T, dim], heads of hd, rows in block order): NEOX pairs
-// (i, i + hd/2) over the whole head; pairs i < hd/4 rotate by the patch's row, the rest by
-// its column, each quarter with frequencies base^(-4k / hd) (llama.cpp: ggml_rope_multi,
+// q and k ([T, dim], heads of hd) rotated in place by rope_tables_2d's tables.
+// gemma4v: in each head the first half by the first table, the second half by the second,
+// each half in NEOX pairs (i, i + hd/4) (llama.cpp: two ggml_rope_ext of n_dims hd/2, the
+// second offset by hd/2). qwen3vl_merger: NEOX pairs (i, i + hd/2) over the whole head,
+// pairs i < hd/4 by the first table, the rest by the second (llama.cpp: ggml_rope_multi,
 // vision mode, sections hd/4 each, positions (y, x, y, x)).
-void VisionEncoder::rope_qwen(int64_t T, int64_t n_x, ThreadPool& pool) {
+void VisionEncoder::rope_2d(int64_t T, ThreadPool& pool) {
   const VisionConfig& c = config_;
   Scratch& s = *scratch_;
   const int64_t hd = c.head_dim(), D = c.dim, q4 = hd / 4;
-  s.rope_cos.resize(static_cast<size_t>(2 * T * q4));
-  s.rope_sin.resize(static_cast<size_t>(2 * T * q4));
-  const int64_t bx_n = n_x / 2;
+  const bool qw = c.projector == VisionProjector::Qwen3VL;
   for_rows(pool, T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t b = t / 4, r = t % 4;
-      const int64_t py = 2 * (b / bx_n) + r / 2, px = 2 * (b % bx_n) + r % 2;
-      float* cs = &s.rope_cos[2 * t * q4];
-      float* sn = &s.rope_sin[2 * t * q4];
-      rope_table(cs, sn, hd / 2, py, rope_inv_freq_.data());
-      rope_table(cs + q4, sn + q4, hd / 2, px, rope_inv_freq_.data());
-      rope_apply(&s.q[t * D], c.n_heads, hd, hd, cs, sn, true);
-      rope_apply(&s.k[t * D], c.n_heads, hd, hd, cs, sn, true);
+      const float* cs = &s.rope_cos[2 * t * q4];
+      const float* sn = &s.rope_sin[2 * t * q4];
+      for (float* base : {&s.q[t * D], &s.k[t * D]}) {
+        if (qw) {
+          rope_apply(base, c.n_heads, hd, hd, cs, sn, true);
+          continue;
+        }
+        for (int64_t h = 0; h < c.n_heads; ++h) {
+          float* x = base + h * hd;
+          rope_apply(x, 1, hd / 2, hd / 2, cs, sn, true);
+          rope_apply(x + hd / 2, 1, hd / 2, hd / 2, cs + q4, sn + q4, true);
+        }
+      }
     }
   });
 }
@@ -255,17 +266,10 @@ void VisionEncoder::encode(const float* pixels, int64_t width, int64_t height, T
   s.ffn.resize(T * c.ffn_dim);
   // Patch embedding: the stride-P convolution as im2col + one matmul; column order
   // (channel, ky, kx) is the conv weight's [P, P, 3, D] layout read row by row. Gemma 4
-  // feeds the conv 2x - 1 of its [0, 1] pixels. Row t is the patch at patch_yx(t): raster
-  // order, or for qwen3vl_merger block order (each 2 x 2 block's patches adjacent, blocks
-  // row-major), llama.cpp's permutation before its merger.
-  auto patch_yx = [&](int64_t t) -> std::pair<int64_t, int64_t> {
-    if (!qw) return {t / n_x, t % n_x};
-    const int64_t b = t / 4, r = t % 4, bx_n = n_x / 2;
-    return {2 * (b / bx_n) + r / 2, 2 * (b % bx_n) + r % 2};
-  };
+  // feeds the conv 2x - 1 of its [0, 1] pixels. Row t is the patch at patch_at(t).
   for_rows(pool, T, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const auto [py, px] = patch_yx(t);
+      const auto [py, px] = patch_at(t, n_x);
       float* row = &s.patches[t * K];
       for (int64_t ch = 0; ch < 3; ++ch)
         for (int64_t ky = 0; ky < P; ++ky) {
@@ -293,7 +297,7 @@ void VisionEncoder::encode(const float* pixels, int64_t width, int64_t height, T
         add_inplace(x, &pos_embd_[(t % n_x) * D], D);
         add_inplace(x, &pos_embd_[(c.pos_table + t / n_x) * D], D);
       } else if (qw) {
-        const auto [py, px] = patch_yx(t);
+        const auto [py, px] = patch_at(t, n_x);
         const float fy = static_cast<float>(py) / sfy, fx = static_cast<float>(px) / sfx;
         const int64_t y0 = static_cast<int64_t>(std::floor(fy)), x0 = static_cast<int64_t>(std::floor(fx));
         const int64_t ya = std::clamp<int64_t>(y0, 0, side - 1), yb = std::clamp<int64_t>(y0 + 1, 0, side - 1);
@@ -325,6 +329,7 @@ void VisionEncoder::encode(const float* pixels, int64_t width, int64_t height, T
     });
   };
   const std::vector<float> ones(static_cast<size_t>(std::max(D, c.ffn_dim)), 1.0f);
+  if (g4 || qw) rope_tables_2d(T, n_x, pool);
   for (const auto& Lp : layers_) {
     const Layer& L = *Lp;
     norm(L.ln1_w, L.ln1_b, s.x.data(), s.xn.data());
@@ -354,9 +359,8 @@ void VisionEncoder::encode(const float* pixels, int64_t width, int64_t height, T
             rms_norm(v, ones.data(), v, hd, c.eps);  // Gemma 4 normalizes V without a weight
           }
       });
-      rope_2d(T, n_x, pool);
     }
-    if (qw) rope_qwen(T, n_x, pool);
+    if (g4 || qw) rope_2d(T, pool);
     attention(T, pool);
     linear(L.o, s.attn.data(), T, s.tmp.data(), pool);
     if (!L.attn_post_norm.empty()) norm(L.attn_post_norm, {}, s.tmp.data(), s.tmp.data());

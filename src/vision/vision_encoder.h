@@ -141,8 +141,9 @@ class VisionEncoder {
   void load_gemma3();
   void load_gemma4v();
   void load_qwen3vl();
-  void rope_2d(int64_t T, int64_t n_x, ThreadPool& pool);  // gemma4v: q and k rotated in place
-  void rope_qwen(int64_t T, int64_t n_x, ThreadPool& pool);  // qwen3vl_merger: likewise
+  std::pair<int64_t, int64_t> patch_at(int64_t t, int64_t n_x) const;  // row t's patch (row, column)
+  void rope_tables_2d(int64_t T, int64_t n_x, ThreadPool& pool);  // gemma4v, qwen3vl_merger: once an image
+  void rope_2d(int64_t T, ThreadPool& pool);  // q and k rotated in place by those tables
 
   std::shared_ptr<const gguf::GgufFile> file_;
   VisionConfig config_;

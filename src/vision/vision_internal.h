@@ -81,11 +81,18 @@ inline std::vector<float> floats(const gguf::GgufFile& f, const std::string& nam
   return out;
 }
 
-inline WeightMatrix matrix(const gguf::GgufFile& f, const std::string& name, int64_t rows, int64_t cols) {
+// The [rows, cols] matrix `name`, checked for a type the matrix kernels take at that width.
+inline const gguf::TensorInfo& matrix_tensor(const gguf::GgufFile& f, const std::string& name, int64_t rows,
+                                             int64_t cols) {
   const gguf::TensorInfo& t = tensor(f, name, {cols, rows});
   if (!traits(t.type).weight_supported || cols % traits(t.type).block_size != 0)
     throw Error(where(f) + "projector tensor " + name + " has type " + std::string(type_name(t.type)) +
                 ", which the matrix kernels do not take at width " + std::to_string(cols));
+  return t;
+}
+
+inline WeightMatrix matrix(const gguf::GgufFile& f, const std::string& name, int64_t rows, int64_t cols) {
+  const gguf::TensorInfo& t = matrix_tensor(f, name, rows, cols);
   return WeightMatrix::prepare(t.type, rows, cols, t.data);
 }
 

@@ -267,9 +267,7 @@ void VisionEncoder::load_qwen3vl() {
     read_layer_norms(f, p, D, *L);
     if (f.find_tensor(p + "attn_qkv.weight")) {
       // The fused [3D, D] matrix as three row ranges (q, k, v): views into the file.
-      const gguf::TensorInfo& t = tensor(f, p + "attn_qkv.weight", {D, 3 * D});
-      if (!traits(t.type).weight_supported || D % traits(t.type).block_size != 0)
-        throw Error(where(f) + p + "attn_qkv.weight has a type the matrix kernels do not take at width " + std::to_string(D));
+      const gguf::TensorInfo& t = matrix_tensor(f, p + "attn_qkv.weight", 3 * D, D);
       const std::vector<float> b = floats(f, p + "attn_qkv.bias", {3 * D});
       const size_t rb = row_bytes(t.type, D);
       Linear* parts[] = {&L->q, &L->k, &L->v};

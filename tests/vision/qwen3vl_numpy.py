@@ -48,23 +48,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "model"))
 import gguf_numpy  # noqa: E402
-from llama_numpy import gelu_tanh  # noqa: E402
+from llama_numpy import gelu_tanh, silu  # noqa: E402
+from gemma4v_numpy import gelu_quick  # noqa: E402
+from siglip_numpy import layer_norm  # noqa: E402
 
 ROPE_THETA = 10000.0  # llama.cpp's ggml_rope_multi base for the Qwen-VL encoders (not in the file)
-
-
-def layer_norm(x, w, b, eps):
-    mu = x.mean(axis=-1, keepdims=True)
-    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
-    return (x - mu) / np.sqrt(var + eps) * w + b
-
-
-def gelu_quick(x):
-    return x / (1.0 + np.exp(-1.702 * x))
-
-
-def silu(x):
-    return x / (1.0 + np.exp(-x))
 
 
 class Qwen3VL:

@@ -34,10 +34,11 @@ std::unique_ptr<VisionEncoder> load_encoder(const std::string& path) {
   return VisionEncoder::load(std::make_shared<const gguf::GgufFile>(gguf::GgufFile::open(path)));
 }
 
-std::vector<float> random_pixels(int64_t side, uint32_t seed) {
+// [3][height][width] pixels drawn uniformly from [lo, hi) (default: normalized pixels).
+std::vector<float> random_pixels(int64_t width, int64_t height, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);  // normalized pixels
-  std::vector<float> p(static_cast<size_t>(3 * side * side));
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> p(static_cast<size_t>(3 * width * height));
   for (float& x : p) x = u(rng);
   return p;
 }
@@ -100,7 +101,7 @@ TEST(VisionEncoder, MatchesTheNumpyReference) {
     const std::string path = dir.path + "/p.gguf";
     write_synthetic_mmproj(tiny(type), path);
     auto e = load_encoder(path);
-    const std::vector<float> pixels = random_pixels(56, 7);
+    const std::vector<float> pixels = random_pixels(56, 56, 7);
     ThreadPool pool(2);
     std::vector<float> got;
     e->encode(pixels.data(), pool, got);
@@ -146,13 +147,7 @@ TEST(VisionEncoder, Gemma4vMatchesTheNumpyReference) {
   // 4 x 2 pooled tokens: 12 x 6 patches of 16 px.
   const int64_t w = 192, h = 96;
   EXPECT_EQ(e->tokens_for(w, h), 8);
-  std::vector<float> pixels = random_pixels(1, 1);
-  {
-    std::mt19937 rng(11);
-    std::uniform_real_distribution<float> u(0.0f, 1.0f);  // x / 255 (mean 0, std 1)
-    pixels.resize(static_cast<size_t>(3 * w * h));
-    for (float& x : pixels) x = u(rng);
-  }
+  const std::vector<float> pixels = random_pixels(w, h, 11, 0.0f, 1.0f);  // x / 255 (mean 0, std 1)
   ThreadPool pool(2);
   std::vector<float> got;
   e->encode(pixels.data(), w, h, pool, got);
@@ -213,10 +208,7 @@ TEST(VisionEncoder, Qwen3vlMatchesTheNumpyReference) {
     const int64_t w = 64, h = 96;  // 4 x 6 patches of 16 px: 2 x 3 merged tokens
     EXPECT_EQ(e->tokens_for(w, h), 6);
     EXPECT_EQ(e->tokens_grid(w, h), (std::pair<int64_t, int64_t>(2, 3)));
-    std::vector<float> pixels(static_cast<size_t>(3 * w * h));
-    std::mt19937 rng(13);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (float& x : pixels) x = u(rng);
+    const std::vector<float> pixels = random_pixels(w, h, 13);
     ThreadPool pool(2);
     std::vector<float> got;
     e->encode(pixels.data(), w, h, pool, got);
