@@ -11,6 +11,7 @@
 #include <emmintrin.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -167,6 +168,63 @@ void BM_MatvecQkv(benchmark::State& state, GgmlType type, bool fused) {
   state.counters["threads"] = pool.num_threads();
 }
 
+// Decode's fraction of the roofline, measured in pairs: a probe pass (256 MiB) right
+// before each full cycle through the copies (>= 256 MiB), so each kernel rate is set
+// beside the bandwidth of the same second. This VM's memory flips between ~35 and ~62
+// GB/s (two threads) within seconds; a probe median taken over minutes mixes the two
+// and a kernel's "fraction" then says more about the minute than about the kernel.
+// Counters: ratio (median of kernel / probe over the pairs), ratio_fast (the same over
+// the pairs whose probe read at or above the pairs' 3rd quartile: the fast phase),
+// probe_min / probe_max, and bytes/s (the kernel's median).
+void run_matvec_paired(benchmark::State& state, GgmlType type, Shape shape) {
+  const size_t gguf_bytes = row_bytes(type, shape.n_cols) * shape.n_rows;
+  const size_t n_copies = std::max<size_t>(1, ((size_t{256} << 20) + gguf_bytes - 1) / gguf_bytes);
+  std::vector<std::vector<uint8_t>> sources;
+  std::vector<WeightMatrix> mats;
+  for (size_t c = 0; c < n_copies; ++c) {
+    sources.push_back(random_weights(type, shape.n_rows, shape.n_cols));
+    mats.push_back(WeightMatrix::prepare(type, shape.n_rows, shape.n_cols, sources.back().data()));
+    sources.back() = {};
+  }
+  std::vector<float> x(static_cast<size_t>(shape.n_cols)), y(static_cast<size_t>(shape.n_rows));
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist;
+  for (float& v : x) v = dist(rng);
+  ThreadPool& pool = bench_pool();
+  BandwidthProbe probe(pool, size_t{256} << 20);
+  for (const WeightMatrix& m : mats) matmul(m, x.data(), 1, y.data(), pool);
+  std::vector<double> kernel_rates;
+  for (auto _ : state) {
+    probe.run(1);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const WeightMatrix& m : mats) matmul(m, x.data(), 1, y.data(), pool);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    kernel_rates.push_back(static_cast<double>(mats[0].stream_bytes() * mats.size()) / s);
+    benchmark::DoNotOptimize(y.data());
+  }
+  const std::vector<double>& probe_rates = probe.rates();
+  const size_t n = kernel_rates.size();
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<double> ratios, fast;
+  std::vector<double> sorted_probe = probe_rates;
+  std::sort(sorted_probe.begin(), sorted_probe.end());
+  const double q3 = sorted_probe.empty() ? 0 : sorted_probe[sorted_probe.size() * 3 / 4];
+  for (size_t i = 0; i < n; ++i) {
+    ratios.push_back(kernel_rates[i] / probe_rates[i]);
+    if (probe_rates[i] >= q3) fast.push_back(kernel_rates[i] / probe_rates[i]);
+  }
+  state.counters["bytes/s"] = median(kernel_rates);
+  state.counters["ratio"] = median(ratios);
+  state.counters["ratio_fast"] = median(fast);
+  state.counters["probe_min"] = sorted_probe.empty() ? 0 : sorted_probe.front();
+  state.counters["probe_max"] = sorted_probe.empty() ? 0 : sorted_probe.back();
+  state.counters["threads"] = pool.num_threads();
+}
+
 void BM_MemoryReadBandwidth(benchmark::State& state) {
   double bw = 0;
   for (auto _ : state) bw = measure_read_bandwidth(bench_pool(), size_t{1} << 30, 5);
@@ -223,6 +281,13 @@ void register_all() {
           [=](benchmark::State& st) { BM_MatvecQkv(st, type, fused); })
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::BF16,
+                        GgmlType::F16})
+    for (const Shape& s : {kShapes[1], kShapes[2]})
+      benchmark::RegisterBenchmark((std::string("MatvecPaired/") + type_name(type) + "/" + s.name).c_str(),
+                                   [=](benchmark::State& st) { run_matvec_paired(st, type, s); })
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(24);
   const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F16,  GgmlType::Q4_K,
                             GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q4_1, GgmlType::Q5_0,
                             GgmlType::Q5_1, GgmlType::BF16, GgmlType::F32,  GgmlType::Q2_K,
