@@ -13,7 +13,7 @@
 //
 // V must provide (I: int vector of L int32, F: float vector of L floats):
 //   L, kMaxN (tokens per K-quant micro-kernel), kGroups and kBlock32N (G and
-//   N of the 32-wide formats' micro-kernel), bcast4(x4) (4 int8 to every
+//   N of the 32-wide formats' micro-kernel), kDecodeGroups (G for one token), bcast4(x4) (4 int8 to every
 //   lane), load(p), zero(), set1(i), and_(a,b), or_and(a,b,c) = a | (b & c),
 //   srli16<n>(a), slli16<n>(a), q8_prep(codes) (the packed Q8_0 codes: q + 128
 //   for AVX-512, q for AVX2, see q8_codes_signed; kQ8Offset says what to
@@ -630,6 +630,8 @@ void packed_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile
   if constexpr (kOnePass8) {
     if (one_pass8) return run.template operator()<8, 1>(tile.tok_begin);
   }
+  // Decode: V::kDecodeGroups row groups per micro-kernel (one stream of weights on AVX-512).
+  if (tile.tok_end - tile.tok_begin == 1) return run.template operator()<1, V::kDecodeGroups>(tile.tok_begin);
   constexpr int kN = is_block32(T) ? V::kBlock32N : V::kMaxN;
   int64_t t = tile.tok_begin;
   for (; t + kN <= tile.tok_end; t += kN) {

@@ -123,6 +123,8 @@ struct Vec {
   // spill to L1 and are touched once per 32 columns.
   static constexpr int kGroups = 2;
   static constexpr int kBlock32N = 4;
+  // One-token tiles too (see simd_avx512.h's kDecodeGroups, measured 1 there).
+  static constexpr int kDecodeGroups = 2;
   // pmaddubsw saturates at 32767, so Q8_0 codes (q + 128 up to 255) cannot
   // go in as unsigned; the kernel uses |q| x sign(x, q) (max 2 x 128 x 127 =
   // 32512) and needs no offset correction.
