@@ -304,7 +304,7 @@ constexpr int64_t kDecodePrefetchAhead = 2048;
 // round trip. Into L2 (whose miss buffers are several times as many) F16 decode read
 // 16.3-20.2 tok/s, Q4_0 49.6-52.8 against 42.9-50.5. Not measured on Intel, so it keeps
 // L1; PAGODA_PREFETCH=l1|l2 overrides it (decode_prefetch_l2, matmul.cpp). The K-quants
-// prefetch twice as far ahead into L2 (prefetch_ahead, matmul_simd.h).
+// prefetch 6 KiB ahead into L2, part by part (prefetch_unit_part, matmul_simd.h).
 bool decode_prefetch_l2();
 inline const bool kDecodePrefetchL2 = decode_prefetch_l2();
 

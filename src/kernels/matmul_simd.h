@@ -51,15 +51,35 @@ namespace pagoda::matmul_detail {
 // the lines kDecodePrefetchAhead bytes ahead of the one being unpacked raised them to
 // 10-12 / 11-12 GB/s (1,024 ahead: +10-20%; 2,048: +20-50%; 4,096: no better). Only the
 // first token micro-tile of a tile prefetches: later ones find the tile's weights in L1/L2.
-// KQuant: the K-quants' group kernel, whose burst of a unit's lines (2,304 bytes for Q4_K)
-// wants more distance when it goes to L2: on Zen 4 (Q4_K_M tg64, alternating rounds) L2 at
-// 2 KiB ahead read 35.1 / 36.7 tok/s against L1's 41.6 / 44.5, L2 at 4 KiB 47.3-48.3
-// against 43.7-44.1 (8 KiB: 47.6-48.5; none at all 46.6-47.3; L1 at 4 KiB 43.8-45.3). Where
-// kDecodePrefetchL2 is off (Intel) it asks for L1 at kDecodePrefetchAhead as measured there.
-template <class V, bool KQuant = false>
 inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t* p, size_t bytes) {
-  const int64_t ahead = KQuant && kDecodePrefetchL2 ? 2 * kDecodePrefetchAhead : kDecodePrefetchAhead;
-  for (size_t off = 0; off < bytes; off += 64) prefetch_weights(p + ahead + off);
+  for (size_t off = 0; off < bytes; off += 64) prefetch_weights(p + kDecodePrefetchAhead + off);
+}
+
+// The K-quants' (and IQ4_XS's) decode prefetch, called at the start of each of the unit's
+// eight 32-column parts j. Into L1 (Intel, kDecodePrefetchL2 off): the whole unit
+// kDecodePrefetchAhead ahead at part 0, as measured there. Into L2 (AMD): part j's
+// eighth of the unit, kKQuantPrefetchAheadL2 ahead, so the requests go out at the rate
+// the unit is read. Zen 4, cold 5632 x 2048 matvec beside a probe pass each (matmul_bench
+// MatvecPaired), one thread, fraction of the probe for Q4_K / Q6_K:
+//   whole unit at part 0, 4 KiB ahead (the choice before):   0.65 / 0.58
+//   an eighth per part, ahead by 1 / 2 / 3 / 4 KiB: 0.87 / 0.40 / 0.57 / 0.63 (Q4_K),
+//                                                   0.66 / 0.69 / 0.46 / 0.54 (Q6_K)
+//   an eighth per part, ahead by 5 / 6 / 7 / 8 KiB: 0.76 / 0.86 / 0.81 / 0.69 (Q4_K),
+//                                                   0.65 / 0.77 / 0.84 / 0.80 (Q6_K)
+//   whole unit into L1, 1 / 2 / 4 KiB ahead:          0.84 / 0.84 / 0.78 and 0.52 / 0.51 / 0.46
+// Two threads, four alternating rounds: Q4_K 30.0-32.2 -> 33.4-37.4 GB/s, Q6_K 29.6-32.2
+// -> 33.2-38.3 (0.86 / 0.81 -> 0.91 / 0.91 of a ~35 GB/s probe, 0.55 / 0.52 -> 0.62 / 0.62
+// of a ~55 GB/s one); 1 KiB ahead and L1 at 2 KiB were no better than before there. Why
+// the distance matters this unevenly was not found (a prefetch stream meeting the
+// hardware streamer's is one guess); 6 KiB is the distance both types did well at.
+constexpr int64_t kKQuantPrefetchAheadL2 = 6144;
+inline __attribute__((always_inline)) void prefetch_unit_part(const uint8_t* p, size_t unit_bytes, int j) {
+  if (kDecodePrefetchL2) {
+    const size_t lo = j * unit_bytes / 8, hi = (j + 1) * unit_bytes / 8;
+    for (size_t off = lo; off < hi; off += 64) prefetch_weights(p + kKQuantPrefetchAheadL2 + off);
+  } else if (j == 0) {
+    for (size_t off = 0; off < unit_bytes; off += 64) prefetch_weights(p + kDecodePrefetchAhead + off);
+  }
 }
 
 // Whether the codes fed to the dot instructions are Q8_0-style bytes (q + 128 for
@@ -299,7 +319,7 @@ void block32_kernel(const uint8_t* const* gp, uint8_t* const* up, const Quantize
     for (int g = 0; g < G; ++g) p[g] = gp[g] + u * unit_bytes;
     if constexpr (C != Codes::Unpacked)
       if (prefetch)
-        for (int g = 0; g < G; ++g) prefetch_ahead<V>(p[g], unit_bytes);
+        for (int g = 0; g < G; ++g) prefetch_ahead(p[g], unit_bytes);
     I acc[G][N], p16[G][N];
     for (int g = 0; g < G; ++g)
       for (int t = 0; t < N; ++t) acc[g][t] = V::izero();
@@ -383,7 +403,6 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
     const int64_t nsb = n_cols / 256;
     for (int64_t u = 0; u < nsb; ++u) {
       const uint8_t* p = gp + u * unit_bytes;
-      if (prefetch) prefetch_ahead<V, true>(p, unit_bytes);
       const uint8_t* sp = p + lay.chunks * chunk;
       // isum = sum_j sc_j x dot_j and imin = sum_j m_j x sum32_j, exact integers (so every
       // level gets the same ones). AVX2: the int16 pair sums go through one pmaddwd with
@@ -395,6 +414,7 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
       I isum[N];
       for (int t = 0; t < N; ++t) isum[t] = V::izero();
       for (int j = 0; j < 8; ++j) {
+        if (prefetch) prefetch_unit_part(p, unit_bytes, j);
         const I sc = V::load_u8_i32(sp + lay.sc * L + j * L);
         if constexpr (V::kPairSums) {
           const I scp = V::pack16(sc, sc);
@@ -444,11 +464,11 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
     const I m0f = V::set1(0x0F);
     for (int64_t u = 0; u < nsb; ++u) {
       const uint8_t* p = gp + u * unit_bytes;
-      if (prefetch) prefetch_ahead<V, true>(p, unit_bytes);
       const uint8_t* sp = p + lay.chunks * chunk;
       I isum[N], iaux[N];  // iaux: Q2_K sum m_i s16_i; Q3_K sum sc_i s16_i
       for (int t = 0; t < N; ++t) isum[t] = iaux[t] = V::izero();
       for (int j = 0; j < 8; ++j) {
+        if (prefetch) prefetch_unit_part(p, unit_bytes, j);
         I dot0[N], dot1[N], p0[N], p1[N];
         for (int t = 0; t < N; ++t) dot0[t] = dot1[t] = V::izero();
         chunk_steps<V, T>(p + j * chunk, [&](auto s, I w) {
@@ -492,11 +512,11 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
     const int64_t nsb = n_cols / 256;
     for (int64_t u = 0; u < nsb; ++u) {
       const uint8_t* p = gp + u * unit_bytes;
-      if (prefetch) prefetch_ahead<V, true>(p, unit_bytes);
       const uint8_t* sp = p + lay.chunks * chunk;
       I isum[N];
       for (int t = 0; t < N; ++t) isum[t] = V::izero();
       for (int j = 0; j < 8; ++j) {
+        if (prefetch) prefetch_unit_part(p, unit_bytes, j);
         I dot[N], p16[N];
         for (int t = 0; t < N; ++t) dot[t] = V::izero();
         chunk_steps<V, T>(p + j * chunk, [&](auto s, I w) {
@@ -519,11 +539,11 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
     const int64_t nsb = n_cols / 256;
     for (int64_t u = 0; u < nsb; ++u) {
       const uint8_t* p = gp + u * unit_bytes;
-      if (prefetch) prefetch_ahead<V, true>(p, unit_bytes);
       const uint8_t* sp = p + lay.chunks * chunk;
       I isum[N];
       for (int t = 0; t < N; ++t) isum[t] = V::izero();
       for (int j = 0; j < 8; ++j) {
+        if (prefetch) prefetch_unit_part(p, unit_bytes, j);
         // Two 16-column sub-blocks (steps 0-3 and 4-7), each with its own scale;
         // the -32 offset is folded in as -32 x (sum of the 16 activations).
         I dot0[N], dot1[N], p0[N], p1[N];
