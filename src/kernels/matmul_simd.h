@@ -51,8 +51,15 @@ namespace pagoda::matmul_detail {
 // the lines kDecodePrefetchAhead bytes ahead of the one being unpacked raised them to
 // 10-12 / 11-12 GB/s (1,024 ahead: +10-20%; 2,048: +20-50%; 4,096: no better). Only the
 // first token micro-tile of a tile prefetches: later ones find the tile's weights in L1/L2.
+// Into L2 (AMD) the 32-wide formats ask 1.5 KiB ahead instead: Zen 4, MatvecPaired with
+// one row group per decode micro-kernel, one thread, Q4_0 at 1 / 1.25 / 1.5 / 2 / 3 / 4 KiB:
+// 0.94 / 0.94 / 0.94 / 0.85-0.87 / 0.60 / 0.63 of the probe (Q8_0 0.87-0.91 up to 3 KiB);
+// two threads, four alternating rounds, 1.5 against 2 KiB: Q4_0 34.6-39.2 against
+// 34.0-36.9 GB/s, Q8_0 the same within 1%.
+constexpr int64_t kBlock32PrefetchAheadL2 = 1536;
 inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t* p, size_t bytes) {
-  for (size_t off = 0; off < bytes; off += 64) prefetch_weights(p + kDecodePrefetchAhead + off);
+  const int64_t ahead = kDecodePrefetchL2 ? kBlock32PrefetchAheadL2 : kDecodePrefetchAhead;
+  for (size_t off = 0; off < bytes; off += 64) prefetch_weights(p + ahead + off);
 }
 
 // The K-quants' (and IQ4_XS's) decode prefetch, called at the start of each of the unit's
