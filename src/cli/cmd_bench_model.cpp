@@ -88,7 +88,7 @@ Runner add_bench_model(CLI::App& app) {
       std::memcpy(states.data(0), state_at_depth.data(), state_at_depth.size());
       states.set_pos(0, d);
     };
-    std::vector<double> pp_rates, tg_rates;
+    std::vector<double> pp_rates, tg_rates, gen_probe_rates;
     ProcessMemory mem;
     std::optional<BandwidthProbe> probe;
     // One untimed warm-up of each phase: page in the weights, grow scratch.
@@ -99,8 +99,10 @@ Runner add_bench_model(CLI::App& app) {
         mem = read_process_memory();
         probe.emplace(pool);
       }
-      // Two probe passes beside each repeat (kernels/membw.h says why).
-      if (r >= 0) probe->run(2);
+      // Two probe passes beside each repeat (kernels/membw.h says why): one right before
+      // its generation and one right after, so each generation rate also has the
+      // bandwidth of its own seconds (gen_probe_rates: this VM's memory flips between ~35
+      // and ~62 GB/s within seconds, and a median over the whole run can be the other one).
       if (o->n_prompt > 0) {
         rewind_state();
         batch.clear();
@@ -110,6 +112,7 @@ Runner add_bench_model(CLI::App& app) {
         double dt = now_seconds() - t0;
         if (r >= 0) pp_rates.push_back(o->n_prompt / dt);
       }
+      if (r >= 0) probe->run(1);
       if (o->n_gen > 0) {
         rewind_state();
         double t0 = now_seconds();
@@ -120,6 +123,11 @@ Runner add_bench_model(CLI::App& app) {
         }
         double dt = now_seconds() - t0;
         if (r >= 0) tg_rates.push_back(o->n_gen / dt);
+      }
+      if (r >= 0) {
+        probe->run(1);
+        const std::vector<double>& pr = probe->rates();
+        gen_probe_rates.push_back((pr[pr.size() - 2] + pr.back()) / 2);
       }
     }
     if (!probe) {  // no repeat ran (cannot happen: repeats >= 1); measure anyway
@@ -151,6 +159,11 @@ Runner add_bench_model(CLI::App& app) {
     const size_t step_bytes = weight_bytes + (d > 0 ? kv_step_bytes : 0) + state_step_bytes;
     const double roofline = bw / static_cast<double>(step_bytes);
     const double pp = median(pp_rates), tg = median(tg_rates);
+    // Each generation run against the roofline of the two passes around it; the median.
+    std::vector<double> paired_fractions;
+    for (size_t i = 0; i < tg_rates.size() && i < gen_probe_rates.size(); ++i)
+      if (gen_probe_rates[i] > 0) paired_fractions.push_back(tg_rates[i] * static_cast<double>(step_bytes) / gen_probe_rates[i]);
+    const double paired_fraction = paired_fractions.empty() ? 0.0 : median(paired_fractions);
     if (o->json) {
       nlohmann::json j = {{"model", o->model},
                           {"arch", c.arch_name},
@@ -181,6 +194,9 @@ Runner add_bench_model(CLI::App& app) {
                           {"read_bandwidth_passes", bws.passes},
                           {"decode_roofline_tokens_per_s", roofline},
                           {"decode_roofline_fraction", roofline > 0 ? tg / roofline : 0.0},
+                          {"decode_roofline_fraction_paired", paired_fraction},
+                          {"decode_roofline_fraction_paired_runs", paired_fractions},
+                          {"read_bandwidth_beside_gen_runs", gen_probe_rates},
                           {"kv_block_size", kv.pool->block_size()},
                           {"kv_type_k", o->kv.type_k},
                           {"kv_type_v", o->kv.type_v},
@@ -209,10 +225,10 @@ Runner add_bench_model(CLI::App& app) {
                   100.0 * static_cast<double>(weight_bytes) / static_cast<double>(lm.model->weight_bytes()),
                   lm.model->weight_bytes() / 1048576.0, static_cast<long long>(c.n_expert_used));
     // The spread is printed beside the median: on a shared machine runs vary by 10-30%.
-    auto range = [](const std::vector<double>& v) {
+    auto range = [](const std::vector<double>& v, double scale = 1.0) {
       char buf[64];
-      std::snprintf(buf, sizeof buf, "%.1f-%.1f", *std::min_element(v.begin(), v.end()),
-                    *std::max_element(v.begin(), v.end()));
+      std::snprintf(buf, sizeof buf, "%.1f-%.1f", scale * *std::min_element(v.begin(), v.end()),
+                    scale * *std::max_element(v.begin(), v.end()));
       return std::string(buf);
     };
     if (o->n_prompt > 0)
@@ -230,6 +246,13 @@ Runner add_bench_model(CLI::App& app) {
                 bw / 1e9, bws.passes, bws.min / 1e9, bws.max / 1e9, roofline);
     if (o->n_gen > 0) std::printf(" (generation at %.0f%% of it)", 100.0 * tg / roofline);
     std::printf("\n");
+    if (o->n_gen > 0 && !paired_fractions.empty())
+      std::printf("  generation against the passes on either side of each run: %.0f%% of their roofline (median of %zu, "
+                  "range %.0f-%.0f%%; bandwidth beside the runs %s GB/s)\n",
+                  100.0 * paired_fraction, paired_fractions.size(),
+                  100.0 * *std::min_element(paired_fractions.begin(), paired_fractions.end()),
+                  100.0 * *std::max_element(paired_fractions.begin(), paired_fractions.end()),
+                  range(gen_probe_rates, 1e-9).c_str());
     return 0;
   };
 }

@@ -165,6 +165,20 @@ TEST_F(Cli, SynthThenBenchModelReportsJson) {
   EXPECT_GT(j.at("process_rss_bytes").get<double>(), 0.0);
   EXPECT_EQ(j.at("threads").get<int>(), 2);
   EXPECT_GT(j.at("decode_roofline_tokens_per_s").get<double>(), 0.0);
+  // Each generation run against the probe passes around it: rate x step bytes / bandwidth,
+  // and the headline is the median of the three.
+  const auto gen = j.at("gen_tokens_per_s_runs").get<std::vector<double>>();
+  const auto beside = j.at("read_bandwidth_beside_gen_runs").get<std::vector<double>>();
+  auto paired = j.at("decode_roofline_fraction_paired_runs").get<std::vector<double>>();
+  ASSERT_EQ(beside.size(), 3u);
+  ASSERT_EQ(paired.size(), 3u);
+  const double step_bytes = j.at("decode_step_bytes").get<double>();
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_GT(beside[i], 0.0);
+    EXPECT_NEAR(paired[i], gen[i] * step_bytes / beside[i], 1e-9 * paired[i]);
+  }
+  std::sort(paired.begin(), paired.end());
+  EXPECT_DOUBLE_EQ(j.at("decode_roofline_fraction_paired").get<double>(), paired[1]);
 }
 
 // At a context depth the decode step also reads the context's K/V: the roofline counts it.
