@@ -42,6 +42,7 @@ struct Opts {
   int64_t hangup_after = 4;
   uint64_t seed = 0;
   bool quiet = false, no_ignore_eos = false;
+  std::string extra_body;
 };
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -126,6 +127,8 @@ int run(const Opts& o) {
   c.max_duration_s = o.duration > 0 ? o.duration : kDefaultMaxDurationS;
   c.timeout_s = o.timeout;
   c.fixed_output = !o.no_ignore_eos;
+  loadgen::check_extra_body(o.extra_body);
+  c.extra_body = o.extra_body;
   c.hangup_fraction = o.hangup_fraction;
   c.hangup_after_chunks = o.hangup_after;
 
@@ -228,6 +231,9 @@ Runner add_bench(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app.add_flag("--no-ignore-eos", o->no_ignore_eos,
                "Do not send ignore_eos / min_tokens (for servers that reject them); output lengths then vary");
+  app.add_option("--extra-body", o->extra_body,
+                 "A JSON object whose members every request also carries (replacing the client's of the same name), "
+                 "e.g. '{\"logit_bias\": {\"3\": -100}}'");
   app.add_flag("--quiet", o->quiet, "No progress line on stderr");
   return [o] { return run(*o); };
 }

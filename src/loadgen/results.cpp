@@ -132,6 +132,7 @@ ojson config_to_json(const BenchConfig& c) {
   j["max_duration_s"] = c.max_duration_s;
   j["timeout_s"] = c.timeout_s;
   j["ignore_eos"] = c.fixed_output;
+  j["extra_body"] = c.extra_body;
   j["label"] = c.label;
   j["token_counts"] = c.tokens_measured ? "measured" : "approx";
   j["tokenizer"] = c.tokenizer;
@@ -163,6 +164,7 @@ BenchConfig config_from_json(const nlohmann::json& j) {
   c.max_duration_s = get_or<double>(j, "max_duration_s", 0);
   c.timeout_s = get_or<double>(j, "timeout_s", 0);
   c.fixed_output = get_or<bool>(j, "ignore_eos", true);
+  c.extra_body = get_or<std::string>(j, "extra_body", "");
   c.label = get_or<std::string>(j, "label", "");
   c.tokens_measured = get_or<std::string>(j, "token_counts", "approx") == "measured";
   c.tokenizer = get_or<std::string>(j, "tokenizer", "");

@@ -37,6 +37,7 @@ struct BenchConfig {
   double max_duration_s = 0;        // no request starts after this
   double timeout_s = 60;            // per request, connect to [DONE]
   bool fixed_output = true;         // send ignore_eos + min_tokens = output_len
+  std::string extra_body;           // JSON object text merged into every request ("" = none)
   std::string label;
   bool tokens_measured = false;     // lengths measured with a tokenizer (else approx)
   std::string tokenizer;            // the -m path, "" when approximated

@@ -196,7 +196,7 @@ RunResults run_bench(const BenchConfig& config, const Workload& workload, const 
         rec.expected_prompt_tokens = history_tokens;
         std::string body =
             request_body(config.endpoint, config.model, job, turn, answers, config.workload.output_len,
-                         config.fixed_output);
+                         config.fixed_output, config.extra_body);
         std::string answer = send_one(*url, config, body, hangup_after, rec);
         bool ok = rec.ok();
         if (rec.error == error_class_name(ErrorKind::kConnectRefused, 0)) refused = true;

@@ -201,7 +201,8 @@ Job Workload::job(int64_t job_idx) const {
 }
 
 std::string request_body(Endpoint endpoint, const std::string& model, const Job& job, int turn_idx,
-                         const std::vector<std::string>& answers, int64_t output_len, bool fixed_output) {
+                         const std::vector<std::string>& answers, int64_t output_len, bool fixed_output,
+                         const std::string& extra_body) {
   PAGODA_CHECK(turn_idx >= 0 && turn_idx < static_cast<int>(job.user.size()), "turn index out of range");
   PAGODA_CHECK(answers.size() >= static_cast<size_t>(turn_idx), "missing answers to earlier turns");
   nlohmann::ordered_json body;
@@ -233,7 +234,20 @@ std::string request_body(Endpoint endpoint, const std::string& model, const Job&
   }
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
+  if (!extra_body.empty()) {
+    const nlohmann::ordered_json extra = nlohmann::ordered_json::parse(extra_body);
+    for (const auto& [key, value] : extra.items()) body[key] = value;
+  }
   return body.dump();
+}
+
+void check_extra_body(const std::string& extra_body) {
+  if (extra_body.empty()) return;
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(extra_body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) throw Error("--extra-body: not a JSON object: " + extra_body);
+  for (const char* reserved : {"stream", "stream_options", "messages", "prompt"})
+    if (j.contains(reserved))
+      throw Error(std::string("--extra-body may not set '") + reserved + "': the client reads the answer by it");
 }
 
 }  // namespace pagoda::loadgen

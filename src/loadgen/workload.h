@@ -95,10 +95,16 @@ int64_t approx_tokens(std::string_view text);
 // Always: stream, stream_options.include_usage, max_tokens = output_len; with
 // fixed_output also min_tokens = output_len and ignore_eos (vLLM / llama-server /
 // pagoda extensions; a strict OpenAI server may reject them). `model` is
-// omitted when empty.
+// omitted when empty. `extra_body`: a JSON object (text) whose members are set last,
+// replacing any of the same name (e.g. a logit_bias both servers under test accept);
+// check it first with check_extra_body.
 std::string request_body(Endpoint endpoint, const std::string& model, const Job& job, int turn_idx,
                          const std::vector<std::string>& answers, int64_t output_len,
-                         bool fixed_output = true);
+                         bool fixed_output = true, const std::string& extra_body = "");
+
+// Throws Error unless `extra_body` is empty or a JSON object that leaves the members
+// the client reads the answer by (stream, stream_options, messages, prompt) alone.
+void check_extra_body(const std::string& extra_body);
 
 // Deterministic 64-bit generator (splitmix64): the same stream on every
 // platform, unlike std::uniform_int_distribution whose output is unspecified.

@@ -1,5 +1,6 @@
 // Workloads: deterministic by seed, shaped as their contract says, and the
 // request bodies that carry them.
+#include "common/error.h"
 #include "loadgen/workload.h"
 
 #include <gtest/gtest.h>
@@ -163,6 +164,28 @@ TEST(BenchRequestBody, WithoutFixedOutputOnlyMaxTokensIsSent) {
   EXPECT_EQ(b["max_tokens"], 4);
   EXPECT_FALSE(b.contains("min_tokens"));
   EXPECT_FALSE(b.contains("ignore_eos"));
+}
+
+// --extra-body: its members ride on every request, replacing the client's of the same name.
+TEST(BenchRequestBody, ExtraBodyMembersAreSetLast) {
+  Job j;
+  j.user = {"u0"};
+  j.user_tokens = {1};
+  nlohmann::json b = nlohmann::json::parse(request_body(Endpoint::kCompletions, "", j, 0, {}, 4, true,
+                                                        R"({"logit_bias": {"3": -100}, "max_tokens": 9})"));
+  EXPECT_EQ(b["logit_bias"]["3"], -100);
+  EXPECT_EQ(b["max_tokens"], 9);
+  EXPECT_EQ(b["prompt"], "User: u0\nAssistant:");
+  EXPECT_EQ(b["stream"], true);
+}
+
+TEST(BenchRequestBody, ExtraBodyMustBeAnObjectThatLeavesTheStreamAlone) {
+  EXPECT_NO_THROW(check_extra_body(""));
+  EXPECT_NO_THROW(check_extra_body(R"({"logit_bias": {}})"));
+  EXPECT_THROW(check_extra_body("[1, 2]"), Error);
+  EXPECT_THROW(check_extra_body("{not json"), Error);
+  for (const char* member : {"stream", "stream_options", "messages", "prompt"})
+    EXPECT_THROW(check_extra_body(std::string("{\"") + member + "\": 1}"), Error) << member;
 }
 
 TEST(BenchNames, RoundTrip) {
