@@ -1,7 +1,8 @@
 // Matmul throughput at TinyLlama-1.1B shapes (dim 2048, FFN 5632, vocab 32000),
 // per weight type and ISA: matvec (decode, 1 token) reports bytes/s of weights
-// streamed (compare with MemoryReadBandwidth, the roofline), and the 512-token
-// matmul (prefill) reports ops/s (2 x rows x cols x tokens).
+// streamed (compare with MemoryReadBandwidth, the roofline), the 8-token matmul (eight
+// decoding streams; weights cold like matvec's) and the 512-token one (prefill) report
+// ops/s (2 x rows x cols x tokens).
 //
 //   matmul_bench [--benchmark_filter=Matvec/q4_0] ; PAGODA_THREADS=n (default:
 //   all CPUs this process may use); PAGODA_BENCH_HOT=1 (see cold_bytes). Random weights: speed does not depend on
@@ -93,14 +94,14 @@ constexpr Shape kShapes[] = {
 
 // Decode streams each weight from DRAM once per token; a matrix smaller than
 // the L3 (32 MiB) would be served from cache when benchmarked alone, so
-// matvec cycles through copies totalling >= cold_bytes(). PAGODA_BENCH_HOT=1
+// matvec (and the 8-token matmul) cycles through copies totalling >= cold_bytes(). PAGODA_BENCH_HOT=1
 // benchmarks one copy instead (cache-resident for the smaller shapes), which
 // shows how far a kernel is from being compute-bound at decode.
 size_t cold_bytes() { return std::getenv("PAGODA_BENCH_HOT") ? 0 : size_t{256} << 20; }
 
 void run_matmul(benchmark::State& state, GgmlType type, Isa isa, Shape shape, int64_t n_tokens) {
   const size_t gguf_bytes = row_bytes(type, shape.n_cols) * shape.n_rows;
-  const size_t n_copies = n_tokens == 1 ? std::max<size_t>(1, (cold_bytes() + gguf_bytes - 1) / gguf_bytes) : 1;
+  const size_t n_copies = n_tokens <= 8 ? std::max<size_t>(1, (cold_bytes() + gguf_bytes - 1) / gguf_bytes) : 1;
   std::vector<std::vector<uint8_t>> sources;
   std::vector<WeightMatrix> mats;
   for (size_t c = 0; c < n_copies; ++c) {
@@ -292,8 +293,8 @@ void register_all() {
                             GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q4_1, GgmlType::Q5_0,
                             GgmlType::Q5_1, GgmlType::BF16, GgmlType::F32,  GgmlType::Q2_K,
                             GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4};
-  for (const char* kind : {"Matvec", "Matmul512"}) {
-    const int64_t n_tokens = std::strcmp(kind, "Matvec") == 0 ? 1 : 512;
+  for (const char* kind : {"Matvec", "Matmul8", "Matmul512"}) {
+    const int64_t n_tokens = std::strcmp(kind, "Matvec") == 0 ? 1 : std::strcmp(kind, "Matmul8") == 0 ? 8 : 512;
     for (GgmlType type : types)
       for (Isa isa : {Isa::Amx, Isa::Avx512, Isa::Avx2, Isa::Scalar}) {
         if (!isa_supported(isa)) continue;

@@ -51,14 +51,22 @@ namespace pagoda::matmul_detail {
 // the lines kDecodePrefetchAhead bytes ahead of the one being unpacked raised them to
 // 10-12 / 11-12 GB/s (1,024 ahead: +10-20%; 2,048: +20-50%; 4,096: no better). Only the
 // first token micro-tile of a tile prefetches: later ones find the tile's weights in L1/L2.
-// Into L2 (AMD) the 32-wide formats ask 1.5 KiB ahead instead: Zen 4, MatvecPaired with
-// one row group per decode micro-kernel, one thread, Q4_0 at 1 / 1.25 / 1.5 / 2 / 3 / 4 KiB:
-// 0.94 / 0.94 / 0.94 / 0.85-0.87 / 0.60 / 0.63 of the probe (Q8_0 0.87-0.91 up to 3 KiB);
-// two threads, four alternating rounds, 1.5 against 2 KiB: Q4_0 34.6-39.2 against
-// 34.0-36.9 GB/s, Q8_0 the same within 1%.
+// Into L2 (AMD) the 32-wide formats ask 1.5 KiB ahead for one token, 6 KiB for more: Zen 4,
+// MatvecPaired with one row group per decode micro-kernel, one thread, Q4_0 at 1 / 1.25 /
+// 1.5 / 2 / 3 / 4 KiB: 0.94 / 0.94 / 0.94 / 0.85-0.87 / 0.60 / 0.63 of the probe (Q8_0
+// 0.87-0.91 up to 3 KiB); two threads, four alternating rounds, 1.5 against 2 KiB: Q4_0
+// 34.6-39.2 against 34.0-36.9 GB/s, Q8_0 the same within 1%. A micro-tile of several tokens
+// spends several times the arithmetic on each line, so its demand loads run ahead of the
+// arithmetic less and the prefetches must cover more of the ~2 KiB a thread needs in flight
+// (bandwidth x latency): eight tokens (matmul_bench Matmul8, 5632 x 2048, cold, two
+// threads) at 1.5 / 3 / 4.5 / 6 / 9 KiB ahead: Q4_0 402-408 / 481-541 / 478-529 / 560-567 /
+// 519-530 Gop/s, Q8_0 294-301 / 359-435 / 456-487 / 446-502 / 418-450 (from cache: 527, 597).
 constexpr int64_t kBlock32PrefetchAheadL2 = 1536;
-inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t* p, size_t bytes) {
-  const int64_t ahead = kDecodePrefetchL2 ? kBlock32PrefetchAheadL2 : kDecodePrefetchAhead;
+constexpr int64_t kBlock32PrefetchAheadL2Tokens = 6144;
+inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t* p, size_t bytes, bool one_token) {
+  const int64_t ahead = !kDecodePrefetchL2 ? kDecodePrefetchAhead
+                        : one_token        ? kBlock32PrefetchAheadL2
+                                           : kBlock32PrefetchAheadL2Tokens;
   for (size_t off = 0; off < bytes; off += 64) prefetch_weights(p + ahead + off);
 }
 
@@ -326,7 +334,7 @@ void block32_kernel(const uint8_t* const* gp, uint8_t* const* up, const Quantize
     for (int g = 0; g < G; ++g) p[g] = gp[g] + u * unit_bytes;
     if constexpr (C != Codes::Unpacked)
       if (prefetch)
-        for (int g = 0; g < G; ++g) prefetch_ahead(p[g], unit_bytes);
+        for (int g = 0; g < G; ++g) prefetch_ahead(p[g], unit_bytes, N == 1);
     I acc[G][N], p16[G][N];
     for (int g = 0; g < G; ++g)
       for (int t = 0; t < N; ++t) acc[g][t] = V::izero();
