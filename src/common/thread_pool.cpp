@@ -48,6 +48,7 @@ int ThreadPool::default_num_threads() {
 
 ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads) {
   PAGODA_CHECK(num_threads >= 1, "ThreadPool needs at least one thread");
+  range_next_ = std::make_unique<RangeCounter[]>(static_cast<size_t>(num_threads));
   workers_.reserve(num_threads - 1);
   for (int t = 1; t < num_threads; ++t) workers_.emplace_back([this, t] { worker_loop(t); });
 }
@@ -64,14 +65,32 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::work(int thread_idx) {
-  for (;;) {
-    int64_t i = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (i >= n_tasks_) break;
-    fn_(ctx_, i, thread_idx);
+  if (!ranges_) {
+    for (;;) {
+      int64_t i = next_task_.fetch_add(1, std::memory_order_relaxed);
+      if (i >= n_tasks_) break;
+      fn_(ctx_, i, thread_idx);
+    }
+    return;
+  }
+  // Its own range first, then the others' in turn: every counter hands out each of
+  // its range's tasks once, whoever asks.
+  for (int k = 0; k < num_threads_; ++k) {
+    const int r = (thread_idx + k) % num_threads_;
+    const int64_t lo = n_tasks_ * r / num_threads_, hi = n_tasks_ * (r + 1) / num_threads_;
+    for (;;) {
+      const int64_t i = lo + range_next_[r].next.fetch_add(1, std::memory_order_relaxed);
+      if (i >= hi) break;
+      fn_(ctx_, i, thread_idx);
+    }
   }
 }
 
-void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
+void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* ctx) { start(n_tasks, fn, ctx, false); }
+
+void ThreadPool::run_ranges(int64_t n_tasks, TaskFn fn, void* ctx) { start(n_tasks, fn, ctx, true); }
+
+void ThreadPool::start(int64_t n_tasks, TaskFn fn, void* ctx, bool ranges) {
   if (n_tasks <= 0) return;
   if (num_threads_ == 1 || n_tasks == 1) {
     for (int64_t i = 0; i < n_tasks; ++i) fn(ctx, i, 0);
@@ -82,7 +101,10 @@ void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
   n_tasks_ = n_tasks;
   fn_ = fn;
   ctx_ = ctx;
+  ranges_ = ranges;
   next_task_.store(0, std::memory_order_relaxed);
+  if (ranges)
+    for (int r = 0; r < num_threads_; ++r) range_next_[r].next.store(0, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++job_seq_;

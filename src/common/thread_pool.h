@@ -10,10 +10,11 @@
 // kernels does not pay a wake-up per kernel.
 //
 // Invariants (state_ packs seq | closed | joined):
-//  1. A worker touches the job fields (fn_, ctx_, n_tasks_, next_task_) only
-//     between joining (a CAS that raises `joined` on an open job) and leaving.
-//  2. run() closes the job once every task is claimed and returns once `joined`
-//     is 0; only then may it rewrite the job fields for the next job.
+//  1. A worker touches the job fields (fn_, ctx_, n_tasks_, next_task_, ranges_,
+//     range_next_) only between joining (a CAS that raises `joined` on an open job)
+//     and leaving.
+//  2. run() / run_ranges() closes the job once every task is claimed and returns once
+//     `joined` is 0; only then may it rewrite the job fields for the next job.
 //  So a job never waits for a worker that is asleep, descheduled or late: such a
 //  worker finds the job closed (or a newer seq) and skips it. Waiting for every
 //  worker to check in instead made each job cost a scheduler time slice
@@ -25,8 +26,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace pagoda {
@@ -50,15 +53,34 @@ class ThreadPool {
   // Convenience wrapper for lambdas: f(task_idx, thread_idx).
   template <class F>
   void parallel_for(int64_t n_tasks, F&& f) {
-    auto tramp = [](void* ctx, int64_t i, int t) { (*static_cast<F*>(ctx))(i, t); };
-    run(n_tasks, tramp, &f);
+    run(n_tasks, trampoline<F>, erase(f));
+  }
+  // Like run(), but the tasks are cut into num_threads() contiguous ranges and thread t
+  // starts on range t, in order, taking what is left of the others' ranges only when
+  // its own is done (so a late or descheduled thread's range is still finished by the
+  // others). For tasks that stream neighbouring memory: each thread then reads one long
+  // sequence instead of every other tile of a shared one.
+  void run_ranges(int64_t n_tasks, TaskFn fn, void* ctx);
+  template <class F>
+  void parallel_for_ranges(int64_t n_tasks, F&& f) {
+    run_ranges(n_tasks, trampoline<F>, erase(f));
   }
 
   // The number of hardware threads this process may use (sched affinity).
   static int default_num_threads();
 
  private:
+  // The lambda wrappers' type erasure (F may be an lvalue reference type, or const).
+  template <class F>
+  static void trampoline(void* ctx, int64_t i, int t) {
+    (*static_cast<std::remove_reference_t<F>*>(ctx))(i, t);
+  }
+  template <class G>
+  static void* erase(G& f) {
+    return const_cast<void*>(static_cast<const void*>(std::addressof(f)));
+  }
   void worker_loop(int thread_idx);
+  void start(int64_t n_tasks, TaskFn fn, void* ctx, bool ranges);
   void work(int thread_idx);
 
   // state_ layout: bits 63..32 job sequence number, bit 31 closed, bits 30..0 the
@@ -74,6 +96,12 @@ class ThreadPool {
   std::atomic<uint64_t> state_{kClosedBit};  // seq 0, closed: no job yet
   uint64_t job_seq_ = 0;         // owner thread only: seq of the last job
   std::atomic<int64_t> next_task_{0};
+  // run_ranges: range r's next task, as an offset from its start (one cache line each).
+  struct alignas(64) RangeCounter {
+    std::atomic<int64_t> next{0};
+  };
+  std::unique_ptr<RangeCounter[]> range_next_;
+  bool ranges_ = false;
   int64_t n_tasks_ = 0;
   TaskFn fn_ = nullptr;
   void* ctx_ = nullptr;

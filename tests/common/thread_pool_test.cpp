@@ -73,6 +73,66 @@ TEST(ThreadPoolTest, EveryTaskRunsExactlyOnceOnAValidThread) {
   }
 }
 
+// run_ranges: the same exactly-once contract, alternating with plain jobs on one pool (the
+// range counters and the shared one must not leak into each other's jobs).
+TEST(ThreadPoolTest, RangesRunEveryTaskExactlyOnceBesidePlainJobs) {
+  Watchdog dog("RangesRunEveryTaskExactlyOnceBesidePlainJobs", std::chrono::seconds(60));
+  for (int num_threads : {1, 2, 3, 4}) {
+    ThreadPool pool(num_threads);
+    for (int64_t n_tasks : {0, 1, 2, 3, 5, 100, 10000}) {
+      for (bool ranges : {true, false, true}) {
+        std::vector<std::atomic<int>> runs(static_cast<size_t>(n_tasks));
+        std::atomic<int> bad_thread{0};
+        auto f = [&](int64_t i, int t) {
+          runs[static_cast<size_t>(i)].fetch_add(1, std::memory_order_relaxed);
+          if (t < 0 || t >= num_threads) bad_thread.fetch_add(1, std::memory_order_relaxed);
+        };
+        if (ranges) pool.parallel_for_ranges(n_tasks, f);
+        else pool.parallel_for(n_tasks, f);
+        for (int64_t i = 0; i < n_tasks; ++i)
+          ASSERT_EQ(runs[static_cast<size_t>(i)].load(), 1)
+              << "threads=" << num_threads << " n_tasks=" << n_tasks << " ranges=" << ranges << " task=" << i;
+        EXPECT_EQ(bad_thread.load(), 0);
+      }
+    }
+  }
+}
+
+// A thread runs its own range in order, and a range whose thread never comes (here: the
+// worker blocked inside its first task until the owner has done everything else) is
+// finished by the others, so the job does not wait for a late thread.
+TEST(ThreadPoolTest, RangesRunInOrderAndALateThreadsRangeIsTakenOver) {
+  Watchdog dog("RangesRunInOrderAndALateThreadsRangeIsTakenOver", std::chrono::seconds(60));
+  ThreadPool pool(2);
+  const int64_t n = 64;
+  std::vector<int> owner(n, -1);
+  std::atomic<int64_t> owner_done{0};
+  std::atomic<bool> worker_blocked{false};
+  std::vector<int64_t> order0;  // tasks in the order thread 0 ran them
+  pool.parallel_for_ranges(n, [&](int64_t i, int t) {
+    owner[static_cast<size_t>(i)] = t;
+    if (t == 0) {
+      order0.push_back(i);
+      owner_done.fetch_add(1);
+    } else if (!worker_blocked.exchange(true)) {
+      // The worker's first task: wait until thread 0 has run every other task (or, when
+      // the worker came before thread 0 started, give up after a while).
+      const auto until = Clock::now() + std::chrono::seconds(5);
+      while (owner_done.load() < n - 1 && Clock::now() < until) std::this_thread::yield();
+    }
+  });
+  for (int64_t i = 0; i < n; ++i) ASSERT_NE(owner[static_cast<size_t>(i)], -1) << i;
+  // Thread 0 starts at the start of its range [0, 32) and goes up through it.
+  ASSERT_FALSE(order0.empty());
+  EXPECT_EQ(order0.front(), 0);
+  for (size_t k = 1; k < order0.size() && order0[k] < n / 2; ++k) EXPECT_GT(order0[k], order0[k - 1]);
+  // If the worker joined, it blocked on one task of its range [32, 64) and thread 0 ran
+  // all the rest of that range too.
+  int64_t by_worker = 0;
+  for (int64_t i = 0; i < n; ++i) by_worker += owner[static_cast<size_t>(i)] == 1;
+  EXPECT_LE(by_worker, 1);
+}
+
 // Plain (non-atomic) writes made by tasks are visible to the owner once run() returns,
 // and the owner's writes before run() are visible to the tasks.
 TEST(ThreadPoolTest, TaskWritesAreVisibleAfterRun) {
