@@ -6,7 +6,8 @@
 //
 // Work split: the output [n_tokens, n_rows] is cut into tiles of
 // tile_rows() rows x kTileTokens tokens, claimed by the pool's threads through
-// its task counter. The tiling depends only on the shape and the ISA, never
+// its task counter (with one token tile, each thread first takes a contiguous
+// range of them: for_tasks). The tiling depends only on the shape and the ISA, never
 // on the thread count, and every output element is computed by one tile with
 // a fixed order of operations, so results are bit-identical for any number of
 // threads (a test pins this).
