@@ -99,19 +99,39 @@ constexpr Shape kShapes[] = {
 // shows how far a kernel is from being compute-bound at decode.
 size_t cold_bytes() { return std::getenv("PAGODA_BENCH_HOT") ? 0 : size_t{256} << 20; }
 
-void run_matmul(benchmark::State& state, GgmlType type, Isa isa, Shape shape, int64_t n_tokens) {
-  const size_t gguf_bytes = row_bytes(type, shape.n_cols) * shape.n_rows;
-  const size_t n_copies = n_tokens <= 8 ? std::max<size_t>(1, (cold_bytes() + gguf_bytes - 1) / gguf_bytes) : 1;
+// Copies of a random `type` matrix of `shape`, prepared for `isa`, as many as total at
+// least `bytes` (at least one): cycling through them streams the weights from DRAM.
+// `sources` holds the GGUF bytes of the copies that still read them (the Scalar level).
+struct WeightCopies {
   std::vector<std::vector<uint8_t>> sources;
   std::vector<WeightMatrix> mats;
-  for (size_t c = 0; c < n_copies; ++c) {
-    sources.push_back(random_weights(type, shape.n_rows, shape.n_cols));
-    mats.push_back(WeightMatrix::prepare(type, shape.n_rows, shape.n_cols, sources.back().data(), isa));
+};
+WeightCopies weight_copies(GgmlType type, Isa isa, Shape shape, size_t bytes) {
+  const size_t gguf_bytes = row_bytes(type, shape.n_cols) * shape.n_rows;
+  const size_t n_copies = std::max<size_t>(1, (bytes + gguf_bytes - 1) / gguf_bytes);
+  WeightCopies c;
+  for (size_t i = 0; i < n_copies; ++i) {
+    std::vector<uint8_t> src = random_weights(type, shape.n_rows, shape.n_cols);
+    c.mats.push_back(WeightMatrix::prepare(type, shape.n_rows, shape.n_cols, src.data(), isa));
+    if (!c.mats.back().reads_own_copy()) c.sources.push_back(std::move(src));
   }
-  std::vector<float> x(static_cast<size_t>(n_tokens * shape.n_cols)), y(static_cast<size_t>(n_tokens * shape.n_rows));
+  return c;
+}
+
+// n activations, standard normal, the same for every benchmark.
+std::vector<float> random_acts(int64_t n) {
+  std::vector<float> x(static_cast<size_t>(n));
   std::mt19937 rng(2);
   std::normal_distribution<float> dist;
   for (float& v : x) v = dist(rng);
+  return x;
+}
+
+void run_matmul(benchmark::State& state, GgmlType type, Isa isa, Shape shape, int64_t n_tokens) {
+  const WeightCopies copies = weight_copies(type, isa, shape, n_tokens <= 8 ? cold_bytes() : 0);
+  const std::vector<WeightMatrix>& mats = copies.mats;
+  const std::vector<float> x = random_acts(n_tokens * shape.n_cols);
+  std::vector<float> y(static_cast<size_t>(n_tokens * shape.n_rows));
   ThreadPool& pool = bench_pool();
   for (const WeightMatrix& m : mats) matmul(m, x.data(), n_tokens, y.data(), pool);  // warm: scratch, pages
   size_t next = 0;
@@ -145,10 +165,8 @@ void BM_MatvecQkv(benchmark::State& state, GgmlType type, bool fused) {
       sources.push_back(random_weights(type, r, dim));
       mats.push_back(WeightMatrix::prepare(type, r, dim, sources.back().data()));
     }
-  std::vector<float> x(dim), y(dim + 2 * kv_dim);
-  std::mt19937 rng(2);
-  std::normal_distribution<float> dist;
-  for (float& v : x) v = dist(rng);
+  const std::vector<float> x = random_acts(dim);
+  std::vector<float> y(dim + 2 * kv_dim);
   ThreadPool& pool = bench_pool();
   float* ys[3] = {y.data(), y.data() + dim, y.data() + dim + kv_dim};
   size_t next = 0;
@@ -178,19 +196,10 @@ void BM_MatvecQkv(benchmark::State& state, GgmlType type, bool fused) {
 // the pairs whose probe read at or above the pairs' 3rd quartile: the fast phase),
 // probe_min / probe_max, and bytes/s (the kernel's median).
 void run_matvec_paired(benchmark::State& state, GgmlType type, Shape shape) {
-  const size_t gguf_bytes = row_bytes(type, shape.n_cols) * shape.n_rows;
-  const size_t n_copies = std::max<size_t>(1, ((size_t{256} << 20) + gguf_bytes - 1) / gguf_bytes);
-  std::vector<std::vector<uint8_t>> sources;
-  std::vector<WeightMatrix> mats;
-  for (size_t c = 0; c < n_copies; ++c) {
-    sources.push_back(random_weights(type, shape.n_rows, shape.n_cols));
-    mats.push_back(WeightMatrix::prepare(type, shape.n_rows, shape.n_cols, sources.back().data()));
-    sources.back() = {};
-  }
-  std::vector<float> x(static_cast<size_t>(shape.n_cols)), y(static_cast<size_t>(shape.n_rows));
-  std::mt19937 rng(2);
-  std::normal_distribution<float> dist;
-  for (float& v : x) v = dist(rng);
+  const WeightCopies copies = weight_copies(type, best_isa(), shape, size_t{256} << 20);
+  const std::vector<WeightMatrix>& mats = copies.mats;
+  const std::vector<float> x = random_acts(shape.n_cols);
+  std::vector<float> y(static_cast<size_t>(shape.n_rows));
   ThreadPool& pool = bench_pool();
   BandwidthProbe probe(pool, size_t{256} << 20);
   for (const WeightMatrix& m : mats) matmul(m, x.data(), 1, y.data(), pool);

@@ -483,8 +483,10 @@ void matmul_grouped(std::span<const GroupedMatmul> jobs, const float* x, int64_t
   first.assign(jobs.size() + 1, 0);
   grids.resize(jobs.size());
   kernels.resize(jobs.size());
+  bool one_token_tile = true;  // every job's: their row tiles in row order (for_tasks)
   for (size_t i = 0; i < jobs.size(); ++i) {
     grids[i] = TileGrid(*jobs[i].w, std::max<int64_t>(jobs[i].n_tokens, 1));
+    one_token_tile = one_token_tile && grids[i].n_tok_tiles == 1;
     kernels[i] = QuantKernel(*jobs[i].w);
     const bool empty = jobs[i].n_tokens == 0 || jobs[i].w->n_rows() == 0;
     first[i + 1] = first[i] + (empty ? 0 : grids[i].n_tasks);
@@ -526,8 +528,6 @@ void matmul_grouped(std::span<const GroupedMatmul> jobs, const float* x, int64_t
   const TileGrid* gp = grids.data();
   const QuantKernel* kp = kernels.data();
   const size_t n_jobs = jobs.size();
-  bool one_token_tile = true;
-  for (size_t i = 0; i < n_jobs; ++i) one_token_tile = one_token_tile && gp[i].n_tok_tiles <= 1;
   for_tasks(pool, fp[n_jobs], one_token_tile, [&](int64_t task, int) {
     const size_t i = static_cast<size_t>(std::upper_bound(fp, fp + n_jobs + 1, task) - fp) - 1;
     const GroupedMatmul& j = jobs[i];

@@ -665,8 +665,6 @@ void packed_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile
   if constexpr (kOnePass8) {
     if (one_pass8) return run.template operator()<8, 1>(tile.tok_begin);
   }
-  // Decode: V::kDecodeGroups row groups per micro-kernel (one stream of weights on AVX-512).
-  if (tile.tok_end - tile.tok_begin == 1) return run.template operator()<1, V::kDecodeGroups>(tile.tok_begin);
   constexpr int kN = is_block32(T) ? V::kBlock32N : V::kMaxN;
   int64_t t = tile.tok_begin;
   for (; t + kN <= tile.tok_end; t += kN) {
@@ -676,7 +674,9 @@ void packed_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile
   if constexpr (kN > 4)
     for (; t + 4 <= tile.tok_end; t += 4) run.template operator()<4>(t);
   for (; t + 2 <= tile.tok_end; t += 2) run.template operator()<2>(t);
-  for (; t < tile.tok_end; ++t) run.template operator()<1>(t);
+  // One token at a time (decode, or a tile's last odd token): V::kDecodeGroups row groups
+  // per micro-kernel (one stream of weights on AVX-512).
+  for (; t < tile.tok_end; ++t) run.template operator()<1, V::kDecodeGroups>(t);
 }
 
 // The table entries of V's level: one packed kernel per weight type with a packed layout.

@@ -197,7 +197,6 @@ struct Vec {
     _mm256_store_ps(tmp, v);
     for (int i = 0; i < n_valid; ++i) y[i] = tmp[i];
   }
-
 };
 
 }  // namespace

@@ -174,7 +174,6 @@ struct Vec {
     if (n_valid == L) _mm512_storeu_ps(y, v);
     else _mm512_mask_storeu_ps(y, static_cast<__mmask16>((1u << n_valid) - 1), v);
   }
-
 };
 
 }  // namespace
