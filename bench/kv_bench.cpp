@@ -10,6 +10,8 @@
 //     n_tokens (positions 0..n-1 of one sequence, same geometry as BM_DecodeAttention):
 //     the pp512 / pp2048 attention cost of a prefill.
 //   BM_PagedAttentionBlockSize/<block_size>: BM_DecodeAttention at 4096, paged f16.
+//   BM_DecodeStreams/<depth>/<cold>: eight decoding streams' attention over all layers of
+//     a TinyLlama-shape model, one engine step; cold = caches flushed between steps.
 //   BM_KvBytesPerToken/<type>: counters only — KV bytes per token (llama3.2-1b geometry).
 // Threads: PAGODA_BENCH_THREADS (default: all the process may use).
 #include <benchmark/benchmark.h>
@@ -155,6 +157,71 @@ void BM_PagedAttentionBlockSize(benchmark::State& state) {
 }
 BENCHMARK(BM_PagedAttentionBlockSize)->Arg(8)->Arg(16)->Arg(32)->Arg(64)->Arg(128)->Arg(256)
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// Eight decoding streams' attention, as one engine step runs it: TinyLlama-1.1B geometry
+// (22 layers, 32 query heads over 4 KV heads, head_dim 64, f16), 8 sequences of `depth`
+// tokens whose blocks were reserved in turns (as streams that grow together get them),
+// one attend_batch per layer with one query token per sequence. cold = 1 reads 64 MiB
+// between steps (untimed), as the weights' stream does between two steps of a real model.
+void BM_DecodeStreams(benchmark::State& state) {
+  const int64_t depth = state.range(0);
+  const bool cold = state.range(1) != 0;
+  constexpr int kStreams = 8;
+  const KvGeometry g{22, 4, 64};
+  const int64_t n_heads = 32;
+  KvConfig c;
+  c.k_type = c.v_type = KvType::F16;
+  PagedKvPool probe(g, KvConfig{c.block_size, 1ull << 30, c.k_type, c.v_type});
+  c.budget_bytes = probe.bytes_per_block() * static_cast<uint64_t>(kStreams * ((depth + 1) / c.block_size + 2));
+  PagedKvPool pool(g, c);
+  PagedKvStore kv(pool);
+  for (int64_t p = c.block_size; p < depth + 1 + c.block_size; p += c.block_size)
+    for (SeqId sq = 0; sq < kStreams; ++sq)
+      if (!kv.reserve(sq, std::min(p, depth + 1)).ok()) std::abort();
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> k(static_cast<size_t>(g.n_kv_heads * g.head_dim)), v(k.size());
+  for (SeqId sq = 0; sq < kStreams; ++sq)
+    for (int64_t p = 0; p <= depth; ++p)
+      for (int layer = 0; layer < g.n_layers; ++layer) {
+        for (size_t i = 0; i < k.size(); ++i) k[i] = nd(rng), v[i] = nd(rng);
+        kv.store(layer, sq, p, k.data(), v.data());
+      }
+  std::vector<float> q(static_cast<size_t>(kStreams * n_heads * g.head_dim)), out(q.size());
+  for (float& x : q) x = nd(rng);
+  std::vector<SeqId> seqs(kStreams);
+  std::vector<int64_t> pos(kStreams, depth);
+  for (int i = 0; i < kStreams; ++i) seqs[i] = i;
+  AttnBatch b;
+  b.n_tokens = kStreams;
+  b.seq_ids = seqs.data();
+  b.positions = pos.data();
+  b.q = q.data();
+  b.out = out.data();
+  b.n_heads = n_heads;
+  b.n_kv_heads = g.n_kv_heads;
+  b.head_dim = g.head_dim;
+  b.scale = 0.125f;
+  std::vector<uint8_t> flush(cold ? 64u << 20 : 0, 1);
+  uint64_t sink = 0;
+  for (auto _ : state) {
+    if (cold) {
+      state.PauseTiming();
+      for (size_t i = 0; i < flush.size(); i += 64) sink += flush[i]++;
+      state.ResumeTiming();
+    }
+    for (int layer = 0; layer < g.n_layers; ++layer) kv.attend_batch(layer, b, threads());
+    benchmark::DoNotOptimize(out.data());
+  }
+  benchmark::DoNotOptimize(sink);
+  state.counters["ns/position/kv_head"] = benchmark::Counter(
+      static_cast<double>(kStreams * g.n_layers * g.n_kv_heads * (depth + 1)) * 1e-9,
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_DecodeStreams)
+    ->ArgsProduct({{144, 1024}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 struct SynthModel {
   std::shared_ptr<const gguf::GgufFile> file;

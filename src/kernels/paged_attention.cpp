@@ -55,6 +55,14 @@ void partial_ref(const KvLayerView& view, const BlockId* blocks, int64_t p_begin
 
 }  // namespace
 
+void paged_attend_prefetch(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,
+                           int64_t kv_head) {
+  const int64_t bs = view.block_size;
+  if (p_begin >= p_end) return;
+  for (int64_t b = p_begin / bs; b < p_begin / bs + kAttnPrefetchBlocks && b * bs < p_end; ++b)
+    kv_prefetch_block(view, blocks[b], kv_head);
+}
+
 void paged_attend_partial_ref(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
                               int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
                               float* o, float* m, float* l) {

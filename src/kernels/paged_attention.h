@@ -55,6 +55,18 @@ struct KvLayerView {
   const uint8_t* v_side(BlockId b, int64_t h) const { return layer(b) + v_side_offset + h * block_size * v_side_row_bytes; }
 };
 
+// Requests KV head h's K and V rows (and sidecars) of block b into L2, line by line.
+inline void kv_prefetch_block(const KvLayerView& view, BlockId b, int64_t h) {
+  const size_t k_bytes = static_cast<size_t>(view.block_size) * view.k_row_bytes;
+  const size_t v_bytes = static_cast<size_t>(view.block_size) * view.v_row_bytes;
+  const uint8_t* k = view.k_rows(b, h);
+  const uint8_t* v = view.v_rows(b, h);
+  for (size_t off = 0; off < k_bytes; off += 64) __builtin_prefetch(k + off, 0, 2);
+  for (size_t off = 0; off < v_bytes; off += 64) __builtin_prefetch(v + off, 0, 2);
+  if (view.k_side_row_bytes) __builtin_prefetch(view.k_side(b, h), 0, 2);
+  if (view.v_side_row_bytes) __builtin_prefetch(view.v_side(b, h), 0, 2);
+}
+
 // The arguments of PagedAttendFn (kernel_table.h: the `attend` entry of each level) and of
 // the functions below: q: [n_q, head_dim] f32 (the query heads sharing KV head kv_head);
 // blocks: the sequence's block ids by position / block_size (covering p_end - 1);
@@ -82,6 +94,16 @@ void paged_attend_partial_softcap_ref(const KvLayerView& view, const BlockId* bl
 void paged_attend_partial_softcap(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
                                   int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
                                   float softcap, float* o, float* m, float* l);
+
+// Requests into L2 the K and V rows (and sidecars) of KV head kv_head in the first
+// kAttnPrefetchBlocks blocks of [p_begin, p_end) (nothing when the range is empty). A
+// caller that knows the range it attends next issues this before attending the current
+// one: a decode row's first blocks were otherwise waited for from memory, since the
+// kernels' own prefetch (two blocks ahead) starts with the row. Requires: blocks covers
+// the blocks prefetched.
+constexpr int64_t kAttnPrefetchBlocks = 2;
+void paged_attend_prefetch(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,
+                           int64_t kv_head);
 
 // Full attention over [0, n_ctx): out [n_q, head_dim] = normalized result.
 // Requires: n_ctx >= 1.

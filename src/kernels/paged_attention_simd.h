@@ -96,18 +96,6 @@ void dequant_rows(KvType t, const uint8_t* data, const uint8_t* side, int64_t n_
   }
 }
 
-// Prefetches one KV head's K and V rows (and sidecars) of block b into L2.
-inline void prefetch_block(const KvLayerView& view, BlockId b, int64_t kv_head) {
-  const size_t k_bytes = static_cast<size_t>(view.block_size) * view.k_row_bytes;
-  const size_t v_bytes = static_cast<size_t>(view.block_size) * view.v_row_bytes;
-  const uint8_t* k = view.k_rows(b, kv_head);
-  const uint8_t* v = view.v_rows(b, kv_head);
-  for (size_t off = 0; off < k_bytes; off += 64) __builtin_prefetch(k + off, 0, 2);
-  for (size_t off = 0; off < v_bytes; off += 64) __builtin_prefetch(v + off, 0, 2);
-  if (view.k_side_row_bytes) __builtin_prefetch(view.k_side(b, kv_head), 0, 2);
-  if (view.v_side_row_bytes) __builtin_prefetch(view.v_side(b, kv_head), 0, 2);
-}
-
 template <class V>
 inline float dot_vec(const float* a, const float* b, int64_t n) {
   constexpr int64_t W = V::kWidth;
@@ -160,9 +148,9 @@ inline void prefetch_ahead(const KvLayerView& view, const BlockId* blocks, int64
   const int64_t bs = view.block_size;
   if (p == p_begin) {
     for (int64_t next = p / bs + 1; next <= p / bs + 2 && next * bs < p_end; ++next)
-      prefetch_block(view, blocks[next], kv_head);
+      kv_prefetch_block(view, blocks[next], kv_head);
   } else if (p % bs == 0 && (p / bs + 2) * bs < p_end) {
-    prefetch_block(view, blocks[p / bs + 2], kv_head);
+    kv_prefetch_block(view, blocks[p / bs + 2], kv_head);
   }
 }
 
