@@ -27,7 +27,8 @@ namespace {
 
 // Record layout (little-endian), DIR/<hash hex>.kvb:
 //   [0, 8)    magic "PGKVBLK1"
-//   [8, 12)   u32 format version (1)
+//   [8, 12)   u32 format version (2: K of the float KV types stored transposed,
+//             kv_k_transposed; a version 1 record is read as corrupt and erased)
 //   [12, 16)  u32 n_tokens
 //   [16, 24)  u64 payload bytes
 //   [24, 56)  the block hash
@@ -36,7 +37,7 @@ namespace {
 //   payload   the pool slab (PagedKvPool::block_bytes)
 //   trailer   u32 CRC-32C of everything before it, u32 "PGKE"
 constexpr char kMagic[8] = {'P', 'G', 'K', 'V', 'B', 'L', 'K', '1'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr size_t kHeaderBytes = 64;
 constexpr uint32_t kTrailerMagic = 0x454b4750;  // "PGKE"
 constexpr std::string_view kSuffix = ".kvb";

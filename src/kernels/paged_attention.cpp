@@ -20,8 +20,7 @@ void partial_ref(const KvLayerView& view, const BlockId* blocks, int64_t p_begin
   for (int64_t p = p_begin; p < p_end; ++p) {
     const BlockId b = blocks[p / bs];
     const int64_t slot = p % bs;
-    kv_dequantize_row_ref(view.k_type, view.k_rows(b, kv_head) + slot * view.k_row_bytes,
-                          view.k_side(b, kv_head) + slot * view.k_side_row_bytes, hd, k.data());
+    kv_read_k_row(view, b, kv_head, slot, k.data());
     for (int h = 0; h < n_q; ++h) {
       double acc = 0;
       for (int64_t i = 0; i < hd; ++i) acc += static_cast<double>(q[h * hd + i]) * k[i];
@@ -54,6 +53,19 @@ void partial_ref(const KvLayerView& view, const BlockId* blocks, int64_t p_begin
 }
 
 }  // namespace
+
+void kv_read_k_row(const KvLayerView& view, BlockId b, int64_t h, int64_t slot, float* out) {
+  const int64_t hd = view.head_dim;
+  if (!view.k_transposed) {
+    kv_dequantize_row_ref(view.k_type, view.k_rows(b, h) + slot * view.k_row_bytes,
+                          view.k_side(b, h) + slot * view.k_side_row_bytes, hd, out);
+    return;
+  }
+  const uint8_t* kt = view.k_rows(b, h);
+  const size_t es = view.k_row_bytes / static_cast<size_t>(hd);
+  for (int64_t d = 0; d < hd; ++d)
+    kv_dequantize_row_ref(view.k_type, kt + static_cast<size_t>(d * view.block_size + slot) * es, nullptr, 1, out + d);
+}
 
 void paged_attend_prefetch(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,
                            int64_t kv_head) {

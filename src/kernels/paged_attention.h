@@ -36,6 +36,18 @@
 
 namespace pagoda {
 
+// Whether KV head h's K in a block is stored transposed, [head_dim][block_size] elements
+// (column-major: position `slot`'s element d at (d * block_size + slot) * element bytes from
+// k_rows(b, h)) instead of [block_size][k_row_bytes] rows: the 16- and 32-bit float types
+// up to head_dim 256 (the tiles' limit; wider heads use the dot-product path, which reads
+// rows). Why: scores are q · Kᵀ, so the kernels want Kᵀ; with rows each chunk was
+// transposed 8 x 8 in registers per tile, which for a decode row of 8 query heads cost as
+// much as its scores (kv_bench BM_DecodeStreams: the transposes 18% of L2-hot decode
+// attention). Quantized K (Q8 / Q4, with per-row scales) keeps rows. Same bytes per block.
+inline bool kv_k_transposed(KvType t, int64_t head_dim) {
+  return (t == KvType::F16 || t == KvType::BF16 || t == KvType::F32) && head_dim <= 256;
+}
+
 // What the attention kernels need to read one layer's blocks (PagedKvPool::layer_view).
 // Valid while the pool lives.
 struct KvLayerView {
@@ -46,6 +58,7 @@ struct KvLayerView {
   size_t k_row_bytes = 0, v_row_bytes = 0;            // data bytes of one row
   size_t k_side_row_bytes = 0, v_side_row_bytes = 0;  // sidecar bytes of one row
   size_t v_offset = 0, k_side_offset = 0, v_side_offset = 0;  // from the layer's start
+  bool k_transposed = false;  // = kv_k_transposed(k_type, head_dim): K as [head_dim][block_size]
 
   const uint8_t* layer(BlockId b) const { return base + static_cast<size_t>(static_cast<int32_t>(b)) * block_stride; }
   // [block_size][k_row_bytes] of KV head h, and its sidecar [block_size][k_side_row_bytes].
@@ -54,6 +67,10 @@ struct KvLayerView {
   const uint8_t* k_side(BlockId b, int64_t h) const { return layer(b) + k_side_offset + h * block_size * k_side_row_bytes; }
   const uint8_t* v_side(BlockId b, int64_t h) const { return layer(b) + v_side_offset + h * block_size * v_side_row_bytes; }
 };
+
+// Position `slot` of block b's K for KV head h as head_dim f32 (kv_dequantize_row_ref's
+// values), in either layout.
+void kv_read_k_row(const KvLayerView& view, BlockId b, int64_t h, int64_t slot, float* out);
 
 // Requests KV head h's K and V rows (and sidecars) of block b into L2, line by line.
 inline void kv_prefetch_block(const KvLayerView& view, BlockId b, int64_t h) {

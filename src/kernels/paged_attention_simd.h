@@ -273,6 +273,34 @@ template <class V>
 void k_transposed(const KvLayerView& view, BlockId b, int64_t kv_head, int64_t slot, int64_t n, int64_t n_pad,
                   float* ktile, float* kt, int64_t ks) {
   const int64_t hd = view.head_dim;
+  if (view.k_transposed) {  // Kᵀ as stored: convert columns [slot, slot + n) of each row d
+    constexpr int64_t W = V::kWidth;
+    const uint8_t* base = view.k_rows(b, kv_head);
+    const int64_t bs = view.block_size;
+    for (int64_t d = 0; d < hd; ++d) {
+      float* out = kt + d * ks;
+      int64_t j = 0;
+      switch (view.k_type) {
+        case KvType::F16: {
+          const uint16_t* in = reinterpret_cast<const uint16_t*>(base) + d * bs + slot;
+          for (; j + W <= n; j += W) V::store(out + j, V::cvt_f16(in + j));
+          for (; j < n; ++j) out[j] = f16_to_f32(in[j]);
+          break;
+        }
+        case KvType::BF16: {
+          const uint16_t* in = reinterpret_cast<const uint16_t*>(base) + d * bs + slot;
+          for (; j + W <= n; j += W) V::store(out + j, V::cvt_bf16(in + j));
+          for (; j < n; ++j) out[j] = bf16_to_f32(in[j]);
+          break;
+        }
+        default:  // F32
+          std::memcpy(out, reinterpret_cast<const float*>(base) + d * bs + slot, static_cast<size_t>(n) * sizeof(float));
+          break;
+      }
+      for (j = n; j < n_pad; ++j) out[j] = 0.0f;
+    }
+    return;
+  }
   const bool in_place = view.k_type == KvType::F16 || view.k_type == KvType::F32;
   const int64_t n8 = hd % 8 == 0 ? n / 8 * 8 : 0;
   if (n8 > 0) {

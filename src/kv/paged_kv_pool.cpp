@@ -486,6 +486,7 @@ KvLayerView PagedKvPool::layer_view(int layer, int32_t group) const {
   v.v_offset = rows * sl.k_row;
   v.k_side_offset = v.v_offset + rows * sl.v_row;
   v.v_side_offset = v.k_side_offset + rows * sl.k_side;
+  v.k_transposed = kv_k_transposed(k_type_, sl.head_dim);
   return v;
 }
 
@@ -503,9 +504,20 @@ void PagedKvPool::write_token(const BlockTable& table, int layer, int64_t pos, c
   uint8_t* lb = const_cast<uint8_t*>(lv.layer(b));
   const int64_t slot = pos % block_size_;
   const int64_t hd = lv.head_dim;
+  // A transposed K (kv_k_transposed) is encoded once, then its elements scattered to their
+  // columns: head_dim stores of 2-4 bytes, block_size elements apart.
+  alignas(64) uint8_t k_row[256 * 4];
+  const size_t k_es = lv.k_transposed ? lv.k_row_bytes / static_cast<size_t>(hd) : 0;
   for (int64_t h = 0; h < lv.n_kv_heads; ++h) {
     const int64_t row = h * block_size_ + slot;
-    kv_quantize_row(k_type_, k + h * hd, hd, lb + row * lv.k_row_bytes, lb + lv.k_side_offset + row * lv.k_side_row_bytes);
+    if (lv.k_transposed) {
+      kv_quantize_row(k_type_, k + h * hd, hd, k_row, nullptr);
+      uint8_t* kt = lb + h * block_size_ * lv.k_row_bytes;
+      for (int64_t d = 0; d < hd; ++d)
+        std::memcpy(kt + static_cast<size_t>(d * block_size_ + slot) * k_es, k_row + d * k_es, k_es);
+    } else {
+      kv_quantize_row(k_type_, k + h * hd, hd, lb + row * lv.k_row_bytes, lb + lv.k_side_offset + row * lv.k_side_row_bytes);
+    }
     kv_quantize_row(v_type_, v + h * hd, hd, lb + lv.v_offset + row * lv.v_row_bytes,
                     lb + lv.v_side_offset + row * lv.v_side_row_bytes);
   }
@@ -520,8 +532,7 @@ void PagedKvPool::read_row(const BlockTable& table, int layer, int64_t pos, int6
   const BlockId b = table.blocks_[static_cast<size_t>(pos / block_size_)];
   const int64_t slot = pos % block_size_;
   if (!value)
-    kv_dequantize_row_ref(k_type_, lv.k_rows(b, kv_head) + slot * lv.k_row_bytes,
-                          lv.k_side(b, kv_head) + slot * lv.k_side_row_bytes, lv.head_dim, out);
+    kv_read_k_row(lv, b, kv_head, slot, out);
   else
     kv_dequantize_row_ref(v_type_, lv.v_rows(b, kv_head) + slot * lv.v_row_bytes,
                           lv.v_side(b, kv_head) + slot * lv.v_side_row_bytes, lv.head_dim, out);

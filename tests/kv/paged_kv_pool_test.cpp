@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/paged_attention.h"
 #include "kv/paged_kv_pool.h"
 
 namespace pagoda {
@@ -186,6 +187,48 @@ TEST(PagedKvPool, CopyOnWriteLeavesTheOtherSequenceBitForBitUnchanged) {
     pool.check_invariants();
     EXPECT_EQ(pool.stats().blocks_live, 0);
     EXPECT_EQ(static_cast<int64_t>(pool.free_list().size()), pool.stats().blocks_committed);
+  }
+}
+
+// The K layout the kernels read (kv_k_transposed): the float types up to head_dim 256
+// keep each head's K as [head_dim][block_size], so element d of position `slot` lies at
+// (d * block_size + slot) elements from k_rows(b, h); V and quantized K keep rows. Checked
+// on the raw bytes against an independent encoding, and read_row returns the row either way.
+TEST(PagedKvPool, FloatKIsStoredTransposedPerHeadAndReadBackAsRows) {
+  EXPECT_TRUE(kv_k_transposed(KvType::F16, 256));
+  EXPECT_TRUE(kv_k_transposed(KvType::BF16, 64));
+  EXPECT_TRUE(kv_k_transposed(KvType::F32, 80));
+  EXPECT_FALSE(kv_k_transposed(KvType::F16, 512));
+  EXPECT_FALSE(kv_k_transposed(KvType::Q8, 64));
+  EXPECT_FALSE(kv_k_transposed(KvType::Q4, 64));
+  for (KvType t : {KvType::F32, KvType::F16, KvType::BF16, KvType::Q8}) {
+    PagedKvPool pool(kGeo, config(16, 4ull << 20, t, t));
+    const int64_t hd = kGeo.head_dim, kv = kGeo.n_kv_heads * hd;
+    BlockTable a;
+    ASSERT_TRUE(pool.append_tokens(a, 20).ok());
+    for (int64_t p = 0; p < 20; ++p) {
+      auto k = row(kv, 300 + static_cast<uint32_t>(p)), v = row(kv, 900 + static_cast<uint32_t>(p));
+      pool.write_token(a, 1, p, k.data(), v.data());
+    }
+    const KvLayerView view = pool.layer_view(1);
+    EXPECT_EQ(view.k_transposed, t != KvType::Q8) << kv_type_name(t);
+    std::vector<float> got(static_cast<size_t>(hd)), want(got.size());
+    std::vector<uint8_t> enc(kv_row_bytes(t, hd)), side(kv_row_sidecar_bytes(t, hd) + 1);
+    for (int64_t p : {0, 7, 15, 16, 19})
+      for (int64_t h = 0; h < kGeo.n_kv_heads; ++h) {
+        const auto k = row(kv, 300 + static_cast<uint32_t>(p));
+        kv_quantize_row(t, k.data() + h * hd, hd, enc.data(), side.data());
+        kv_dequantize_row_ref(t, enc.data(), side.data(), hd, want.data());
+        pool.read_row(a, 1, p, h, false, got.data());
+        EXPECT_EQ(got, want) << kv_type_name(t) << " pos " << p << " head " << h;
+        if (!view.k_transposed) continue;
+        const size_t es = kv_row_bytes(t, hd) / static_cast<size_t>(hd);
+        const uint8_t* kt = view.k_rows(a.block(p / 16), h);
+        for (int64_t d = 0; d < hd; ++d)
+          ASSERT_EQ(0, std::memcmp(kt + static_cast<size_t>(d * 16 + p % 16) * es, enc.data() + d * es, es))
+              << kv_type_name(t) << " pos " << p << " head " << h << " dim " << d;
+      }
+    pool.free(a);
   }
 }
 
