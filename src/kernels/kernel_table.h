@@ -84,6 +84,9 @@ using PagedAttendTileFn = void (*)(const KvLayerView& view, const BlockId* block
                                    int64_t kv_head, const float* q, int64_t q_stride, int n_q, float scale,
                                    float* out, int64_t out_stride, int64_t window, float softcap,
                                    const float* sinks);
+using PagedAttendHeadsFn = void (*)(const KvLayerView& view, const BlockId* blocks, int64_t p_begin,
+                                    int64_t p_end, int n_kv, const float* q, int n_q, float scale,
+                                    float softcap, float* o, float* m, float* l);
 
 // The matmul kernels of one weight type at one level: `quant` for quantized types, `flt` for
 // F32 / F16 / BF16; `prefill`, where set, replaces `quant` on tiles of at least
@@ -105,6 +108,7 @@ struct AttentionKernels {
   PagedAttendFn attend = nullptr;
   PagedAttendSoftcapFn attend_softcap = nullptr;
   PagedAttendTileFn attend_tile = nullptr;
+  PagedAttendHeadsFn attend_heads = nullptr;
 };
 
 struct KernelTable {

@@ -105,6 +105,18 @@ void paged_attend_tile_ref(const KvLayerView& view, const BlockId* blocks, int64
   }
 }
 
+void paged_attend_heads_ref(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end, int n_kv,
+                            const float* q, int n_q, float scale, float softcap, float* o, float* m, float* l) {
+  const int64_t hd = view.head_dim;
+  for (int g = 0; g < n_kv; ++g) {
+    const int64_t r = static_cast<int64_t>(g) * n_q;
+    if (softcap > 0.0f)
+      partial_ref(view, blocks, p_begin, p_end, g, q + r * hd, n_q, scale, softcap, o + r * hd, m + r, l + r);
+    else
+      partial_ref(view, blocks, p_begin, p_end, g, q + r * hd, n_q, scale, 0.0f, o + r * hd, m + r, l + r);
+  }
+}
+
 void register_attention_kernels_scalar(KernelTable& t) {
   t.attention = {paged_attend_partial_ref, paged_attend_partial_softcap_ref,
                  [](const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,
@@ -112,7 +124,8 @@ void register_attention_kernels_scalar(KernelTable& t) {
                     int64_t window, float softcap, const float* sinks) {
                    paged_attend_tile_ref(view, blocks, pos0, n_tok, kv_head, q, q_stride, n_q, scale, out,
                                          out_stride, window, softcap, sinks);
-                 }};
+                 },
+                 paged_attend_heads_ref};
 }
 
 namespace {
@@ -132,6 +145,11 @@ void paged_attend_partial(const KvLayerView& view, const BlockId* blocks, int64_
                           int64_t p_end, int64_t kv_head, const float* q, int n_q, float scale,
                           float* o, float* m, float* l) {
   active().attend(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, o, m, l);
+}
+
+void paged_attend_heads(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end, int n_kv,
+                        const float* q, int n_q, float scale, float softcap, float* o, float* m, float* l) {
+  active().attend_heads(view, blocks, p_begin, p_end, n_kv, q, n_q, scale, softcap, o, m, l);
 }
 
 void paged_attend_tile(const KvLayerView& view, const BlockId* blocks, int64_t pos0, int n_tok, int64_t kv_head,

@@ -122,6 +122,24 @@ constexpr int64_t kAttnPrefetchBlocks = 2;
 void paged_attend_prefetch(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,
                            int64_t kv_head);
 
+// Partial attention of one token's query heads over every KV head 0..n_kv-1 at once:
+// q, o: [n_kv * n_q][head_dim] (KV head g's query heads at rows g * n_q ..), m, l:
+// [n_kv * n_q]; softcap 0 = none; otherwise as paged_attend_partial(_softcap) per KV head,
+// with the same results bit for bit. The positions are walked once, block by block, with
+// every KV head of a block in turn: a block's K and V of all heads are one contiguous
+// region of its layer, where one head at a time walked the context n_kv times in 4 KiB
+// pieces (f16, 32-token blocks, head_dim 64) 700 KiB apart. Requires: n_kv * n_q <=
+// kAttnTileRows, n_q <= 16, head_dim <= 256 (the decode path's callers check
+// paged_attend_heads_fits).
+// (PagedAttendHeadsFn in kernel_table.h: the `attend_heads` entry of each level.)
+inline bool paged_attend_heads_fits(int64_t n_kv, int64_t n_q, int64_t head_dim) {
+  return n_kv * n_q <= 64 && n_q <= 16 && head_dim <= 256;
+}
+void paged_attend_heads_ref(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end, int n_kv,
+                            const float* q, int n_q, float scale, float softcap, float* o, float* m, float* l);
+void paged_attend_heads(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end, int n_kv,
+                        const float* q, int n_q, float scale, float softcap, float* o, float* m, float* l);
+
 // Full attention over [0, n_ctx): out [n_q, head_dim] = normalized result.
 // Requires: n_ctx >= 1.
 void paged_attend(const KvLayerView& view, const BlockId* blocks, int64_t n_ctx, int64_t kv_head,

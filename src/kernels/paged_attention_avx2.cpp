@@ -26,10 +26,15 @@ void attend_softcap_avx2(const KvLayerView& view, const BlockId* blocks, int64_t
   paged_attend_simd<simd_avx2::Vec>(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, o, m, l, softcap);
 }
 
+void attend_heads_avx2(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end, int n_kv,
+                  const float* q, int n_q, float scale, float softcap, float* o, float* m, float* l) {
+  attend_heads_tiled<simd_avx2::Vec>(view, blocks, p_begin, p_end, n_kv, q, n_q, scale, softcap, o, m, l);
+}
+
 }  // namespace
 
 void register_attention_kernels_avx2(KernelTable& t) {
-  t.attention = {attend_avx2, attend_softcap_avx2, attend_tile_avx2};
+  t.attention = {attend_avx2, attend_softcap_avx2, attend_tile_avx2, attend_heads_avx2};
 }
 
 }  // namespace pagoda

@@ -28,10 +28,15 @@ void attend_softcap_avx512(const KvLayerView& view, const BlockId* blocks, int64
   paged_attend_simd<simd_avx512::Vec>(view, blocks, p_begin, p_end, kv_head, q, n_q, scale, o, m, l, softcap);
 }
 
+void attend_heads_avx512(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end, int n_kv,
+                  const float* q, int n_q, float scale, float softcap, float* o, float* m, float* l) {
+  attend_heads_tiled<simd_avx512::Vec>(view, blocks, p_begin, p_end, n_kv, q, n_q, scale, softcap, o, m, l);
+}
+
 }  // namespace
 
 void register_attention_kernels_avx512(KernelTable& t) {
-  t.attention = {attend_avx512, attend_softcap_avx512, attend_tile_avx512};
+  t.attention = {attend_avx512, attend_softcap_avx512, attend_tile_avx512, attend_heads_avx512};
 }
 
 }  // namespace pagoda

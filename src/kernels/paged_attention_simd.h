@@ -468,6 +468,48 @@ void attend_group_tiled(const KvLayerView& view, const BlockId* blocks, int64_t 
   }
 }
 
+// paged_attend_heads: attend_group_tiled's per-row arithmetic for every KV head of a token,
+// walking the positions once with the heads of each chunk in turn.
+template <class V>
+void attend_heads_tiled(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end, int n_kv,
+                        const float* q, int n_q, float scale, float softcap, float* o, float* m, float* l) {
+  const int64_t hd = view.head_dim, bs = view.block_size;
+  const int64_t chunk = hd <= 128 ? kAttnChunk : kAttnChunk / 2;
+  const int64_t ks = chunk;
+  alignas(64) float kt[kAttnTileFloats];
+  alignas(64) float ktile[kAttnTileFloats];
+  alignas(64) float vtile[kAttnTileFloats];
+  alignas(64) float s[kAttnMaxGroup * kAttnChunk];
+  const float* qrow[kAttnTileRows];
+  float* orow[kAttnTileRows];
+  const int n_rows = n_kv * n_q;
+  for (int r = 0; r < n_rows; ++r) {
+    qrow[r] = q + r * hd;
+    orow[r] = o + r * hd;
+    m[r] = -std::numeric_limits<float>::infinity();
+    l[r] = 0.0f;
+  }
+  std::fill(o, o + n_rows * hd, 0.0f);
+  for (int64_t p = p_begin; p < p_end;) {
+    const BlockId b = blocks[p / bs];
+    const int64_t slot = p % bs;
+    const int64_t n = std::min({chunk, bs - slot, p_end - p});
+    for (int g = 0; g < n_kv; ++g) {
+      prefetch_ahead(view, blocks, p, p_begin, p_end, g);
+      const float* const* qg = qrow + g * n_q;
+      float* const* og = orow + g * n_q;
+      chunk_scores<V>(view, b, g, slot, n, qg, 0, n_q, ktile, kt, ks, scale, s);
+      if (softcap > 0.0f)
+        for (int h = 0; h < n_q; ++h) softcap_inplace(s + h * kAttnChunk, n, softcap);
+      for (int h = 0; h < n_q; ++h)
+        online_softmax_step<V>(s + h * kAttnChunk, n, m + g * n_q + h, l + g * n_q + h, og[h], hd);
+      const float* Vr = v_rows_f32<V>(view, b, g, slot, n, vtile);  // [n][hd]
+      chunk_pv<V>(og, 0, n_q, s, Vr, n, hd);
+    }
+    p += n;
+  }
+}
+
 template <class V>
 void paged_attend_simd(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,
                        int64_t kv_head, const float* q, int n_q, float scale, float* o, float* m, float* l,

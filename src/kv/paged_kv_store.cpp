@@ -327,6 +327,10 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
   // split_min_tokens positions per part (merging costs ~3 × head_dim flops per part).
   const int64_t n_units = n_single * n_kv + n_tile_tasks;
   const int64_t want_parts = n_units >= want_tasks ? 1 : (want_tasks + n_units - 1) / std::max<int64_t>(1, n_units);
+  // Decode rows of many sequences: one task per token over all its KV heads
+  // (paged_attend_heads) once there are two such tasks per thread; fewer tokens keep a task
+  // per (token, KV head) so that every thread has work.
+  const bool heads_tasks = paged_attend_heads_fits(n_kv, hpk, hd) && n_single >= 2 * pool.num_threads();
   int64_t n_tasks = 0, n_partials = 0;
   for (int64_t t = 0; t < b.n_tokens; ++t) {
     if (rows_[static_cast<size_t>(t * n_kv)].n_parts == 0) continue;  // in a tile
@@ -342,12 +346,18 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
       part_len = ((n_vis + parts - 1) / parts + bs - 1) / bs * bs;
       parts = (n_vis + part_len - 1) / part_len;
     }
+    const bool all_heads = heads_tasks && parts == 1;
     for (int64_t g = 0; g < n_kv; ++g) {
       Row& r = rows_[static_cast<size_t>(t * n_kv + g)];
       r.blocks = table.blocks().data();
       r.p_begin = p_begin;
       r.n_ctx = n_ctx;
       r.part_len = part_len;
+      r.all_heads = all_heads && g == 0;
+      if (all_heads && g > 0) {  // attended by KV head 0's task
+        r.n_parts = 0;
+        continue;
+      }
       r.n_parts = static_cast<int32_t>(parts);
       r.first_task = n_tasks;
       r.partial_offset = parts > 1 ? n_partials : -1;
@@ -384,7 +394,10 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
       const Row& nr = rows_[task_row_[next]];
       int64_t p0, p1;
       task_span(next, &p0, &p1);
-      paged_attend_prefetch(view, nr.blocks, p0, p1, task_row_[next] % n_kv);
+      if (nr.all_heads)
+        for (int64_t g = 0; g < n_kv; ++g) paged_attend_prefetch(view, nr.blocks, p0, p1, g);
+      else
+        paged_attend_prefetch(view, nr.blocks, p0, p1, task_row_[next] % n_kv);
     }
     if (task < n_tile_tasks) {
       const Tile& tl = tiles_[static_cast<size_t>(task / n_kv)];
@@ -398,6 +411,17 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
     const int64_t ri = task_row_[task];
     const Row& r = rows_[ri];
     const int64_t t = ri / n_kv, g = ri % n_kv;
+    if (r.all_heads) {
+      float* out = b.out + t * q_dim;
+      float m[kMaxGroup], l[kMaxGroup];
+      paged_attend_heads(view, r.blocks, r.p_begin, r.n_ctx, static_cast<int>(n_kv), b.q + t * q_dim,
+                         static_cast<int>(hpk), b.scale, b.softcap, out, m, l);
+      for (int64_t h = 0; h < n_kv * hpk; ++h) {
+        const float inv = 1.0f / attention_denominator(l[h], m[h], b.sinks ? b.sinks + h : nullptr);
+        for (int64_t i = 0; i < hd; ++i) out[h * hd + i] *= inv;
+      }
+      return;
+    }
     const float* q = b.q + t * q_dim + g * hpk * hd;
     if (r.n_parts == 1) {
       float* out = b.out + t * q_dim + g * hpk * hd;

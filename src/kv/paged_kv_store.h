@@ -139,6 +139,7 @@ class PagedKvStore final : public KvStore {
     int32_t n_parts;
     int64_t first_task;
     int64_t partial_offset;  // index of the row's first part in m_/l_ (units of n_q)
+    bool all_heads;          // KV head 0's row: one task attends every KV head of the token
   };
   std::vector<Row> rows_;
   std::vector<int32_t> task_row_;  // [n_tasks] row of each task

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernel_levels.h"
@@ -172,6 +173,56 @@ TEST(PagedAttention, SimdPathsMatchTheReferenceForEveryTypeShapeAndLength) {
       }
   }
   std::printf("checked %lld cases\n", static_cast<long long>(checked));
+}
+
+// The all-heads decode kernel (paged_attend_heads): at every level, the same bits as that
+// level's per-KV-head kernel (plain and soft-capped) for each head, and close to the
+// reference: a token attended by one task or by a task per head gives the same output.
+TEST(PagedAttention, AllHeadsKernelEqualsThePerHeadKernelBitForBit) {
+  int64_t checked = 0;
+  for (Isa isa : test::levels_with_own([](const KernelTable& t) { return t.attention.attend_heads; })) {
+    const AttentionKernels& k = kernel_table(isa).attention;
+    for (KvType t : {KvType::F16, KvType::BF16, KvType::F32, KvType::Q8, KvType::Q4})
+      for (int64_t hd : {64, 80, 128, 256}) {
+        Filled f;
+        fill(f, t, t, hd, 300, 16, static_cast<uint32_t>(hd + 3));
+        const KvLayerView view = f.pool->layer_view(0);
+        for (int n_q : {1, 4, 8})
+          for (float softcap : {0.0f, 1.5f})
+            for (auto [p_begin, p_end] : {std::pair<int64_t, int64_t>{0, 1}, {0, 33}, {7, 120}, {0, 300}}) {
+              const int rows = static_cast<int>(kNumKvHeads) * n_q;
+              const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+              const auto q = random_q(rows * hd, static_cast<uint32_t>(p_end * 7 + n_q));
+              std::vector<float> o(rows * hd), m(rows), l(rows), o1(rows * hd), m1(rows), l1(rows);
+              std::vector<float> o_ref(rows * hd), m_ref(rows), l_ref(rows);
+              k.attend_heads(view, f.table.blocks().data(), p_begin, p_end, static_cast<int>(kNumKvHeads), q.data(),
+                             n_q, scale, softcap, o.data(), m.data(), l.data());
+              paged_attend_heads_ref(view, f.table.blocks().data(), p_begin, p_end, static_cast<int>(kNumKvHeads),
+                                     q.data(), n_q, scale, softcap, o_ref.data(), m_ref.data(), l_ref.data());
+              for (int64_t g = 0; g < kNumKvHeads; ++g) {
+                const int64_t r = g * n_q;
+                if (softcap > 0.0f)
+                  k.attend_softcap(view, f.table.blocks().data(), p_begin, p_end, g, q.data() + r * hd, n_q, scale,
+                                   softcap, o1.data() + r * hd, m1.data() + r, l1.data() + r);
+                else
+                  k.attend(view, f.table.blocks().data(), p_begin, p_end, g, q.data() + r * hd, n_q, scale,
+                           o1.data() + r * hd, m1.data() + r, l1.data() + r);
+              }
+              const std::string where = std::string(isa_name(isa)) + " " + kv_type_name(t) + " hd=" +
+                                        std::to_string(hd) + " n_q=" + std::to_string(n_q) + " softcap=" +
+                                        std::to_string(softcap) + " [" + std::to_string(p_begin) + ", " +
+                                        std::to_string(p_end) + ")";
+              ASSERT_EQ(o, o1) << where;
+              ASSERT_EQ(m, m1) << where;
+              ASSERT_EQ(l, l1) << where;
+              const auto want = normalized(o_ref, l_ref, hd), got = normalized(o, l, hd);
+              for (size_t i = 0; i < want.size(); ++i)
+                ASSERT_NEAR(got[i], want[i], 2e-5f * (1.0f + std::fabs(want[i]))) << where << " index " << i;
+              ++checked;
+            }
+      }
+  }
+  EXPECT_GT(checked, 0);
 }
 
 // The soft-capped partial kernel (Gemma 2's decode), every level against its reference:
@@ -392,6 +443,57 @@ TEST(PagedAttention, StorePrefillTilesMatchPerTokenAttentionForPromptsAndContinu
       }
       pool.check_invariants();
     }
+  }
+}
+
+// Many decoding sequences in one batch take one task per token over all KV heads
+// (paged_attend_heads); one token alone takes a task per KV head. Both give the same bits,
+// plain, soft-capped, windowed and with sinks.
+TEST(PagedAttention, DecodeBatchOfManySequencesEqualsOneTokenAtATimeBitForBit) {
+  constexpr int64_t kHeads = 8, kHd = 64;
+  ThreadPool threads(2);
+  KvConfig c;
+  c.block_size = 16;
+  c.budget_bytes = 64ull << 20;
+  PagedKvPool pool(KvGeometry{1, kNumKvHeads, kHd}, c);
+  PagedKvStore store(pool);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const std::vector<int64_t> lengths = {1, 5, 16, 17, 40, 100, 333};
+  std::vector<SeqId> seqs;
+  std::vector<int64_t> pos;
+  std::vector<float> k(kNumKvHeads * kHd), v(k.size());
+  for (size_t s_i = 0; s_i < lengths.size(); ++s_i) {
+    const SeqId sq = static_cast<SeqId>(s_i);
+    ASSERT_TRUE(store.reserve(sq, lengths[s_i]).ok());
+    for (int64_t p = 0; p < lengths[s_i]; ++p) {
+      for (size_t j = 0; j < k.size(); ++j) k[j] = nd(rng), v[j] = nd(rng);
+      store.store(0, sq, p, k.data(), v.data());
+    }
+    seqs.push_back(sq);
+    pos.push_back(lengths[s_i] - 1);
+  }
+  const int64_t T = static_cast<int64_t>(seqs.size()), row = kHeads * kHd;
+  std::vector<float> q(static_cast<size_t>(T * row)), sinks(kHeads);
+  for (float& x : q) x = nd(rng);
+  for (float& x : sinks) x = nd(rng);
+  for (int variant = 0; variant < 4; ++variant) {
+    std::vector<float> out(q.size()), one(q.size());
+    AttnBatch ab = attn_batch(seqs, pos, q, out, kHeads, kNumKvHeads, kHd, 0.125f);
+    if (variant == 1) ab.softcap = 2.0f;
+    if (variant == 2) ab.window = 8;
+    if (variant == 3) ab.sinks = sinks.data();
+    store.attend_batch(0, ab, threads);
+    for (int64_t i = 0; i < T; ++i) {
+      AttnBatch a1 = ab;
+      a1.n_tokens = 1;
+      a1.seq_ids = &seqs[static_cast<size_t>(i)];
+      a1.positions = &pos[static_cast<size_t>(i)];
+      a1.q = &q[static_cast<size_t>(i * row)];
+      a1.out = &one[static_cast<size_t>(i * row)];
+      store.attend_batch(0, a1, threads);
+    }
+    EXPECT_EQ(out, one) << "variant " << variant;
   }
 }
 
