@@ -148,6 +148,18 @@ struct Vec {
   }
   static constexpr bool kPairSums = false;
   static I dot4(I acc, I w, I xb) { return _mm512_dpbusd_epi32(acc, w, xb); }
+  // acc += dot4(w, bcast4(x4)), the broadcast being vpdpbusd's memory operand ({1to16}),
+  // which GCC 12 does not fold by itself (block32_kernel's one-group steps use it).
+#ifdef PAGODA_AVX512_EMULATION
+  static constexpr bool kBroadcastOperand = false;
+  static I dot4_x4(I acc, I w, const int8_t* x4) { return dot4(acc, w, bcast4(x4)); }
+#else
+  static constexpr bool kBroadcastOperand = true;
+  static I dot4_x4(I acc, I w, const int8_t* x4) {
+    asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const int8_t(*)[4]>(x4)));
+    return acc;
+  }
+#endif
   static I q8_prep(I codes) { return codes; }
   static I dot4_q8(I acc, I w, I xb) { return dot4(acc, w, xb); }
   static I mullo(I a, I b) { return _mm512_mullo_epi32(a, b); }
