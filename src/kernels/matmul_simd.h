@@ -239,6 +239,22 @@ inline __attribute__((always_inline)) void step_acc(typename V::I& acc32, typena
   }
 }
 
+// step_acc with the step's 4 activation bytes x4: on levels with V::kBroadcastOperand
+// (AVX-512, where dot4_q8 is dot4) the broadcast is the multiply's memory operand, where
+// GCC 12 kept a vpbroadcastd of its own per multiply; elsewhere V::bcast4, then step_acc.
+// For steps whose broadcast feeds one multiply (one row group); see block32_kernel.
+template <class V, GgmlType T, int C>
+inline __attribute__((always_inline)) void step_acc_x4(typename V::I& acc32, typename V::I& p16,
+                                                       typename V::I w, const int8_t* x4) {
+  if constexpr (!V::kPairSums && requires { V::kBroadcastOperand; }) {
+    if constexpr (V::kBroadcastOperand) {
+      acc32 = V::dot4_x4(acc32, w, x4);
+      return;
+    }
+  }
+  step_acc<V, T, C>(acc32, p16, w, V::bcast4(x4));
+}
+
 constexpr bool is_block32(GgmlType t) {
   return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q5_0 || t == GgmlType::Q4_1 ||
          t == GgmlType::Q5_1 || t == GgmlType::IQ4_NL || t == GgmlType::MXFP4;
@@ -355,11 +371,9 @@ void block32_kernel(const uint8_t* const* gp, uint8_t* const* up, const Quantize
       // 295-302 -> 310-325 / 273-275 -> 287-296 Gop/s; bench-engine --streams 8 (Q4_0,
       // -p 64 -n 256) faster in 7 of 8 rounds, median +4.5%. Row groups of 2+ share one
       // broadcast register (prefill A/B within noise either way).
-      if constexpr (G == 1 && !V::kPairSums && requires { V::kBroadcastOperand; }) {
-        if constexpr (V::kBroadcastOperand) {
-          for (int t = 0; t < N; ++t) acc[0][t] = V::dot4_x4(acc[0][t], w[0], xq[t] + u * 32 + 4 * s);
-          return;
-        }
+      if constexpr (G == 1) {
+        for (int t = 0; t < N; ++t) step_acc_x4<V, T, i>(acc[0][t], p16[0][t], w[0], xq[t] + u * 32 + 4 * s);
+        return;
       }
       for (int t = 0; t < N; ++t) {
         const I xb = V::bcast4(xq[t] + u * 32 + 4 * s);
@@ -460,7 +474,7 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
           for (int t = 0; t < N; ++t) dot[t] = V::izero();
           chunk_steps<V, T>(p + j * chunk, [&](auto s, I w) {
             for (int t = 0; t < N; ++t)
-              step_acc<V, T, call_index(T, s)>(dot[t], p16[t], w, V::bcast4(xq[t] + u * 256 + j * 32 + 4 * s));
+              step_acc_x4<V, T, call_index(T, s)>(dot[t], p16[t], w, xq[t] + u * 256 + j * 32 + 4 * s);
           });
           for (int t = 0; t < N; ++t) isum[t] = V::add(isum[t], V::mullo(dot[t], sc));
         }
@@ -500,9 +514,9 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
         for (int t = 0; t < N; ++t) dot0[t] = dot1[t] = V::izero();
         chunk_steps<V, T>(p + j * chunk, [&](auto s, I w) {
           for (int t = 0; t < N; ++t) {
-            const I xb = V::bcast4(xq[t] + u * 256 + j * 32 + 4 * s);
-            if constexpr (s < 4) step_acc<V, T, s>(dot0[t], p0[t], w, xb);
-            else step_acc<V, T, s - 4>(dot1[t], p1[t], w, xb);
+            const int8_t* x4 = xq[t] + u * 256 + j * 32 + 4 * s;
+            if constexpr (s < 4) step_acc_x4<V, T, s>(dot0[t], p0[t], w, x4);
+            else step_acc_x4<V, T, s - 4>(dot1[t], p1[t], w, x4);
           }
         });
         I sc01, aux01;  // per lane: (sub-block 2j, 2j+1) scales, and mins (Q2_K) or scales
@@ -548,7 +562,7 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
         for (int t = 0; t < N; ++t) dot[t] = V::izero();
         chunk_steps<V, T>(p + j * chunk, [&](auto s, I w) {
           for (int t = 0; t < N; ++t)
-            step_acc<V, T, call_index(T, s)>(dot[t], p16[t], w, V::bcast4(xq[t] + u * 256 + j * 32 + 4 * s));
+            step_acc_x4<V, T, call_index(T, s)>(dot[t], p16[t], w, xq[t] + u * 256 + j * 32 + 4 * s);
         });
         const I sc = V::load_s8_i32(sp + lay.sc * L + j * L);
         for (int t = 0; t < N; ++t) {
@@ -577,9 +591,9 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
         for (int t = 0; t < N; ++t) dot0[t] = dot1[t] = V::izero();
         chunk_steps<V, T>(p + j * chunk, [&](auto s, I w) {
           for (int t = 0; t < N; ++t) {
-            const I xb = V::bcast4(xq[t] + u * 256 + j * 32 + 4 * s);
-            if constexpr (s < 4) step_acc<V, T, s>(dot0[t], p0[t], w, xb);
-            else step_acc<V, T, s - 4>(dot1[t], p1[t], w, xb);
+            const int8_t* x4 = xq[t] + u * 256 + j * 32 + 4 * s;
+            if constexpr (s < 4) step_acc_x4<V, T, s>(dot0[t], p0[t], w, x4);
+            else step_acc_x4<V, T, s - 4>(dot1[t], p1[t], w, x4);
           }
         });
         const I sc0 = V::load_s8_i32(sp + lay.sc * L + (2 * j) * L);
