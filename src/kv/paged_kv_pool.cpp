@@ -513,8 +513,12 @@ void PagedKvPool::write_token(const BlockTable& table, int layer, int64_t pos, c
     if (lv.k_transposed) {
       kv_quantize_row(k_type_, k + h * hd, hd, k_row, nullptr);
       uint8_t* kt = lb + h * block_size_ * lv.k_row_bytes;
-      for (int64_t d = 0; d < hd; ++d)
-        std::memcpy(kt + static_cast<size_t>(d * block_size_ + slot) * k_es, k_row + d * k_es, k_es);
+      auto scatter = [&]<size_t ES>() {  // fixed-size copies, not a memcpy call each
+        for (int64_t d = 0; d < hd; ++d)
+          std::memcpy(kt + static_cast<size_t>(d * block_size_ + slot) * ES, k_row + d * ES, ES);
+      };
+      if (k_es == 2) scatter.template operator()<2>();
+      else scatter.template operator()<4>();
     } else {
       kv_quantize_row(k_type_, k + h * hd, hd, lb + row * lv.k_row_bytes, lb + lv.k_side_offset + row * lv.k_side_row_bytes);
     }
