@@ -623,9 +623,14 @@ void group_kernel(const uint8_t* gp, const QuantizedActs& a, int64_t t0, float* 
 // separate unpack pass measured 0.99x on 2 threads). Measured (A/B in one process,
 // Q4_0): 1.04x on one thread, 1.00-1.04x on two at 512 tokens; pp512 of the Q4_0
 // TinyLlama 145 -> 152 tok/s median of 6 alternating runs.
+// AVX-512 (no pair sums) issues fewer ops per step, and there only Q5_0 / Q5_1 (whose
+// high bits cost 3 more ops a step) gain: matmul_bench Matmul512, Zen 4, two threads,
+// two rounds, Gop/s: Q5_0 541-615 -> 576-648, Q5_1 533-588 -> 543-609; one thread Q4_0
+// 338-341 -> 327-336, Q4_1 (two threads) 573-635 -> 545-600, IQ4_NL within noise.
 template <class V, GgmlType T>
 constexpr bool unpack_codes() {
-  return V::kPairSums && is_block32(T) && T != GgmlType::Q8_0;
+  if constexpr (!V::kPairSums) return T == GgmlType::Q5_0 || T == GgmlType::Q5_1;
+  return is_block32(T) && T != GgmlType::Q8_0;
 }
 
 // Runs a tile: token micro-tiles of V::kBlock32N or V::kMaxN (then 4, 2, 1 for the rest), each
