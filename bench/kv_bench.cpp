@@ -81,23 +81,30 @@ Filled make_store(int s, const KvGeometry& g, int64_t ctx, int block_size = kDef
   return f;
 }
 
-void run_attention(benchmark::State& state, int s, int64_t ctx, int block_size) {
-  const KvGeometry g{1, 8, 64};
-  const int64_t n_heads = 32;
-  Filled f = make_store(s, g, ctx, block_size);
-  std::vector<float> q(static_cast<size_t>(n_heads * g.head_dim), 0.1f), out(q.size());
-  const SeqId seq = 0;
-  const int64_t pos = ctx;
+// An attention batch over caller-owned tokens (seq ids, positions, q and out).
+AttnBatch attn_batch(const std::vector<SeqId>& seqs, const std::vector<int64_t>& pos, std::vector<float>& q,
+                     std::vector<float>& out, int64_t n_heads, const KvGeometry& g) {
   AttnBatch b;
-  b.n_tokens = 1;
-  b.seq_ids = &seq;
-  b.positions = &pos;
+  b.n_tokens = static_cast<int64_t>(seqs.size());
+  b.seq_ids = seqs.data();
+  b.positions = pos.data();
   b.q = q.data();
   b.out = out.data();
   b.n_heads = n_heads;
   b.n_kv_heads = g.n_kv_heads;
   b.head_dim = g.head_dim;
   b.scale = 0.125f;
+  return b;
+}
+
+void run_attention(benchmark::State& state, int s, int64_t ctx, int block_size) {
+  const KvGeometry g{1, 8, 64};
+  const int64_t n_heads = 32;
+  Filled f = make_store(s, g, ctx, block_size);
+  std::vector<float> q(static_cast<size_t>(n_heads * g.head_dim), 0.1f), out(q.size());
+  const std::vector<SeqId> seqs = {0};
+  const std::vector<int64_t> pos = {ctx};
+  const AttnBatch b = attn_batch(seqs, pos, q, out, n_heads, g);
   for (auto _ : state) {
     f.kv->attend_batch(0, b, threads());
     benchmark::DoNotOptimize(out.data());
@@ -128,16 +135,7 @@ void BM_PrefillAttention(benchmark::State& state) {
   std::vector<SeqId> seqs(static_cast<size_t>(n), 0);
   std::vector<int64_t> pos(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) pos[i] = i;
-  AttnBatch b;
-  b.n_tokens = n;
-  b.seq_ids = seqs.data();
-  b.positions = pos.data();
-  b.q = q.data();
-  b.out = out.data();
-  b.n_heads = n_heads;
-  b.n_kv_heads = g.n_kv_heads;
-  b.head_dim = g.head_dim;
-  b.scale = 0.125f;
+  const AttnBatch b = attn_batch(seqs, pos, q, out, n_heads, g);
   for (auto _ : state) {
     f.kv->attend_batch(0, b, threads());
     benchmark::DoNotOptimize(out.data());
@@ -192,16 +190,7 @@ void BM_DecodeStreams(benchmark::State& state) {
   std::vector<SeqId> seqs(kStreams);
   std::vector<int64_t> pos(kStreams, depth);
   for (int i = 0; i < kStreams; ++i) seqs[i] = i;
-  AttnBatch b;
-  b.n_tokens = kStreams;
-  b.seq_ids = seqs.data();
-  b.positions = pos.data();
-  b.q = q.data();
-  b.out = out.data();
-  b.n_heads = n_heads;
-  b.n_kv_heads = g.n_kv_heads;
-  b.head_dim = g.head_dim;
-  b.scale = 0.125f;
+  const AttnBatch b = attn_batch(seqs, pos, q, out, n_heads, g);
   std::vector<uint8_t> flush(cold ? 64u << 20 : 0, 1);
   uint64_t sink = 0;
   for (auto _ : state) {

@@ -30,7 +30,7 @@ void attend_softcap_avx512(const KvLayerView& view, const BlockId* blocks, int64
 
 void attend_heads_avx512(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end, int n_kv,
                   const float* q, int n_q, float scale, float softcap, float* o, float* m, float* l) {
-  attend_heads_tiled<simd_avx512::Vec>(view, blocks, p_begin, p_end, n_kv, q, n_q, scale, softcap, o, m, l);
+  attend_heads_tiled<simd_avx512::Vec>(view, blocks, p_begin, p_end, 0, n_kv, q, n_q, scale, softcap, o, m, l);
 }
 
 }  // namespace

@@ -426,6 +426,10 @@ inline void chunk_pv(float* const* orow, int r0, int r1, const float* s, const f
   for (; r < r1; ++r) tile_pv_rows<V, 1>(orow, r, s, kAttnChunk, vr, n, hd);
 }
 
+template <class V>
+void attend_heads_tiled(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end, int g0,
+                        int n_kv, const float* q, int n_q, float scale, float softcap, float* o, float* m, float* l);
+
 // Partial attention (m, l, unnormalized o) of n_q <= kAttnMaxGroup heads of one token
 // over [p_begin, p_end), head_dim <= 256: the prefill tile's micro-kernels with the
 // token's query heads as the rows. Per chunk, Kᵀ once, then scores as an outer product
@@ -437,42 +441,15 @@ template <class V>
 void attend_group_tiled(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,
                         int64_t kv_head, const float* q, int n_q, float scale, float* o, float* m, float* l,
                         float softcap) {
-  const int64_t hd = view.head_dim, bs = view.block_size;
-  const int64_t chunk = hd <= 128 ? kAttnChunk : kAttnChunk / 2;
-  const int64_t ks = chunk;
-  alignas(64) float kt[kAttnTileFloats];
-  alignas(64) float ktile[kAttnTileFloats];
-  alignas(64) float vtile[kAttnTileFloats];
-  alignas(64) float s[kAttnMaxGroup * kAttnChunk];
-  const float* qrow[kAttnMaxGroup];
-  float* orow[kAttnMaxGroup];
-  for (int h = 0; h < n_q; ++h) {
-    qrow[h] = q + h * hd;
-    orow[h] = o + h * hd;
-    m[h] = -std::numeric_limits<float>::infinity();
-    l[h] = 0.0f;
-  }
-  std::fill(o, o + n_q * hd, 0.0f);
-  for (int64_t p = p_begin; p < p_end;) {
-    const BlockId b = blocks[p / bs];
-    const int64_t slot = p % bs;
-    const int64_t n = std::min({chunk, bs - slot, p_end - p});
-    prefetch_ahead(view, blocks, p, p_begin, p_end, kv_head);
-    chunk_scores<V>(view, b, kv_head, slot, n, qrow, 0, n_q, ktile, kt, ks, scale, s);
-    if (softcap > 0.0f)
-      for (int h = 0; h < n_q; ++h) softcap_inplace(s + h * kAttnChunk, n, softcap);
-    for (int h = 0; h < n_q; ++h) online_softmax_step<V>(s + h * kAttnChunk, n, m + h, l + h, orow[h], hd);
-    const float* Vr = v_rows_f32<V>(view, b, kv_head, slot, n, vtile);  // [n][hd]
-    chunk_pv<V>(orow, 0, n_q, s, Vr, n, hd);
-    p += n;
-  }
+  attend_heads_tiled<V>(view, blocks, p_begin, p_end, static_cast<int>(kv_head), 1, q, n_q, scale, softcap, o, m, l);
 }
 
-// paged_attend_heads: attend_group_tiled's per-row arithmetic for every KV head of a token,
-// walking the positions once with the heads of each chunk in turn.
+// KV heads g0 .. g0 + n_kv - 1 of one token (paged_attend_heads; attend_group_tiled is one
+// head): the positions walked once, each chunk's heads in turn, each head's rows through
+// chunk_scores, the online softmax and chunk_pv.
 template <class V>
-void attend_heads_tiled(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end, int n_kv,
-                        const float* q, int n_q, float scale, float softcap, float* o, float* m, float* l) {
+void attend_heads_tiled(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end, int g0,
+                        int n_kv, const float* q, int n_q, float scale, float softcap, float* o, float* m, float* l) {
   const int64_t hd = view.head_dim, bs = view.block_size;
   const int64_t chunk = hd <= 128 ? kAttnChunk : kAttnChunk / 2;
   const int64_t ks = chunk;
@@ -495,15 +472,15 @@ void attend_heads_tiled(const KvLayerView& view, const BlockId* blocks, int64_t 
     const int64_t slot = p % bs;
     const int64_t n = std::min({chunk, bs - slot, p_end - p});
     for (int g = 0; g < n_kv; ++g) {
-      prefetch_ahead(view, blocks, p, p_begin, p_end, g);
+      prefetch_ahead(view, blocks, p, p_begin, p_end, g0 + g);
       const float* const* qg = qrow + g * n_q;
       float* const* og = orow + g * n_q;
-      chunk_scores<V>(view, b, g, slot, n, qg, 0, n_q, ktile, kt, ks, scale, s);
+      chunk_scores<V>(view, b, g0 + g, slot, n, qg, 0, n_q, ktile, kt, ks, scale, s);
       if (softcap > 0.0f)
         for (int h = 0; h < n_q; ++h) softcap_inplace(s + h * kAttnChunk, n, softcap);
       for (int h = 0; h < n_q; ++h)
         online_softmax_step<V>(s + h * kAttnChunk, n, m + g * n_q + h, l + g * n_q + h, og[h], hd);
-      const float* Vr = v_rows_f32<V>(view, b, g, slot, n, vtile);  // [n][hd]
+      const float* Vr = v_rows_f32<V>(view, b, g0 + g, slot, n, vtile);  // [n][hd]
       chunk_pv<V>(og, 0, n_q, s, Vr, n, hd);
     }
     p += n;

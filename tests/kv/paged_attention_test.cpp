@@ -63,6 +63,14 @@ void fill(Filled& f, KvType kt, KvType vt, int64_t hd, int64_t n_ctx, int block_
   }
 }
 
+// f16 K and V (the defaults), 16-token blocks, `budget` bytes.
+KvConfig config_bs16(uint64_t budget) {
+  KvConfig c;
+  c.block_size = 16;
+  c.budget_bytes = budget;
+  return c;
+}
+
 std::vector<float> random_q(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -452,10 +460,7 @@ TEST(PagedAttention, StorePrefillTilesMatchPerTokenAttentionForPromptsAndContinu
 TEST(PagedAttention, DecodeBatchOfManySequencesEqualsOneTokenAtATimeBitForBit) {
   constexpr int64_t kHeads = 8, kHd = 64;
   ThreadPool threads(2);
-  KvConfig c;
-  c.block_size = 16;
-  c.budget_bytes = 64ull << 20;
-  PagedKvPool pool(KvGeometry{1, kNumKvHeads, kHd}, c);
+  PagedKvPool pool(KvGeometry{1, kNumKvHeads, kHd}, config_bs16(64ull << 20));
   PagedKvStore store(pool);
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -504,10 +509,7 @@ TEST(PagedAttention, BidirectionalRowsSeeUpToTheirEndAndCausalRowsAroundThemDoNo
   constexpr int64_t kHeads = 4, kHd = 32, kKv = 2;
   ThreadPool threads(2);
   for (int64_t window : {int64_t{0}, int64_t{8}}) {
-    KvConfig c;
-    c.block_size = 16;
-    c.budget_bytes = 16ull << 20;
-    PagedKvPool pool(KvGeometry{1, kKv, kHd}, c);
+    PagedKvPool pool(KvGeometry{1, kKv, kHd}, config_bs16(16ull << 20));
     PagedKvStore store(pool);
     std::mt19937 rng(3);
     std::normal_distribution<float> nd(0.0f, 1.0f);
