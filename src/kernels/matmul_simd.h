@@ -239,20 +239,17 @@ inline __attribute__((always_inline)) void step_acc(typename V::I& acc32, typena
   }
 }
 
-// step_acc with the step's 4 activation bytes x4: on levels with V::kBroadcastOperand
-// (AVX-512, where dot4_q8 is dot4) the broadcast is the multiply's memory operand, where
-// GCC 12 kept a vpbroadcastd of its own per multiply; elsewhere V::bcast4, then step_acc.
+// step_acc with the step's 4 activation bytes x4: on levels with V::dot4_x4 (AVX-512,
+// where dot4_q8 is dot4) the broadcast is the multiply's memory operand, where GCC 12 kept
+// a vpbroadcastd of its own per multiply; elsewhere V::bcast4, then step_acc.
 // For steps whose broadcast feeds one multiply (one row group); see block32_kernel.
 template <class V, GgmlType T, int C>
 inline __attribute__((always_inline)) void step_acc_x4(typename V::I& acc32, typename V::I& p16,
                                                        typename V::I w, const int8_t* x4) {
-  if constexpr (!V::kPairSums && requires { V::kBroadcastOperand; }) {
-    if constexpr (V::kBroadcastOperand) {
-      acc32 = V::dot4_x4(acc32, w, x4);
-      return;
-    }
-  }
-  step_acc<V, T, C>(acc32, p16, w, V::bcast4(x4));
+  if constexpr (!V::kPairSums && requires { V::dot4_x4(acc32, w, x4); })
+    acc32 = V::dot4_x4(acc32, w, x4);
+  else
+    step_acc<V, T, C>(acc32, p16, w, V::bcast4(x4));
 }
 
 constexpr bool is_block32(GgmlType t) {

@@ -110,10 +110,7 @@ void paged_attend_heads_ref(const KvLayerView& view, const BlockId* blocks, int6
   const int64_t hd = view.head_dim;
   for (int g = 0; g < n_kv; ++g) {
     const int64_t r = static_cast<int64_t>(g) * n_q;
-    if (softcap > 0.0f)
-      partial_ref(view, blocks, p_begin, p_end, g, q + r * hd, n_q, scale, softcap, o + r * hd, m + r, l + r);
-    else
-      partial_ref(view, blocks, p_begin, p_end, g, q + r * hd, n_q, scale, 0.0f, o + r * hd, m + r, l + r);
+    partial_ref(view, blocks, p_begin, p_end, g, q + r * hd, n_q, scale, softcap, o + r * hd, m + r, l + r);
   }
 }
 

@@ -122,6 +122,16 @@ constexpr int64_t kAttnPrefetchBlocks = 2;
 void paged_attend_prefetch(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end,
                            int64_t kv_head);
 
+// Full attention over [0, n_ctx): out [n_q, head_dim] = normalized result.
+// Requires: n_ctx >= 1.
+void paged_attend(const KvLayerView& view, const BlockId* blocks, int64_t n_ctx, int64_t kv_head,
+                  const float* q, int n_q, float scale, float* out);
+
+// Rows per prefill tile (tokens × query heads of a group): 64 rows × head_dim 128 f32 =
+// 32 KiB of accumulators, which stay in L1/L2 next to the 16 KiB K and V chunk tiles.
+// Callers pick tile tokens = max(1, kAttnTileRows / n_q); the kernel splits larger tiles.
+constexpr int kAttnTileRows = 64;
+
 // Partial attention of one token's query heads over every KV head 0..n_kv-1 at once:
 // q, o: [n_kv * n_q][head_dim] (KV head g's query heads at rows g * n_q ..), m, l:
 // [n_kv * n_q]; softcap 0 = none; otherwise as paged_attend_partial(_softcap) per KV head,
@@ -133,22 +143,12 @@ void paged_attend_prefetch(const KvLayerView& view, const BlockId* blocks, int64
 // paged_attend_heads_fits).
 // (PagedAttendHeadsFn in kernel_table.h: the `attend_heads` entry of each level.)
 inline bool paged_attend_heads_fits(int64_t n_kv, int64_t n_q, int64_t head_dim) {
-  return n_kv * n_q <= 64 && n_q <= 16 && head_dim <= 256;
+  return n_kv * n_q <= kAttnTileRows && n_q <= 16 && head_dim <= 256;  // 16: a kernel's group
 }
 void paged_attend_heads_ref(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end, int n_kv,
                             const float* q, int n_q, float scale, float softcap, float* o, float* m, float* l);
 void paged_attend_heads(const KvLayerView& view, const BlockId* blocks, int64_t p_begin, int64_t p_end, int n_kv,
                         const float* q, int n_q, float scale, float softcap, float* o, float* m, float* l);
-
-// Full attention over [0, n_ctx): out [n_q, head_dim] = normalized result.
-// Requires: n_ctx >= 1.
-void paged_attend(const KvLayerView& view, const BlockId* blocks, int64_t n_ctx, int64_t kv_head,
-                  const float* q, int n_q, float scale, float* out);
-
-// Rows per prefill tile (tokens × query heads of a group): 64 rows × head_dim 128 f32 =
-// 32 KiB of accumulators, which stay in L1/L2 next to the 16 KiB K and V chunk tiles.
-// Callers pick tile tokens = max(1, kAttnTileRows / n_q); the kernel splits larger tiles.
-constexpr int kAttnTileRows = 64;
 
 // Causal attention of n_tok consecutive query tokens of one sequence, at positions
 // pos0 .. pos0 + n_tok - 1: row (token i, head h) attends [0, pos0 + i], or with a window

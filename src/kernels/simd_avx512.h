@@ -151,10 +151,8 @@ struct Vec {
   // acc += dot4(w, bcast4(x4)), the broadcast being vpdpbusd's memory operand ({1to16}),
   // which GCC 12 does not fold by itself (block32_kernel's one-group steps use it).
 #ifdef PAGODA_AVX512_EMULATION
-  static constexpr bool kBroadcastOperand = false;
   static I dot4_x4(I acc, I w, const int8_t* x4) { return dot4(acc, w, bcast4(x4)); }
 #else
-  static constexpr bool kBroadcastOperand = true;
   static I dot4_x4(I acc, I w, const int8_t* x4) {
     asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const int8_t(*)[4]>(x4)));
     return acc;

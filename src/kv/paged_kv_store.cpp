@@ -388,6 +388,14 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
   // decoding streams at ~150 positions: each row reads ~5 blocks per KV head, and the
   // first ones were waited for from memory — attention was 16% of a step (perf), ~3x its
   // hot-cache cost (kv_bench BM_DecodeAttention).
+  // Normalizes n_rows rows of out from their (m, l), the rows being query heads head0 ..
+  // (their sinks).
+  auto normalize = [&](float* out, const float* m, const float* l, int64_t n_rows, int64_t head0) {
+    for (int64_t h = 0; h < n_rows; ++h) {
+      const float inv = 1.0f / attention_denominator(l[h], m[h], b.sinks ? b.sinks + head0 + h : nullptr);
+      for (int64_t i = 0; i < hd; ++i) out[h * hd + i] *= inv;
+    }
+  };
   pool.parallel_for_ranges(n_tile_tasks + n_tasks, [&](int64_t task, int) {
     if (task >= n_tile_tasks && task + 1 < n_tile_tasks + n_tasks) {
       const int64_t next = task + 1 - n_tile_tasks;
@@ -416,10 +424,7 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
       float m[kMaxGroup], l[kMaxGroup];
       paged_attend_heads(view, r.blocks, r.p_begin, r.n_ctx, static_cast<int>(n_kv), b.q + t * q_dim,
                          static_cast<int>(hpk), b.scale, b.softcap, out, m, l);
-      for (int64_t h = 0; h < n_kv * hpk; ++h) {
-        const float inv = 1.0f / attention_denominator(l[h], m[h], b.sinks ? b.sinks + h : nullptr);
-        for (int64_t i = 0; i < hd; ++i) out[h * hd + i] *= inv;
-      }
+      normalize(out, m, l, n_kv * hpk, 0);
       return;
     }
     const float* q = b.q + t * q_dim + g * hpk * hd;
@@ -427,10 +432,7 @@ void PagedKvStore::attend_batch(int layer, const AttnBatch& b, ThreadPool& pool)
       float* out = b.out + t * q_dim + g * hpk * hd;
       float m[kMaxGroup], l[kMaxGroup];
       attend_range(view, r.blocks, r.p_begin, r.n_ctx, g, q, static_cast<int>(hpk), b.scale, b.softcap, out, m, l);
-      for (int64_t h = 0; h < hpk; ++h) {
-        const float inv = 1.0f / attention_denominator(l[h], m[h], b.sinks ? b.sinks + g * hpk + h : nullptr);
-        for (int64_t i = 0; i < hd; ++i) out[h * hd + i] *= inv;
-      }
+      normalize(out, m, l, hpk, g * hpk);
       return;
     }
     int64_t p0, p1;
