@@ -61,12 +61,26 @@ namespace pagoda::matmul_detail {
 // (bandwidth x latency): eight tokens (matmul_bench Matmul8, 5632 x 2048, cold, two
 // threads) at 1.5 / 3 / 4.5 / 6 / 9 KiB ahead: Q4_0 402-408 / 481-541 / 478-529 / 560-567 /
 // 519-530 Gop/s, Q8_0 294-301 / 359-435 / 456-487 / 446-502 / 418-450 (from cache: 527, 597).
-constexpr int64_t kBlock32PrefetchAheadL2 = 1536;
+// Measured again on 2026-12-06 with both choices in one process, each matvec pass beside
+// its own probe pass, alternating per pass (24 pairs; one thread, and two in the slow and
+// the fast memory phase), for one token: Q4_0 reads more with no software prefetch at all
+// (one thread 0.83-0.89 -> 0.88-0.93 of the probe on 2048 x 4096 - 5632, the long rows,
+// 0.95 -> 0.96-0.98 on 5632 x 2048; two threads at ~62 GB/s 0.74 -> 0.78 on 2048 x 5632,
+// at ~36 within 1%), Q8_0 (544-byte units against Q4_0's 288) with 3 KiB: one thread
+// 0.72-0.77 -> 0.75-0.81, two threads at ~36 GB/s 0.89-0.91 -> 0.94-0.96, at ~61 0.72 ->
+// 0.75; 2.25-2.5 KiB gained a little less, 4 KiB nothing, 6 KiB lost 10%.
+// The other 32-wide formats keep 1.5 KiB (not measured again).
+template <GgmlType T>
+constexpr int64_t block32_prefetch_ahead_l2() {
+  return T == GgmlType::Q4_0 ? 0 : T == GgmlType::Q8_0 ? 3072 : 1536;
+}
 constexpr int64_t kBlock32PrefetchAheadL2Tokens = 6144;
+template <GgmlType T>
 inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t* p, size_t bytes, bool one_token) {
   const int64_t ahead = !kDecodePrefetchL2 ? kDecodePrefetchAhead
-                        : one_token        ? kBlock32PrefetchAheadL2
+                        : one_token        ? block32_prefetch_ahead_l2<T>()
                                            : kBlock32PrefetchAheadL2Tokens;
+  if (ahead == 0) return;  // Q4_0, one token, into L2: the hardware prefetcher alone
   for (size_t off = 0; off < bytes; off += 64) prefetch_weights(p + ahead + off);
 }
 
@@ -347,7 +361,7 @@ void block32_kernel(const uint8_t* const* gp, uint8_t* const* up, const Quantize
     for (int g = 0; g < G; ++g) p[g] = gp[g] + u * unit_bytes;
     if constexpr (C != Codes::Unpacked)
       if (prefetch)
-        for (int g = 0; g < G; ++g) prefetch_ahead(p[g], unit_bytes, N == 1);
+        for (int g = 0; g < G; ++g) prefetch_ahead<T>(p[g], unit_bytes, N == 1);
     I acc[G][N], p16[G][N];
     for (int g = 0; g < G; ++g)
       for (int t = 0; t < N; ++t) acc[g][t] = V::izero();
