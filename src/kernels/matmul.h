@@ -36,8 +36,10 @@ class WeightMatrix {
   WeightMatrix() = default;
   // Requires: type is a weight type, n_cols % block_size(type) == 0, data valid for
   // n_rows * row_bytes(type, n_cols) bytes.
+  // slice_rows: the height of the row_slice()s that will be cut from this matrix (0: none),
+  // so the packed layout's row tiles can be chosen to fall on slice boundaries.
   static WeightMatrix prepare(GgmlType type, int64_t n_rows, int64_t n_cols, const uint8_t* data,
-                              Isa isa = best_isa());
+                              Isa isa = best_isa(), int64_t slice_rows = 0);
 
   WeightMatrix(WeightMatrix&&) noexcept = default;
   WeightMatrix& operator=(WeightMatrix&&) noexcept = default;
@@ -55,6 +57,10 @@ class WeightMatrix {
   // Bytes this object itself owns (repacked copies), 0 when it only views the file.
   size_t owned_bytes() const { return owned_.size(); }
   const uint8_t* packed() const { return packed_; }
+  // The packed layout's row tiles (in row groups) and column chunks (in units): see
+  // PackedAddr in matmul_impl.h. 1 and n_cols / unit columns: one group after another.
+  int packed_tile_groups() const { return tile_groups_; }
+  int64_t packed_chunk_units() const { return chunk_units_; }
   // Whether every matmul and read_row reads this matrix's own bytes (a repacked copy, or
   // float weights copied into huge pages; a row slice's parent's), never the `data`
   // prepare() was given: the caller may then drop or free those.
@@ -70,7 +76,9 @@ class WeightMatrix {
   // [n_expert * rows, cols] MoE tensor, repacked once as a whole, so the experts
   // sit in one huge-page buffer instead of n_expert heap blocks under 2 MiB.
   // This matrix must outlive the slice (moving it keeps the bytes in place).
-  // Requires: row0 % kSliceRowAlign == 0, 0 <= n_rows, row0 + n_rows <= n_rows().
+  // Requires: row0 % kSliceRowAlign == 0, 0 <= n_rows, row0 + n_rows <= n_rows(), and where
+  // the packed layout has row tiles of several groups, row0 and n_rows (or row0 + n_rows ==
+  // n_rows()) whole tiles: prepare()'s slice_rows sees to that.
   WeightMatrix row_slice(int64_t row0, int64_t n_rows) const;
   static constexpr int64_t kSliceRowAlign = 16;  // the widest packed row group (AVX-512)
 
@@ -84,6 +92,8 @@ class WeightMatrix {
   HugePageBuffer owned_;
   const uint8_t* packed_ = nullptr;  // owned_.data(), or a parent's (row_slice); null: GGUF layout
   size_t packed_bytes_ = 0;
+  int tile_groups_ = 1;
+  int64_t chunk_units_ = 0;
   bool own_copy_ = false;
 };
 

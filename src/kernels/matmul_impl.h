@@ -55,7 +55,6 @@
 #pragma once
 
 #include <algorithm>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -152,6 +151,55 @@ inline size_t packed_unit_bytes(GgmlType t, int lanes) {
   const size_t l = static_cast<size_t>(lanes);
   return static_cast<size_t>(p.code_vectors) * 4 * l + static_cast<size_t>(p.scale_bytes) * l;
 }
+
+// Where unit u of row group g sits in a packed matrix. The groups of one row tile (the
+// kernel table's tile_rows_quant: 4 groups; tile_groups) lie column chunk by column chunk:
+// chunk c (units [c C, c C + C'), C = chunk_units, C' = C or the last chunk's rest) holds
+// those units of the tile's first group, then of its second, ... So a one-token pass
+// that walks a tile chunk by chunk, every group's part of a chunk in turn, reads memory
+// in one line and reads each chunk of activations for all the tile's groups while it is
+// still in L1. Group after group across whole rows instead, a row of 4096+ columns let the
+// streaming weights evict the activations from L1 before the next group came back to them
+// (Q4_0, one Zen 4 thread: 0.74-0.85 of the probe at 4096-11264 columns against 0.95 at
+// 2048; with the kernel's activation reads folded onto their first 64 units, 0.94-0.96).
+// Walking the old layout chunk by chunk instead jumped every 18 KiB and read 0.60.
+// tile_groups 1 (and chunk_units = n_units) is plain group-major order: the AMX and AVX2
+// levels, the K-quants, rows under kPackedChunkMinGroupBytes, and matrices whose
+// row_slice()s would not fall on tiles.
+struct PackedAddr {
+  const uint8_t* base = nullptr;
+  int64_t n_groups = 0, n_units = 0, chunk_units = 1;
+  int tile_groups = 1;
+  size_t unit_bytes = 0;
+
+  const uint8_t* unit(int64_t g, int64_t u) const {
+    const int64_t t = g / tile_groups, gg = g % tile_groups;
+    const int64_t k = std::min<int64_t>(tile_groups, n_groups - t * tile_groups);  // groups in tile t
+    const int64_t c0 = u / chunk_units * chunk_units;
+    const int64_t width = std::min(chunk_units, n_units - c0);
+    const int64_t index = t * tile_groups * n_units + c0 * k + gg * width + (u - c0);
+    return base + static_cast<size_t>(index) * unit_bytes;
+  }
+  // Units [u, chunk end) of a group are consecutive.
+  int64_t chunk_end(int64_t u) const { return std::min(n_units, (u / chunk_units + 1) * chunk_units); }
+  // Bytes from unit u of group g to unit u of group g + 1, for two groups of one row tile.
+  size_t group_stride(int64_t u) const {
+    return static_cast<size_t>(tile_groups == 1 ? n_units : chunk_end(u) - u / chunk_units * chunk_units) * unit_bytes;
+  }
+};
+
+// The column chunk of the 32-wide formats' tiled layout: ~4.5 KiB of one group's units
+// (Q4_0 16 units, Q8_0 8; 9 KiB read the same). Measured on a Zen 4 with both layouts in
+// one process (cold matvecs, each pass beside its own probe pass, alternating per pass, 24
+// pairs; with the one-token prefetch distances of matmul_simd.h), fraction of the probe,
+// one thread: Q4_0 2048 x 5632 0.78 -> 0.92, 1024 x 11264 0.77 -> 0.91, 2048 x 4096 0.70 ->
+// 0.88; Q8_0 0.87-0.89 -> 0.90 on the long rows. Two threads at ~58-60 GB/s: Q4_0 2048 x
+// 4096 0.64 -> 0.76, Q8_0 2048 x 5632 0.81 -> 0.84; at ~36 GB/s +1-2%. The same bits.
+constexpr size_t kPackedChunkBytes = 4608;
+// Rows whose group holds at most this many bytes stay whole: there the activations stay in
+// L1 anyway, and chunking them too cost Q4_0 5632 x 2048 (18 KiB a group) 0.97 -> 0.93 on one
+// thread.
+constexpr size_t kPackedChunkMinGroupBytes = 32 << 10;
 
 // Activations quantized for one matmul call. All arrays are token-major with
 // the strides below; the quantizer fills the arrays its kind needs.
@@ -373,6 +421,19 @@ void convert_to_bf16_avx512(const float* x, uint16_t* out, int64_t n);
 // The rows of a group of the packed layout of a level: kernel_table(isa).packed_lanes
 // (kernel_table.cpp). Requires: isa != Isa::Scalar (no packing there).
 int packed_lanes(Isa isa);
+
+// The addressing of w's packed bytes. Requires: w.packed() != nullptr.
+inline PackedAddr packed_addr(const WeightMatrix& w) {
+  const int lanes = packed_lanes(w.isa());
+  PackedAddr a;
+  a.base = w.packed();
+  a.n_groups = (w.n_rows() + lanes - 1) / lanes;
+  a.n_units = w.n_cols() / unit_cols(w.type());
+  a.chunk_units = w.packed_chunk_units();
+  a.tile_groups = w.packed_tile_groups();
+  a.unit_bytes = packed_unit_bytes(w.type(), lanes);
+  return a;
+}
 // Whether packed Q8_0 codes are q (AVX2, 8 lanes) rather than q + 128.
 inline bool q8_codes_signed(int lanes) { return lanes == 8; }
 

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "kernels/matmul.h"
+#include "kernels/kernel_table.h"
 #include "kernels/matmul_impl.h"
 
 namespace pagoda {
@@ -364,6 +365,12 @@ WeightMatrix WeightMatrix::row_slice(int64_t row0, int64_t n_rows) const {
   PAGODA_CHECK(row0 >= 0 && n_rows >= 0 && row0 + n_rows <= n_rows_ && row0 % kSliceRowAlign == 0,
                "WeightMatrix::row_slice: rows [" + std::to_string(row0) + ", " + std::to_string(row0 + n_rows) +
                    ") outside the matrix or not aligned to " + std::to_string(kSliceRowAlign));
+  if (packed_ != nullptr && tile_groups_ > 1) {
+    const int64_t tile_rows = static_cast<int64_t>(tile_groups_) * packed_lanes(isa_);
+    PAGODA_CHECK(row0 % tile_rows == 0 && (n_rows % tile_rows == 0 || row0 + n_rows == n_rows_),
+                 "WeightMatrix::row_slice: rows [" + std::to_string(row0) + ", " + std::to_string(row0 + n_rows) +
+                     ") are not whole row tiles of " + std::to_string(tile_rows) + " (prepare's slice_rows)");
+  }
   WeightMatrix m;
   m.type_ = type_;
   m.n_rows_ = n_rows;
@@ -372,6 +379,8 @@ WeightMatrix WeightMatrix::row_slice(int64_t row0, int64_t n_rows) const {
   m.isa_ = isa_;
   m.data_ = data_ + static_cast<size_t>(row0) * row_bytes_;
   m.own_copy_ = own_copy_;
+  m.tile_groups_ = tile_groups_;
+  m.chunk_units_ = chunk_units_;
   if (packed_ != nullptr) {
     const int lanes = packed_lanes(isa_);
     const size_t group_bytes = static_cast<size_t>(n_cols_ / unit_cols(type_)) * packed_unit_bytes(type_, lanes);
@@ -393,7 +402,7 @@ WeightMatrix WeightMatrix::row_slice(int64_t row0, int64_t n_rows) const {
 // then clean page cache the kernel may drop. Float types (F32 / F16 / BF16) are copied as
 // they are into huge pages, at the SIMD levels (see below).
 WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols, const uint8_t* data,
-                                   Isa isa) {
+                                   Isa isa, int64_t slice_rows) {
   const TypeTraits& tt = traits(type);
   PAGODA_CHECK(tt.weight_supported, std::string("matmul: unsupported weight type ") + tt.name);
   PAGODA_CHECK(n_rows >= 0 && n_cols > 0 && n_cols % tt.block_size == 0,
@@ -439,6 +448,16 @@ WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols
   m.packed_ = m.owned_.data();
   m.packed_bytes_ = m.owned_.size();
   m.own_copy_ = true;
+  // Row tiles in column chunks (PackedAddr) for the 32-wide formats at the AVX-512 level,
+  // where it was measured; the AMX kernels, the K-quants and AVX2 read groups whole.
+  const int64_t tile_groups = kernel_table(isa).tile_rows_quant / lanes;
+  if (unit_cols(type) == 32 && isa == Isa::Avx512 && tile_groups > 1 &&
+      n_units * unit_bytes > kPackedChunkMinGroupBytes && (slice_rows == 0 || slice_rows % (tile_groups * lanes) == 0)) {
+    m.tile_groups_ = static_cast<int>(tile_groups);
+    m.chunk_units_ = std::max<int64_t>(1, static_cast<int64_t>(kPackedChunkBytes / unit_bytes));
+  }
+  m.chunk_units_ = m.tile_groups_ > 1 ? std::min(m.chunk_units_, n_units) : n_units;
+  const PackedAddr addr = packed_addr(m);
   uint8_t* out = m.owned_.data();
   auto pack_groups = [&](int64_t g0, int64_t g1) {
     UnitCodes u;
@@ -447,7 +466,7 @@ WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols
         const uint8_t* row = data + (g * lanes + r) * m.row_bytes_;
         for (int64_t un = 0; un < n_units; ++un) {
           const uint8_t* blk = row + un * tt.type_size;
-          uint8_t* p = out + (g * n_units + un) * unit_bytes;
+          uint8_t* p = out + (addr.unit(g, un) - addr.base);
           if (type == GgmlType::Q4_0 || type == GgmlType::Q4_1 || type == GgmlType::Q8_0 ||
               type == GgmlType::IQ4_NL || type == GgmlType::MXFP4) {
             pack_fast_lane(type, blk, lanes, r, p);

@@ -320,9 +320,14 @@ enum class Codes {
 // G = 1 the 8 broadcasts per token and chunk were a third of the kernel's
 // uops. The arithmetic per output element is the same for every G and N (and C).
 // up[g]: group g's step-vector scratch, written (PackedAndStore) or read (Unpacked).
+// Units [u0, u1) of each group, gp[g] pointing at unit u0 (consecutive up to u1: one
+// column chunk of the layout, PackedAddr); with resume the sums carry on from y's (a
+// float stored and loaded back is the same float, so a token's result does not depend
+// on where the chunks fall).
 template <class V, GgmlType T, int G, int N, Codes C = Codes::Packed>
 void block32_kernel(const uint8_t* const* gp, uint8_t* const* up, const QuantizedActs& a, int64_t t0, float* y,
-                    int64_t n_rows, const int64_t* row0, const int* n_valid, bool prefetch) {
+                    int64_t n_rows, const int64_t* row0, const int* n_valid, bool prefetch, int64_t u0, int64_t u1,
+                    bool resume) {
   using I = typename V::I;
   using F = typename V::F;
   constexpr int L = V::L;
@@ -355,10 +360,13 @@ void block32_kernel(const uint8_t* const* gp, uint8_t* const* up, const Quantize
   }
   F accf[G][N];
   for (int g = 0; g < G; ++g)
-    for (int t = 0; t < N; ++t) accf[g][t] = V::fzero();
-  for (int64_t u = 0; u < nb; ++u) {
+    for (int t = 0; t < N; ++t) {
+      const float* yp = y + (t0 + t) * n_rows + row0[g];
+      accf[g][t] = !resume ? V::fzero() : n_valid[g] == L ? V::load(yp) : V::load_partial(yp, n_valid[g]);
+    }
+  for (int64_t u = u0; u < u1; ++u) {
     const uint8_t* p[G];
-    for (int g = 0; g < G; ++g) p[g] = gp[g] + u * unit_bytes;
+    for (int g = 0; g < G; ++g) p[g] = gp[g] + (u - u0) * unit_bytes;
     if constexpr (C != Codes::Unpacked)
       if (prefetch)
         for (int g = 0; g < G; ++g) prefetch_ahead<T>(p[g], unit_bytes, N == 1);
@@ -674,8 +682,17 @@ void packed_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile
       codes = Codes::PackedAndStore;
     }
   }
+  // The 32-wide formats run the tile column chunk by column chunk (PackedAddr): every
+  // micro-tile's pass over units [u0, u1), then the next chunk's, carrying the sums on in y.
+  const PackedAddr addr = packed_addr(w);
+  int64_t u0 = 0, u1 = n_units;
+  // Unit u0 of group g0 and the step to the next group's (a tile's groups share a row tile
+  // of the layout; a tile that spans two looks each group up).
+  const bool one_layout_tile = addr.tile_groups == 1 || g0 / addr.tile_groups == (g1 - 1) / addr.tile_groups;
+  const uint8_t* chunk_base = nullptr;
+  size_t group_stride = 0;
   auto run = [&]<int N, int GB = V::kGroups>(int64_t t0) {
-    // The tile's first micro-tile reads its weights from memory (see prefetch_ahead).
+    // The first micro-tile of the tile's chunk reads its weights from memory (see prefetch_ahead).
     const bool prefetch = t0 == tile.tok_begin;
     int64_t g = g0;
     if constexpr (is_block32(T)) {
@@ -685,18 +702,21 @@ void packed_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile
         int64_t row0[G];
         int n_valid[G];
         for (int i = 0; i < G; ++i) {
-          gp[i] = w.packed() + (g + i) * group_bytes;
+          gp[i] = one_layout_tile ? chunk_base + (g + i - g0) * group_stride : addr.unit(g + i, u0);
           up[i] = scratch ? scratch + (g + i - g0) * scratch_group_bytes : nullptr;
           row0[i] = (g + i) * L;
           n_valid[i] = valid(g + i);
         }
+        const bool resume = u0 > 0;
         if constexpr (unpack_codes<V, T>()) {
           if (codes == Codes::PackedAndStore)
-            return block32_kernel<V, T, G, N, Codes::PackedAndStore>(gp, up, a, t0, y, w.n_rows(), row0, n_valid, prefetch);
+            return block32_kernel<V, T, G, N, Codes::PackedAndStore>(gp, up, a, t0, y, w.n_rows(), row0, n_valid,
+                                                                      prefetch, u0, u1, resume);
           if (codes == Codes::Unpacked)
-            return block32_kernel<V, T, G, N, Codes::Unpacked>(gp, up, a, t0, y, w.n_rows(), row0, n_valid, false);
+            return block32_kernel<V, T, G, N, Codes::Unpacked>(gp, up, a, t0, y, w.n_rows(), row0, n_valid, false,
+                                                                u0, u1, resume);
         }
-        block32_kernel<V, T, G, N>(gp, up, a, t0, y, w.n_rows(), row0, n_valid, prefetch);
+        block32_kernel<V, T, G, N>(gp, up, a, t0, y, w.n_rows(), row0, n_valid, prefetch, u0, u1, resume);
       };
       for (; g + GB <= g1; g += GB) groups.template operator()<GB>();
       for (; g < g1; ++g) groups.template operator()<1>();
@@ -704,21 +724,31 @@ void packed_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile
       for (; g < g1; ++g) group_kernel<V, T, N>(w.packed() + g * group_bytes, a, t0, y, w.n_rows(), g * L, valid(g), prefetch);
     }
   };
-  if constexpr (kOnePass8) {
-    if (one_pass8) return run.template operator()<8, 1>(tile.tok_begin);
+  auto tokens = [&] {
+    if constexpr (kOnePass8) {
+      if (one_pass8) return run.template operator()<8, 1>(tile.tok_begin);
+    }
+    constexpr int kN = is_block32(T) ? V::kBlock32N : V::kMaxN;
+    int64_t t = tile.tok_begin;
+    for (; t + kN <= tile.tok_end; t += kN) {
+      run.template operator()<kN>(t);
+      if (codes == Codes::PackedAndStore) codes = Codes::Unpacked;  // every group's vectors are stored
+    }
+    if constexpr (kN > 4)
+      for (; t + 4 <= tile.tok_end; t += 4) run.template operator()<4>(t);
+    for (; t + 2 <= tile.tok_end; t += 2) run.template operator()<2>(t);
+    // One token at a time (decode, or a tile's last odd token): V::kDecodeGroups row groups
+    // per micro-kernel (one stream of weights on AVX-512).
+    for (; t < tile.tok_end; ++t) run.template operator()<1, V::kDecodeGroups>(t);
+  };
+  if constexpr (!is_block32(T)) return tokens();
+  for (; u0 < n_units; u0 = u1) {
+    u1 = addr.chunk_end(u0);
+    chunk_base = addr.unit(g0, u0);
+    group_stride = addr.group_stride(u0);
+    if (scratch) codes = Codes::PackedAndStore;  // this chunk's step vectors are not stored yet
+    tokens();
   }
-  constexpr int kN = is_block32(T) ? V::kBlock32N : V::kMaxN;
-  int64_t t = tile.tok_begin;
-  for (; t + kN <= tile.tok_end; t += kN) {
-    run.template operator()<kN>(t);
-    if (codes == Codes::PackedAndStore) codes = Codes::Unpacked;  // every group's vectors are stored
-  }
-  if constexpr (kN > 4)
-    for (; t + 4 <= tile.tok_end; t += 4) run.template operator()<4>(t);
-  for (; t + 2 <= tile.tok_end; t += 2) run.template operator()<2>(t);
-  // One token at a time (decode, or a tile's last odd token): V::kDecodeGroups row groups
-  // per micro-kernel (one stream of weights on AVX-512).
-  for (; t < tile.tok_end; ++t) run.template operator()<1, V::kDecodeGroups>(t);
 }
 
 // The table entries of V's level: one packed kernel per weight type with a packed layout.

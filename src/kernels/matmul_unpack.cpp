@@ -280,9 +280,8 @@ void WeightMatrix::read_row(int64_t r, float* out) const {
   }
   const int lanes = packed_lanes(isa_);
   const int64_t n_units = n_cols_ / unit_cols(type_);
-  const size_t unit_bytes = packed_unit_bytes(type_, lanes);
   const size_t block_bytes = static_cast<size_t>(traits(type_).type_size);
-  const uint8_t* group = packed_ + static_cast<size_t>(r / lanes) * static_cast<size_t>(n_units) * unit_bytes;
+  const PackedAddr addr = packed_addr(*this);
   const int lane = static_cast<int>(r % lanes);
   const bool fast = type_ == GgmlType::Q4_0 || type_ == GgmlType::Q4_1 || type_ == GgmlType::Q8_0 ||
                     type_ == GgmlType::IQ4_NL || type_ == GgmlType::MXFP4;
@@ -291,7 +290,7 @@ void WeightMatrix::read_row(int64_t r, float* out) const {
   row.resize(row_bytes_);
   UnitCodes u;
   for (int64_t un = 0; un < n_units; ++un) {
-    const uint8_t* p = group + static_cast<size_t>(un) * unit_bytes;
+    const uint8_t* p = addr.unit(r / lanes, un);
     uint8_t* blk = row.data() + static_cast<size_t>(un) * block_bytes;
     if (fast) {
       unpack_fast_lane(type_, p, lanes, lane, blk);

@@ -150,7 +150,7 @@ void load_experts(const TensorLoader& ld, const ArchInfo& row, const ModelConfig
     out.clear();
     out.reserve(c.n_expert);
     if (rows % WeightMatrix::kSliceRowAlign == 0) {
-      all = WeightMatrix::prepare(t.type, rows * c.n_expert, cols, t.data);
+      all = WeightMatrix::prepare(t.type, rows * c.n_expert, cols, t.data, best_isa(), rows);
       for (int64_t e = 0; e < c.n_expert; ++e) out.push_back(all.row_slice(e * rows, rows));
     } else {
       for (int64_t e = 0; e < c.n_expert; ++e)
@@ -171,7 +171,7 @@ void load_experts(const TensorLoader& ld, const ArchInfo& row, const ModelConfig
     L.exp_gate.clear();
     L.exp_up.clear();
     if (f % WeightMatrix::kSliceRowAlign == 0) {
-      L.all_gate = WeightMatrix::prepare(t.type, 2 * f * c.n_expert, c.dim, t.data);
+      L.all_gate = WeightMatrix::prepare(t.type, 2 * f * c.n_expert, c.dim, t.data, best_isa(), f);
       for (int64_t e = 0; e < c.n_expert; ++e) {
         L.exp_gate.push_back(L.all_gate.row_slice(2 * f * e, f));
         L.exp_up.push_back(L.all_gate.row_slice(2 * f * e + f, f));

@@ -18,6 +18,7 @@
 #include "sanitizer_sampling.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -229,10 +230,13 @@ TEST_P(MatmulTypeTest, OneAndTwoThreadsGiveIdenticalResults) {
 // Decoding a token alone (matvec) gives the same bits as that token inside a
 // prefill batch, so batched and single decode agree exactly. 13 tokens: 4-token
 // micro-tiles and a tail; 8: the one-pass 8-token micro-tile of eight decoding streams.
+// 100 x 4800: 150 units of 32 columns, in column chunks of the packed layout with a short
+// last one (PackedAddr), a part row tile and a part row group.
 TEST_P(MatmulTypeTest, TokenAloneMatchesTokenInBatch) {
   const GgmlType type = GetParam();
-  for (const int64_t n_tokens : {13, 8}) {
-    const int64_t n_rows = 40, n_cols = 512;
+  for (const auto [n_tokens, n_rows, n_cols] :
+       {std::array<int64_t, 3>{13, 40, 512}, {8, 40, 512}, {13, 100, 4800}, {8, 100, 4800}}) {
+    if (n_cols % traits(type).block_size != 0) continue;
     std::mt19937 rng(5);
     const std::vector<uint8_t> w = make_weights(type, n_rows, n_cols, rng);
     const std::vector<float> x = make_acts(n_tokens, n_cols, rng);
@@ -304,7 +308,7 @@ TEST_P(MatmulTypeTest, GroupedMatchesSeparateCallsBitForBit) {
     if (!isa_runs(isa)) continue;
     std::vector<WeightMatrix> m;
     for (int64_t e = 0; e < n_expert; ++e) m.push_back(WeightMatrix::prepare(type, rows, n_cols, w.data() + e * slice, isa));
-    const WeightMatrix all = WeightMatrix::prepare(type, rows * n_expert, n_cols, w.data(), isa);
+    const WeightMatrix all = WeightMatrix::prepare(type, rows * n_expert, n_cols, w.data(), isa, rows);
     std::vector<WeightMatrix> sliced;
     for (int64_t e = 0; e < n_expert; ++e) {
       sliced.push_back(all.row_slice(e * rows, rows));

@@ -6,12 +6,15 @@
 // and on an expert's row slice.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "kernels/matmul_impl.h"
 #include "matmul_fixtures.h"
 
 namespace pagoda {
@@ -82,7 +85,7 @@ TEST(WeightMatrixReadRow, RowSliceReadsItsOwnRows) {
   const int64_t rows = 32, n_cols = 256;
   for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_K}) {
     const std::vector<uint8_t> w = make_weights(type, 3 * rows, n_cols, rng);
-    const WeightMatrix all = WeightMatrix::prepare(type, 3 * rows, n_cols, w.data());
+    const WeightMatrix all = WeightMatrix::prepare(type, 3 * rows, n_cols, w.data(), best_isa(), rows);
     const WeightMatrix second = all.row_slice(rows, rows);
     std::vector<float> want(n_cols), got(n_cols);
     for (int64_t r = 0; r < rows; ++r) {
@@ -90,6 +93,62 @@ TEST(WeightMatrixReadRow, RowSliceReadsItsOwnRows) {
       second.read_row(r, got.data());
       ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * n_cols)) << type_name(type) << " row " << r;
     }
+  }
+}
+
+// The tiled layout's addresses, against the order a one-token pass reads them in: tile by
+// tile, chunk by chunk, each group's part of the chunk in turn, one unit after another,
+// with no gap or overlap (7 groups: a whole tile and a part one; 37 units in chunks of 16).
+TEST(PackedAddr, ATileIsReadChunkByChunkInOneLine) {
+  std::vector<uint8_t> bytes(7 * 37 * 3);
+  matmul_detail::PackedAddr a;
+  a.base = bytes.data();
+  a.n_groups = 7;
+  a.n_units = 37;
+  a.chunk_units = 16;
+  a.tile_groups = 4;
+  a.unit_bytes = 3;
+  size_t next = 0;
+  for (int64_t t0 = 0; t0 < a.n_groups; t0 += a.tile_groups)
+    for (int64_t c0 = 0; c0 < a.n_units; c0 = a.chunk_end(c0))
+      for (int64_t g = t0; g < std::min<int64_t>(a.n_groups, t0 + a.tile_groups); ++g) {
+        if (g + 1 < std::min<int64_t>(a.n_groups, t0 + a.tile_groups))
+          EXPECT_EQ(a.unit(g + 1, c0) - a.unit(g, c0), static_cast<ptrdiff_t>(a.group_stride(c0)));
+        for (int64_t u = c0; u < a.chunk_end(c0); ++u, next += a.unit_bytes)
+          ASSERT_EQ(a.unit(g, u) - a.base, static_cast<ptrdiff_t>(next)) << "group " << g << " unit " << u;
+      }
+  EXPECT_EQ(next, bytes.size());
+  a.tile_groups = 1;  // group-major
+  a.chunk_units = a.n_units;
+  for (int64_t g = 0; g < a.n_groups; ++g)
+    for (int64_t u = 0; u < a.n_units; ++u) ASSERT_EQ(a.unit(g, u) - a.base, (g * a.n_units + u) * 3);
+}
+
+// Long rows of the 32-wide formats at the AVX-512 level lie in row tiles of 4 groups, column
+// chunk by column chunk (PackedAddr): rows read back through that layout, slices of whole
+// tiles read their own rows, and a slice height that is not whole tiles keeps groups whole.
+TEST(WeightMatrixReadRow, TiledColumnChunksReadBackAndSliceOnTiles) {
+  if (!isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512";
+  std::mt19937 rng(17);
+  const int64_t n_cols = 4800;  // 150 units: chunks and a short last one
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                        GgmlType::IQ4_NL, GgmlType::MXFP4}) {
+    // 100 rows: a whole tile of 64, then a part tile of 3 groups, the last one of 4 rows.
+    const std::vector<uint8_t> w = make_weights(type, 192, n_cols, rng);
+    const WeightMatrix m = WeightMatrix::prepare(type, 100, n_cols, w.data(), Isa::Avx512);
+    EXPECT_EQ(m.packed_tile_groups(), 4) << type_name(type);
+    EXPECT_LT(m.packed_chunk_units(), n_cols / 32) << type_name(type);
+    expect_rows_read_back(type, Isa::Avx512, 100, n_cols, w);
+    const WeightMatrix all = WeightMatrix::prepare(type, 192, n_cols, w.data(), Isa::Avx512, 64);
+    EXPECT_EQ(all.packed_tile_groups(), 4) << type_name(type);
+    const WeightMatrix second = all.row_slice(64, 64);
+    std::vector<float> want(n_cols), got(n_cols);
+    for (int64_t r = 0; r < 64; ++r) {
+      dequantize_row(type, w.data() + (64 + r) * row_bytes(type, n_cols), want.data(), n_cols);
+      second.read_row(r, got.data());
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * n_cols)) << type_name(type) << " row " << r;
+    }
+    EXPECT_EQ(WeightMatrix::prepare(type, 192, n_cols, w.data(), Isa::Avx512, 48).packed_tile_groups(), 1);
   }
 }
 
