@@ -164,7 +164,7 @@ inline size_t packed_unit_bytes(GgmlType t, int lanes) {
 // 2048; with the kernel's activation reads folded onto their first 64 units, 0.94-0.96).
 // Walking the old layout chunk by chunk instead jumped every 18 KiB and read 0.60.
 // tile_groups 1 (and chunk_units = n_units) is plain group-major order: the AMX and AVX2
-// levels, the K-quants, rows under kPackedChunkMinGroupBytes, and matrices whose
+// levels, the K-quants, rows under kPackedChunkMinCols, and matrices whose
 // row_slice()s would not fall on tiles.
 struct PackedAddr {
   const uint8_t* base = nullptr;
@@ -188,18 +188,21 @@ struct PackedAddr {
   }
 };
 
-// The column chunk of the 32-wide formats' tiled layout: ~4.5 KiB of one group's units
-// (Q4_0 16 units, Q8_0 8; 9 KiB read the same). Measured on a Zen 4 with both layouts in
-// one process (cold matvecs, each pass beside its own probe pass, alternating per pass, 24
-// pairs; with the one-token prefetch distances of matmul_simd.h), fraction of the probe,
-// one thread: Q4_0 2048 x 5632 0.78 -> 0.92, 1024 x 11264 0.77 -> 0.91, 2048 x 4096 0.70 ->
-// 0.88; Q8_0 0.87-0.89 -> 0.90 on the long rows. Two threads at ~58-60 GB/s: Q4_0 2048 x
-// 4096 0.64 -> 0.76, Q8_0 2048 x 5632 0.81 -> 0.84; at ~36 GB/s +1-2%. The same bits.
-constexpr size_t kPackedChunkBytes = 4608;
-// Rows whose group holds at most this many bytes stay whole: there the activations stay in
-// L1 anyway, and chunking them too cost Q4_0 5632 x 2048 (18 KiB a group) 0.97 -> 0.93 on one
-// thread.
-constexpr size_t kPackedChunkMinGroupBytes = 32 << 10;
+// The column chunk of the 32-wide formats' tiled layout: ~16 KiB of one group's units (Q4_0
+// 56 units, Q8_0 30), small enough that a chunk's activations stay in L1 while one group's
+// part streams past, large enough that a multi-token pass makes few calls (chunks of 4.5 KiB
+// cost Matmul8 / Matmul512 5-15% on 2048 x 5632; 16 KiB within the machine's noise, two
+// alternating rounds). Zen 4, both layouts in one process (cold matvecs, each pass beside its
+// own probe pass, alternating per pass; 4.5 KiB chunks), fraction of the probe, one thread:
+// Q4_0 2048 x 5632 0.78 -> 0.92, 1024 x 11264 0.77 -> 0.91, 2048 x 4096 0.70 -> 0.88; two
+// threads at ~58-60 GB/s Q4_0 2048 x 4096 0.64 -> 0.76, Q8_0 2048 x 5632 0.81 -> 0.84. With
+// 16 KiB against the build before (separate runs): one thread Q4_0 0.75-0.83 -> 0.84-0.91
+// on those shapes; two at ~60 GB/s Q4_0 1024 x 11264 0.64 -> 0.91. The same bits.
+constexpr size_t kPackedChunkBytes = 16384;
+// Rows of fewer columns stay whole: at 2048 the activations stay in L1 anyway, and chunking
+// them too cost Q4_0 5632 x 2048 0.97 -> 0.93 of the probe on one thread and Q8_0's 2048
+// columns gained 0-3%.
+constexpr int64_t kPackedChunkMinCols = 4096;
 
 // Activations quantized for one matmul call. All arrays are token-major with
 // the strides below; the quantizer fills the arrays its kind needs.

@@ -452,7 +452,7 @@ WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols
   // where it was measured; the AMX kernels, the K-quants and AVX2 read groups whole.
   const int64_t tile_groups = kernel_table(isa).tile_rows_quant / lanes;
   if (unit_cols(type) == 32 && isa == Isa::Avx512 && tile_groups > 1 &&
-      n_units * unit_bytes > kPackedChunkMinGroupBytes && (slice_rows == 0 || slice_rows % (tile_groups * lanes) == 0)) {
+      n_cols >= kPackedChunkMinCols && (slice_rows == 0 || slice_rows % (tile_groups * lanes) == 0)) {
     m.tile_groups_ = static_cast<int>(tile_groups);
     m.chunk_units_ = std::max<int64_t>(1, static_cast<int64_t>(kPackedChunkBytes / unit_bytes));
   }
