@@ -451,12 +451,12 @@ WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols
   // Row tiles in column chunks (PackedAddr) for the 32-wide formats at the AVX-512 level,
   // where it was measured; the AMX kernels, the K-quants and AVX2 read groups whole.
   const int64_t tile_groups = kernel_table(isa).tile_rows_quant / lanes;
+  m.chunk_units_ = n_units;
   if (unit_cols(type) == 32 && isa == Isa::Avx512 && tile_groups > 1 &&
       n_cols >= kPackedChunkMinCols && (slice_rows == 0 || slice_rows % (tile_groups * lanes) == 0)) {
     m.tile_groups_ = static_cast<int>(tile_groups);
-    m.chunk_units_ = std::max<int64_t>(1, static_cast<int64_t>(kPackedChunkBytes / unit_bytes));
+    m.chunk_units_ = std::clamp<int64_t>(static_cast<int64_t>(kPackedChunkBytes / unit_bytes), 1, n_units);
   }
-  m.chunk_units_ = m.tile_groups_ > 1 ? std::min(m.chunk_units_, n_units) : n_units;
   const PackedAddr addr = packed_addr(m);
   uint8_t* out = m.owned_.data();
   auto pack_groups = [&](int64_t g0, int64_t g1) {

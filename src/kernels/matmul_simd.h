@@ -321,13 +321,12 @@ enum class Codes {
 // uops. The arithmetic per output element is the same for every G and N (and C).
 // up[g]: group g's step-vector scratch, written (PackedAndStore) or read (Unpacked).
 // Units [u0, u1) of each group, gp[g] pointing at unit u0 (consecutive up to u1: one
-// column chunk of the layout, PackedAddr); with resume the sums carry on from y's (a
-// float stored and loaded back is the same float, so a token's result does not depend
-// on where the chunks fall).
+// column chunk of the layout, PackedAddr); past the first chunk (u0 > 0) the sums carry on
+// from y's (a float stored and loaded back is the same float, so a token's result does not
+// depend on where the chunks fall).
 template <class V, GgmlType T, int G, int N, Codes C = Codes::Packed>
 void block32_kernel(const uint8_t* const* gp, uint8_t* const* up, const QuantizedActs& a, int64_t t0, float* y,
-                    int64_t n_rows, const int64_t* row0, const int* n_valid, bool prefetch, int64_t u0, int64_t u1,
-                    bool resume) {
+                    int64_t n_rows, const int64_t* row0, const int* n_valid, bool prefetch, int64_t u0, int64_t u1) {
   using I = typename V::I;
   using F = typename V::F;
   constexpr int L = V::L;
@@ -362,7 +361,7 @@ void block32_kernel(const uint8_t* const* gp, uint8_t* const* up, const Quantize
   for (int g = 0; g < G; ++g)
     for (int t = 0; t < N; ++t) {
       const float* yp = y + (t0 + t) * n_rows + row0[g];
-      accf[g][t] = !resume ? V::fzero() : n_valid[g] == L ? V::load(yp) : V::load_partial(yp, n_valid[g]);
+      accf[g][t] = u0 == 0 ? V::fzero() : n_valid[g] == L ? V::load(yp) : V::load_partial(yp, n_valid[g]);
     }
   for (int64_t u = u0; u < u1; ++u) {
     const uint8_t* p[G];
@@ -686,9 +685,8 @@ void packed_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile
   // micro-tile's pass over units [u0, u1), then the next chunk's, carrying the sums on in y.
   const PackedAddr addr = packed_addr(w);
   int64_t u0 = 0, u1 = n_units;
-  // Unit u0 of group g0 and the step to the next group's (a tile's groups share a row tile
-  // of the layout; a tile that spans two looks each group up).
-  const bool one_layout_tile = addr.tile_groups == 1 || g0 / addr.tile_groups == (g1 - 1) / addr.tile_groups;
+  // Unit u0 of group g0 and the step to the next group's: a tile's rows are one row tile of
+  // the layout (tile_rows_quant rows, matmul.cpp's tiles).
   const uint8_t* chunk_base = nullptr;
   size_t group_stride = 0;
   auto run = [&]<int N, int GB = V::kGroups>(int64_t t0) {
@@ -702,21 +700,20 @@ void packed_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile
         int64_t row0[G];
         int n_valid[G];
         for (int i = 0; i < G; ++i) {
-          gp[i] = one_layout_tile ? chunk_base + (g + i - g0) * group_stride : addr.unit(g + i, u0);
+          gp[i] = chunk_base + (g + i - g0) * group_stride;
           up[i] = scratch ? scratch + (g + i - g0) * scratch_group_bytes : nullptr;
           row0[i] = (g + i) * L;
           n_valid[i] = valid(g + i);
         }
-        const bool resume = u0 > 0;
         if constexpr (unpack_codes<V, T>()) {
           if (codes == Codes::PackedAndStore)
             return block32_kernel<V, T, G, N, Codes::PackedAndStore>(gp, up, a, t0, y, w.n_rows(), row0, n_valid,
-                                                                      prefetch, u0, u1, resume);
+                                                                      prefetch, u0, u1);
           if (codes == Codes::Unpacked)
             return block32_kernel<V, T, G, N, Codes::Unpacked>(gp, up, a, t0, y, w.n_rows(), row0, n_valid, false,
-                                                                u0, u1, resume);
+                                                                u0, u1);
         }
-        block32_kernel<V, T, G, N>(gp, up, a, t0, y, w.n_rows(), row0, n_valid, prefetch, u0, u1, resume);
+        block32_kernel<V, T, G, N>(gp, up, a, t0, y, w.n_rows(), row0, n_valid, prefetch, u0, u1);
       };
       for (; g + GB <= g1; g += GB) groups.template operator()<GB>();
       for (; g < g1; ++g) groups.template operator()<1>();
