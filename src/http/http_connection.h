@@ -35,9 +35,12 @@ struct ServerShared {
   std::map<std::string, std::vector<Route>, std::less<>> routes;  // path -> its methods
   std::atomic<int64_t> in_flight{0};
   std::atomic<int64_t> connections{0};
-  // Connections claimed by close_idle_connection() whose close has not run yet: they
-  // still count in `connections` but no longer against the cap.
-  std::atomic<int64_t> closing_idle{0};
+  // Open connections less those claimed by close_idle_connection() whose close has not
+  // run yet: what the cap is checked against. One counter, changed by one atomic step
+  // at each claim, close and un-claim, so the acceptor reads a value that was true at
+  // some instant; open less claimed in two counters, two loads, could read a close half done
+  // (one counter already lowered, the other not) and let a connection over the cap.
+  std::atomic<int64_t> counted_against_cap{0};
   std::atomic<uint64_t> requests{0};  // HttpRequest::seq of the last one
   std::atomic<bool> stopping{false};
   Registry registry;
@@ -53,10 +56,13 @@ void refuse_connection(boost::asio::ip::tcp::socket socket, std::shared_ptr<Serv
 
 // Closes the least recently used idle connection (waiting for a request, nothing of it
 // read; never one with a request in flight): claims it at once (it stops counting
-// against the cap: closing_idle) and posts its close, which keeps it after all if bytes
+// against the cap: counted_against_cap) and posts its close, which keeps it after all if bytes
 // of a request have arrived by then. False when none is idle. Any thread; O(open
 // connections).
 bool close_idle_connection(ServerShared& shared);
+
+// Open connections idle now (as close_idle_connection() reads them). Any thread.
+int64_t count_idle_connections(ServerShared& shared);
 
 // Marks the registry stopping (a connection accepted from now on is refused) and closes
 // every open connection: posted onto its strand when `posted`, else right here (when no

@@ -99,7 +99,7 @@ struct HttpServer::Impl {
     }
     accept_failures = 0;
     const int64_t cap = shared->options.max_connections;
-    const int64_t open = shared->connections.load() - shared->closing_idle.load();
+    const int64_t open = shared->counted_against_cap.load();
     if (open >= cap) {
       const bool made_room = close_idle_connection(*shared);
       if (!cap_logged) {
@@ -150,12 +150,16 @@ struct HttpServer::Impl {
     }
     std::chrono::milliseconds delay(10);
     const bool freeing = out_of_descriptors && connection_waiting() &&
-                         (shared->closing_idle.load() > 0 || close_idle_connection(*shared));
+                         (closing_idle() || close_idle_connection(*shared));
     if (!freeing)
       delay = std::chrono::milliseconds(std::min<int64_t>(1000, int64_t{50} << std::min(accept_failures - 1, 5)));
     auto timer = std::make_shared<net::steady_timer>(ioc, delay);
     timer->async_wait([this, timer](ErrorCode) { do_accept(); });
   }
+
+  // Whether a claimed idle connection's close is still to run (a descriptor about to
+  // free). Two loads, so a close half done may read either way: it only picks a delay.
+  bool closing_idle() const { return shared->connections.load() > shared->counted_against_cap.load(); }
 
   // Whether a connection waits in the listen queue (a poll, which needs no descriptor).
   bool connection_waiting() {
@@ -246,6 +250,7 @@ uint16_t HttpServer::port() const { return impl_->port; }
 void HttpServer::stop_accepting() { impl_->stop_accepting(); }
 int64_t HttpServer::in_flight() const { return impl_->shared->in_flight.load(); }
 int64_t HttpServer::connections() const { return impl_->shared->connections.load(); }
+int64_t HttpServer::idle_connections() const { return detail::count_idle_connections(*impl_->shared); }
 int64_t HttpServer::max_connections() const { return impl_->shared->options.max_connections; }
 void HttpServer::stop() { impl_->stop(); }
 

@@ -213,6 +213,10 @@ class HttpServer {
   void stop_accepting();  // closes the listener
   int64_t in_flight() const;  // exchanges not yet answered / finished
   int64_t connections() const;
+  // Open connections parked waiting for a request (the ones the cap may close); O(open
+  // connections). What a test waits on before it relies on their least-recently-used
+  // order, which the I/O threads stamp when they get to it, not when the client acts.
+  int64_t idle_connections() const;
   int64_t max_connections() const;  // the cap in force (the default resolved)
   // Closes everything, joins the threads; idempotent. Requires: not called from an I/O
   // thread (a handler or a callback), which it would join.

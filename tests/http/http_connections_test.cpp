@@ -390,15 +390,18 @@ TEST_F(HttpServerTest, AtTheConnectionCapTheLeastRecentlyUsedIdleConnectionIsClo
   start(o);
   ::testing::internal::CaptureStderr();
   std::vector<std::unique_ptr<Client>> idle;
+  // Each is idle on the server before the next opens: the server stamps idle-since when
+  // an I/O thread gets to it, which on a loaded machine can be after the next client's
+  // whole exchange (a 5 ms pause between them flaked 4 times in 200 under 4 busy loops).
   for (int i = 0; i < 4; ++i) {  // connect and say nothing
     idle.push_back(std::make_unique<Client>(port));
-    ASSERT_TRUE(eventually([&] { return server->connections() == i + 1; }));
+    ASSERT_TRUE(eventually([&] { return server->idle_connections() == i + 1; }, 5000ms));
   }
-  for (int i = 0; i < 4; ++i) {  // one request each, then kept alive
+  for (int i = 4; i < 8; ++i) {  // one request each, then kept alive
     idle.push_back(std::make_unique<Client>(port));
     idle.back()->send(get("/health"));
     ASSERT_TRUE(idle.back()->read_response(5.0));
-    std::this_thread::sleep_for(5ms);  // distinct idle-since times
+    ASSERT_TRUE(eventually([&] { return server->idle_connections() == i + 1; }, 5000ms));
   }
   ASSERT_EQ(server->connections(), 8);
   std::vector<std::unique_ptr<Client>> fresh;  // kept open: each is one more at the cap
@@ -510,13 +513,12 @@ TEST_F(HttpServerTest, OutOfDescriptorsAnIdleConnectionIsClosedForTheNewOne) {
   start(o);
   ::testing::internal::CaptureStderr();
   std::vector<std::unique_ptr<Client>> idle;
-  // One at a time, 20 ms apart: the least recently idle one (idle[0]) is the one to go,
-  // and connections opened back to back could become idle in another order on the
-  // server's threads (this failed 1 run in ~3 on a 2-core Zen 4 with them back to back).
+  // Each idle on the server before the next opens: the least recently idle one (idle[0])
+  // is the one to go, and connections opened back to back could become idle in another
+  // order on the server's threads (1 run in ~3 failed so on a 2-core Zen 4).
   for (int i = 0; i < 4; ++i) {
     idle.push_back(std::make_unique<Client>(port));
-    ASSERT_TRUE(eventually([&] { return server->connections() == i + 1; }));
-    std::this_thread::sleep_for(20ms);
+    ASSERT_TRUE(eventually([&] { return server->idle_connections() == i + 1; }, 5000ms));
   }
   DescriptorLimit limit;
   ASSERT_TRUE(limit.set(limit_for_one_more_descriptor()));  // the next client's socket, no more
