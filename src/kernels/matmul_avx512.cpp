@@ -133,35 +133,46 @@ void float_micro(const WeightMatrix& w, const float* x, int64_t r0, int64_t t0, 
 
 // BF16 weights x bf16-rounded activations with vdpbf16ps (32 products per
 // instruction, twice the FMA rate; the activation rounding, <= 2^-8 relative, is
-// what ggml also does for bf16 weights). Loops as float_micro's.
+// what ggml also does for bf16 weights). Loops as float_micro's. Reads rows, or the
+// panel copy (w.packed(), see kBf16PanelRows), which walks a row's 32-column steps 4 x 32
+// values apart within a column chunk (a pass never crosses one).
 template <int RM, int RN>
 void bf16_micro(const WeightMatrix& w, const uint16_t* xbf, int64_t r0, int64_t t0, int64_t k0, int64_t k1,
                 float* y) {
   const int64_t n_cols = w.n_cols();
-  const uint16_t* rows[RM];
-  for (int i = 0; i < RM; ++i) rows[i] = reinterpret_cast<const uint16_t*>(w.data() + (r0 + i) * w.row_bytes());
+  const bool panels = w.packed() != nullptr;
+  const int64_t step = panels ? 32 * kBf16PanelRows : 32;  // values from one 32-column step to the next
+  const uint16_t* rows[RM];  // each row's column k0
+  for (int i = 0; i < RM; ++i)
+    rows[i] = panels ? reinterpret_cast<const uint16_t*>(w.packed()) + bf16_panel_index(r0 + i, k0, n_cols)
+                     : reinterpret_cast<const uint16_t*>(w.data() + (r0 + i) * w.row_bytes()) + k0;
   __m512 acc[RM][RN];
   static_for<0, RM>([&](auto i) { static_for<0, RN>([&](auto j) { acc[i][j] = _mm512_setzero_ps(); }); });
-  auto step32 = [&]<bool Full>(int64_t k, __mmask32 m) {
+  auto step32 = [&]<bool Full>(int64_t k, int64_t off, __mmask32 m) {
     __m512bh xv[RN];
     static_for<0, RN>([&](auto j) {
       const uint16_t* xp = xbf + (t0 + j) * n_cols + k;
       xv[j] = __builtin_bit_cast(__m512bh, Full ? _mm512_loadu_si512(xp) : _mm512_maskz_loadu_epi16(m, xp));
     });
     static_for<0, RM>([&](auto i) {
-      const __m512bh wv =
-          __builtin_bit_cast(__m512bh, Full ? _mm512_loadu_si512(rows[i] + k) : _mm512_maskz_loadu_epi16(m, rows[i] + k));
+      const uint16_t* wp = rows[i] + off;
+      const __m512bh wv = __builtin_bit_cast(__m512bh, Full ? _mm512_loadu_si512(wp) : _mm512_maskz_loadu_epi16(m, wp));
       static_for<0, RN>([&](auto j) { acc[i][j] = _mm512_dpbf16_ps(acc[i][j], wv, xv[j]); });
     });
   };
-  int64_t k = k0;
-  for (; k + 32 <= k1; k += 32) {
-    if constexpr (RN <= 2)  // decode: see prefetch_row_ahead
-      for (int i = 0; i < RM; ++i)
-        prefetch_row_ahead<RM>(reinterpret_cast<const uint8_t*>(rows[i]), 2 * k, w.row_bytes());
-    step32.template operator()<true>(k, 0xFFFFFFFFu);
+  int64_t k = k0, off = 0;
+  for (; k + 32 <= k1; k += 32, off += step) {
+    if constexpr (RN <= 2) {  // decode
+      for (int i = 0; i < RM; ++i) {
+        if (panels)  // one stream: each row's line of this step, kDecodePrefetchAhead on
+          prefetch_weights(reinterpret_cast<const uint8_t*>(rows[i] + off) + kDecodePrefetchAhead);
+        else  // see prefetch_row_ahead
+          prefetch_row_ahead<RM>(reinterpret_cast<const uint8_t*>(rows[i] - k0), 2 * k, w.row_bytes());
+      }
+    }
+    step32.template operator()<true>(k, off, 0xFFFFFFFFu);
   }
-  if (k < k1) step32.template operator()<false>(k, __mmask32((1u << (k1 - k)) - 1));
+  if (k < k1) step32.template operator()<false>(k, off, __mmask32((1u << (k1 - k)) - 1));  // rows only
   store_micro_sums<RM, RN>(acc, y, w.n_rows(), r0, t0, k0);
 }
 
@@ -184,7 +195,7 @@ void float_tile(const WeightMatrix& w, const float* x, const uint16_t* xbf, cons
     for (; t + 2 <= tile.tok_end; t += 2) rows.template operator()<2>(t);
     for (; t < tile.tok_end; ++t) rows.template operator()<1>(t);
   };
-  walk_chunks(w.n_cols(), kFloatKcAvx512, tile, 4, pass);
+  walk_chunks(w.n_cols(), kFloatKcAvx512, tile, 4, pass, w.packed() ? kBf16PanelTileRows : 4);
 }
 
 // ---- activation quantizer (bit-identical to quantize_act_row_scalar) ----
