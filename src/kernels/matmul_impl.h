@@ -343,33 +343,37 @@ struct Tile {
 constexpr int64_t kFloatKcAvx2 = 512;
 constexpr int64_t kFloatKcAvx512 = 2048;
 
-// BF16 panels: at Isa::Avx512 on CPUs with AVX512_BF16 (the vdpbf16ps kernel), BF16
-// weights with n_cols % 32 == 0 are copied into panels instead of rows (prepare(),
-// bf16_panels()). Rows go in tiles of 16 (zero rows pad the last), a tile column chunk
-// (kFloatKcAvx512 columns) by column chunk, a chunk panel (4 rows) by panel, a panel 32
-// columns by 32, and those 32 columns of its 4 rows one after another (4 x 64 B). The
-// decode walk (walk_chunks with kBf16PanelTileRows) then reads each thread's rows as one
-// sequential stream, where rows read 4 streams a row apart, and the tile's 4 panels take
-// the chunk's activations (4 KiB) from L1 in turn, where a whole 4-row group's rows
-// (4 x 11 KiB at 5632 columns) pushed them out to L2 between groups. Same products,
-// same order: bit-identical to the row kernel. Measured in one process, alternating
-// per pass after a probe pass each (Zen 4, 2048-5632-column shapes, fraction of the
-// probe): one thread 0.85-0.89 -> 0.94-0.99, two threads 0.88-0.97 -> 0.99-1.01.
-// Plain panels (no column chunks) lost at 5632 columns on one thread (0.90 -> 0.88).
-constexpr int64_t kBf16PanelRows = 4;
-constexpr int64_t kBf16PanelTileRows = 16;
-constexpr int64_t kBf16PanelChunk = kFloatKcAvx512;
+// Panels of 16-bit floats: at Isa::Avx512, F16 weights, and BF16 weights on CPUs with
+// AVX512_BF16 (the vdpbf16ps kernel), with n_cols % 32 == 0 are copied into panels instead
+// of rows (prepare(), half_panels()). Rows go in tiles of 16 (zero rows pad the last), a
+// tile column chunk (kFloatKcAvx512 columns) by column chunk, a chunk panel (4 rows) by
+// panel, a panel 32 columns by 32, and those 32 columns of its 4 rows one after another
+// (4 x 64 B). The decode walk (walk_chunks with kPanelTileRows) then reads each thread's
+// rows as one sequential stream, where rows read 4 streams a row apart, and the tile's 4
+// panels take the chunk's activations from L1 in turn, where a whole 4-row group's rows
+// (4 x 11 KiB at 5632 columns) pushed them out between groups. Same products, same
+// order: bit-identical to the row kernels. Measured on a Zen 4, BF16, both layouts in one
+// process, alternating per pass after a probe pass each (matmul_bench, 16 pairs, two
+// rounds; fraction of the probe over 2048x2048 / 5632x2048 / 2048x5632 / 32000x2048): one
+// thread 0.71-0.82 -> 0.96-1.01, two threads 0.77-0.96 -> 0.97-1.01; F16 (no software
+// prefetch on panels, see float_micro) one thread 0.77-0.81 -> 0.82-0.99, two threads
+// 0.81-0.96 -> 0.93-1.00. 512-token prefill in one process: BF16 -8% to +1% time, F16
+// +1-2%. Plain 4-row panels (no column chunks) lost at 5632 columns on one thread in a
+// prototype (0.90 -> 0.88).
+constexpr int64_t kPanelRows = 4;
+constexpr int64_t kPanelTileRows = 16;
+constexpr int64_t kPanelChunk = kFloatKcAvx512;
 
-// Whether prepare() lays out a matrix in BF16 panels.
-bool bf16_panels(GgmlType type, Isa isa, int64_t n_cols);
+// Whether prepare() lays out a matrix in panels.
+bool half_panels(GgmlType type, Isa isa, int64_t n_cols);
 
 // Element index of W[r][k] in the panel copy (n_cols % 32 == 0).
-inline size_t bf16_panel_index(int64_t r, int64_t k, int64_t n_cols) {
-  const int64_t tile = r / kBf16PanelTileRows, panel = r % kBf16PanelTileRows / kBf16PanelRows;
-  const int64_t lane = r % kBf16PanelRows, c0 = k / kBf16PanelChunk * kBf16PanelChunk;
-  const int64_t width = std::min(kBf16PanelChunk, n_cols - c0);
-  return static_cast<size_t>(tile * kBf16PanelTileRows * n_cols + c0 * kBf16PanelTileRows +
-                             panel * width * kBf16PanelRows + (k - c0) / 32 * 32 * kBf16PanelRows + lane * 32 +
+inline size_t panel_index(int64_t r, int64_t k, int64_t n_cols) {
+  const int64_t tile = r / kPanelTileRows, panel = r % kPanelTileRows / kPanelRows;
+  const int64_t lane = r % kPanelRows, c0 = k / kPanelChunk * kPanelChunk;
+  const int64_t width = std::min(kPanelChunk, n_cols - c0);
+  return static_cast<size_t>(tile * kPanelTileRows * n_cols + c0 * kPanelTileRows +
+                             panel * width * kPanelRows + (k - c0) / 32 * 32 * kPanelRows + lane * 32 +
                              (k - c0) % 32);
 }
 
@@ -418,7 +422,7 @@ inline void prefetch_row_ahead(const uint8_t* row, int64_t off, int64_t row_byte
 // rows runs through all its chunks before the next, so weights stream
 // sequentially from DRAM. Both orders add the same chunk sums in the same
 // order into y, so a token's result does not depend on the batch around it.
-// block_rows: the rows a decode pass takes at a time (4; kBf16PanelTileRows for panels,
+// block_rows: the rows a decode pass takes at a time (4; kPanelTileRows for panels,
 // whose tile is laid out chunk by chunk).
 template <class Pass>
 void walk_chunks(int64_t n_cols, int64_t kc, const Tile& tile, int64_t micro_tokens, Pass&& pass,

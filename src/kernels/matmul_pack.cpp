@@ -361,12 +361,13 @@ void pack_fast_lane(GgmlType type, const uint8_t* blk, int lanes, int r, uint8_t
 
 }  // namespace
 
-bool matmul_detail::bf16_panels(GgmlType type, Isa isa, int64_t n_cols) {
-  return type == GgmlType::BF16 && isa == Isa::Avx512 && kernel_table(isa).bf16_acts != nullptr && n_cols % 32 == 0;
+bool matmul_detail::half_panels(GgmlType type, Isa isa, int64_t n_cols) {
+  const bool kernel_reads = type == GgmlType::F16 || (type == GgmlType::BF16 && kernel_table(isa).bf16_acts);
+  return kernel_reads && isa == Isa::Avx512 && n_cols % 32 == 0;
 }
 
 // A slice starts on a row tile: row_slice() requires row0 % kSliceRowAlign == 0.
-static_assert(WeightMatrix::kSliceRowAlign % kBf16PanelTileRows == 0);
+static_assert(WeightMatrix::kSliceRowAlign % kPanelTileRows == 0);
 
 WeightMatrix WeightMatrix::row_slice(int64_t row0, int64_t n_rows) const {
   PAGODA_CHECK(row0 >= 0 && n_rows >= 0 && row0 + n_rows <= n_rows_ && row0 % kSliceRowAlign == 0,
@@ -388,10 +389,10 @@ WeightMatrix WeightMatrix::row_slice(int64_t row0, int64_t n_rows) const {
   m.own_copy_ = own_copy_;
   m.tile_groups_ = tile_groups_;
   m.chunk_units_ = chunk_units_;
-  if (packed_ != nullptr && is_float_type(type_)) {  // BF16 panels: whole tiles from row0
-    const auto tile_bytes = static_cast<size_t>(kBf16PanelTileRows * n_cols_) * sizeof(uint16_t);
-    m.packed_ = packed_ + static_cast<size_t>(row0 / kBf16PanelTileRows) * tile_bytes;
-    m.packed_bytes_ = static_cast<size_t>((n_rows + kBf16PanelTileRows - 1) / kBf16PanelTileRows) * tile_bytes;
+  if (packed_ != nullptr && is_float_type(type_)) {  // panels: whole tiles from row0
+    const auto tile_bytes = static_cast<size_t>(kPanelTileRows * n_cols_) * sizeof(uint16_t);
+    m.packed_ = packed_ + static_cast<size_t>(row0 / kPanelTileRows) * tile_bytes;
+    m.packed_bytes_ = static_cast<size_t>((n_rows + kPanelTileRows - 1) / kPanelTileRows) * tile_bytes;
   } else if (packed_ != nullptr) {
     const int lanes = packed_lanes(isa_);
     const size_t group_bytes = static_cast<size_t>(n_cols_ / unit_cols(type_)) * packed_unit_bytes(type_, lanes);
@@ -438,16 +439,16 @@ WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols
     // stay resident once; the cost is one copy at load (~0.3 s per GiB). Matrices under
     // 2 MiB (heap memory, no huge pages) are copied too: a fused QKV tensor's parts are
     // dropped from the file only when all of them read their own copies.
-    if (bf16_panels(type, isa, n_cols)) {  // see kBf16PanelRows
-      const int64_t tiles = (n_rows + kBf16PanelTileRows - 1) / kBf16PanelTileRows;
-      const size_t bytes = static_cast<size_t>(tiles * kBf16PanelTileRows * n_cols) * sizeof(uint16_t);
+    if (half_panels(type, isa, n_cols)) {  // see kPanelRows
+      const int64_t tiles = (n_rows + kPanelTileRows - 1) / kPanelTileRows;
+      const size_t bytes = static_cast<size_t>(tiles * kPanelTileRows * n_cols) * sizeof(uint16_t);
       if (bytes == 0) return m;
       m.owned_ = HugePageBuffer(bytes);  // zeroed: the last tile's padding rows
       uint16_t* out = reinterpret_cast<uint16_t*>(m.owned_.data());
       for_row_ranges(n_rows, bytes, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r)
           for (int64_t k = 0; k < n_cols; k += 32)
-            std::memcpy(out + bf16_panel_index(r, k, n_cols), data + static_cast<size_t>(r) * m.row_bytes_ + 2 * k, 64);
+            std::memcpy(out + panel_index(r, k, n_cols), data + static_cast<size_t>(r) * m.row_bytes_ + 2 * k, 64);
       });
       m.packed_ = m.owned_.data();
       m.packed_bytes_ = bytes;

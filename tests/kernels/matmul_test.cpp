@@ -186,8 +186,8 @@ TEST_P(MatmulTypeTest, ReportsOwnedAndStreamedBytes) {
     EXPECT_TRUE(m.reads_own_copy()) << type_name(type) << " " << isa_name(isa);
     if (!traits(type).is_quantized) {
       if (m.packed() != nullptr) {
-        // BF16 panels (AVX512_BF16): rows in tiles of 16, the last padded with zero rows.
-        EXPECT_EQ(type, GgmlType::BF16);
+        // F16 / BF16 panels: rows in tiles of 16, the last padded with zero rows.
+        EXPECT_TRUE(type == GgmlType::F16 || type == GgmlType::BF16) << type_name(type);
         EXPECT_EQ(isa, Isa::Avx512);
         const size_t tiled_bytes = row_bytes(type, n_cols) * static_cast<size_t>((n_rows + 15) / 16 * 16);
         EXPECT_EQ(m.owned_bytes(), tiled_bytes);
