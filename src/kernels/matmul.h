@@ -56,6 +56,8 @@ class WeightMatrix {
   size_t stream_bytes() const;
   // Bytes this object itself owns (repacked copies), 0 when it only views the file.
   size_t owned_bytes() const { return owned_.size(); }
+  // The repacked copy the kernels read: quantized weights' packed groups, or F16 / BF16
+  // panel tiles (matmul_impl.h); null when they read rows (data(), or its copy).
   const uint8_t* packed() const { return packed_; }
   // The packed layout's row tiles (in row groups) and column chunks (in units): see
   // PackedAddr in matmul_impl.h. 1 and n_cols / unit columns: one group after another.

@@ -411,8 +411,9 @@ WeightMatrix WeightMatrix::row_slice(int64_t row0, int64_t n_rows) const {
 // Q2_K/IQ4_NL/MXFP4 (+3% for Q4_K and Q3_K, +2% for Q5_K, +1.5% for IQ4_XS, whose
 // 6-bit scales are widened to bytes), plus
 // zero rows up to a multiple of 16 (8 for AVX2). The mmap'd GGUF pages are
-// then clean page cache the kernel may drop. Float types (F32 / F16 / BF16) are copied as
-// they are into huge pages, at the SIMD levels (see below).
+// then clean page cache the kernel may drop. Float types (F32 / F16 / BF16) are copied
+// into huge pages at the SIMD levels (see below): as they are, or F16 / BF16 at AVX-512 into
+// panel tiles (half_panels, kPanelRows in matmul_impl.h).
 WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols, const uint8_t* data,
                                    Isa isa, int64_t slice_rows) {
   const TypeTraits& tt = traits(type);
@@ -430,7 +431,8 @@ WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols
   m.isa_ = isa;
   if (isa == Isa::Scalar) return m;
   if (is_float_type(type)) {
-    // Float kernels read the GGUF layout, so the copy is byte for byte; it exists for its
+    // F16 / BF16 at AVX-512 go into panel tiles (see kPanelRows); otherwise the float
+    // kernels read the GGUF layout, so the copy is byte for byte, and exists for its
     // pages. Decode streams every weight byte once per token, and mmap'd file pages are
     // 4 KiB: a 2 GiB F16 model is ~550k pages, a TLB walk for each, where the repacked
     // quantized weights sit in 2 MiB pages. Measured (matvec 2048-5632 x 2048, 2 threads,
