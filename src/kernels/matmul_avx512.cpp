@@ -82,6 +82,18 @@ inline __m512 load_w16(const uint8_t* row, int64_t k, __mmask16 m) {
   }
 }
 
+// Sets rows[i] to row r0 + i's column k0 (elem bytes a value) in w's rows, or in its panel
+// copy (w.packed(), see kPanelRows), and returns the bytes from one of a row's 32-column
+// steps to the next: 32 values in rows, a panel's 4 x 32 in panels (a pass never leaves
+// one column chunk, whose steps sit that far apart).
+template <int RM>
+inline int64_t micro_rows(const WeightMatrix& w, int64_t r0, int64_t k0, int64_t elem, const uint8_t* (&rows)[RM]) {
+  const bool panels = w.packed() != nullptr;
+  for (int i = 0; i < RM; ++i)
+    rows[i] = panels ? w.packed() + elem * panel_index(r0 + i, k0, w.n_cols()) : w.data() + (r0 + i) * w.row_bytes() + k0 * elem;
+  return (panels ? kPanelRows : 1) * 32 * elem;
+}
+
 // Columns [k0, k1) of RM rows x RN tokens (4 x 4 = 16 accumulators; per 16
 // columns 4 weight loads (+4 conversions), 4 activation loads, 16 FMAs); adds
 // into y when k0 > 0 (see float_tile).
@@ -99,11 +111,9 @@ void float_micro(const WeightMatrix& w, const float* x, int64_t r0, int64_t t0, 
                  float* y) {
   constexpr int64_t elem = T == GgmlType::F32 ? 4 : 2;
   const int64_t n_cols = w.n_cols();
-  const bool panels = w.packed() != nullptr;  // F16 panels (see kPanelRows); F32 keeps rows
-  const int64_t step = (panels ? kPanelRows : 1) * 32 * elem;  // bytes from one 32-column step to the next
-  const uint8_t* rows[RM];  // each row's column k0
-  for (int i = 0; i < RM; ++i)
-    rows[i] = panels ? w.packed() + elem * panel_index(r0 + i, k0, n_cols) : w.data() + (r0 + i) * w.row_bytes() + k0 * elem;
+  const bool panels = w.packed() != nullptr;  // F16 panels; F32 keeps rows
+  const uint8_t* rows[RM];
+  const int64_t step = micro_rows<RM>(w, r0, k0, elem, rows);
   __m512 acc[RM][RN];
   static_for<0, RM>([&](auto i) { static_for<0, RN>([&](auto j) { acc[i][j] = _mm512_setzero_ps(); }); });
   auto step16 = [&]<bool Full>(int64_t k, int64_t off, __mmask16 m) {
@@ -139,19 +149,14 @@ void float_micro(const WeightMatrix& w, const float* x, int64_t r0, int64_t t0, 
 
 // BF16 weights x bf16-rounded activations with vdpbf16ps (32 products per
 // instruction, twice the FMA rate; the activation rounding, <= 2^-8 relative, is
-// what ggml also does for bf16 weights). Loops as float_micro's. Reads rows, or the
-// panel copy (w.packed(), see kPanelRows), which walks a row's 32-column steps 4 x 32
-// values apart within a column chunk (a pass never crosses one).
+// what ggml also does for bf16 weights). Loops as float_micro's, rows or panels.
 template <int RM, int RN>
 void bf16_micro(const WeightMatrix& w, const uint16_t* xbf, int64_t r0, int64_t t0, int64_t k0, int64_t k1,
                 float* y) {
   const int64_t n_cols = w.n_cols();
   const bool panels = w.packed() != nullptr;
-  const int64_t step = panels ? 32 * kPanelRows : 32;  // values from one 32-column step to the next
-  const uint16_t* rows[RM];  // each row's column k0
-  for (int i = 0; i < RM; ++i)
-    rows[i] = panels ? reinterpret_cast<const uint16_t*>(w.packed()) + panel_index(r0 + i, k0, n_cols)
-                     : reinterpret_cast<const uint16_t*>(w.data() + (r0 + i) * w.row_bytes()) + k0;
+  const uint8_t* rows[RM];
+  const int64_t step = micro_rows<RM>(w, r0, k0, 2, rows);
   __m512 acc[RM][RN];
   static_for<0, RM>([&](auto i) { static_for<0, RN>([&](auto j) { acc[i][j] = _mm512_setzero_ps(); }); });
   auto step32 = [&]<bool Full>(int64_t k, int64_t off, __mmask32 m) {
@@ -161,7 +166,7 @@ void bf16_micro(const WeightMatrix& w, const uint16_t* xbf, int64_t r0, int64_t 
       xv[j] = __builtin_bit_cast(__m512bh, Full ? _mm512_loadu_si512(xp) : _mm512_maskz_loadu_epi16(m, xp));
     });
     static_for<0, RM>([&](auto i) {
-      const uint16_t* wp = rows[i] + off;
+      const uint8_t* wp = rows[i] + off;
       const __m512bh wv = __builtin_bit_cast(__m512bh, Full ? _mm512_loadu_si512(wp) : _mm512_maskz_loadu_epi16(m, wp));
       static_for<0, RN>([&](auto j) { acc[i][j] = _mm512_dpbf16_ps(acc[i][j], wv, xv[j]); });
     });
@@ -171,9 +176,9 @@ void bf16_micro(const WeightMatrix& w, const uint16_t* xbf, int64_t r0, int64_t 
     if constexpr (RN <= 2) {  // decode
       for (int i = 0; i < RM; ++i) {
         if (panels)  // one stream: each row's line of this step, kDecodePrefetchAhead on
-          prefetch_weights(reinterpret_cast<const uint8_t*>(rows[i] + off) + kDecodePrefetchAhead);
+          prefetch_weights(rows[i] + off + kDecodePrefetchAhead);
         else  // see prefetch_row_ahead
-          prefetch_row_ahead<RM>(reinterpret_cast<const uint8_t*>(rows[i] - k0), 2 * k, w.row_bytes());
+          prefetch_row_ahead<RM>(rows[i] - 2 * k0, 2 * k, w.row_bytes());
       }
     }
     step32.template operator()<true>(k, off, 0xFFFFFFFFu);
