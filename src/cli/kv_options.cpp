@@ -59,6 +59,10 @@ void SpecOptions::add_to(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{64}));
   app.add_option("--spec-suffix-bytes", suffix_bytes, "Memory of the suffix proposer's index (e.g. 32MiB)")
       ->capture_default_str();
+  app.add_option("--spec-cost-ratio", cost_ratio,
+                 "Plan proposals with this fixed ratio of a verified row's cost to a step's instead of the "
+                 "measured one (0: measure); for plans that do not depend on how busy the machine is")
+      ->capture_default_str()->check(CLI::Range(0.0, 100.0));
   app.add_option("--model-draft", model_draft,
                  "Draft model for speculative decoding (-md; GGUF with the model's vocabulary): adds 'draft' to --spec-type");
 }
@@ -71,6 +75,7 @@ spec::SpecConfig SpecOptions::resolve() const {
     throw Error("--draft-min (" + std::to_string(draft_min) + ") must not exceed --draft-max (" +
                 std::to_string(draft_max) + ")");
   c.suffix_bytes = parse_byte_size(suffix_bytes, "--spec-suffix-bytes");
+  c.fixed_cost_ratio = cost_ratio;
   c = spec::parse_spec_types(types, c);
   if (!model_draft.empty()) {
     if (types == "none") throw Error("-md " + model_draft + ": --spec-type none turns speculative decoding off");

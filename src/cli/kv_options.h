@@ -65,13 +65,14 @@ struct PromptCacheOptions {
 };
 
 // Speculative decoding (serve, generate, bench): --spec-type, --draft-max, --draft-min,
-// --spec-suffix-bytes (spec/draft_planner.h). The model-free proposers are on by default:
+// --spec-suffix-bytes, --spec-cost-ratio (spec/draft_planner.h). The model-free proposers are on by default:
 // they never change the output, and the planner proposes nothing where it would not pay.
 struct SpecOptions {
   std::string types = "suffix,ngram";
   int64_t draft_max = spec::SpecConfig{}.draft_max;
   int64_t draft_min = spec::SpecConfig{}.draft_min;
   std::string suffix_bytes = "32MiB";
+  double cost_ratio = 0;  // SpecConfig::fixed_cost_ratio; 0: the measured cost line
   std::string model_draft;  // -md / --model-draft: turns the draft proposer on
 
   void add_to(CLI::App& app);
