@@ -67,15 +67,15 @@ inline void store_micro_sums(const __m512 (&acc)[RM][RN], float* y, int64_t n_ro
   }
 }
 
-// Loads 16 weights at column k as f32: all 16 (Full; the load folds into the convert) or
+// Loads the 16 weights at p as f32: all 16 (Full; the load folds into the convert) or
 // those under mask m.
 template <GgmlType T, bool Full>
-inline __m512 load_w16(const uint8_t* row, int64_t k, __mmask16 m) {
+inline __m512 load_w16(const uint8_t* p, __mmask16 m) {
   if constexpr (T == GgmlType::F32) {
-    const float* f = reinterpret_cast<const float*>(row) + k;
+    const float* f = reinterpret_cast<const float*>(p);
     return Full ? _mm512_loadu_ps(f) : _mm512_maskz_loadu_ps(m, f);
   } else {
-    const uint16_t* h = reinterpret_cast<const uint16_t*>(row) + k;
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
     const __m256i v = Full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)) : _mm256_maskz_loadu_epi16(m, h);
     if constexpr (T == GgmlType::F16) return _mm512_cvtph_ps(v);
     else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));  // BF16 without avx512bf16
@@ -88,10 +88,13 @@ inline __m512 load_w16(const uint8_t* row, int64_t k, __mmask16 m) {
 // one column chunk, whose steps sit that far apart).
 template <int RM>
 inline int64_t micro_rows(const WeightMatrix& w, int64_t r0, int64_t k0, int64_t elem, const uint8_t* (&rows)[RM]) {
-  const bool panels = w.packed() != nullptr;
-  for (int i = 0; i < RM; ++i)
-    rows[i] = panels ? w.packed() + elem * panel_index(r0 + i, k0, w.n_cols()) : w.data() + (r0 + i) * w.row_bytes() + k0 * elem;
-  return (panels ? kPanelRows : 1) * 32 * elem;
+  if (w.packed() == nullptr) {
+    for (int i = 0; i < RM; ++i) rows[i] = w.data() + (r0 + i) * w.row_bytes() + k0 * elem;
+    return 32 * elem;
+  }
+  const PackedAddr addr = panel_addr(w.packed(), w.n_rows(), w.n_cols());
+  for (int i = 0; i < RM; ++i) rows[i] = panel_at(addr, r0 + i, k0);
+  return static_cast<int64_t>(addr.unit_bytes);
 }
 
 // Columns [k0, k1) of RM rows x RN tokens (4 x 4 = 16 accumulators; per 16
@@ -123,7 +126,7 @@ void float_micro(const WeightMatrix& w, const float* x, int64_t r0, int64_t t0, 
       xv[j] = Full ? _mm512_loadu_ps(xp) : _mm512_maskz_loadu_ps(m, xp);
     });
     static_for<0, RM>([&](auto i) {
-      const __m512 wv = load_w16<T, Full>(rows[i] + off, 0, m);
+      const __m512 wv = load_w16<T, Full>(rows[i] + off, m);
       static_for<0, RN>([&](auto j) { acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]); });
     });
   };

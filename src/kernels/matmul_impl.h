@@ -348,18 +348,18 @@ constexpr int64_t kFloatKcAvx512 = 2048;
 // of rows (prepare(), half_panels()). Rows go in tiles of 16 (zero rows pad the last), a
 // tile column chunk (kFloatKcAvx512 columns) by column chunk, a chunk panel (4 rows) by
 // panel, a panel 32 columns by 32, and those 32 columns of its 4 rows one after another
-// (4 x 64 B). The decode walk (walk_chunks with kPanelTileRows) then reads each thread's
-// rows as one sequential stream, where rows read 4 streams a row apart, and the tile's 4
-// panels take the chunk's activations from L1 in turn, where a whole 4-row group's rows
-// (4 x 11 KiB at 5632 columns) pushed them out between groups. Same products, same
-// order: bit-identical to the row kernels. Measured on a Zen 4, BF16, both layouts in one
-// process, alternating per pass after a probe pass each (matmul_bench, 16 pairs, two
-// rounds; fraction of the probe over 2048x2048 / 5632x2048 / 2048x5632 / 32000x2048): one
-// thread 0.71-0.82 -> 0.96-1.01, two threads 0.77-0.96 -> 0.97-1.01; F16 (no software
-// prefetch on panels, see float_micro) one thread 0.77-0.81 -> 0.82-0.99, two threads
-// 0.81-0.96 -> 0.93-1.00. 512-token prefill in one process: BF16 -8% to +1% time, F16
-// +1-2%. Plain 4-row panels (no column chunks) lost at 5632 columns on one thread in a
-// prototype (0.90 -> 0.88).
+// (4 x 64 B): PackedAddr's tiled layout (panel_addr). The decode walk (walk_chunks with
+// kPanelTileRows) then reads each thread's rows as one sequential stream, where rows read
+// 4 streams a row apart, and the tile's 4 panels take the chunk's activations from L1 in
+// turn, where a whole 4-row group's rows (4 x 11 KiB at 5632 columns) pushed them out
+// between groups. Same products, same order: bit-identical to the row kernels. Measured
+// on a Zen 4, BF16, both layouts in one process, alternating per pass after a probe pass
+// each (matmul_bench, 16 pairs, two rounds; fraction of the probe over 2048x2048 /
+// 5632x2048 / 2048x5632 / 32000x2048): one thread 0.71-0.82 -> 0.96-1.01, two threads
+// 0.77-0.96 -> 0.97-1.01; F16 (no software prefetch on panels, see float_micro) one thread
+// 0.77-0.81 -> 0.82-0.99, two threads 0.81-0.96 -> 0.93-1.00. 512-token prefill in one
+// process: BF16 -8% to +1% time, F16 +1-2%. Plain 4-row panels (no column chunks) lost at
+// 5632 columns on one thread in a prototype (0.90 -> 0.88).
 constexpr int64_t kPanelRows = 4;
 constexpr int64_t kPanelTileRows = 16;
 constexpr int64_t kPanelChunk = kFloatKcAvx512;
@@ -367,14 +367,23 @@ constexpr int64_t kPanelChunk = kFloatKcAvx512;
 // Whether prepare() lays out a matrix in panels.
 bool half_panels(GgmlType type, Isa isa, int64_t n_cols);
 
-// Element index of W[r][k] in the panel copy (n_cols % 32 == 0).
-inline size_t panel_index(int64_t r, int64_t k, int64_t n_cols) {
-  const int64_t tile = r / kPanelTileRows, panel = r % kPanelTileRows / kPanelRows;
-  const int64_t lane = r % kPanelRows, c0 = k / kPanelChunk * kPanelChunk;
-  const int64_t width = std::min(kPanelChunk, n_cols - c0);
-  return static_cast<size_t>(tile * kPanelTileRows * n_cols + c0 * kPanelTileRows +
-                             panel * width * kPanelRows + (k - c0) / 32 * 32 * kPanelRows + lane * 32 +
-                             (k - c0) % 32);
+// The panel copy at base is PackedAddr's tiled layout: groups of kPanelRows rows, units of
+// 32 columns (the panel's 4 x 32 values, 256 B), row tiles of 4 groups, column chunks of
+// kPanelChunk columns; rows padded to whole tiles. Requires: n_cols % 32 == 0.
+inline PackedAddr panel_addr(const uint8_t* base, int64_t n_rows, int64_t n_cols) {
+  PackedAddr a;
+  a.base = base;
+  a.n_groups = (n_rows + kPanelTileRows - 1) / kPanelTileRows * (kPanelTileRows / kPanelRows);
+  a.n_units = n_cols / 32;
+  a.chunk_units = kPanelChunk / 32;
+  a.tile_groups = static_cast<int>(kPanelTileRows / kPanelRows);
+  a.unit_bytes = kPanelRows * 32 * sizeof(uint16_t);
+  return a;
+}
+
+// W[r][k] in the panel copy a describes.
+inline const uint8_t* panel_at(const PackedAddr& a, int64_t r, int64_t k) {
+  return a.unit(r / kPanelRows, k / 32) + (r % kPanelRows * 32 + k % 32) * sizeof(uint16_t);
 }
 
 // How far ahead of the line being read the decode kernels ask for weights, on every

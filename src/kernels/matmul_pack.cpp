@@ -446,11 +446,12 @@ WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols
       const size_t bytes = static_cast<size_t>(tiles * kPanelTileRows * n_cols) * sizeof(uint16_t);
       if (bytes == 0) return m;
       m.owned_ = HugePageBuffer(bytes);  // zeroed: the last tile's padding rows
-      uint16_t* out = reinterpret_cast<uint16_t*>(m.owned_.data());
+      uint8_t* out = m.owned_.data();
+      const PackedAddr addr = panel_addr(out, n_rows, n_cols);
       for_row_ranges(n_rows, bytes, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r)
           for (int64_t k = 0; k < n_cols; k += 32)
-            std::memcpy(out + panel_index(r, k, n_cols), data + static_cast<size_t>(r) * m.row_bytes_ + 2 * k, 64);
+            std::memcpy(out + (panel_at(addr, r, k) - addr.base), data + static_cast<size_t>(r) * m.row_bytes_ + 2 * k, 64);
       });
       m.packed_ = m.owned_.data();
       m.packed_bytes_ = bytes;

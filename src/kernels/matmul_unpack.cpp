@@ -279,9 +279,8 @@ void WeightMatrix::read_row(int64_t r, float* out) const {
     return;
   }
   if (is_float_type(type_)) {  // F16 / BF16 panels: the row's 32 columns at a time
-    const auto* panels = reinterpret_cast<const uint8_t*>(packed_);
-    for (int64_t k = 0; k < n_cols_; k += 32)
-      pagoda::dequantize_row(type_, panels + 2 * panel_index(r, k, n_cols_), out + k, 32);
+    const PackedAddr addr = panel_addr(packed_, n_rows_, n_cols_);
+    for (int64_t k = 0; k < n_cols_; k += 32) pagoda::dequantize_row(type_, panel_at(addr, r, k), out + k, 32);
     return;
   }
   const int lanes = packed_lanes(isa_);
