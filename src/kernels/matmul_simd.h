@@ -70,17 +70,25 @@ namespace pagoda::matmul_detail {
 // 0.72-0.77 -> 0.75-0.81, two threads at ~36 GB/s 0.89-0.91 -> 0.94-0.96, at ~61 0.72 ->
 // 0.75; 2.25-2.5 KiB gained a little less, 4 KiB nothing, 6 KiB lost 10%.
 // The other 32-wide formats keep 1.5 KiB (not measured again).
-template <GgmlType T>
+// AVX2's groups are 8 rows (a Q4_0 unit 144 bytes, half AVX-512's) and it reads one group at
+// a time since 2026-12-06 (simd_avx2.h's kDecodeGroups); there the same Zen 4 under
+// PAGODA_ISA=avx2 (matmul_bench, both choices alternating per pass beside a probe pass, two
+// threads) read Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / MXFP4 best with 6 KiB ahead: against
+// 1.5 KiB, 0.59-0.88 -> 0.89-0.97 of a ~34 GB/s probe, Q4_0 on 2048 x 5632 32 -> 41 GB/s at
+// ~60; none ahead was as good on 2048-column rows and 5-10% worse on 5632. Q8_0 reads best
+// with none (0.95-0.97 of the probe; 6 KiB 0-10% less, 3 KiB 10-30% less).
+template <class V, GgmlType T>
 constexpr int64_t block32_prefetch_ahead_l2() {
+  if constexpr (V::L == 8) return T == GgmlType::Q8_0 ? 0 : 6144;
   return T == GgmlType::Q4_0 ? 0 : T == GgmlType::Q8_0 ? 3072 : 1536;
 }
 constexpr int64_t kBlock32PrefetchAheadL2Tokens = 6144;
-template <GgmlType T>
+template <class V, GgmlType T>
 inline __attribute__((always_inline)) void prefetch_ahead(const uint8_t* p, size_t bytes, bool one_token) {
   const int64_t ahead = !kDecodePrefetchL2 ? kDecodePrefetchAhead
-                        : one_token        ? block32_prefetch_ahead_l2<T>()
+                        : one_token        ? block32_prefetch_ahead_l2<V, T>()
                                            : kBlock32PrefetchAheadL2Tokens;
-  if (ahead == 0) return;  // Q4_0, one token, into L2: the hardware prefetcher alone
+  if (ahead == 0) return;  // one token, into L2: the hardware prefetcher alone
   for (size_t off = 0; off < bytes; off += 64) prefetch_weights(p + ahead + off);
 }
 
@@ -368,7 +376,7 @@ void block32_kernel(const uint8_t* const* gp, uint8_t* const* up, const Quantize
     for (int g = 0; g < G; ++g) p[g] = gp[g] + (u - u0) * unit_bytes;
     if constexpr (C != Codes::Unpacked)
       if (prefetch)
-        for (int g = 0; g < G; ++g) prefetch_ahead<T>(p[g], unit_bytes, N == 1);
+        for (int g = 0; g < G; ++g) prefetch_ahead<V, T>(p[g], unit_bytes, N == 1);
     I acc[G][N], p16[G][N];
     for (int g = 0; g < G; ++g)
       for (int t = 0; t < N; ++t) acc[g][t] = V::izero();

@@ -123,8 +123,7 @@ struct Vec {
   // probe); two threads Q4_0 88-90% -> 93%, Q8_0 90-92% -> 96% while the probe read
   // ~35 GB/s, and Q4_0 57% -> 60-61%, Q8_0 65-66% -> 75-76% (40 -> 47 GB/s) while it
   // read ~55-62. From cache the kernel is 0-5% slower this way (Q4_0 60 -> 57 GB/s, one
-  // thread). AVX2 keeps 2 (kDecodeGroups there): its kernel, the same A/B on this Zen 4
-  // under PAGODA_ISA=avx2, read 0-10% less with 1.
+  // thread). AVX2 reads one too (simd_avx2.h).
   static constexpr int kDecodeGroups = 1;
   // Q8_0 codes are q + 128 (u8 for vpdpbusd); subtract 128 x sum(x) per block.
   static constexpr int kQ8Offset = 128;
