@@ -31,13 +31,12 @@ using V256 = simd_avx2::Vec;  // kernels/simd_avx2.h: the one trait struct of th
 // ---- float weights, row-major: 4 rows x 2 tokens (8 accumulators) ----
 
 template <GgmlType T>
-inline __m256 load_w8(const uint8_t* row, int64_t k) {
-  if constexpr (T == GgmlType::F32) return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k);
-  else if constexpr (T == GgmlType::F16)
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k)));
+inline __m256 load_w8(const uint8_t* p) {
+  if constexpr (T == GgmlType::F32) return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  else if constexpr (T == GgmlType::F16) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   else
-    return _mm256_castsi256_ps(_mm256_slli_epi32(
-        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k))), 16));
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
 }
 
 template <GgmlType T>
@@ -53,38 +52,57 @@ inline float load_w1(const uint8_t* row, int64_t k) {
   else return bf16_to_f32(h);
 }
 
-// Columns [k0, k1) of RM rows x RN tokens; adds into y when k0 > 0 (see
-// float_tile). k1 - k0 is a multiple of 8 except in the last chunk, whose
-// tail goes through scalar FMAs.
+// Columns [k0, k1) of RM rows x RN tokens, rows or panels (micro_rows); adds into y when
+// k0 > 0 (see float_tile). k1 - k0 is a multiple of 8 except in the last chunk of rows,
+// whose tail goes through scalar FMAs (panels hold whole 32-column steps).
 template <GgmlType T, int RM, int RN>
 void float_micro(const WeightMatrix& w, const float* x, int64_t r0, int64_t t0, int64_t k0, int64_t k1,
                  float* y) {
+  constexpr int64_t elem = T == GgmlType::F32 ? 4 : 2;
   const int64_t n_cols = w.n_cols(), k_main = k0 + ((k1 - k0) & ~int64_t{7});
+  const bool panels = w.packed() != nullptr;
   const uint8_t* rows[RM];
-  for (int i = 0; i < RM; ++i) rows[i] = w.data() + (r0 + i) * w.row_bytes();
+  const int64_t step = micro_rows<RM>(w, r0, k0, elem, rows);
   __m256 acc[RM][RN];
   for (int i = 0; i < RM; ++i)
     for (int j = 0; j < RN; ++j) acc[i][j] = _mm256_setzero_ps();
-  for (int64_t k = k0; k < k_main; k += 8) {
+  auto step8 = [&](int64_t k, int64_t off) {
     __m256 xv[RN];
     for (int j = 0; j < RN; ++j) xv[j] = _mm256_loadu_ps(x + (t0 + j) * n_cols + k);
-    // Decode (RN = 1: one token, or the odd one of a pair): a line every 16 (F32) or 32
-    // columns, see prefetch_row_ahead. This level had none: Xeon held to AVX2, 2 threads, tg32,
-    // 3 alternating rounds: F16 73-79% -> 83-94% of the probe, BF16 73-82% -> 84-96%.
-    if constexpr (RN == 1) {
-      constexpr int64_t elem = T == GgmlType::F32 ? 4 : 2;
-      if ((k & (64 / elem - 1)) == 0)
-        for (int i = 0; i < RM; ++i) prefetch_row_ahead<RM>(rows[i], k * elem, w.row_bytes());
-    }
     for (int i = 0; i < RM; ++i) {
-      const __m256 wv = load_w8<T>(rows[i], k);
+      const __m256 wv = load_w8<T>(rows[i] + off);
       for (int j = 0; j < RN; ++j) acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
     }
+  };
+  // Decode (RN = 1: one token, or the odd one of a pair) in rows: a line every 16 (F32) or
+  // 32 columns, see prefetch_row_ahead. This level had none: Xeon held to AVX2, 2 threads,
+  // tg32, 3 alternating rounds: F16 73-79% -> 83-94% of the probe, BF16 73-82% -> 84-96%.
+  // Panels (F16 / BF16, see kPanelRows): no software prefetch. Zen 4 under PAGODA_ISA=avx2,
+  // rows against panels in one process (cold matvecs, each pass beside its own probe pass,
+  // alternating, two threads, 2048 x 5632 and 5632 x 2048, three rounds): rows 0.54-0.85 of
+  // the probe, panels 0.79-1.00 (F16 2048 x 5632 at ~60 GB/s: 26 -> 39 GB/s, BF16 5632 x
+  // 2048: 28 -> 41); panels prefetched 2 or 6 KiB ahead read the same as with none.
+  // 512-token matmuls in the same process: within 1% (one pair +4%) of rows.
+  auto prefetch = [&](int64_t k) {
+    if constexpr (RN == 1) {
+      if (!panels && (k & (64 / elem - 1)) == 0)
+        for (int i = 0; i < RM; ++i) prefetch_row_ahead<RM>(rows[i] - k0 * elem, k * elem, w.row_bytes());
+    }
+  };
+  int64_t k = k0, off = 0;
+  for (; k + 32 <= k_main; k += 32, off += step)
+    for (int64_t s = 0; s < 32; s += 8) {
+      prefetch(k + s);
+      step8(k + s, off + s * elem);
+    }
+  for (; k < k_main; k += 8, off += 8 * elem) {  // rows only
+    prefetch(k);
+    step8(k, off);
   }
   for (int i = 0; i < RM; ++i)
     for (int j = 0; j < RN; ++j) {
       float s = hsum_ps(acc[i][j]);
-      for (int64_t k = k_main; k < k1; ++k) s = std::fma(load_w1<T>(rows[i], k), x[(t0 + j) * n_cols + k], s);
+      for (int64_t kk = k_main; kk < k1; ++kk) s = std::fma(load_w1<T>(rows[i], kk - k0), x[(t0 + j) * n_cols + kk], s);
       float& out = y[(t0 + j) * w.n_rows() + r0 + i];
       out = k0 == 0 ? s : out + s;
     }
@@ -103,7 +121,7 @@ void float_tile(const WeightMatrix& w, const float* x, const Tile& tile, float* 
     for (; t + 2 <= tile.tok_end; t += 2) rows.template operator()<2>(t);
     for (; t < tile.tok_end; ++t) rows.template operator()<1>(t);
   };
-  walk_chunks(w.n_cols(), kFloatKcAvx2, tile, 2, pass);
+  walk_chunks(w.n_cols(), kFloatKcAvx2, tile, 2, pass, w.packed() ? kPanelTileRows : 4);
 }
 
 // ---- activation quantizer (bit-identical to quantize_act_row_scalar) ----

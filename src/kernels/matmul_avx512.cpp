@@ -82,21 +82,6 @@ inline __m512 load_w16(const uint8_t* p, __mmask16 m) {
   }
 }
 
-// Sets rows[i] to row r0 + i's column k0 (elem bytes a value) in w's rows, or in its panel
-// copy (w.packed(), see kPanelRows), and returns the bytes from one of a row's 32-column
-// steps to the next: 32 values in rows, a panel's 4 x 32 in panels (a pass never leaves
-// one column chunk, whose steps sit that far apart).
-template <int RM>
-inline int64_t micro_rows(const WeightMatrix& w, int64_t r0, int64_t k0, int64_t elem, const uint8_t* (&rows)[RM]) {
-  if (w.packed() == nullptr) {
-    for (int i = 0; i < RM; ++i) rows[i] = w.data() + (r0 + i) * w.row_bytes() + k0 * elem;
-    return 32 * elem;
-  }
-  const PackedAddr addr = panel_addr(w.packed(), w.n_rows(), w.n_cols());
-  for (int i = 0; i < RM; ++i) rows[i] = panel_at(addr, r0 + i, k0);
-  return static_cast<int64_t>(addr.unit_bytes);
-}
-
 // Columns [k0, k1) of RM rows x RN tokens (4 x 4 = 16 accumulators; per 16
 // columns 4 weight loads (+4 conversions), 4 activation loads, 16 FMAs); adds
 // into y when k0 > 0 (see float_tile).

@@ -344,9 +344,10 @@ constexpr int64_t kFloatKcAvx2 = 512;
 constexpr int64_t kFloatKcAvx512 = 2048;
 
 // Panels of 16-bit floats: at Isa::Avx512, F16 weights, and BF16 weights on CPUs with
-// AVX512_BF16 (the vdpbf16ps kernel), with n_cols % 32 == 0 are copied into panels instead
-// of rows (prepare(), half_panels()). Rows go in tiles of 16 (zero rows pad the last), a
-// tile column chunk (kFloatKcAvx512 columns) by column chunk, a chunk panel (4 rows) by
+// AVX512_BF16 (the vdpbf16ps kernel), and at Isa::Avx2 F16 and BF16 weights, with
+// n_cols % 32 == 0 are copied into panels instead of rows (prepare(), half_panels()). Rows
+// go in tiles of 16 (zero rows pad the last), a tile column chunk (the level's walk_chunks
+// kc, panel_chunk_cols) by column chunk, a chunk panel (4 rows) by
 // panel, a panel 32 columns by 32, and those 32 columns of its 4 rows one after another
 // (4 x 64 B): PackedAddr's tiled layout (panel_addr). The decode walk (walk_chunks with
 // kPanelTileRows) then reads each thread's rows as one sequential stream, where rows read
@@ -359,23 +360,26 @@ constexpr int64_t kFloatKcAvx512 = 2048;
 // 0.77-0.96 -> 0.97-1.01; F16 (no software prefetch on panels, see float_micro) one thread
 // 0.77-0.81 -> 0.82-0.99, two threads 0.81-0.96 -> 0.93-1.00. 512-token prefill in one
 // process: BF16 -8% to +1% time, F16 +1-2%. Plain 4-row panels (no column chunks) lost at
-// 5632 columns on one thread in a prototype (0.90 -> 0.88).
+// 5632 columns on one thread in a prototype (0.90 -> 0.88). AVX2 on the same Zen 4
+// (PAGODA_ISA=avx2, measured the same way, two threads): see matmul_avx2.cpp's float_micro.
 constexpr int64_t kPanelRows = 4;
 constexpr int64_t kPanelTileRows = 16;
-constexpr int64_t kPanelChunk = kFloatKcAvx512;
+// The column chunk of a panel copy for level isa: the chunk its float kernels walk, so a
+// pass never leaves one.
+inline int64_t panel_chunk_cols(Isa isa) { return isa == Isa::Avx2 ? kFloatKcAvx2 : kFloatKcAvx512; }
 
 // Whether prepare() lays out a matrix in panels.
 bool half_panels(GgmlType type, Isa isa, int64_t n_cols);
 
 // The panel copy at base is PackedAddr's tiled layout: groups of kPanelRows rows, units of
 // 32 columns (the panel's 4 x 32 values, 256 B), row tiles of 4 groups, column chunks of
-// kPanelChunk columns; rows padded to whole tiles. Requires: n_cols % 32 == 0.
-inline PackedAddr panel_addr(const uint8_t* base, int64_t n_rows, int64_t n_cols) {
+// chunk_cols columns; rows padded to whole tiles. Requires: n_cols % 32 == 0, chunk_cols % 32 == 0.
+inline PackedAddr panel_addr(const uint8_t* base, int64_t n_rows, int64_t n_cols, int64_t chunk_cols) {
   PackedAddr a;
   a.base = base;
   a.n_groups = (n_rows + kPanelTileRows - 1) / kPanelTileRows * (kPanelTileRows / kPanelRows);
   a.n_units = n_cols / 32;
-  a.chunk_units = kPanelChunk / 32;
+  a.chunk_units = chunk_cols / 32;
   a.tile_groups = static_cast<int>(kPanelTileRows / kPanelRows);
   a.unit_bytes = kPanelRows * 32 * sizeof(uint16_t);
   return a;
@@ -384,6 +388,26 @@ inline PackedAddr panel_addr(const uint8_t* base, int64_t n_rows, int64_t n_cols
 // W[r][k] in the panel copy a describes.
 inline const uint8_t* panel_at(const PackedAddr& a, int64_t r, int64_t k) {
   return a.unit(r / kPanelRows, k / 32) + (r % kPanelRows * 32 + k % 32) * sizeof(uint16_t);
+}
+
+// Sets rows[i] to row r0 + i's column k0 (elem bytes a value) in w's rows, or in its panel
+// copy (w.packed(), see kPanelRows), and returns the bytes from one of a row's 32-column
+// steps to the next: 32 values in rows, a panel's 4 x 32 in panels (a pass never leaves
+// one column chunk, whose steps sit that far apart).
+template <int RM>
+inline int64_t micro_rows(const WeightMatrix& w, int64_t r0, int64_t k0, int64_t elem, const uint8_t* (&rows)[RM]) {
+  if (w.packed() == nullptr) {
+    for (int i = 0; i < RM; ++i) rows[i] = w.data() + (r0 + i) * w.row_bytes() + k0 * elem;
+    return 32 * elem;
+  }
+  // A panel's rows sit 64 B apart: panel_at (two 64-bit divisions) once per panel, not
+  // per row. Per row it cost AVX2's 512-column, 2-token micro-tiles 1-6% of a 512-token
+  // matmul against rows (Zen 4, one process); once per panel, within 1%.
+  const PackedAddr addr = panel_addr(w.packed(), w.n_rows(), w.n_cols(), panel_chunk_cols(w.isa()));
+  rows[0] = panel_at(addr, r0, k0);
+  for (int i = 1; i < RM; ++i)
+    rows[i] = (r0 + i) % kPanelRows == 0 ? panel_at(addr, r0 + i, k0) : rows[i - 1] + 32 * sizeof(uint16_t);
+  return static_cast<int64_t>(addr.unit_bytes);
 }
 
 // How far ahead of the line being read the decode kernels ask for weights, on every

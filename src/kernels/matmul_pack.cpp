@@ -362,8 +362,9 @@ void pack_fast_lane(GgmlType type, const uint8_t* blk, int lanes, int r, uint8_t
 }  // namespace
 
 bool matmul_detail::half_panels(GgmlType type, Isa isa, int64_t n_cols) {
-  const bool kernel_reads = type == GgmlType::F16 || (type == GgmlType::BF16 && kernel_table(isa).bf16_acts);
-  return kernel_reads && isa == Isa::Avx512 && n_cols % 32 == 0;
+  if (n_cols % 32 != 0) return false;
+  if (isa == Isa::Avx2) return type == GgmlType::F16 || type == GgmlType::BF16;
+  return isa == Isa::Avx512 && (type == GgmlType::F16 || (type == GgmlType::BF16 && kernel_table(isa).bf16_acts));
 }
 
 // A slice starts on a row tile: row_slice() requires row0 % kSliceRowAlign == 0.
@@ -431,7 +432,7 @@ WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols
   m.isa_ = isa;
   if (isa == Isa::Scalar) return m;
   if (is_float_type(type)) {
-    // F16 / BF16 at AVX-512 go into panel tiles (see kPanelRows); otherwise the float
+    // F16 / BF16 at AVX-512 and AVX2 go into panel tiles (see kPanelRows); otherwise the float
     // kernels read the GGUF layout, so the copy is byte for byte, and exists for its
     // pages. Decode streams every weight byte once per token, and mmap'd file pages are
     // 4 KiB: a 2 GiB F16 model is ~550k pages, a TLB walk for each, where the repacked
@@ -447,7 +448,7 @@ WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols
       if (bytes == 0) return m;
       m.owned_ = HugePageBuffer(bytes);  // zeroed: the last tile's padding rows
       uint8_t* out = m.owned_.data();
-      const PackedAddr addr = panel_addr(out, n_rows, n_cols);
+      const PackedAddr addr = panel_addr(out, n_rows, n_cols, panel_chunk_cols(isa));
       for_row_ranges(n_rows, bytes, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r)
           for (int64_t k = 0; k < n_cols; k += 32)

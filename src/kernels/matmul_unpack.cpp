@@ -279,7 +279,7 @@ void WeightMatrix::read_row(int64_t r, float* out) const {
     return;
   }
   if (is_float_type(type_)) {  // F16 / BF16 panels: the row's 32 columns at a time
-    const PackedAddr addr = panel_addr(packed_, n_rows_, n_cols_);
+    const PackedAddr addr = panel_addr(packed_, n_rows_, n_cols_, panel_chunk_cols(isa_));
     for (int64_t k = 0; k < n_cols_; k += 32) pagoda::dequantize_row(type_, panel_at(addr, r, k), out + k, 32);
     return;
   }
