@@ -26,6 +26,16 @@ inline float hsum_ps(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// Lane i: hsum_ps(a[i]), the same additions in the same order ((h0 + h2) + (h1 + h3) of
+// h = low half + high half), four rows at once.
+inline __m128 hsum4_ps(const __m256 (&a)[4]) {
+  __m128 h[4];
+  for (int i = 0; i < 4; ++i) h[i] = _mm_add_ps(_mm256_castps256_ps128(a[i]), _mm256_extractf128_ps(a[i], 1));
+  const __m128 u01 = _mm_add_ps(_mm_unpacklo_ps(h[0], h[1]), _mm_unpackhi_ps(h[0], h[1]));
+  const __m128 u23 = _mm_add_ps(_mm_unpacklo_ps(h[2], h[3]), _mm_unpackhi_ps(h[2], h[3]));
+  return _mm_add_ps(_mm_movelh_ps(u01, u23), _mm_movehl_ps(u23, u01));
+}
+
 using V256 = simd_avx2::Vec;  // kernels/simd_avx2.h: the one trait struct of this level
 
 // ---- float weights, rows or panels: 4 rows x 3 tokens (12 accumulators) ----
@@ -36,6 +46,9 @@ using V256 = simd_avx2::Vec;  // kernels/simd_avx2.h: the one trait struct of th
 // three rounds alternating with the 2-token build: F16 135-155 -> 151-163 Gop/s, BF16
 // 113-135 -> 134-146; pp512 F16 72.8 / 74.8 -> 79.6 / 76.5 tok/s, BF16 62.9 / 65.2 ->
 // 68.8 / 71.0. Each output's sum is the same FMAs in the same order: the same bits.
+// A 4-row micro-tile's sums leave as one vector a token (hsum4_ps, the same additions as
+// hsum_ps): against 12 horizontal sums and scalar stores, Matmul512 F16 162-170 -> 175-191
+// Gop/s, BF16 144-150 -> 154-163 (three rounds alternating binaries).
 
 template <GgmlType T>
 inline __m256 load_w8(const uint8_t* p) {
@@ -105,6 +118,17 @@ void float_micro(const WeightMatrix& w, const float* x, int64_t r0, int64_t t0, 
   for (; k < k_main; k += 8, off += 8 * elem) {  // rows only
     prefetch(k);
     step8(k, off);
+  }
+  if constexpr (RM == 4) {
+    if (k_main == k1) {  // no scalar tail: the 4 rows' sums of a token in one vector
+      for (int j = 0; j < RN; ++j) {
+        const __m256 a[4] = {acc[0][j], acc[1][j], acc[2][j], acc[3][j]};
+        const __m128 s = hsum4_ps(a);
+        float* out = y + (t0 + j) * w.n_rows() + r0;
+        _mm_storeu_ps(out, k0 == 0 ? s : _mm_add_ps(_mm_loadu_ps(out), s));
+      }
+      return;
+    }
   }
   for (int i = 0; i < RM; ++i)
     for (int j = 0; j < RN; ++j) {
