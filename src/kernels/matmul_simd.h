@@ -669,12 +669,16 @@ void packed_tile(const WeightMatrix& w, const QuantizedActs& a, const Tile& tile
   const size_t group_bytes = n_units * packed_unit_bytes(T, L);
   const int64_t g0 = tile.row_begin / L, g1 = (tile.row_end + L - 1) / L;
   auto valid = [&](int64_t g) { return static_cast<int>(std::min<int64_t>(L, w.n_rows() - g * L)); };
-  // A tile of exactly 8 tokens (eight decoding streams) on a level with registers for it:
-  // one pass of 1 group x 8 tokens, so the weights streaming from memory feed all eight
-  // tokens while they arrive, where two 2-group x 4-token passes read them from memory
-  // for the first four (at one stream's bandwidth-bound speed) and then computed the
-  // other four from L2: memory time and compute time added up instead of overlapping.
-  constexpr bool kOnePass8 = is_block32(T) && V::kMaxN >= 8;
+  // A tile of exactly 8 tokens (eight decoding streams): one pass of 1 group x 8 tokens, so
+  // the weights streaming from memory feed all eight tokens while they arrive, where two
+  // 2-group x 4-token passes read them from memory for the first four (at one stream's
+  // bandwidth-bound speed) and then computed the other four from L2: memory time and
+  // compute time added up instead of overlapping. AVX2 too, though its 16 registers spill
+  // part of the 8 tokens' sums: Zen 4 under PAGODA_ISA=avx2, matmul_bench Matmul8 (two
+  // threads, two rounds alternating binaries) Q4_0 335-393 -> 388-424 Gop/s, Q8_0 210-233
+  // -> 242-249, IQ4_NL 203-228 -> 236-243, Q4_1 246 -> 359; bench-engine --streams 8 -p 64
+  // -n 128 (Q4_0), three rounds: 136 / 133 / 145 -> 147 / 155 / 162 tok/s.
+  constexpr bool kOnePass8 = is_block32(T);
   const bool one_pass8 = kOnePass8 && tile.tok_end - tile.tok_begin == 8;
   // Step-vector scratch (unpack_codes): none, being written, or written.
   Codes codes = Codes::Packed;
