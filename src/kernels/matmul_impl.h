@@ -61,6 +61,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "kernels/decode_prefetch.h"
 #include "kernels/matmul.h"
 #include "tensor/types.h"
 
@@ -408,45 +409,6 @@ inline int64_t micro_rows(const WeightMatrix& w, int64_t r0, int64_t k0, int64_t
   for (int i = 1; i < RM; ++i)
     rows[i] = (r0 + i) % kPanelRows == 0 ? panel_at(addr, r0 + i, k0) : rows[i - 1] + 32 * sizeof(uint16_t);
   return static_cast<int64_t>(addr.unit_bytes);
-}
-
-// How far ahead of the line being read the decode kernels ask for weights, on every
-// level: prefetch_ahead (matmul_simd.h, where the 2 KiB was measured) and prefetch_row_ahead.
-constexpr int64_t kDecodePrefetchAhead = 2048;
-
-// Which cache the decode prefetches fill: L1 (prefetcht0) where they were measured first,
-// on the Intel Xeon; L2 (prefetcht2) on AMD. On a Zen 4, two threads, alternating runs of
-// one binary, prefetcht0 held every decode kernel to ~29-31 GB/s (F16 12.7-13.7 tok/s on a
-// 1.1B model) while a plain read loop streamed 60 GB/s and llama.cpp's F16 decode 41-50:
-// each prefetch into L1 holds one of the core's few L1 miss buffers for a whole DRAM
-// round trip. Into L2 (whose miss buffers are several times as many) F16 decode read
-// 16.3-20.2 tok/s, Q4_0 49.6-52.8 against 42.9-50.5. Not measured on Intel, so it keeps
-// L1; PAGODA_PREFETCH=l1|l2 overrides it (decode_prefetch_l2, matmul.cpp). The K-quants
-// prefetch 6 KiB ahead into L2, part by part (prefetch_unit_part, matmul_simd.h).
-bool decode_prefetch_l2();
-inline const bool kDecodePrefetchL2 = decode_prefetch_l2();
-
-// One decode prefetch of the weights at p, into the cache kDecodePrefetchL2 says.
-inline __attribute__((always_inline)) void prefetch_weights(const void* p) {
-  if (kDecodePrefetchL2) __builtin_prefetch(p, 0, 1);
-  else __builtin_prefetch(p, 0, 3);
-}
-
-// The float kernels' decode prefetch (one or two tokens: the rows stream from DRAM) for
-// byte `off` of row i of an RM-row micro-tile: kDecodePrefetchAhead bytes ahead, and once
-// that passes the row's end, on into row i + RM (the next micro-tile's row i), the next
-// bytes this row's stream of reads reaches. Row i + 1 starts right after row i but is
-// read at the same time: prefetching into it left the first 2 KiB of three rows in four
-// (3/8 of a 2048-column F16 row) to the hardware prefetcher.
-// Measured (Xeon, 2 threads, tg32, alternating binaries, 6 rounds, AVX-512): F16 decode
-// 77-88% -> 85-97% of the probed roofline, BF16 (3 rounds) 85-94% -> 93-107%; 4 KiB ahead
-// instead of 2 gained nothing. The packed kernels' G = 2 row groups lose 2 KiB of an 18 KiB
-// Q4_0 group the same way; skipping there measured no gain, so they are as they were.
-template <int RM>
-inline void prefetch_row_ahead(const uint8_t* row, int64_t off, int64_t row_bytes) {
-  int64_t ahead = off + kDecodePrefetchAhead;
-  if (ahead >= row_bytes) ahead += (RM - 1) * row_bytes;
-  prefetch_weights(row + ahead);
 }
 
 // Calls pass(k0, k1, r0, r1) over the tile, in column chunks of kc. With more tokens than one

@@ -413,8 +413,8 @@ WeightMatrix WeightMatrix::row_slice(int64_t row0, int64_t n_rows) const {
 // 6-bit scales are widened to bytes), plus
 // zero rows up to a multiple of 16 (8 for AVX2). The mmap'd GGUF pages are
 // then clean page cache the kernel may drop. Float types (F32 / F16 / BF16) are copied
-// into huge pages at the SIMD levels (see below): as they are, or F16 / BF16 at AVX-512 into
-// panel tiles (half_panels, kPanelRows in matmul_impl.h).
+// into huge pages at the SIMD levels (see below): as they are, or F16 / BF16 at AVX-512 and
+// AVX2 into panel tiles (half_panels, kPanelRows in matmul_impl.h).
 WeightMatrix WeightMatrix::prepare(GgmlType type, int64_t n_rows, int64_t n_cols, const uint8_t* data,
                                    Isa isa, int64_t slice_rows) {
   const TypeTraits& tt = traits(type);

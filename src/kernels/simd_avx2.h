@@ -123,13 +123,6 @@ struct Vec {
   // spill to L1 and are touched once per 32 columns.
   static constexpr int kGroups = 2;
   static constexpr int kBlock32N = 4;
-  // One-token tiles read one group at a time, one stream of weights, as on AVX-512: the
-  // Zen 4 of 2026-12-06 under PAGODA_ISA=avx2 (two threads, both choices alternating per
-  // matvec pass beside a probe pass, with no prefetch or block32_prefetch_ahead_l2's 6 KiB)
-  // read Q4_0 5632 x 2048 at 46-48 GB/s with one group against 24 with two (0.77-0.98
-  // against 0.39-0.67 of the probe), Q8_0 0.82-0.97 against 0.53-0.82. (The earlier
-  // "0-10% less with one" was measured with 1.5 KiB ahead, which one group reads worst.)
-  static constexpr int kDecodeGroups = 1;
   // pmaddubsw saturates at 32767, so Q8_0 codes (q + 128 up to 255) cannot
   // go in as unsigned; the kernel uses |q| x sign(x, q) (max 2 x 128 x 127 =
   // 32512) and needs no offset correction.

@@ -115,16 +115,6 @@ struct Vec {
   // 78-82, Q8_0 41-42 -> 44-54; pp512 Q4_0 146-184 -> 250-281 tok/s; decode within noise.
   static constexpr int kGroups = 2;
   static constexpr int kBlock32N = 4;
-  // A one-token tile (decode) runs 1 group at a time instead: the weights stream from
-  // DRAM, and two groups read side by side are two streams 18 KiB apart (Q4_0) whose
-  // lines the prefetches and the core's miss buffers serve worse than one. Zen 4, cold
-  // 5632 x 2048 matvec, each run beside a probe pass (matmul_bench MatvecPaired),
-  // alternating: one thread Q4_0 20.0 / 19.8 -> 28.1 / 27.4 GB/s (63% -> 88% of the
-  // probe); two threads Q4_0 88-90% -> 93%, Q8_0 90-92% -> 96% while the probe read
-  // ~35 GB/s, and Q4_0 57% -> 60-61%, Q8_0 65-66% -> 75-76% (40 -> 47 GB/s) while it
-  // read ~55-62. From cache the kernel is 0-5% slower this way (Q4_0 60 -> 57 GB/s, one
-  // thread). AVX2 reads one too (simd_avx2.h).
-  static constexpr int kDecodeGroups = 1;
   // Q8_0 codes are q + 128 (u8 for vpdpbusd); subtract 128 x sum(x) per block.
   static constexpr int kQ8Offset = 128;
   using I = __m512i;

@@ -47,8 +47,8 @@ constexpr int64_t kMaxTokens = 17;
 
 std::vector<int64_t> col_counts(GgmlType type) {
   const int64_t b = traits(type).block_size;
-  // Float types: odd widths (rows), and whole 32-column steps (BF16's panels at AVX-512 with
-  // AVX512_BF16), 4128 in three column chunks, the last one step wide.
+  // Float types: odd widths (rows), and whole 32-column steps (F16 / BF16 panels), 4128 in
+  // three AVX-512 column chunks (nine at AVX2), the last one step wide.
   if (b == 1) return {1, 2, 3, 17, 33, 64, 4096 + 1, 4096 + 32};
   // one block, two, odd multiples, and 4096 + one block.
   return {b, 2 * b, 3 * b, 7 * b, 4096 + b};

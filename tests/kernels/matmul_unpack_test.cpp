@@ -7,9 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdio>
-#include <array>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -153,7 +153,7 @@ TEST(WeightMatrixReadRow, TiledColumnChunksReadBackAndSliceOnTiles) {
   }
 }
 
-// F16 and BF16 in panels (AVX-512; BF16 with AVX512_BF16; 32-column steps): rows read back
+// F16 and BF16 in panels (AVX-512, BF16 there with AVX512_BF16; AVX2): rows read back
 // bit for bit, a whole tile's rows, a part tile's, and row slices from tile starts (an
 // expert's rows).
 TEST(WeightMatrixReadRow, HalfFloatPanelsReadBackAndSliceOnTiles) {
