@@ -72,11 +72,11 @@ void swiglu_oai_ref(const float* gate, const float* up, float* out, int64_t n, f
   }
 }
 
-void geglu_tanh(const float* gate, const float* up, float* out, int64_t n) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+void geglu_tanh_ref(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
-    out[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+    const float y = g / (1.0f + std::exp(ops_internal::kGeluTanhMinus2C * std::fma(ops_internal::kGeluTanhCubic, g * g * g, g)));
+    out[i] = up ? y * up[i] : y;
   }
 }
 
@@ -174,8 +174,8 @@ void gated_delta_step_ref(float* m, int64_t d_v, int64_t d_k, const float* q, co
 namespace ops_internal {
 
 constinit const OpsKernels kOpsScalar = {
-    Isa::Scalar,    rms_norm_ref, softmax_ref,  swiglu_ref,    swiglu_oai_ref, add_inplace_ref, rope_ref,
-    rope_apply_ref, dot_f32_ref,  axpy_f32_ref, scale_f32_ref, exp_f32_ref, gated_delta_step_ref,
+    Isa::Scalar,    rms_norm_ref, softmax_ref,  swiglu_ref,    swiglu_oai_ref, geglu_tanh_ref, add_inplace_ref,
+    rope_ref,       rope_apply_ref, dot_f32_ref,  axpy_f32_ref, scale_f32_ref, exp_f32_ref, gated_delta_step_ref,
 };
 
 const OpsKernels& ops_kernels(Isa isa) { return kernel_table(isa).ops; }
@@ -198,6 +198,9 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
 }
 void swiglu_oai(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit) {
   active().swiglu_oai(gate, up, out, n, alpha, limit);
+}
+void geglu_tanh(const float* gate, const float* up, float* out, int64_t n) {
+  active().geglu_tanh(gate, up, out, n);
 }
 void add_inplace(float* y, const float* x, int64_t n) { active().add_inplace(y, x, n); }
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,

@@ -28,10 +28,13 @@ void swiglu_ref(const float* gate, const float* up, float* out, int64_t n);
 void swiglu_oai(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit);
 void swiglu_oai_ref(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit);
 
-// out[i] = gelu_tanh(gate[i]) * up[i], gelu_tanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x³)))
-// (Gemma's gelu_pytorch_tanh, ggml_gelu); out may alias gate or up. Scalar only: it is
-// O(ffn) per token against the O(ffn · dim) of the matmuls around it.
+// out[i] = gelu_tanh(gate[i]) * up[i], or gelu_tanh(gate[i]) when up is null; out may alias
+// gate or up. gelu_tanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x³))) (Gemma's
+// gelu_pytorch_tanh, ggml_gelu), computed as x · sigmoid(2 sqrt(2/pi) (x + 0.044715 x³)):
+// the same function, one exp, and no 1 + tanh cancellation for negative x. Vectorized: the
+// scalar tanhf took 14% of Gemma 4 E4B's prefill samples (Zen 4, perf).
 void geglu_tanh(const float* gate, const float* up, float* out, int64_t n);
+void geglu_tanh_ref(const float* gate, const float* up, float* out, int64_t n);
 
 // x[i] = cap * tanh(x[i] / cap) (Gemma's logit soft-capping). Requires cap > 0.
 void softcap_inplace(float* x, int64_t n, float cap);

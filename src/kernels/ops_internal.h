@@ -22,6 +22,7 @@ struct OpsKernels {
   void (*softmax)(float* x, int64_t n);
   void (*swiglu)(const float* gate, const float* up, float* out, int64_t n);
   void (*swiglu_oai)(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit);
+  void (*geglu_tanh)(const float* gate, const float* up, float* out, int64_t n);
   void (*add_inplace)(float* y, const float* x, int64_t n);
   void (*rope)(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
                const float* inv_freq, bool neox, float attn_factor);
@@ -40,6 +41,12 @@ extern const OpsKernels kOpsAvx2;    // ops_avx2.cpp
 extern const OpsKernels kOpsAvx512;  // ops_avx512.cpp
 
 const OpsKernels& ops_kernels(Isa isa);
+
+// gelu_tanh(x) = x · sigmoid(2c (x + a x³)), c = sqrt(2/pi), a = 0.044715: the exp's
+// argument -2c (x + a x³) as every level computes it (fused multiply-add, then one multiply),
+// so the levels differ only in their exp and division (ops.h: geglu_tanh).
+constexpr float kGeluTanhMinus2C = -1.5957691216057308f;
+constexpr float kGeluTanhCubic = 0.044715f;
 
 // RoPE works on chunks of at most this many pairs, so the cos/sin table lives on the
 // stack (3 KiB) and covers head_dim 256 in one chunk.

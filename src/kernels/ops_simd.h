@@ -167,6 +167,31 @@ void swiglu_oai_simd(const float* gate, const float* up, float* out, int64_t n, 
   }
 }
 
+// gelu_tanh(g) = g / (1 + exp(-2c (g + a g³))) (ops_internal.h's constants). exp = inf for
+// g < ~-10 gives -0, the limit; g³ overflowing to ±inf gives exp 0 or inf, the same limits.
+template <class V>
+inline typename V::Reg gelu_tanh_vec(typename V::Reg g) {
+  const auto z = V::mul(V::set1(ops_internal::kGeluTanhMinus2C),
+                        V::fmadd(V::set1(ops_internal::kGeluTanhCubic), V::mul(V::mul(g, g), g), g));
+  return V::div(g, V::add(V::set1(1.0f), exp_vec<V>(z)));
+}
+
+template <class V>
+void geglu_tanh_simd(const float* gate, const float* up, float* out, int64_t n) {
+  constexpr int64_t W = V::kWidth;
+  int64_t i = 0;
+  if (up == nullptr) {
+    for (; i + W <= n; i += W) V::store(out + i, gelu_tanh_vec<V>(V::load(gate + i)));
+    if (i < n) V::store_partial(out + i, gelu_tanh_vec<V>(V::load_partial(gate + i, n - i)), n - i);
+    return;
+  }
+  for (; i + W <= n; i += W) V::store(out + i, V::mul(gelu_tanh_vec<V>(V::load(gate + i)), V::load(up + i)));
+  if (i < n) {
+    const int64_t m = n - i;
+    V::store_partial(out + i, V::mul(gelu_tanh_vec<V>(V::load_partial(gate + i, m)), V::load_partial(up + i, m)), m);
+  }
+}
+
 template <class V>
 void add_inplace_simd(float* y, const float* x, int64_t n) {
   constexpr int64_t W = V::kWidth;
@@ -335,6 +360,7 @@ constexpr ops_internal::OpsKernels make_ops_kernels(Isa isa) {
           softmax_simd<V>,
           swiglu_simd<V>,
           swiglu_oai_simd<V>,
+          geglu_tanh_simd<V>,
           add_inplace_simd<V>,
           rope_simd<V>,
           rope_apply_simd<V>,

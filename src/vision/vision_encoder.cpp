@@ -25,16 +25,16 @@ void layer_norm(const float* x, const float* w, const float* b, float* y, int64_
   for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - m) * inv * w[i] + b[i];
 }
 
-float activate(float x, VisionActivation a) {
-  switch (a) {
-    case VisionActivation::Gelu:
-      return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-    case VisionActivation::GeluQuick:
-      return x / (1.0f + std::exp(-1.702f * x));
-    case VisionActivation::Silu:
-      return x / (1.0f + std::exp(-x));
+// out[i] = act(gate[i]) * up[i], or act(gate[i]) when up is null; out may alias gate or up.
+// GELU and gated SiLU through the vector row ops (ops.h); GELU-quick and plain SiLU per value.
+void activate_rows(VisionActivation a, const float* gate, const float* up, float* out, int64_t n) {
+  if (a == VisionActivation::Gelu) return geglu_tanh(gate, up, out, n);
+  if (a == VisionActivation::Silu && up) return swiglu(gate, up, out, n);
+  const float k = a == VisionActivation::GeluQuick ? 1.702f : 1.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float y = gate[i] / (1.0f + std::exp(-k * gate[i]));
+    out[i] = up ? y * up[i] : y;
   }
-  return x;
 }
 
 // K and V enter the attention products as f16 matrices, as llama.cpp's attention keeps
@@ -374,11 +374,11 @@ void VisionEncoder::encode(const float* pixels, int64_t width, int64_t height, T
       s.ffn_gate.resize(T * F);
       linear(L.gate, s.xn.data(), T, s.ffn_gate.data(), pool);
       for_rows(pool, T, [&](int64_t t0, int64_t t1) {
-        for (int64_t i = t0 * F; i < t1 * F; ++i) s.ffn[i] *= activate(s.ffn_gate[i], c.activation);
+        activate_rows(c.activation, &s.ffn_gate[t0 * F], &s.ffn[t0 * F], &s.ffn[t0 * F], (t1 - t0) * F);
       });
     } else {
       for_rows(pool, T, [&](int64_t t0, int64_t t1) {
-        for (int64_t i = t0 * F; i < t1 * F; ++i) s.ffn[i] = activate(s.ffn[i], c.activation);
+        activate_rows(c.activation, &s.ffn[t0 * F], nullptr, &s.ffn[t0 * F], (t1 - t0) * F);
       });
     }
     linear(L.down, s.ffn.data(), T, s.tmp.data(), pool);
@@ -403,7 +403,7 @@ void VisionEncoder::encode(const float* pixels, int64_t width, int64_t height, T
     s.ffn.resize(static_cast<size_t>(n_out * F1));
     linear(*merger_fc1_, final_rows, n_out, s.ffn.data(), pool);
     for_rows(pool, n_out, [&](int64_t o0, int64_t o1) {
-      for (int64_t i = o0 * F1; i < o1 * F1; ++i) s.ffn[i] = activate(s.ffn[i], VisionActivation::Gelu);
+      activate_rows(VisionActivation::Gelu, &s.ffn[o0 * F1], nullptr, &s.ffn[o0 * F1], (o1 - o0) * F1);
     });
     out.resize(static_cast<size_t>(n_out * c.text_dim));
     linear(*merger_fc2_, s.ffn.data(), n_out, out.data(), pool);

@@ -88,7 +88,7 @@ std::string isa_param_name(const ::testing::TestParamInfo<Isa>& info) {
 std::vector<Isa> ops_levels() {
   return test::levels_with_own([](const KernelTable& t) {
     const OpsKernels& k = t.ops;
-    return std::tuple(k.rms_norm, k.softmax, k.swiglu, k.swiglu_oai, k.add_inplace, k.rope, k.rope_apply, k.dot_f32, k.axpy_f32,
+    return std::tuple(k.rms_norm, k.softmax, k.swiglu, k.swiglu_oai, k.geglu_tanh, k.add_inplace, k.rope, k.rope_apply, k.dot_f32, k.axpy_f32,
                       k.scale_f32, k.exp_f32, k.gated_delta_step);
   });
 }
@@ -278,6 +278,42 @@ TEST_P(FastOpsTest, SwigluOaiMatchesReference) {
     k().swiglu_oai(alias_gate.data(), up.data(), alias_gate.data(), n, 1.702f, 7.0f);
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(alias_gate[i], got[i]) << "out aliases gate, n=" << n << " i=" << i;
   }
+}
+
+// Gemma's GELU (tanh form) gated and plain: gates across the saturated ends (exp
+// overflowing below g ~ -10, g³ overflowing at |g| ~ 7e12), zero, and NaN.
+TEST_P(FastOpsTest, GegluTanhMatchesReference) {
+  MaxErr err(tag("geglu_tanh vs ref"));
+  for (int64_t n : kSizes) {
+    std::vector<float> gate = random_vec(n, -12.0f, 12.0f, 240 + n);
+    const std::vector<float> up = random_vec(n, -3.0f, 3.0f, 250 + n);
+    if (n > 4) gate[0] = -100.0f, gate[1] = 100.0f, gate[2] = 0.0f, gate[3] = 1e13f, gate[4] = -1e13f;
+    for (const bool gated : {true, false}) {
+      std::vector<float> got(n + 1, -7.0f), want(n);
+      const float* u = gated ? up.data() : nullptr;
+      k().geglu_tanh(gate.data(), u, got.data(), n);
+      geglu_tanh_ref(gate.data(), u, want.data(), n);
+      // The same exp argument on every level (ops_internal.h); exp within 1 ulp, damped by
+      // e / (1 + e) <= 1, then the division and the product: 4 ulp.
+      ASSERT_TRUE(all_close(
+          got.data(), n, [&](int64_t i) { return want[i]; },
+          [&](int64_t i) { return 4 * kEps * std::abs(want[i]); },
+          [&](int64_t i) { return "gate=" + std::to_string(gate[i]) + " gated=" + std::to_string(gated); }, &err));
+      EXPECT_EQ(got[n], -7.0f) << "wrote past the end, n=" << n;
+      std::vector<float> alias = gate;
+      k().geglu_tanh(alias.data(), u, alias.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(alias[i], got[i]) << "out aliases gate, n=" << n << " i=" << i;
+    }
+    std::vector<float> alias_up = up, got(n);
+    k().geglu_tanh(gate.data(), up.data(), got.data(), n);
+    k().geglu_tanh(gate.data(), alias_up.data(), alias_up.data(), n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(alias_up[i], got[i]) << "out aliases up, n=" << n << " i=" << i;
+  }
+  const float g[2] = {std::numeric_limits<float>::quiet_NaN(), -kInf};
+  float y[2];
+  k().geglu_tanh(g, nullptr, y, 2);
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_TRUE(std::isnan(y[1]));  // -inf / (1 + inf): no limit is claimed, NaN is not hidden
 }
 
 TEST_P(FastOpsTest, AddInplaceAndScaleAreExact) {
@@ -600,6 +636,39 @@ TEST(OpsReferenceTest, SwigluMatchesDoubleFormula) {
   EXPECT_EQ(y[0], 0.0f);
   EXPECT_EQ(y[1], 200.0f);
   EXPECT_EQ(y[2], 0.0f);
+}
+
+// The reference against ggml_gelu's own form, x/2 (1 + tanh(s)), s = sqrt(2/pi) (x + 0.044715 x³),
+// in double; where s < -1, 1 + tanh(s) cancels even in double (s = -17.7: ~2 bits left), so
+// there the identity 1 + tanh(s) = 2 / (1 + e^-2s), in double. The float exp argument
+// carries ~2 ulp, which e^-2s turns into |2s| x 2 ulp of the result where it is small (g << 0);
+// plus the exp, division and product.
+TEST(OpsReferenceTest, GegluTanhMatchesDoubleFormula) {
+  MaxErr err("geglu_tanh_ref vs double");
+  for (int64_t n : kSizes) {
+    const std::vector<float> g = random_vec(n, -12.0f, 12.0f, 420 + n);
+    const std::vector<float> u = random_vec(n, -3.0f, 3.0f, 430 + n);
+    std::vector<float> y(n);
+    geglu_tanh_ref(g.data(), u.data(), y.data(), n);
+    const double c = std::sqrt(2.0 / std::numbers::pi);
+    auto inner = [&](int64_t i) { const double x = g[i]; return c * (x + 0.044715 * x * x * x); };
+    auto want = [&](int64_t i) {
+      const double s = inner(i);
+      return (s < -1.0 ? g[i] / (1.0 + std::exp(-2.0 * s)) : 0.5 * g[i] * (1.0 + std::tanh(s))) * u[i];
+    };
+    ASSERT_TRUE(all_close(
+        y.data(), n, want, [&](int64_t i) { return (6 + 4 * std::abs(inner(i))) * kEps * std::abs(want(i)) + 1e-37; },
+        [&](int64_t i) { return "gate=" + std::to_string(g[i]) + " up=" + std::to_string(u[i]); }, &err));
+  }
+  // gelu(0) = 0, gelu(x) -> x for large x, -> -0 for very negative x; gelu(1) = 0.841192.
+  const float g[4] = {0.0f, 100.0f, -200.0f, 1.0f};
+  float y[4];
+  geglu_tanh_ref(g, nullptr, y, 4);
+  EXPECT_EQ(y[0], 0.0f);
+  EXPECT_EQ(y[1], 100.0f);
+  EXPECT_EQ(y[2], 0.0f);
+  EXPECT_TRUE(std::signbit(y[2]));
+  EXPECT_NEAR(y[3], 0.8411920, 1e-6);
 }
 
 TEST(OpsReferenceTest, DotMatchesExactSmallIntegers) {
