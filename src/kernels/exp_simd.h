@@ -6,6 +6,8 @@
 // traits (simd_avx2.h / simd_avx512.h); internal linkage.
 #pragma once
 
+#include <cstdint>
+
 namespace pagoda {
 namespace {
 
@@ -39,6 +41,39 @@ inline typename V::Reg exp_vec(typename V::Reg x) {
   p = V::fmadd(p, r, V::set1(1.0f));
   p = V::fmadd(p, r, V::set1(1.0f));
   return V::ldexp(p, n);
+}
+
+// tanh(y): for |y| < 0.25 its odd Taylor series to y^11 (the next term, 21844/6081075 y^13,
+// is 2e-10 of y there); above, (1 - t) / (1 + t) with t = exp(-2|y|) and y's sign, where 1 - t
+// >= 0.39 loses at most ~1.3 bits to cancellation (the same form down to 0 would lose all of
+// them near 0: y = 1e-3 came out 3e-5 off). Within ~4 ulp of double tanh (ops_test sweeps
+// it); |y| >= ~9 gives ±1, NaN stays NaN. V needs abs, copysign and select_lt beside exp_vec's.
+template <class V>
+inline typename V::Reg tanh_vec(typename V::Reg y) {
+  using Reg = typename V::Reg;
+  const Reg a = V::abs(y);
+  const Reg y2 = V::mul(y, y);
+  Reg p = V::set1(-1382.0f / 155925.0f);
+  p = V::fmadd(p, y2, V::set1(62.0f / 2835.0f));
+  p = V::fmadd(p, y2, V::set1(-17.0f / 315.0f));
+  p = V::fmadd(p, y2, V::set1(2.0f / 15.0f));
+  p = V::fmadd(p, y2, V::set1(-1.0f / 3.0f));
+  const Reg series = V::fmadd(V::mul(p, y2), a, a);
+  const Reg t = exp_vec<V>(V::mul(V::set1(-2.0f), a));
+  const Reg one = V::set1(1.0f);
+  const Reg big = V::div(V::sub(one, t), V::add(one, t));
+  return V::copysign(V::select_lt(a, V::set1(0.25f), series, big), y);  // tanh(-0) = -0
+}
+
+// x[i] = cap tanh(x[i] / cap) (Gemma's logit soft-capping; ops.h), as softcap_ref computes
+// the argument (x · (1 / cap)). Shared by the row ops and the attention kernels' scores.
+template <class V>
+void softcap_simd(float* x, int64_t n, float cap) {
+  constexpr int64_t W = V::kWidth;
+  const typename V::Reg inv = V::set1(1.0f / cap), c = V::set1(cap);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) V::store(x + i, V::mul(c, tanh_vec<V>(V::mul(V::load(x + i), inv))));
+  if (i < n) V::store_partial(x + i, V::mul(c, tanh_vec<V>(V::mul(V::load_partial(x + i, n - i), inv))), n - i);
 }
 
 }  // namespace

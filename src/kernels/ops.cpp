@@ -80,7 +80,7 @@ void geglu_tanh_ref(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
-void softcap_inplace(float* x, int64_t n, float cap) {
+void softcap_ref(float* x, int64_t n, float cap) {
   const float inv = 1.0f / cap;
   for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * inv);
 }
@@ -174,7 +174,7 @@ void gated_delta_step_ref(float* m, int64_t d_v, int64_t d_k, const float* q, co
 namespace ops_internal {
 
 constinit const OpsKernels kOpsScalar = {
-    Isa::Scalar,    rms_norm_ref, softmax_ref,  swiglu_ref,    swiglu_oai_ref, geglu_tanh_ref, add_inplace_ref,
+    Isa::Scalar,    rms_norm_ref, softmax_ref,  swiglu_ref,    swiglu_oai_ref, geglu_tanh_ref, softcap_ref, add_inplace_ref,
     rope_ref,       rope_apply_ref, dot_f32_ref,  axpy_f32_ref, scale_f32_ref, exp_f32_ref, gated_delta_step_ref,
 };
 
@@ -202,6 +202,7 @@ void swiglu_oai(const float* gate, const float* up, float* out, int64_t n, float
 void geglu_tanh(const float* gate, const float* up, float* out, int64_t n) {
   active().geglu_tanh(gate, up, out, n);
 }
+void softcap_inplace(float* x, int64_t n, float cap) { active().softcap(x, n, cap); }
 void add_inplace(float* y, const float* x, int64_t n) { active().add_inplace(y, x, n); }
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
           const float* inv_freq, bool neox, float attn_factor) {

@@ -23,6 +23,7 @@ struct OpsKernels {
   void (*swiglu)(const float* gate, const float* up, float* out, int64_t n);
   void (*swiglu_oai)(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit);
   void (*geglu_tanh)(const float* gate, const float* up, float* out, int64_t n);
+  void (*softcap)(float* x, int64_t n, float cap);
   void (*add_inplace)(float* y, const float* x, int64_t n);
   void (*rope)(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
                const float* inv_freq, bool neox, float attn_factor);

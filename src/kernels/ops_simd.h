@@ -361,6 +361,7 @@ constexpr ops_internal::OpsKernels make_ops_kernels(Isa isa) {
           swiglu_simd<V>,
           swiglu_oai_simd<V>,
           geglu_tanh_simd<V>,
+          softcap_simd<V>,
           add_inplace_simd<V>,
           rope_simd<V>,
           rope_apply_simd<V>,

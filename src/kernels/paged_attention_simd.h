@@ -231,7 +231,7 @@ void attend_group_dot(const KvLayerView& view, const BlockId* blocks, int64_t p_
     for (int64_t j = 0; j < n; ++j)
       for (int h = 0; h < n_q; ++h) s[h * kAttnChunk + j] = dot_vec<V>(q + h * hd, K + j * hd, hd) * scale;
     if (softcap > 0.0f)  // Gemma 2: one tanh per score, small next to the head_dim-long dot
-      for (int h = 0; h < n_q; ++h) softcap_inplace(s + h * kAttnChunk, n, softcap);
+      for (int h = 0; h < n_q; ++h) softcap_simd<V>(s + h * kAttnChunk, n, softcap);
     for (int h = 0; h < n_q; ++h) online_softmax_step<V>(s + h * kAttnChunk, n, m + h, l + h, o + h * hd, hd);
     const float* Vr = v_rows_f32<V>(view, b, kv_head, slot, n, vtile);  // [n][hd]
     // o[h] += Σ_j w[h][j] · V[j]: the accumulator of one W-wide column strip stays in a
@@ -477,7 +477,7 @@ void attend_heads_tiled(const KvLayerView& view, const BlockId* blocks, int64_t 
       float* const* og = orow + g * n_q;
       chunk_scores<V>(view, b, g0 + g, slot, n, qg, 0, n_q, ktile, kt, ks, scale, s);
       if (softcap > 0.0f)
-        for (int h = 0; h < n_q; ++h) softcap_inplace(s + h * kAttnChunk, n, softcap);
+        for (int h = 0; h < n_q; ++h) softcap_simd<V>(s + h * kAttnChunk, n, softcap);
       for (int h = 0; h < n_q; ++h)
         online_softmax_step<V>(s + h * kAttnChunk, n, m + g * n_q + h, l + g * n_q + h, og[h], hd);
       const float* Vr = v_rows_f32<V>(view, b, g0 + g, slot, n, vtile);  // [n][hd]
@@ -551,7 +551,7 @@ void attend_tile_rows(const KvLayerView& view, const BlockId* blocks, int64_t po
 
     chunk_scores<V>(view, b, kv_head, slot, n, qrow, r_begin, n_rows, ktile, kt, ks, scale, s);
     if (softcap > 0.0f)
-      for (int r = r_begin; r < n_rows; ++r) softcap_inplace(s + r * kAttnChunk, n, softcap);
+      for (int r = r_begin; r < n_rows; ++r) softcap_simd<V>(s + r * kAttnChunk, n, softcap);
     // Online softmax per row over its visible positions [max(p, pos - window + 1),
     // min(p + n, pos + 1)); the masked head (window) and tail (diagonal) get weight 0.
     for (int r = r_begin; r < n_rows; ++r) {

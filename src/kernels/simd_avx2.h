@@ -62,6 +62,14 @@ struct Vec {
   static Reg max(Reg a, Reg b) { return _mm256_max_ps(a, b); }
   static Reg min(Reg a, Reg b) { return _mm256_min_ps(a, b); }
   static Reg round(Reg a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static Reg abs(Reg a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+  // |r| with the sign of s.
+  static Reg copysign(Reg r, Reg s) {
+    const Reg sign = _mm256_set1_ps(-0.0f);
+    return _mm256_or_ps(_mm256_andnot_ps(sign, r), _mm256_and_ps(sign, s));
+  }
+  // a < b ? x : y per lane (false for NaN).
+  static Reg select_lt(Reg a, Reg b, Reg x, Reg y) { return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ)); }
   // p * 2^n as p * 2^(n>>1) * 2^(n - (n>>1)): each factor is a normal float for
   // n in [-150, 128], and the second multiply rounds once into the denormal range.
   static Reg ldexp(Reg p, Reg n) {

@@ -60,6 +60,17 @@ struct Vec {
   static Reg max(Reg a, Reg b) { return _mm512_max_ps(a, b); }
   static Reg min(Reg a, Reg b) { return _mm512_min_ps(a, b); }
   static Reg round(Reg a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static Reg abs(Reg a) {
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7FFFFFFF)));
+  }
+  // |r| with the sign of s.
+  static Reg copysign(Reg r, Reg s) {
+    const __m512i mag = _mm512_and_si512(_mm512_castps_si512(r), _mm512_set1_epi32(0x7FFFFFFF));
+    const __m512i sign = _mm512_and_si512(_mm512_castps_si512(s), _mm512_set1_epi32(INT32_MIN));
+    return _mm512_castsi512_ps(_mm512_or_si512(mag, sign));
+  }
+  // a < b ? x : y per lane (false for NaN).
+  static Reg select_lt(Reg a, Reg b, Reg x, Reg y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x); }
   // p * 2^n in two exact steps, as in the AVX2 traits.
   static Reg ldexp(Reg p, Reg n) {
     const __m512i ni = _mm512_cvtps_epi32(n);

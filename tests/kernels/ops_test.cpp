@@ -88,7 +88,7 @@ std::string isa_param_name(const ::testing::TestParamInfo<Isa>& info) {
 std::vector<Isa> ops_levels() {
   return test::levels_with_own([](const KernelTable& t) {
     const OpsKernels& k = t.ops;
-    return std::tuple(k.rms_norm, k.softmax, k.swiglu, k.swiglu_oai, k.geglu_tanh, k.add_inplace, k.rope, k.rope_apply, k.dot_f32, k.axpy_f32,
+    return std::tuple(k.rms_norm, k.softmax, k.swiglu, k.swiglu_oai, k.geglu_tanh, k.softcap, k.add_inplace, k.rope, k.rope_apply, k.dot_f32, k.axpy_f32,
                       k.scale_f32, k.exp_f32, k.gated_delta_step);
   });
 }
@@ -314,6 +314,45 @@ TEST_P(FastOpsTest, GegluTanhMatchesReference) {
   k().geglu_tanh(g, nullptr, y, 2);
   EXPECT_TRUE(std::isnan(y[0]));
   EXPECT_TRUE(std::isnan(y[1]));  // -inf / (1 + inf): no limit is claimed, NaN is not hidden
+}
+
+// tanh_vec through softcap with cap 1 (x · 1 and 1 · tanh are exact) against double tanh:
+// every float in [2^-30, 2^-2] at a stride (the series), and [0.24, 12] densely (the exp form,
+// both sides of the switch at 0.25 and the saturation near 9), both signs; then
+// cap 30 and 50 (Gemma's final and attention caps) against softcap_ref; zeros, infinities, NaN.
+TEST_P(FastOpsTest, SoftcapMatchesTanh) {
+  MaxErr err(tag("softcap (cap 1) vs double tanh"));
+  std::vector<float> x;
+  for (float v = std::ldexp(1.0f, -30); v < 0.25f; v = std::nextafter(v, 1.0f) + v * 1e-4f) x.push_back(v);
+  for (float v = 0.24f; v < 12.0f; v += 1.3e-5f) x.push_back(v);
+  const size_t half = x.size();
+  for (size_t i = 0; i < half; ++i) x.push_back(-x[i]);
+  std::vector<float> got = x;
+  k().softcap(got.data(), static_cast<int64_t>(got.size()), 1.0f);
+  ASSERT_TRUE(all_close(
+      got.data(), static_cast<int64_t>(got.size()), [&](int64_t i) { return std::tanh(static_cast<double>(x[i])); },
+      [&](int64_t i) { return 4 * kEps * std::abs(std::tanh(static_cast<double>(x[i]))); },
+      [&](int64_t i) { return "x=" + std::to_string(x[i]); }, &err));
+  MaxErr err_ref(tag("softcap vs ref"));
+  for (int64_t n : kSizes)
+    for (const float cap : {30.0f, 50.0f}) {
+      const std::vector<float> in = random_vec(n, -300.0f, 300.0f, 260 + n);
+      std::vector<float> a = in, b = in;
+      a.push_back(-7.0f);
+      k().softcap(a.data(), n, cap);
+      softcap_ref(b.data(), n, cap);
+      ASSERT_TRUE(all_close(
+          a.data(), n, [&](int64_t i) { return b[i]; }, [&](int64_t i) { return 5 * kEps * std::abs(b[i]); },
+          [&](int64_t i) { return "x=" + std::to_string(in[i]) + " cap=" + std::to_string(cap); }, &err_ref));
+      EXPECT_EQ(a[n], -7.0f) << "wrote past the end, n=" << n;
+    }
+  float sp[5] = {0.0f, -0.0f, kInf, -kInf, std::numeric_limits<float>::quiet_NaN()};
+  k().softcap(sp, 5, 30.0f);
+  EXPECT_EQ(sp[0], 0.0f);
+  EXPECT_TRUE(std::signbit(sp[1]));
+  EXPECT_EQ(sp[2], 30.0f);
+  EXPECT_EQ(sp[3], -30.0f);
+  EXPECT_TRUE(std::isnan(sp[4]));
 }
 
 TEST_P(FastOpsTest, AddInplaceAndScaleAreExact) {
