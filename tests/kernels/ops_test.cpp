@@ -626,24 +626,33 @@ TEST(OpsReferenceTest, SoftmaxSumsToOneAndMatchesDouble) {
   }
 }
 
-TEST(OpsReferenceTest, SwigluOaiMatchesDoubleFormula) {
-  MaxErr err("swiglu_oai_ref vs double");
+// A gated activation's reference act(g) * u against want(g, u) in double over every size, g in
+// [-g_max, g_max] and u in [-u_max, u_max], within tol(g, want).
+template <class Ref, class Want, class Tol>
+void expect_gated_ref(const char* what, float g_max, float u_max, uint32_t seed, Ref ref, Want want_of, Tol tol_of) {
+  MaxErr err(what);
   for (int64_t n : kSizes) {
-    const std::vector<float> g = random_vec(n, -30.0f, 30.0f, 420 + n);
-    const std::vector<float> u = random_vec(n, -10.0f, 10.0f, 430 + n);
+    const std::vector<float> g = random_vec(n, -g_max, g_max, seed + n);
+    const std::vector<float> u = random_vec(n, -u_max, u_max, seed + 10 + n);
     std::vector<float> y(n);
-    swiglu_oai_ref(g.data(), u.data(), y.data(), n, 1.702f, 7.0f);
-    auto want = [&](int64_t i) {
-      const double gd = std::min(static_cast<double>(g[i]), 7.0);
-      const double ud = std::clamp(static_cast<double>(u[i]), -7.0, 7.0);
-      return gd / (1.0 + std::exp(-1.702 * gd)) * (ud + 1.0);
-    };
+    ref(g.data(), u.data(), y.data(), n);
+    auto want = [&](int64_t i) { return want_of(static_cast<double>(g[i]), static_cast<double>(u[i])); };
     ASSERT_TRUE(all_close(
-        // exp(-alpha g) carries alpha |g| ulp from rounding its argument (g = -20: 34 ulp).
-        y.data(), n, want,
-        [&](int64_t i) { return (8 + 1.702 * std::abs(std::min(g[i], 7.0f))) * kEps * std::abs(want(i)); },
+        y.data(), n, want, [&](int64_t i) { return tol_of(static_cast<double>(g[i]), want(i)); },
         [&](int64_t i) { return "gate=" + std::to_string(g[i]) + " up=" + std::to_string(u[i]); }, &err));
   }
+}
+
+TEST(OpsReferenceTest, SwigluOaiMatchesDoubleFormula) {
+  expect_gated_ref(
+      "swiglu_oai_ref vs double", 30.0f, 10.0f, 420,
+      [](const float* g, const float* u, float* y, int64_t n) { swiglu_oai_ref(g, u, y, n, 1.702f, 7.0f); },
+      [](double g, double u) {
+        const double gc = std::min(g, 7.0), uc = std::clamp(u, -7.0, 7.0);
+        return gc / (1.0 + std::exp(-1.702 * gc)) * (uc + 1.0);
+      },
+      // exp(-alpha g) carries alpha |g| ulp from rounding its argument (g = -20: 34 ulp).
+      [](double g, double want) { return (8 + 1.702 * std::abs(std::min(g, 7.0))) * kEps * std::abs(want); });
   // The clamps: a gate of 100 counts as 7, an up of -100 as -7 (so the factor is -6).
   const float g[2] = {100.0f, 1.0f}, u[2] = {0.0f, -100.0f};
   float y[2];
@@ -653,20 +662,9 @@ TEST(OpsReferenceTest, SwigluOaiMatchesDoubleFormula) {
 }
 
 TEST(OpsReferenceTest, SwigluMatchesDoubleFormula) {
-  MaxErr err("swiglu_ref vs double");
-  for (int64_t n : kSizes) {
-    const std::vector<float> g = random_vec(n, -30.0f, 30.0f, 400 + n);
-    const std::vector<float> u = random_vec(n, -3.0f, 3.0f, 410 + n);
-    std::vector<float> y(n);
-    swiglu_ref(g.data(), u.data(), y.data(), n);
-    auto want = [&](int64_t i) {
-      const double gd = g[i];
-      return gd / (1.0 + std::exp(-gd)) * u[i];
-    };
-    ASSERT_TRUE(all_close(
-        y.data(), n, want, [&](int64_t i) { return 4 * kEps * std::abs(want(i)); },
-        [&](int64_t i) { return "gate=" + std::to_string(g[i]) + " up=" + std::to_string(u[i]); }, &err));
-  }
+  expect_gated_ref(
+      "swiglu_ref vs double", 30.0f, 3.0f, 400, swiglu_ref, [](double g, double u) { return g / (1.0 + std::exp(-g)) * u; },
+      [](double, double want) { return 4 * kEps * std::abs(want); });
   // silu(0) = 0, silu(g) -> g for large g, -> -0 for very negative g.
   const float g[3] = {0.0f, 100.0f, -200.0f};
   const float u[3] = {5.0f, 2.0f, 1.0f};
@@ -683,22 +681,16 @@ TEST(OpsReferenceTest, SwigluMatchesDoubleFormula) {
 // carries ~2 ulp, which e^-2s turns into |2s| x 2 ulp of the result where it is small (g << 0);
 // plus the exp, division and product.
 TEST(OpsReferenceTest, GegluTanhMatchesDoubleFormula) {
-  MaxErr err("geglu_tanh_ref vs double");
-  for (int64_t n : kSizes) {
-    const std::vector<float> g = random_vec(n, -12.0f, 12.0f, 420 + n);
-    const std::vector<float> u = random_vec(n, -3.0f, 3.0f, 430 + n);
-    std::vector<float> y(n);
-    geglu_tanh_ref(g.data(), u.data(), y.data(), n);
-    const double c = std::sqrt(2.0 / std::numbers::pi);
-    auto inner = [&](int64_t i) { const double x = g[i]; return c * (x + 0.044715 * x * x * x); };
-    auto want = [&](int64_t i) {
-      const double s = inner(i);
-      return (s < -1.0 ? g[i] / (1.0 + std::exp(-2.0 * s)) : 0.5 * g[i] * (1.0 + std::tanh(s))) * u[i];
-    };
-    ASSERT_TRUE(all_close(
-        y.data(), n, want, [&](int64_t i) { return (6 + 4 * std::abs(inner(i))) * kEps * std::abs(want(i)) + 1e-37; },
-        [&](int64_t i) { return "gate=" + std::to_string(g[i]) + " up=" + std::to_string(u[i]); }, &err));
-  }
+  const double c = std::sqrt(2.0 / std::numbers::pi);
+  auto inner = [c](double x) { return c * (x + 0.044715 * x * x * x); };
+  expect_gated_ref(
+      "geglu_tanh_ref vs double", 12.0f, 3.0f, 440,
+      [](const float* g, const float* u, float* y, int64_t n) { geglu_tanh_ref(g, u, y, n); },
+      [&](double g, double u) {
+        const double s = inner(g);
+        return (s < -1.0 ? g / (1.0 + std::exp(-2.0 * s)) : 0.5 * g * (1.0 + std::tanh(s))) * u;
+      },
+      [&](double g, double want) { return (6 + 4 * std::abs(inner(g))) * kEps * std::abs(want) + 1e-37; });
   // gelu(0) = 0, gelu(x) -> x for large x, -> -0 for very negative x; gelu(1) = 0.841192.
   const float g[4] = {0.0f, 100.0f, -200.0f, 1.0f};
   float y[4];
