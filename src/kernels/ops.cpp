@@ -75,7 +75,8 @@ void swiglu_oai_ref(const float* gate, const float* up, float* out, int64_t n, f
 void geglu_tanh_ref(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
-    const float y = g / (1.0f + std::exp(ops_internal::kGeluTanhMinus2C * std::fma(ops_internal::kGeluTanhCubic, g * g * g, g)));
+    const float z = ops_internal::kGeluTanhMinus2C * std::fma(ops_internal::kGeluTanhCubic, g * g * g, g);
+    const float y = g / (1.0f + std::exp(z));
     out[i] = up ? y * up[i] : y;
   }
 }
@@ -174,8 +175,9 @@ void gated_delta_step_ref(float* m, int64_t d_v, int64_t d_k, const float* q, co
 namespace ops_internal {
 
 constinit const OpsKernels kOpsScalar = {
-    Isa::Scalar,    rms_norm_ref, softmax_ref,  swiglu_ref,    swiglu_oai_ref, geglu_tanh_ref, softcap_ref, add_inplace_ref,
-    rope_ref,       rope_apply_ref, dot_f32_ref,  axpy_f32_ref, scale_f32_ref, exp_f32_ref, gated_delta_step_ref,
+    Isa::Scalar,  rms_norm_ref,   softmax_ref, swiglu_ref,   swiglu_oai_ref, geglu_tanh_ref,
+    softcap_ref,  add_inplace_ref, rope_ref,   rope_apply_ref, dot_f32_ref,  axpy_f32_ref,
+    scale_f32_ref, exp_f32_ref,   gated_delta_step_ref,
 };
 
 const OpsKernels& ops_kernels(Isa isa) { return kernel_table(isa).ops; }

@@ -70,7 +70,9 @@ struct Vec {
     return _mm512_castsi512_ps(_mm512_or_si512(mag, sign));
   }
   // a < b ? x : y per lane (false for NaN).
-  static Reg select_lt(Reg a, Reg b, Reg x, Reg y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x); }
+  static Reg select_lt(Reg a, Reg b, Reg x, Reg y) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x);
+  }
   // p * 2^n in two exact steps, as in the AVX2 traits.
   static Reg ldexp(Reg p, Reg n) {
     const __m512i ni = _mm512_cvtps_epi32(n);
